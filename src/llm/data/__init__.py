@@ -1,0 +1,30 @@
+"""The data side of `llm`: prepare token shards and stream them, exactly resumable.
+
+Names are imported lazily so that light users (the `optimize` worker processes,
+the CLI's argument parsing) do not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "optimize": "llm.data.optimize",
+    "TokensLoader": "llm.data.format.loaders",
+    "ItemsLoader": "llm.data.format.loaders",
+    "StreamingDataset": "llm.data.streaming",
+    "StreamingDataLoader": "llm.data.streaming",
+    "StreamingTextDataModule": "llm.data.text_stream",
+    "StreamingTextDataset": "llm.data.text_stream",
+    "load_tokenizer": "llm.data.tokenizers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llm.data' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
