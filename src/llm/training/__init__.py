@@ -1,0 +1,1 @@
+"""Training side of llm: config, tasks, model, checkpoints."""

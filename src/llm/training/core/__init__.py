@@ -1,0 +1,1 @@
+"""Core training pieces shared by every task: configuration models."""
