@@ -81,3 +81,75 @@ class DataConfig(BaseModel):
     def extra(self, key: str, default: Any = None) -> Any:
         """A key passed through for a custom source (e.g. `dataset_bucket`)."""
         return (self.model_extra or {}).get(key, default)
+
+
+
+class ModelConfig(BaseModel):
+    """The `model:` section: the decoder-only transformer's shape (vocabulary from the tokenizer)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    d_model: int = Field(default=128, gt=0)
+    n_layers: int = Field(default=2, gt=0)
+    n_heads: int = Field(default=4, gt=0)
+    d_ff: int | None = Field(default=None, gt=0)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    vocab_size: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelConfig:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
+        return self
+
+
+class TrainingConfig(BaseModel):
+    """The `training:` section: optimisation, schedule, device and precision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: int = Field(default=8, gt=0)
+    epochs: int = Field(default=1, gt=0)
+    lr: float = Field(default=3e-4, gt=0)
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    weight_decay: float = Field(default=0.1, ge=0.0)
+    warmup_steps: int = Field(default=0, ge=0)
+    grad_clip: float = Field(default=1.0, ge=0.0)
+    max_steps: int | None = Field(default=None, gt=0)
+    seed: int = 42
+    device: str = "auto"
+    amp_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    compile: bool = False
+    deterministic: bool = False
+    log_interval_steps: int = Field(default=1, gt=0)
+    val_interval_steps: int = Field(default=0, ge=0)
+    val_batches: int = Field(default=8, gt=0)
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, value: str) -> str:
+        if value == "auto" or value.split(":")[0] in ("cpu", "cuda", "mps"):
+            return value
+        raise ValueError(f"training.device {value!r} is not one of auto, cpu, cuda, cuda:N, mps")
+
+
+class CheckpointConfig(BaseModel):
+    """The `checkpoint:` section: where and how often to save, and what to resume from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint_dir: str | None = "checkpoints"
+    resume_from_checkpoint: str | None = None
+    save_interval_steps: int = Field(default=0, ge=0)
+    keep_last_n: int | None = Field(default=3, gt=0)
+
+
+class TrainConfig(BaseModel):
+    """A whole `llm-train` YAML file: sections data, model, training, checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: DataConfig
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)

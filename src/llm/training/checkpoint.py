@@ -1,0 +1,144 @@
+"""Atomic checkpoints: `<dir>/step_<N>/`, a `latest` pointer file, `keep_last_n` pruning."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINT_FILE = "checkpoint.pt"
+META_FILE = "meta.json"
+LATEST = "latest"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+_TMP_PREFIX = ".tmp-"
+
+
+def _fsync_dir(path: Path) -> None:
+    # A rename is only durable once the directory entry itself reaches the disk.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory fds (Windows): best effort
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _json_default(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def list_checkpoints(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
+    """Complete `step_<N>` folders under `checkpoint_dir`, oldest first."""
+    root = Path(checkpoint_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and (child / CHECKPOINT_FILE).is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def save_checkpoint(
+    checkpoint_dir: str | Path, step: int, payload: dict[str, Any], keep_last_n: int | None = None
+) -> Path:
+    """Write `payload` to `<checkpoint_dir>/step_<step>` atomically, point `latest` at it, prune.
+
+    The folder is built under a temporary name and renamed into place, and `latest` is
+    replaced only after that, so a crash (even kill -9) at any moment leaves the previous
+    checkpoint and pointer intact.
+    """
+    root = Path(checkpoint_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(f"{_TMP_PREFIX}*"):  # leftovers of a save that was killed
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+    name = f"step_{step}"
+    tmp = root / f"{_TMP_PREFIX}{name}-{os.getpid()}"
+    tmp.mkdir()
+    with open(tmp / CHECKPOINT_FILE, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    meta = {k: payload.get(k) for k in ("step", "epoch", "stream_source", "world_size", "task")}
+    _write_file(tmp / META_FILE, json.dumps(meta, indent=2, default=_json_default).encode())
+    _fsync_dir(tmp)
+    final = root / name
+    if final.exists():  # re-saving a step: move the old copy aside, never delete it first
+        old = root / f"{_TMP_PREFIX}old-{name}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    pointer = root / f"{_TMP_PREFIX}{LATEST}-{os.getpid()}"
+    _write_file(pointer, f"{name}\n".encode())
+    os.replace(pointer, root / LATEST)
+    _fsync_dir(root)
+    if keep_last_n:
+        _prune(root, keep_last_n, keep=final)
+    return final
+
+
+def _prune(root: Path, keep_last_n: int, keep: Path) -> None:
+    checkpoints = list_checkpoints(root)
+    for _, path in checkpoints[: max(0, len(checkpoints) - keep_last_n)]:
+        if path != keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The `step_<N>` folder that `path` names: a step folder, a `latest` file, or a checkpoint_dir."""
+    p = Path(path)
+    if p.is_dir() and (p / CHECKPOINT_FILE).is_file():
+        return p
+    if p.is_dir() and (p / LATEST).is_file():
+        p = p / LATEST
+    if p.is_file() and p.name == CHECKPOINT_FILE:
+        return p.parent
+    if p.is_file():
+        target = p.read_text(encoding="utf-8", errors="replace").strip()
+        resolved = p.parent / target
+        if not _STEP_DIR.match(target) or not (resolved / CHECKPOINT_FILE).is_file():
+            raise FileNotFoundError(
+                f"checkpoint pointer {p} names {target!r}, which is not a complete step_<N> "
+                f"checkpoint in {p.parent}; point resume_from_checkpoint at an existing step_<N> folder"
+            )
+        return resolved
+    raise FileNotFoundError(
+        f"checkpoint {p} does not exist; set checkpoint.resume_from_checkpoint to a step_<N> "
+        "folder, its `latest` file, or a checkpoint_dir holding one"
+    )
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint written by `save_checkpoint` (follows `latest`).
+
+    The dict holds `model_state_dict`, `optimizer_state_dict`, `scheduler_state_dict`,
+    `step`, `epoch`, `stream_data`, `stream_source`, `rng_states` and the run's config,
+    plus `path`: the step folder it was read from.
+    """
+    folder = resolve_checkpoint(path)
+    try:
+        # weights_only=False: stream cursors may carry numpy scalars; checkpoints are our own files.
+        payload = torch.load(folder / CHECKPOINT_FILE, map_location=map_location, weights_only=False)
+    except Exception as exc:  # any unreadable file is the same user-facing problem
+        raise ValueError(f"checkpoint file {folder / CHECKPOINT_FILE} cannot be read ({exc})") from exc
+    if not isinstance(payload, dict) or "model_state_dict" not in payload:
+        raise ValueError(f"checkpoint file {folder / CHECKPOINT_FILE} is not a checkpoint written by llm-train")
+    payload["path"] = str(folder)
+    return payload
