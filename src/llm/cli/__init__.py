@@ -1,0 +1,1 @@
+"""Command-line entry points: `llm-train` and `llm-data`."""

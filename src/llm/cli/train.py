@@ -1,0 +1,86 @@
+"""`llm-train`: train a small language model from a YAML config; works under torchrun."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from llm.training.core.loading import ConfigError, load_config, parse_override
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `llm-train` argument parser (flags override the YAML)."""
+    parser = argparse.ArgumentParser(
+        prog="llm-train",
+        description="Train a small decoder-only LM; run under torchrun for DDP.",
+    )
+    parser.add_argument("--task", required=True, choices=["stream_lm", "lm"], help="what to train on")
+    parser.add_argument("--config-path", required=True, help="YAML file with data/model/training/checkpoint")
+    parser.add_argument("--epochs", type=int, help="overrides training.epochs")
+    parser.add_argument("--steps-per-epoch", type=int, help="overrides data.steps_per_epoch")
+    parser.add_argument("--batch-size", type=int, help="overrides training.batch_size (per process)")
+    parser.add_argument("--lr", type=float, help="overrides training.lr")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override any config key, e.g. --set checkpoint.checkpoint_dir=ckpt (repeatable)",
+    )
+    return parser
+
+
+def _fail(message: str) -> int:
+    rank = os.environ.get("RANK")
+    prefix = f"llm-train (rank {rank})" if rank not in (None, "0") else "llm-train"
+    print(f"{prefix}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _leave_process_group() -> None:
+    if "torch" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags, load the config, train; a user mistake is one line on stderr and exit 2."""
+    args = build_parser().parse_args(argv)
+    overrides = {
+        "training.epochs": args.epochs,
+        "data.steps_per_epoch": args.steps_per_epoch,
+        "training.batch_size": args.batch_size,
+        "training.lr": args.lr,
+    }
+    trainer = None
+    try:
+        for item in args.set:
+            key, value = parse_override(item)
+            overrides[key] = value
+        config = load_config(args.config_path, overrides)
+        from llm.data.readers import InputError
+        from llm.training.trainer import Trainer
+
+        try:
+            trainer = Trainer(config, args.task)
+            trainer.fit()
+        except (InputError, FileNotFoundError, ValueError) as exc:
+            if os.environ.get("LLM_DEBUG"):
+                raise
+            return _fail(str(exc))
+    except ConfigError as exc:
+        return _fail(str(exc))
+    finally:
+        if trainer is not None:
+            trainer.close()
+        else:  # a failed start under torchrun may already have joined the process group
+            _leave_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Training tasks: where a task's batches come from, chosen by name (`lm`, `stream_lm`)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import torch
+
+from llm.data.tokenizers import Tokenizer
+
+
+class TrainData(Protocol):
+    """What the trainer needs from a task: endless rank-local batches and a resumable cursor.
+
+    Batches are dicts with int64 `input_ids` and `labels` of shape (batch_size, max_seq_len),
+    label `t` being the target for position `t`. `state_dict()` is collective under
+    torch.distributed (every rank calls it) and returns the state of *all* ranks.
+    """
+
+    tokenizer: Tokenizer
+    steps_per_pass: int | None
+
+    def batches(self) -> Iterator[dict[str, torch.Tensor]]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+
+# name -> "module:function"; the function takes (config, rank, world_size) and returns TrainData.
+TASKS = {
+    "lm": "llm.training.tasks.lm:build_lm_data",
+    "stream_lm": "llm.training.tasks.stream_lm:build_stream_lm_data",
+}
+
+
+def build_task_data(task: str, config: Any, rank: int, world_size: int) -> TrainData:
+    """The TrainData of `task` for this rank; an unknown task names the valid ones."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; use one of: {', '.join(TASKS)}")
+    module, func = TASKS[task].split(":")
+    return getattr(importlib.import_module(module), func)(config, rank, world_size)

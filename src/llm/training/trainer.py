@@ -1,0 +1,473 @@
+"""The training loop: AdamW, warmup + cosine, grad clipping, AMP on CUDA, DDP, exact resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from llm.training.checkpoint import load_checkpoint, save_checkpoint
+from llm.training.core.loading import ConfigError
+from llm.training.model import TransformerLM, count_parameters
+from llm.training.tasks import TrainData, build_task_data
+from llm.training.tasks.lm import TextDataset, build_val_dataset
+
+Callback = Callable[["Trainer", dict, float], None]
+
+
+class WarmupCosine:
+    """LR factor: linear warmup, then cosine from 1 down to `min_ratio` at `total` steps.
+
+    `cycle_start` lets a finished run be extended with a fresh cycle. An object rather
+    than a lambda so that LambdaLR's state_dict carries these numbers into checkpoints.
+    """
+
+    def __init__(self, warmup: int, total: int, min_ratio: float, cycle_start: int = 0):
+        self.warmup = warmup
+        self.total = total
+        self.min_ratio = min_ratio
+        self.cycle_start = cycle_start
+
+    def __call__(self, step: int) -> float:
+        s = step - self.cycle_start
+        if s < self.warmup:
+            return (s + 1) / self.warmup  # never 0: the first step already learns
+        span = max(1, self.total - self.cycle_start - self.warmup)
+        progress = min(1.0, (s - self.warmup) / span)
+        return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@dataclass
+class DistEnv:
+    """This process's place in the job: rank, world size, local rank."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_type: str) -> DistEnv:
+    """Join the torchrun job described by RANK/WORLD_SIZE (gloo on CPU, nccl on CUDA), if any."""
+    if dist.is_available() and dist.is_initialized():
+        return DistEnv(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world <= 1:
+        return DistEnv()
+    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    return DistEnv(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def resolve_device(name: str, local_rank: int) -> torch.device:
+    """`auto` picks this rank's GPU when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"training.device is {name!r} but no CUDA device is available; use auto or cpu")
+    if name == "cuda":
+        return torch.device(f"cuda:{local_rank}")
+    return torch.device(name)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _gather(obj: Any, env: DistEnv) -> list[Any]:
+    if env.world_size == 1:
+        return [obj]
+    out: list[Any] = [None] * env.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class FitResult:
+    """What a finished `fit()` reports (the trainer also logs it)."""
+
+    steps: int
+    epochs: int
+    tokens: int
+    seconds: float
+    losses: list[float] = field(default_factory=list)
+    val_losses: list[float] = field(default_factory=list)
+    last_checkpoint: str | None = None
+
+
+class Trainer:
+    """Builds model, optimizer, schedule and task data from a TrainConfig; `fit()` trains.
+
+    `callbacks` are called as `cb(trainer, batch, loss)` at the end of every step, after
+    any checkpoint of that step was written.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        task: str,
+        callbacks: Sequence[Callback] = (),
+        log: Callable[[str], None] = print,
+    ):
+        self.config = config
+        self.task = task
+        self.callbacks = list(callbacks)
+        tc = config.training
+        device_hint = "cuda" if tc.device.startswith("cuda") or (tc.device == "auto" and torch.cuda.is_available()) else "cpu"
+        if tc.deterministic:
+            # cuBLAS needs a fixed workspace for deterministic matmuls; must be set before CUDA starts.
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True)
+        self.env = init_distributed(device_hint)
+        self.device = resolve_device(tc.device, self.env.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self._log = log
+        self.data: TrainData = build_task_data(task, config, self.env.rank, self.env.world_size)
+        self.tokenizer = self.data.tokenizer
+        self.steps_per_epoch = self._steps_per_epoch()
+        self.planned_steps = tc.epochs * self.steps_per_epoch
+        if tc.max_steps is not None:
+            self.planned_steps = min(self.planned_steps, tc.max_steps)
+
+        _seed_all(tc.seed)  # identical initial weights on every rank and every run
+        self.raw_model = self._build_model().to(self.device)
+        _seed_all(tc.seed + 1 + self.env.rank)  # dropout and friends: different per rank
+        self.model: torch.nn.Module = self.raw_model
+        if tc.compile:
+            self.model = torch.compile(self.model)
+        if self.env.world_size > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(self.model, device_ids=ids)
+        self.optimizer = self._build_optimizer()
+        self.schedule = WarmupCosine(tc.warmup_steps, self.planned_steps, tc.min_lr_ratio)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
+        use_fp16 = self.device.type == "cuda" and tc.amp_dtype == "fp16"
+        self.scaler = torch.amp.GradScaler("cuda", enabled=use_fp16)
+        self.val_dataset: TextDataset | None = build_val_dataset(config, self.tokenizer)
+
+        self.step = 0
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.tokens_seen = 0
+        self.last_checkpoint: str | None = None
+        self.resumed_from: str | None = None
+        self._batches: Any = None
+        if config.checkpoint.resume_from_checkpoint:
+            self.resume(config.checkpoint.resume_from_checkpoint)
+
+    # ----- construction -------------------------------------------------------------------
+
+    def _steps_per_epoch(self) -> int:
+        configured = self.config.data.steps_per_epoch
+        if configured:
+            return configured
+        if self.data.steps_per_pass:
+            return self.data.steps_per_pass
+        raise ConfigError(
+            f"data.steps_per_epoch is required for --task {self.task} with data_source "
+            f"{self.config.data.data_source!r}; set it in the YAML or pass --steps-per-epoch"
+        )
+
+    def _build_model(self) -> TransformerLM:
+        mc = self.config.model
+        vocab = mc.vocab_size or self.tokenizer.vocab_size
+        if vocab < self.tokenizer.vocab_size:
+            raise ConfigError(
+                f"model.vocab_size {vocab} is smaller than the tokenizer's vocabulary "
+                f"({self.tokenizer.vocab_size}); remove it to use the tokenizer's size"
+            )
+        return TransformerLM(
+            vocab_size=vocab,
+            max_seq_len=self.config.data.max_seq_len,
+            d_model=mc.d_model,
+            n_layers=mc.n_layers,
+            n_heads=mc.n_heads,
+            d_ff=mc.d_ff,
+            dropout=mc.dropout,
+        )
+
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        tc = self.config.training
+        # Decay matrices only: biases, norms' scales decaying towards 0 hurts and helps nothing.
+        decay = [p for p in self.raw_model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.raw_model.parameters() if p.dim() < 2]
+        groups = [
+            {"params": decay, "weight_decay": tc.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        return torch.optim.AdamW(groups, lr=tc.lr, betas=(0.9, 0.95))
+
+    def log(self, message: str) -> None:
+        """Print on rank 0 only, so a DDP job logs each line once."""
+        if self.env.is_main:
+            self._log(message)
+
+    # ----- checkpoints --------------------------------------------------------------------
+
+    def state_payload(self) -> dict[str, Any]:
+        """Everything a resume needs; collective under DDP (gathers every rank's cursor and RNG)."""
+        stream_data = self.data.state_dict()
+        rng_states = _gather(_rng_state(), self.env)
+        return {
+            "model_state_dict": self.raw_model.state_dict(),
+            "optimizer_state_dict": self.optimizer.state_dict(),
+            "scheduler_state_dict": self.scheduler.state_dict(),
+            "scaler_state_dict": self.scaler.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "tokens_seen": self.tokens_seen,
+            "cycle_start": self.schedule.cycle_start,
+            "total_steps": self.schedule.total,
+            "stream_data": stream_data,
+            "stream_source": self.data.fingerprint(),
+            "rng_states": rng_states,
+            "world_size": self.env.world_size,
+            "task": self.task,
+            "config": self.config.model_dump(mode="json"),
+        }
+
+    def save(self) -> str | None:
+        """Write a checkpoint of the current step (rank 0 writes; all ranks take part)."""
+        cc = self.config.checkpoint
+        if not cc.checkpoint_dir:
+            return None
+        payload = self.state_payload()
+        path = None
+        if self.env.is_main:
+            path = str(save_checkpoint(cc.checkpoint_dir, self.step, payload, cc.keep_last_n))
+            self.log(f"saved checkpoint {path}")
+        if self.env.world_size > 1:
+            dist.barrier()  # nobody runs ahead of a checkpoint that is not on disk yet
+        self.last_checkpoint = path
+        return path
+
+    def resume(self, path: str | Path) -> None:
+        """Restore model, optimizer, schedule, RNG and data cursor from a checkpoint on disk."""
+        self.load_payload(load_checkpoint(path))
+
+    def load_payload(self, ckpt: dict[str, Any]) -> None:
+        """Restore from a checkpoint dict (`state_payload()` or `load_checkpoint()`'s result).
+
+        The data fingerprint is checked first, so a changed source is refused before anything
+        is overwritten.
+        """
+        where = ckpt.get("path", "(in memory)")
+        expected, actual = ckpt.get("stream_source"), self.data.fingerprint()
+        if _canonical(expected) != _canonical(actual):
+            raise ValueError(
+                f"stream source fingerprint mismatch: checkpoint {where} was written for {_canonical(expected)} "
+                f"but this config streams {_canonical(actual)}; resume with the data config it was trained on"
+            )
+        if ckpt.get("task", self.task) != self.task:
+            raise ValueError(f"checkpoint {where} was written by --task {ckpt['task']}, not --task {self.task}")
+        try:
+            self.raw_model.load_state_dict(ckpt["model_state_dict"])
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[1:2] or [str(exc)]
+            raise ValueError(
+                f"checkpoint {where} does not fit the model config ({first[0].strip()}); use the model: section it was trained with"
+            ) from None
+        self.optimizer.load_state_dict(ckpt["optimizer_state_dict"])
+        self.scheduler.load_state_dict(ckpt["scheduler_state_dict"])
+        self.scaler.load_state_dict(ckpt.get("scaler_state_dict", {}))
+        self.data.load_state_dict(ckpt["stream_data"])
+        self._batches = None
+        self.step = int(ckpt["step"])
+        self.epoch = int(ckpt["epoch"])
+        self.step_in_epoch = int(ckpt.get("step_in_epoch", 0))
+        self.tokens_seen = int(ckpt.get("tokens_seen", 0))
+        rng = ckpt.get("rng_states") or []
+        if len(rng) == self.env.world_size:
+            _set_rng_state(rng[self.env.rank])
+        else:  # another world size: no saved stream for this rank, derive a fresh one
+            _seed_all(self.config.training.seed + 1 + self.env.rank + self.step)
+        self._restore_schedule(ckpt)
+        self.resumed_from = where
+        self.log(f"resumed from {where} at step {self.step} (epoch {self.epoch})")
+
+    def _restore_schedule(self, ckpt: dict[str, Any]) -> None:
+        cycle_start = int(ckpt.get("cycle_start", 0))
+        if self.step >= int(ckpt.get("total_steps", 0)):
+            # The checkpoint finished its schedule: the same command trains `epochs` more.
+            cycle_start = self.step
+            self.step_in_epoch = 0
+            self.scheduler.base_lrs = [self.config.training.lr for _ in self.optimizer.param_groups]
+            for group in self.optimizer.param_groups:
+                group["initial_lr"] = self.config.training.lr
+            self.log(
+                f"checkpoint {ckpt.get('path', '(in memory)')} had finished its schedule; training "
+                f"{self.planned_steps} more steps ({self.config.training.epochs} epochs)"
+            )
+        self.schedule.cycle_start = cycle_start
+        self.schedule.total = cycle_start + self.planned_steps
+        self.schedule.warmup = self.config.training.warmup_steps
+        self.schedule.min_ratio = self.config.training.min_lr_ratio
+        for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+            group["lr"] = base * self.schedule(self.step)
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    # ----- training -----------------------------------------------------------------------
+
+    def _autocast(self) -> Any:
+        tc = self.config.training
+        if self.device.type != "cuda" or tc.amp_dtype == "fp32":
+            return nullcontext()  # bf16 autocast only pays off (and is only exact enough) on GPUs
+        dtype = torch.bfloat16 if tc.amp_dtype == "bf16" else torch.float16
+        return torch.autocast("cuda", dtype=dtype)
+
+    def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One optimizer step on one rank-local batch; returns the (unreduced) loss."""
+        self.model.train()
+        input_ids = batch["input_ids"].to(self.device, non_blocking=True)
+        labels = batch["labels"].to(self.device, non_blocking=True)
+        with self._autocast():
+            _, loss = self.model(input_ids, labels)
+        self.scaler.scale(loss).backward()
+        if self.config.training.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.config.training.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return loss.detach()
+
+    def _mean_over_ranks(self, value: torch.Tensor) -> float:
+        if self.env.world_size > 1:
+            value = value.clone()
+            dist.all_reduce(value)
+            value /= self.env.world_size
+        return float(value)
+
+    @property
+    def total_steps(self) -> int:
+        """The step at which this run stops."""
+        return self.schedule.total
+
+    def fit(self, stop_after: int | None = None) -> FitResult:
+        """Train until `total_steps`, saving every `save_interval_steps` and at each epoch end.
+
+        `stop_after` ends this call after that many steps (no extra checkpoint), e.g. to
+        train in slices from a notebook; a later `fit()` continues where it stopped.
+        """
+        tc, cc = self.config.training, self.config.checkpoint
+        start_step, start = self.step, time.perf_counter()
+        result = FitResult(steps=0, epochs=self.epoch, tokens=0, seconds=0.0)
+        if self.env.is_main and self.step == 0:
+            self.log(
+                f"task {self.task}: {count_parameters(self.raw_model):,} parameters, vocab "
+                f"{self.raw_model.vocab_size}, {self.env.world_size} process(es) on {self.device}, "
+                f"{self.total_steps} steps of {tc.batch_size} x {self.config.data.max_seq_len} tokens per rank"
+            )
+        if self._batches is None:  # one iterator for the whole run: loaders keep their position
+            self._batches = self.data.batches()
+        batches = self._batches
+        window_start, window_tokens = time.perf_counter(), 0
+        end = self.total_steps if stop_after is None else min(self.total_steps, self.step + stop_after)
+        while self.step < end:
+            batch = next(batches)
+            loss = self.train_step(batch)
+            tokens = batch["input_ids"].numel() * self.env.world_size
+            self.step += 1
+            self.step_in_epoch += 1
+            self.tokens_seen += tokens
+            window_tokens += tokens
+            epoch_end = self.step_in_epoch >= self.steps_per_epoch
+            if epoch_end:
+                self.epoch += 1
+                self.step_in_epoch = 0
+            if self.step % tc.log_interval_steps == 0 or epoch_end or self.step == self.total_steps:
+                mean_loss = self._mean_over_ranks(loss)
+                result.losses.append(mean_loss)
+                elapsed = max(time.perf_counter() - window_start, 1e-9)
+                self.log(
+                    f"step {self.step}/{self.total_steps} | epoch {self.epoch + (0 if epoch_end else 1)} | "
+                    f"loss {mean_loss:.4f} | lr {self.scheduler.get_last_lr()[0]:.2e} | "
+                    f"tokens/s {window_tokens / elapsed:,.0f}"
+                )
+                window_start, window_tokens = time.perf_counter(), 0
+            if self.val_dataset is not None and (
+                epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
+            ):
+                val = self.validate()
+                result.val_losses.append(val)
+                self.log(f"step {self.step} | val_loss {val:.4f}")
+            interval = cc.save_interval_steps and self.step % cc.save_interval_steps == 0
+            if interval or epoch_end or self.step == self.total_steps:
+                self.save()
+            for callback in self.callbacks:
+                callback(self, batch, float(loss))
+        result.steps = self.step - start_step
+        result.epochs = self.epoch
+        result.tokens = self.tokens_seen
+        result.seconds = time.perf_counter() - start
+        result.last_checkpoint = self.last_checkpoint
+        run_tokens = result.steps * tc.batch_size * self.config.data.max_seq_len * self.env.world_size
+        final = f", final loss {result.losses[-1]:.4f}" if result.losses else ""
+        saved = f", checkpoint {self.last_checkpoint}" if self.last_checkpoint else ""
+        self.log(
+            f"trained {result.steps} steps to step {self.step} ({self.epoch} epochs done), "
+            f"{run_tokens:,} tokens in {result.seconds:.1f} s "
+            f"({run_tokens / max(result.seconds, 1e-9):,.0f} tokens/s){final}{saved}"
+        )
+        return result
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        """Mean loss over the first `val_batches` batches of the validation file, split over ranks."""
+        assert self.val_dataset is not None
+        self.model.eval()
+        bs = self.config.training.batch_size
+        n_batches = min(self.config.training.val_batches, max(1, len(self.val_dataset) // bs))
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        for b in range(self.env.rank, n_batches, self.env.world_size):
+            idx = np.arange(b * bs, min((b + 1) * bs, len(self.val_dataset)))
+            blocks = torch.from_numpy(self.val_dataset.block(idx)).to(self.device)
+            with self._autocast():
+                _, loss = self.raw_model(blocks[:, :-1], blocks[:, 1:])
+            total += torch.tensor([float(loss) * len(idx), len(idx)], dtype=torch.float64, device=self.device)
+        if self.env.world_size > 1:
+            dist.all_reduce(total)
+        return float(total[0] / total[1].clamp(min=1))
+
+    def close(self) -> None:
+        """Leave the process group this trainer joined."""
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
