@@ -1,0 +1,88 @@
+"""One partition's token buffer to fixed-length blocks, with EOS after every document.
+
+Blocks are windows of `max_seq_len + 1` tokens: `input_ids = window[:-1]`,
+`labels = window[1:]` (labels are already shifted: the trainer must NOT shift
+them again). Consecutive windows overlap by one token, so every token of the
+stream is predicted exactly once. The last window of a partition may be short:
+it is padded with EOS in `input_ids` and `IGNORE_INDEX` in `labels`.
+
+The cursor is exact and bounded: `offset`/`records` point after the last record
+whose tokens are all in the past or in `token_buffer` (at most `max_seq_len`
+tokens); while a long record is being cut, the cursor stays before it and
+`skip` counts the tokens of `token_buffer + record` already emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+IGNORE_INDEX = -100
+
+
+def new_cursor() -> dict:
+    """The cursor of a partition nobody has read yet."""
+    return {"offset": 0, "records": 0, "token_buffer": [], "skip": 0, "done": False}
+
+
+class PartitionPacker:
+    """Cuts one partition's tokens into windows; `cursor()` is the exact position after the last one."""
+
+    def __init__(self, max_seq_len: int, eos_id: int, cursor: dict | None = None):
+        cursor = cursor or new_cursor()
+        self.L = max_seq_len
+        self.eos = eos_id
+        self.offset = int(cursor["offset"])
+        self.records = int(cursor["records"])
+        self.buffer = np.asarray(cursor["token_buffer"], dtype=np.int64)
+        self.skip = int(cursor.get("skip", 0))
+        self.done = bool(cursor.get("done", False))
+        # while cutting a long record, the cursor stays at the state before it
+        self._anchor = (self.offset, self.records, self.buffer)
+
+    def cursor(self) -> dict:
+        offset, records, buffer = self._anchor
+        return {
+            "offset": offset,
+            "records": records,
+            "token_buffer": buffer.tolist(),
+            "skip": self.skip,
+            "done": self.done,
+        }
+
+    def feed(self, ids: np.ndarray, offset_after: int) -> Iterator[np.ndarray]:
+        """Append one document (+EOS); yield every full window it completes."""
+        data = np.concatenate([self.buffer, np.asarray(ids, dtype=np.int64), [self.eos]])
+        L = self.L
+        n_full = max(0, (len(data) - 1) // L)  # windows k with k*L + L + 1 <= len(data)
+        first = self.skip // L  # resuming inside this record: these windows were emitted
+        before = (self.offset, self.records, self.buffer)
+        self.offset, self.records, self.buffer = offset_after, self.records + 1, data[n_full * L :]
+        for k in range(first, n_full):
+            if k == n_full - 1:
+                self._anchor, self.skip = (self.offset, self.records, self.buffer), 0
+            else:
+                self._anchor, self.skip = before, (k + 1) * L
+            yield data[k * L : k * L + L + 1]
+        if n_full <= first:
+            self._anchor, self.skip = (self.offset, self.records, self.buffer), 0
+
+    def finish(self) -> Iterator[np.ndarray]:
+        """The partition ended: yield its last, short window (if it has one) and mark it done."""
+        rest = self.buffer
+        self.buffer = rest[:0]
+        self.done = True
+        self._anchor, self.skip = (self.offset, self.records, self.buffer), 0
+        if len(rest) >= 2:
+            yield rest
+
+
+def to_example(window: np.ndarray, max_seq_len: int, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """A window of <= max_seq_len + 1 tokens to (input_ids, labels) of max_seq_len each."""
+    n = len(window) - 1
+    input_ids = np.full(max_seq_len, eos_id, dtype=np.int64)
+    labels = np.full(max_seq_len, IGNORE_INDEX, dtype=np.int64)
+    input_ids[:n] = window[:-1]
+    labels[:n] = window[1:]
+    return input_ids, labels

@@ -1,0 +1,369 @@
+"""On-the-fly text streams for `stream_lm`: records -> tokens -> blocks, with an exact per-partition cursor.
+
+Topology: the source's partitions are fixed; consumer `rank * W + worker` (W =
+DataLoader workers, at least 1) owns partitions `i % (world * W) == consumer`.
+Every batch a worker yields carries the cursors of the partitions it touched;
+the main-process loader applies them only when it hands the batch over, so
+`state_dict()` is exact whatever the prefetching. Workers never end before the
+loader stops them (a finished worker sends "done" markers), so the DataLoader
+serves them strictly in turn and the next worker to serve is part of the state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from llm.data.packing import PartitionPacker, new_cursor, to_example
+from llm.data.sources import SOURCE_REGISTRY, Partition, Record, TextSource, assign_partitions
+
+STATE_VERSION = 1
+FINGERPRINT_MISMATCH = "stream source fingerprint mismatch"
+
+
+def current_topology(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """(rank, world_size): explicit values, else torch.distributed, else RANK / WORLD_SIZE."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _encode(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
+    if getattr(tokenizer, "spec", None) == "simple":  # bytes are the ids: skip the Python lists
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+    return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_batch(texts)]
+
+
+def _chunks(records: Iterator[Record], max_records: int, max_chars: int) -> Iterator[list[Record]]:
+    """Groups of records for one batched tokenizer call, bounded in count and characters."""
+    chunk: list[Record] = []
+    chars = 0
+    for record in records:
+        chunk.append(record)
+        chars += len(record[0])
+        if len(chunk) >= max_records or chars >= max_chars:
+            yield chunk
+            chunk, chars = [], 0
+    if chunk:
+        yield chunk
+
+
+def owned_partitions(
+    parts: list[Partition], rank: int, world_size: int, num_workers: int
+) -> list[Partition]:
+    """Every partition that one of this rank's workers owns."""
+    w = max(1, num_workers)
+    owned = {p.key for k in range(w) for p in assign_partitions(parts, rank * w + k, world_size * w)}
+    return [p for p in parts if p.key in owned]
+
+
+class StreamingTextDataset(IterableDataset):
+    """Batches `{"input_ids", "labels", "_state"}` from the partitions this rank/worker owns.
+
+    `labels` are shifted (`labels[i]` is the token after `input_ids[i]`); padding
+    in the last block of a partition has label -100. `_state` carries the
+    cursors and is consumed by `StreamingTextDataModule`'s loader.
+    """
+
+    def __init__(
+        self,
+        source: TextSource,
+        tokenizer: Any,
+        max_seq_len: int,
+        batch_size: int = 1,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        cursors: dict[str, dict] | None = None,
+        worker_rotation: int = 0,
+        chunk_records: int = 64,
+        chunk_chars: int = 1 << 20,
+    ):
+        self.source = source
+        self.tokenizer = tokenizer
+        self.max_seq_len = max_seq_len
+        self.batch_size = batch_size
+        self.rank, self.world_size = rank, world_size
+        self.cursors = dict(cursors or {})
+        self.worker_rotation = worker_rotation
+        self.chunk_records, self.chunk_chars = chunk_records, chunk_chars
+
+    def __iter__(self) -> Iterator[dict]:
+        rank, world = current_topology(self.rank, self.world_size)
+        info = get_worker_info()
+        n_workers = info.num_workers if info else 1
+        worker = ((info.id if info else 0) + self.worker_rotation) % n_workers
+        begin = getattr(self.source, "begin", None)
+        if begin is not None:
+            begin()
+        parts = assign_partitions(self.source.partitions(), rank * n_workers + worker, world * n_workers)
+        yield from self._batches(parts, worker)
+        while info is not None:  # keep the DataLoader's round robin intact until it stops us
+            yield {"_state": {"worker": worker, "done": True, "cursors": {}, "digests": b""}}
+
+    def _batches(self, parts: list[Partition], worker: int) -> Iterator[dict]:
+        L, eos = self.max_seq_len, self.tokenizer.eos_id
+        rows: list[np.ndarray] = []
+        touched: dict[str, tuple[PartitionPacker, deque]] = {}
+
+        def state(done: bool) -> dict:
+            cursors, digests = {}, []
+            for key, (packer, queue) in touched.items():
+                cursor = packer.cursor()
+                cursors[key] = cursor
+                while queue and queue[0][0] <= cursor["records"]:
+                    digests.append(queue.popleft()[1])
+            return {"worker": worker, "done": done, "cursors": cursors, "digests": b"".join(digests)}
+
+        def batch() -> dict:
+            pairs = [to_example(w, L, eos) for w in rows]
+            rows.clear()
+            out = {
+                "input_ids": torch.from_numpy(np.stack([p[0] for p in pairs])),
+                "labels": torch.from_numpy(np.stack([p[1] for p in pairs])),
+                "_state": state(False),
+            }
+            for key in [k for k, (p, _) in touched.items() if p.done]:
+                del touched[key]
+            return out
+
+        for part in parts:
+            cursor = self.cursors.get(part.key)
+            if cursor is not None and cursor.get("done"):
+                continue
+            packer = PartitionPacker(L, eos, cursor)
+            queue: deque = deque()
+            touched[part.key] = (packer, queue)
+            records = self.source.iter_partition(part, packer.offset)
+            for chunk in _chunks(records, self.chunk_records, self.chunk_chars):
+                for (_, after, digest), ids in zip(chunk, _encode(self.tokenizer, [r[0] for r in chunk])):
+                    if digest is not None:
+                        queue.append((packer.records + 1, digest))
+                    for window in packer.feed(ids, after):
+                        rows.append(window)
+                        if len(rows) == self.batch_size:
+                            yield batch()
+            for window in packer.finish():
+                rows.append(window)
+                if len(rows) == self.batch_size:
+                    yield batch()
+        if rows:
+            yield batch()
+        yield {"_state": state(True)}
+
+
+def merge_stream_states(states: Iterable[dict]) -> dict:
+    """One state from the states of several ranks (each holds the cursors of its own partitions)."""
+    states = list(states)
+    merged = {**states[0], "partitions": {}, "line_index": {}, "next_worker": {}}
+    for s in states:
+        merged["partitions"].update(s["partitions"])
+        merged["line_index"].update(s["line_index"])
+        merged["next_worker"].update(s["next_worker"])
+    return merged
+
+
+class StreamingTextLoader:
+    """What `train_dataloader()` returns: one epoch of batches; the module holds the exact state."""
+
+    def __init__(self, module: StreamingTextDataModule):
+        self.module = module
+
+    def __len__(self) -> int:
+        return self.module.steps_per_epoch or 0
+
+    def __iter__(self) -> Iterator[dict]:
+        return self.module._iterate()
+
+
+class StreamingTextDataModule:
+    """Config -> source, tokenizer, dataset and loader, with `state_dict()` / `load_state_dict()`.
+
+    `train_dataloader()` yields `steps_per_epoch` batches per epoch, continuing the
+    stream where the previous epoch stopped; when this rank's partitions are all
+    read it starts a new pass over them (`loop=False`: stop instead).
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        batch_size: int,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        steps_per_epoch: int | None = None,
+        loop: bool = True,
+        source: TextSource | None = None,
+        tokenizer: Any = None,
+    ):
+        from llm.data.tokenizers import load_tokenizer
+
+        self.config = config
+        self.batch_size = batch_size
+        self.steps_per_epoch = steps_per_epoch or config.steps_per_epoch
+        if self.steps_per_epoch is None and loop:
+            raise ValueError(
+                "steps_per_epoch is required for streaming data; set data.steps_per_epoch "
+                "(or --steps-per-epoch) to the number of batches in one epoch"
+            )
+        self.loop = loop
+        self.rank, self.world_size = rank, world_size
+        self.num_workers = int(getattr(config, "num_workers", 0) or 0)
+        self.source = source if source is not None else SOURCE_REGISTRY.build(config)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.tokenizer_spec())
+        self.max_seq_len = int(config.max_seq_len)
+        self._cursors: dict[str, dict] = {}
+        self._next_worker: dict[str, int] = {}
+        self._last_key: str | None = None
+        self._uncommitted: list[bytes] = []
+        self._parts: list[Partition] | None = None
+
+    # -- identity -------------------------------------------------------------------------
+    def source_fingerprint(self) -> dict:
+        """The source's fingerprint plus the tokenizer and block length: all that shapes the stream."""
+        return {
+            **self.source.source_fingerprint(),
+            "tokenizer": self.tokenizer.fingerprint(),
+            "max_seq_len": self.max_seq_len,
+        }
+
+    def partitions(self) -> list[Partition]:
+        if self._parts is None:
+            self._parts = self.source.partitions()
+        return self._parts
+
+    def _own(self) -> list[Partition]:
+        rank, world = current_topology(self.rank, self.world_size)
+        return owned_partitions(self.partitions(), rank, world, self.num_workers)
+
+    # -- iteration ------------------------------------------------------------------------
+    def train_dataloader(self) -> StreamingTextLoader:
+        """An iterable over `{"input_ids", "labels"}` int64 batches of shape (batch, max_seq_len)."""
+        return StreamingTextLoader(self)
+
+    def _iterate(self) -> Iterator[dict]:
+        rank, world = current_topology(self.rank, self.world_size)
+        own = self._own()
+        if not own:
+            raise ValueError(
+                f"rank {rank} of {world} owns none of the {len(self.partitions())} partitions of the "
+                f"data source; use more input files / shards or fewer ranks"
+            )
+        limit = self.steps_per_epoch
+        steps, passes_without_data = 0, 0
+        while limit is None or steps < limit:
+            if all(self._cursors.get(p.key, {}).get("done") for p in own):
+                if not self.loop or passes_without_data:
+                    return
+                for p in own:  # a new pass over this rank's partitions
+                    self._cursors[p.key] = new_cursor() | {"pass": self._cursors[p.key].get("pass", 0) + 1}
+            before = steps
+            for item in self._one_pass(rank, world):
+                steps += 1
+                yield item
+                if limit is not None and steps >= limit:
+                    return
+            passes_without_data = int(steps == before)
+            if not self.loop:
+                return
+
+    def _one_pass(self, rank: int, world: int) -> Iterator[dict]:
+        workers = max(1, self.num_workers)
+        key = str(rank)
+        ds = StreamingTextDataset(
+            self.source, self.tokenizer, self.max_seq_len, self.batch_size,
+            rank=rank, world_size=world, cursors=self._cursors,
+            worker_rotation=self._next_worker.get(key, 0),
+        )
+        loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers)
+        done: set[int] = set()
+        for item in loader:
+            st = item.pop("_state")
+            self._apply(st)
+            self._next_worker[key] = (st["worker"] + 1) % workers
+            if st["done"]:
+                done.add(st["worker"])
+                if len(done) == workers:
+                    return
+                continue
+            yield item
+
+    def _apply(self, st: dict) -> None:
+        for k, cursor in st["cursors"].items():
+            prev = self._cursors.get(k, {})
+            self._cursors[k] = cursor | {"pass": prev.get("pass", 0)}
+            self._last_key = k
+        if st["digests"]:
+            self.source.mark_consumed(st["digests"])  # type: ignore[attr-defined]
+            self._uncommitted.append(st["digests"])
+
+    # -- state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The cursors of this rank's partitions (all ranks' when torch.distributed is up).
+
+        Also commits the dedup seen-set (digests of the records handed over so far),
+        so call it when the checkpoint is written.
+        """
+        rank, world = current_topology(self.rank, self.world_size)
+        own = {p.key for p in self._own()}
+        partitions = {k: c for k, c in self._cursors.items() if k in own}
+        records = sum(c["records"] for c in partitions.values())
+        last = self._cursors.get(self._last_key or "", {})
+        state = {
+            "version": STATE_VERSION,
+            "fingerprint": self.source_fingerprint(),
+            "world_size": world,
+            "num_workers": self.num_workers,
+            "partitions": partitions,
+            "next_worker": {str(rank): self._next_worker.get(str(rank), 0)},
+            # the guide's compatible view: records read per rank, the current token buffer
+            "line_index": {str(rank): records},
+            "token_buffer": list(last.get("token_buffer", [])),
+        }
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        digests = b"".join(self._uncommitted)
+        self._uncommitted = []
+        if distributed and self.rank is None:
+            gathered: list[Any] = [None] * world
+            torch.distributed.all_gather_object(gathered, (state, digests))
+            state = merge_stream_states([s for s, _ in gathered])
+            state["token_buffer"] = gathered[0][0]["token_buffer"]
+            others = b"".join(d for r, (_, d) in enumerate(gathered) if r != rank)
+            if others:
+                self.source.mark_consumed(others)  # type: ignore[attr-defined]
+            digests = b"".join(d for _, d in gathered)
+        if hasattr(self.source, "commit"):
+            count = self.source.commit(digests) if rank == 0 else 0  # type: ignore[attr-defined]
+            if distributed and self.rank is None:
+                box = [count]
+                torch.distributed.broadcast_object_list(box, src=0)
+                count = box[0]
+            state["seen_hashes"] = {"path": str(self.source.seen_hashes_path or ""), "count": count}  # type: ignore[attr-defined]
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state`: exactly on the same topology, by reassigning partitions on another."""
+        expected, actual = self.source_fingerprint(), state.get("fingerprint")
+        if expected != actual:
+            raise ValueError(
+                f"{FINGERPRINT_MISMATCH}: expected {expected} (this run's data settings), "
+                f"actual {actual} (the state being loaded); resume with the data settings it was saved with"
+            )
+        if "partitions" not in state:
+            raise ValueError("data state has no 'partitions' cursors; it was not saved by StreamingTextDataModule")
+        self._cursors = {k: dict(c) for k, c in state["partitions"].items()}
+        _, world = current_topology(self.rank, self.world_size)
+        same = state.get("world_size") == world and state.get("num_workers") == self.num_workers
+        self._next_worker = dict(state.get("next_worker", {})) if same else {}
+        self._uncommitted = []
+        seen = state.get("seen_hashes")
+        if seen and hasattr(self.source, "load_committed"):
+            self.source.load_committed(seen["count"] if seen.get("path") else 0)  # type: ignore[attr-defined]
