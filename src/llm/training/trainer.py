@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from llm.training.checkpoint import load_checkpoint, save_checkpoint
+from llm.training.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from llm.training.core.loading import ConfigError
 from llm.training.model import TransformerLM, count_parameters
 from llm.training.tasks import TrainData, build_task_data
@@ -153,6 +153,8 @@ class Trainer:
             # cuBLAS needs a fixed workspace for deterministic matmuls; must be set before CUDA starts.
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
+        if config.checkpoint.resume_from_checkpoint:  # fail before the (maybe slow) data set-up
+            resolve_checkpoint(config.checkpoint.resume_from_checkpoint)
         self.env = init_distributed(device_hint)
         self.device = resolve_device(tc.device, self.env.local_rank)
         if self.device.type == "cuda":

@@ -1,0 +1,1 @@
+"""Tests for llm.training: config, model, checkpoints, tasks, trainer, DDP, the CLI."""

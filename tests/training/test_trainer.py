@@ -1,0 +1,161 @@
+"""The trainer: loss goes down, resume is exact (same tokens, same weights), fingerprints are checked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from llm.training.checkpoint import load_checkpoint
+from llm.training.core.loading import build_config
+from llm.training.trainer import Trainer
+from tests.resume import check_resume
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_corpus(path: Path, lines: int = 400) -> Path:
+    """The guide's demo corpus, with a little variety so there is something to learn."""
+    path.write_text("\n".join(f"sample line {i} says {'abc'[i % 3] * (1 + i % 4)}" for i in range(lines)) + "\n")
+    return path
+
+
+def tiny_tree(dataset_path: Path | str, **sections: dict) -> dict:
+    tree = {
+        "data": {"data_source": "local", "dataset_path": str(dataset_path), "max_seq_len": 32},
+        "model": {"d_model": 32, "n_layers": 2, "n_heads": 2},
+        "training": {"batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "seed": 1, "deterministic": True},
+        "checkpoint": {"checkpoint_dir": None},
+    }
+    for name, values in sections.items():
+        tree[name] = {**tree.get(name, {}), **values}
+    return tree
+
+
+def run_trainer(config: dict, state: dict | None, steps: int | None) -> tuple[list, dict]:
+    """check_resume's `run`: train `steps` steps (None: to the end) and report each step."""
+    torch.set_num_threads(1)  # the same reduction order in every process
+    outputs: list[dict] = []
+
+    def record(trainer: Trainer, batch: dict, loss: float) -> None:
+        weights = sum(float(p.double().sum()) for p in trainer.raw_model.parameters())
+        outputs.append({
+            "input_ids": batch["input_ids"].numpy().copy(),
+            "labels": batch["labels"].numpy().copy(),
+            "loss": np.float64(loss),
+            "weights": np.float64(weights),
+        })
+
+    trainer = Trainer(build_config(config["tree"]), config["task"], callbacks=[record], log=lambda _: None)
+    if state is not None:
+        trainer.load_payload(state)
+    trainer.fit(stop_after=steps)
+    return outputs, trainer.state_payload()
+
+
+def test_resume_is_exact_for_lm_task(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "demo.txt", 200)
+    # 200 lines ~ 6k tokens ~ 47 blocks of 33 ~ 11 batches per pass: 2 epochs of 7 steps wrap the data
+    tree = tiny_tree(corpus, data={"steps_per_epoch": 7}, training={"epochs": 2})
+    # in-process here (new Trainer objects, pickled state); the kill -9 test below uses fresh processes
+    reference = check_resume(run_trainer, {"tree": tree, "task": "lm"}, stops=[3, 7, 12], fresh_process=False)
+    assert len(reference) == 14
+    assert len({r["weights"].item() for r in reference}) == 14  # the weights really change every step
+
+
+def test_resume_is_exact_for_optimized_shards(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "demo.txt", 200)
+    subprocess.run(
+        [sys.executable, "-m", "llm.cli.data", "optimize", str(corpus), "--output", str(tmp_path / "opt"),
+         "--tokenizer", "simple", "--num-workers", "1", "--no-progress"],
+        check=True, capture_output=True,
+    )
+    tree = tiny_tree(tmp_path / "opt", data={"data_source": "optimized", "steps_per_epoch": 6}, training={"epochs": 2})
+    reference = check_resume(run_trainer, {"tree": tree, "task": "stream_lm"}, stops=[6])
+    assert len(reference) == 12
+
+
+def test_loss_decreases_on_the_demo(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    corpus = write_corpus(tmp_path / "demo.txt")
+    tree = tiny_tree(corpus, data={"steps_per_epoch": 40}, training={"batch_size": 8})
+    result = Trainer(build_config(tree), "lm", log=lambda _: None).fit()
+    first, last = np.mean(result.losses[:3]), np.mean(result.losses[-3:])
+    assert last < 0.6 * first, (first, last)
+    assert first > 4.0  # ~ln(257) at the start: the model really starts from scratch
+
+
+def test_fingerprint_mismatch_is_refused(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "demo.txt", 200)
+    tree = tiny_tree(corpus, data={"steps_per_epoch": 2}, checkpoint={"checkpoint_dir": str(tmp_path / "ck")})
+    Trainer(build_config(tree), "lm", log=lambda _: None).fit()
+    assert load_checkpoint(tmp_path / "ck" / "latest")["step"] == 2
+    write_corpus(corpus, 201)  # one more record: another token stream
+    resume = {**tree, "checkpoint": {**tree["checkpoint"], "resume_from_checkpoint": str(tmp_path / "ck" / "latest")}}
+    with pytest.raises(ValueError, match=r"stream source fingerprint mismatch: checkpoint .*step_2 was written for .*content_xxh3_128.* but this config streams .*content_xxh3_128"):
+        Trainer(build_config(resume), "lm", log=lambda _: None)
+
+
+_KILLED_RUN = textwrap.dedent(
+    """
+    import os, signal, sys, yaml, torch
+    torch.set_num_threads(1)
+    from llm.training.core.loading import load_config
+    from llm.training.trainer import Trainer
+
+    def kill_at(step):
+        def callback(trainer, batch, loss):
+            if trainer.step == step:
+                os.kill(os.getpid(), signal.SIGKILL)  # no clean-up, no final checkpoint
+        return callback
+
+    cfg = load_config(sys.argv[1], {"checkpoint.checkpoint_dir": sys.argv[2]})
+    Trainer(cfg, sys.argv[3], callbacks=[kill_at(int(sys.argv[4]))]).fit()
+    """
+)
+
+
+def train_cli(args: list[str], cwd: Path) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "llm.training.train", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def kill9_then_resume_matches_uninterrupted(tmp_path: Path, task: str, tree: dict) -> None:
+    """Shared by the lm and stream_lm tests: kill -9 at step 5, resume from step_4, compare step_8."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(tree))
+    train_cli(["--task", task, "--config-path", str(cfg), "--set", f"checkpoint.checkpoint_dir={tmp_path / 'ref'}"], tmp_path)
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED_RUN)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run([sys.executable, str(script), str(cfg), str(tmp_path / "run"), task, "5"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert load_checkpoint(tmp_path / "run" / "latest")["step"] == 4
+    out = train_cli(
+        ["--task", task, "--config-path", str(cfg), "--set", f"checkpoint.checkpoint_dir={tmp_path / 'run'}",
+         "--set", f"checkpoint.resume_from_checkpoint={tmp_path / 'run' / 'latest'}"],
+        tmp_path,
+    )
+    assert "resumed from" in out and "at step 4" in out
+    ref, resumed = load_checkpoint(tmp_path / "ref" / "latest"), load_checkpoint(tmp_path / "run" / "latest")
+    assert ref["step"] == resumed["step"] == 8
+    for name, tensor in ref["model_state_dict"].items():
+        assert torch.equal(tensor, resumed["model_state_dict"][name]), name
+    assert ref["stream_data"] == resumed["stream_data"]
+    assert ref["optimizer_state_dict"]["state"][0]["step"] == resumed["optimizer_state_dict"]["state"][0]["step"]
+
+
+def test_kill_9_between_checkpoints_then_resume_reaches_same_weights_lm(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "demo.txt", 200)
+    tree = tiny_tree(corpus, data={"steps_per_epoch": 4}, training={"epochs": 2}, checkpoint={"save_interval_steps": 2})
+    kill9_then_resume_matches_uninterrupted(tmp_path, "lm", tree)
