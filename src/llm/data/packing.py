@@ -35,7 +35,7 @@ class PartitionPacker:
         self.eos = eos_id
         self.offset = int(cursor["offset"])
         self.records = int(cursor["records"])
-        self.buffer = np.asarray(cursor["token_buffer"], dtype=np.int64)
+        self.buffer = np.asarray(cursor["token_buffer"], dtype=np.int32)
         self.skip = int(cursor.get("skip", 0))
         self.done = bool(cursor.get("done", False))
         # while cutting a long record, the cursor stays at the state before it
@@ -53,7 +53,7 @@ class PartitionPacker:
 
     def feed(self, ids: np.ndarray, offset_after: int) -> Iterator[np.ndarray]:
         """Append one document (+EOS); yield every full window it completes."""
-        data = np.concatenate([self.buffer, np.asarray(ids, dtype=np.int64), [self.eos]])
+        data = np.concatenate([self.buffer, np.asarray(ids, dtype=np.int32), np.array([self.eos], dtype=np.int32)])
         L = self.L
         n_full = max(0, (len(data) - 1) // L)  # windows k with k*L + L + 1 <= len(data)
         first = self.skip // L  # resuming inside this record: these windows were emitted

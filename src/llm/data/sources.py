@@ -233,15 +233,19 @@ class HFStreamTextSource(TextSource):
     def _rows(self, ds: Any, offset: int) -> Iterator[Record]:
         if offset:
             ds = ds.skip(offset)  # HF streams cannot seek: the skipped rows are re-read
-        for row, example in enumerate(ds, start=offset + 1):
-            if self.text_column not in example:
-                keys = ", ".join(sorted(example))
+        row = offset
+        # .iter() rather than iter(ds): inside a DataLoader worker, iter(ds) would split the
+        # shards over the workers a second time; our partitions already did that.
+        for batch in ds.iter(batch_size=256):
+            if self.text_column not in batch:
+                keys = ", ".join(sorted(batch))
                 raise InputError(
                     f"{self.name}: missing text column {self.text_column!r} (columns: {keys}); set text_column"
                 )
-            text = example[self.text_column]
-            if isinstance(text, str) and text.strip():
-                yield text.strip(), row, None
+            for text in batch[self.text_column]:
+                row += 1
+                if isinstance(text, str) and text.strip():
+                    yield text.strip(), row, None
 
     def iter_partition(self, part: Partition, offset: int = 0) -> Iterator[Record]:
         ds = self._dataset()

@@ -39,7 +39,7 @@ def current_topology(rank: int | None = None, world_size: int | None = None) -> 
 def _encode(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
     if getattr(tokenizer, "spec", None) == "simple":  # bytes are the ids: skip the Python lists
         return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
-    return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_batch(texts)]
+    return [np.asarray(ids, dtype=np.int32) for ids in tokenizer.encode_batch(texts)]
 
 
 def _chunks(records: Iterator[Record], max_records: int, max_chars: int) -> Iterator[list[Record]]:
@@ -225,6 +225,8 @@ class StreamingTextDataModule:
         self._last_key: str | None = None
         self._uncommitted: list[bytes] = []
         self._parts: list[Partition] | None = None
+
+    merge_states = staticmethod(merge_stream_states)
 
     # -- identity -------------------------------------------------------------------------
     def source_fingerprint(self) -> dict:

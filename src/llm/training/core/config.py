@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-BUILTIN_SOURCES = ("local", "hf", "dedup_local", "dedup_hf")
+# "optimized": token shards made by `llm-data optimize` (read by the trainer, not a text source)
+BUILTIN_SOURCES = ("local", "hf", "dedup_local", "dedup_hf", "optimized")
 FAST_HASHES = ("xxh3_128",)
 
 
@@ -52,7 +53,7 @@ class DataConfig(BaseModel):
                 f"data_source {self.data_source!r} is not known; use one of: {valid} "
                 "(or register it with SOURCE_REGISTRY.register)"
             )
-        if self.data_source in ("local", "dedup_local") and not self.dataset_path:
+        if self.data_source in ("local", "dedup_local", "optimized") and not self.dataset_path:
             raise ValueError(f"dataset_path is required when data_source={self.data_source!r}")
         if self.data_source in ("hf", "dedup_hf") and not self.dataset_name:
             raise ValueError(f"dataset_name is required when data_source={self.data_source!r}")
