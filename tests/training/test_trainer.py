@@ -46,7 +46,7 @@ def run_trainer(config: dict, state: dict | None, steps: int | None) -> tuple[li
     outputs: list[dict] = []
 
     def record(trainer: Trainer, batch: dict, loss: float) -> None:
-        weights = sum(float(p.double().sum()) for p in trainer.raw_model.parameters())
+        weights = sum(float(p.detach().double().sum()) for p in trainer.raw_model.parameters())
         outputs.append({
             "input_ids": batch["input_ids"].numpy().copy(),
             "labels": batch["labels"].numpy().copy(),

@@ -404,7 +404,11 @@ class Trainer:
         window_start, window_tokens = time.perf_counter(), 0
         end = self.total_steps if stop_after is None else min(self.total_steps, self.step + stop_after)
         while self.step < end:
+            # Data loading must not consume the training RNG: a DataLoader draws its base seed
+            # from torch's global generator whenever it starts, at points that move with resumes.
+            rng = torch.get_rng_state()
             batch = next(batches)
+            torch.set_rng_state(rng)
             loss = self.train_step(batch)
             tokens = batch["input_ids"].numel() * self.env.world_size
             self.step += 1

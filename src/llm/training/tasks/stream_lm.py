@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from llm.data.tokenizers import load_tokenizer
 from llm.training.core.loading import OPTIMIZED, ConfigError
@@ -79,22 +78,23 @@ class OptimizedData:
 class StreamTextData:
     """Batches of `StreamingTextDataModule` (local files, HF streams, dedup, custom sources).
 
-    Each rank's module streams the partitions it owns; a checkpoint stores every rank's
-    cursor, merged into one state (the module reassigns partitions on another topology).
-    When the stream ends, a new pass over the source starts.
+    Each rank streams the partitions it owns; the module's `state_dict()` is collective
+    under torch.distributed and returns every rank's cursor (`line_index` per rank), and
+    it commits the dedup seen-set, so it is called exactly when a checkpoint is written.
+    The module starts a new pass over the source by itself when the stream ends.
     """
 
     def __init__(self, config: Any, rank: int, world_size: int):
         from llm.data import StreamingTextDataModule
 
         self.config = config
-        self.rank, self.world_size = rank, world_size
+        self.rank = rank
         self.module = StreamingTextDataModule(config.data, config.training.batch_size)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = None
-        self.passes = 0
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        """Endless: each `train_dataloader()` epoch continues the stream where the last stopped."""
         while True:
             empty = True
             for batch in self.module.train_dataloader():
@@ -105,19 +105,9 @@ class StreamTextData:
                     f"data source {self.config.data.data_source!r} yielded no batch for rank {self.rank}; "
                     "add data or lower training.batch_size / data.max_seq_len"
                 )
-            self.passes += 1
-
-    def _gather(self, state: Any) -> list[Any]:
-        if self.world_size == 1:
-            return [state]
-        out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, state)
-        return out
 
     def state_dict(self) -> dict[str, Any]:
-        states = self._gather(self.module.state_dict())
-        merged = type(self.module).merge_states(states) if len(states) > 1 else states[0]
-        return merged
+        return self.module.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.module.load_state_dict(state)
