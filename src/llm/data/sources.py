@@ -78,14 +78,16 @@ def _partition_bytes(total: int) -> int:
 class LocalLineTextSource(TextSource):
     """A file, glob or folder of .txt (a record per line), .jsonl and .parquet, plain or .gz/.zst."""
 
-    def __init__(self, path: str | Path | list[str], text_column: str = "text"):
+    def __init__(
+        self, path: str | Path | list[str], text_column: str = "text", partition_bytes: int | None = None
+    ):
         patterns = [str(p) for p in path] if isinstance(path, list) else [str(path)]
         self.patterns = patterns
         self.text_column = text_column
         self.files = expand_inputs(patterns)
         self.sizes = [f.stat().st_size for f in self.files]
         seekable = [s for f, s in zip(self.files, self.sizes) if _seekable(f)]
-        self.partition_bytes = _partition_bytes(sum(seekable))
+        self.partition_bytes = partition_bytes or _partition_bytes(sum(seekable))
 
     def source_fingerprint(self) -> dict:
         return {
@@ -157,12 +159,16 @@ def _iter_byte_range(
             if start > 0:
                 f.seek(start - 1)
                 pos += len(f.readline()) - 1  # the line that started before `start` is not ours
+        # line numbers are known only when reading from the top; elsewhere errors name the byte
+        line_no = 0 if pos == 0 else None
         while end is None or pos < end:
             line = f.readline()
             if not line:
                 return
             line_start, pos = pos, pos + len(line)
-            text = record_text(line, path, f"byte {line_start}", column, kind)  # type: ignore[arg-type]
+            line_no = None if line_no is None else line_no + 1
+            where = line_no if line_no is not None else f"byte {line_start}"
+            text = record_text(line, path, where, column, kind)  # type: ignore[arg-type]
             if text is not None:
                 yield text, pos, None
 

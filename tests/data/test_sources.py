@@ -1,0 +1,148 @@
+"""Sources: partitions cover every record once, offsets resume, errors name file/line/key."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llm.data.readers import InputError
+from llm.data.sources import (
+    HFStreamTextSource,
+    LocalLineTextSource,
+    TextSource,
+    assign_partitions,
+)
+
+
+def _all_records(source, parts=None):
+    return [r for p in (parts or source.partitions()) for r in source.iter_partition(p)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\n\r"), max_size=30), max_size=40),
+    partition_bytes=st.integers(1, 64),
+)
+def test_byte_ranges_cover_every_line_once(tmp_path_factory, lines, partition_bytes):
+    path = tmp_path_factory.mktemp("ranges") / "lines.txt"
+    path.write_bytes("".join(line + "\n" for line in lines).encode())
+    source = LocalLineTextSource(path, partition_bytes=partition_bytes)
+    parts = source.partitions()
+    assert len(parts) == max(1, -(-path.stat().st_size // partition_bytes))
+    got = [text for text, _, _ in _all_records(source)]
+    assert got == [line.strip() for line in lines if line.strip()]
+
+
+def test_offsets_resume_inside_a_partition(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps({"text": f"doc {i}", "n": i}) + "\n" for i in range(50)))
+    source = LocalLineTextSource(path, partition_bytes=300)
+    for part in source.partitions():
+        records = list(source.iter_partition(part))
+        for k, (_, after, _) in enumerate(records):
+            assert list(source.iter_partition(part, after)) == records[k + 1 :]
+
+
+@pytest.mark.parametrize("suffix", [".txt.gz", ".jsonl.zst"])
+def test_compressed_files_are_one_partition_resumed_by_line_count(tmp_path, suffix):
+    lines = [f"line {i}" for i in range(30)]
+    if suffix.startswith(".jsonl"):
+        import zstandard
+
+        raw = "".join(json.dumps({"text": t}) + "\n" for t in lines).encode()
+        data = zstandard.ZstdCompressor().compress(raw)
+    else:
+        data = gzip.compress(("\n".join(lines) + "\n").encode())
+    path = tmp_path / f"c{suffix}"
+    path.write_bytes(data)
+    source = LocalLineTextSource(path)
+    [part] = source.partitions()
+    assert [t for t, _, _ in source.iter_partition(part, 25)] == lines[25:]
+    assert list(source.iter_texts(skip=28)) == lines[28:]
+
+
+def test_parquet_row_groups_are_partitions(tmp_path):
+    texts = [f"row {i}" if i % 7 else "  " for i in range(100)]
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"body": texts}), path, row_group_size=30)
+    source = LocalLineTextSource(path, text_column="body")
+    parts = source.partitions()
+    assert len(parts) == 4
+    assert [t for t, _, _ in _all_records(source)] == [t for t in texts if t.strip()]
+    records = list(source.iter_partition(parts[1]))
+    assert list(source.iter_partition(parts[1], records[3][1])) == records[4:]
+    with pytest.raises(InputError, match="missing text column 'text'"):
+        _all_records(LocalLineTextSource(path))
+
+
+def test_folder_and_glob_inputs(tmp_path):
+    (tmp_path / "b.txt").write_text("b1\nb2\n")
+    (tmp_path / "a.txt").write_text("a1\n")
+    assert list(LocalLineTextSource(tmp_path).iter_texts()) == ["a1", "b1", "b2"]
+    assert list(LocalLineTextSource(str(tmp_path / "b*.txt")).iter_texts()) == ["b1", "b2"]
+    with pytest.raises(InputError, match="no files match"):
+        LocalLineTextSource(str(tmp_path / "z*.txt"))
+
+
+def test_bad_json_and_missing_key_name_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "ok"}\n{"txt": "no"}\n')
+    with pytest.raises(InputError, match=r"bad.jsonl:2: missing text column 'text' \(keys: txt\)"):
+        list(LocalLineTextSource(path).iter_texts())
+    path.write_text('{"text": "ok"}\n{"text": broken\n')
+    with pytest.raises(InputError, match="bad.jsonl:.*invalid JSON"):
+        list(LocalLineTextSource(path).iter_texts())
+
+
+def test_fingerprints_change_with_the_stream(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"text": "x", "body": "y"}\n')
+    a = LocalLineTextSource(path).source_fingerprint()
+    assert a["type"] == "local" and a["files"] == ["a.jsonl"]
+    assert a != LocalLineTextSource(path, text_column="body").source_fingerprint()
+    path.write_text('{"text": "xx", "body": "y"}\n')
+    assert a != LocalLineTextSource(path).source_fingerprint()
+    hf = HFStreamTextSource("json", None, "train", "text", data_files=str(path)).source_fingerprint()
+    assert hf["type"] == "hf" and hf != HFStreamTextSource("json", None, "test", "text").source_fingerprint()
+
+
+def test_hf_streaming_source_from_local_files(tmp_path):
+    for k in range(3):
+        (tmp_path / f"p{k}.jsonl").write_text("".join(json.dumps({"text": f"{k}-{i}"}) + "\n" for i in range(10)))
+    source = HFStreamTextSource("json", None, "train", "text", data_files=str(tmp_path / "p*.jsonl"))
+    parts = source.partitions()
+    assert len(parts) == 3
+    got = sorted(t for t, _, _ in _all_records(source))
+    assert got == sorted(f"{k}-{i}" for k in range(3) for i in range(10))
+    assert [t for t, _, _ in source.iter_partition(parts[1], 7)] == ["1-7", "1-8", "1-9"]
+    bad = HFStreamTextSource("json", None, "train", "body", data_files=str(tmp_path / "p0.jsonl"))
+    with pytest.raises(InputError, match="missing text column 'body'"):
+        _all_records(bad)
+
+
+@given(n_parts=st.integers(0, 50), world=st.integers(1, 4), workers=st.integers(1, 4))
+def test_assignment_is_disjoint_and_complete(n_parts, world, workers):
+    from llm.data.sources import Partition
+
+    parts = [Partition(str(i)) for i in range(n_parts)]
+    owned = [p for c in range(world * workers) for p in assign_partitions(parts, c, world * workers)]
+    assert sorted(owned, key=lambda p: int(p.key)) == parts
+
+
+def test_custom_source_needs_only_two_methods():
+    class Lines(TextSource):
+        def iter_texts(self, skip=0):
+            yield from ["a", "b", "c"][skip:]
+
+        def source_fingerprint(self):
+            return {"type": "lines"}
+
+    source = Lines()
+    [part] = source.partitions()
+    assert list(source.iter_partition(part, 1)) == [("b", 2, None), ("c", 3, None)]
