@@ -35,6 +35,7 @@ GOOD = {"data": {"data_source": "local", "dataset_path": "demo.txt", "steps_per_
     [
         ({"data": {"data_source": "local"}}, "dataset_path is required when data_source='local'"),
         ({"data": {"data_source": "hf"}}, "dataset_name is required when data_source='hf'"),
+        ({"data": {"data_source": "optimized"}}, "dataset_path is required when data_source='optimized'"),
         ({**GOOD, "training": {"lrr": 0.1}}, "unknown key 'training.lrr' in section 'training'; valid keys are: batch_size"),
         ({**GOOD, "checkpoint": {"keep_last": 2}}, "unknown key 'checkpoint.keep_last'"),
         ({**GOOD, "optimizer": {}}, "unknown key 'optimizer' in the top level; valid keys are: data, model, training, checkpoint"),

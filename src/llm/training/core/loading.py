@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from llm.training.core.config import TrainConfig
 
-OPTIMIZED = "optimized"
+OPTIMIZED = "optimized"  # data_source of token shards made by `llm-data optimize`
 
 
 class ConfigError(ValueError):
@@ -95,33 +95,10 @@ def build_config(tree: dict[str, Any], overrides: dict[str, Any] | None = None, 
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set_dotted(tree, dotted, value, source)
-    optimized = _accept_optimized(tree, source)
     try:
-        config = TrainConfig.model_validate(tree)
+        return TrainConfig.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(_describe(exc.errors()[0], source)) from None
-    if optimized:
-        config.data = config.data.model_copy(update={"data_source": OPTIMIZED})
-    return config
-
-
-def _accept_optimized(tree: dict[str, Any], source: str) -> bool:
-    """`data_source: optimized` (token shards made by `llm-data optimize`) is read by the trainer,
-    not by a text source; DataConfig only knows text sources, so validate the rest as `local`."""
-    data = tree.get("data")
-    if not isinstance(data, dict) or data.get("data_source") != OPTIMIZED:
-        return False
-    from llm.training.core.config import BUILTIN_SOURCES
-
-    if OPTIMIZED in BUILTIN_SOURCES:  # DataConfig learned about it: nothing to work around
-        return False
-    if not data.get("dataset_path"):
-        raise ConfigError(
-            f"{source}: dataset_path is required when data_source='optimized' "
-            "(a folder made by `llm-data optimize`)"
-        )
-    tree["data"] = {**data, "data_source": "local"}
-    return True
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
