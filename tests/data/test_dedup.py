@@ -1,0 +1,178 @@
+"""Dedup: normalised exact duplicates dropped within and across runs; the seen-set survives crashes."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llm.data.dedup import (
+    DIGEST_BYTES,
+    IN_MEMORY_WARNING,
+    DedupTextSource,
+    SeenSet,
+    normalize,
+    text_digest,
+)
+from llm.data.sources import LocalLineTextSource
+from llm.data.text_stream import StreamingTextDataModule
+from llm.training.core.config import DataConfig
+from tests.resume import assert_same_steps, check_resume
+
+EOS = 256
+
+
+def write_gz(path: Path, lines: list[str]) -> Path:
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    return path
+
+
+def module_for(path, seen=None, workers=0, write=True) -> StreamingTextDataModule:
+    data = DataConfig(data_source="dedup_local", dataset_path=str(path), max_seq_len=16, num_workers=workers,
+                      seen_hashes_path=str(seen) if seen else None, write_seen_hashes=bool(seen) and write)
+    return StreamingTextDataModule(data, batch_size=2, loop=False)
+
+
+def take(module, steps=None) -> list[dict]:
+    out, it = [], iter(module.train_dataloader())
+    while steps is None or len(out) < steps:
+        batch = next(it, None)
+        if batch is None:
+            break
+        out.append({k: v.numpy() for k, v in batch.items()})
+    return out
+
+
+def documents(steps: list[dict]) -> list[str]:
+    """Documents of a one-partition, one-consumer stream: first token + every label, split at EOS."""
+    tokens = [int(steps[0]["input_ids"][0][0])] if steps else []
+    for s in steps:
+        for row in s["labels"]:
+            tokens.extend(int(t) for t in row if t >= 0)
+    docs, cur = [], []
+    for t in tokens:
+        if t == EOS:
+            docs.append(bytes(cur).decode())
+            cur = []
+        else:
+            cur.append(t)
+    return docs
+
+
+def test_normalise_and_digests():
+    assert normalize("  a \t b\n\nc ") == "a b c"
+    for algo in ("sha256", "xxh3_128", "md5", "blake2b", "shake_128"):
+        d = text_digest("a  b", algo)
+        assert len(d) == DIGEST_BYTES and d == text_digest(" a b ", algo) and d != text_digest("a b c", algo)
+    assert text_digest("x", "sha256") != text_digest("x", "xxh3_128")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.binary(min_size=16, max_size=16), max_size=300), st.integers(0, 300))
+def test_seen_set_behaves_like_a_set(digests, split):
+    seen, ref = SeenSet(capacity=4), set()
+    seen.update(b"".join(digests[:split]))
+    ref.update(digests[:split])
+    for d in digests[split:]:
+        assert seen.add(d) == (d not in ref)
+        ref.add(d)
+    assert len(seen) == len(ref) and all(d in seen for d in ref)
+    assert os.urandom(16) not in seen or len(ref) > 0  # a random digest is (almost surely) absent
+
+
+def test_seen_set_memory_is_fixed_per_record():
+    seen = SeenSet()
+    seen.update(np.frombuffer(os.urandom(16 * 100_000), dtype="<u8"))
+    assert len(seen) == 100_000
+    assert seen.nbytes() / len(seen) <= 64  # binary digests, not Python strings (~100+ bytes each)
+
+
+def test_duplicates_dropped_within_a_run(tmp_path):
+    path = write_gz(tmp_path / "a.txt.gz", ["a b", "c", "a   b ", "A b", "c", "d", "\ta b"])
+    with pytest.warns(UserWarning, match=IN_MEMORY_WARNING.split(":")[0]):
+        module = module_for(path)
+    assert documents(take(module)) == ["a b", "c", "A b", "d"]
+    assert module.state_dict()["seen_hashes"]["count"] == 0  # nothing persisted
+
+
+def test_duplicates_dropped_across_runs(tmp_path):
+    seen = tmp_path / "seen.bin"
+    first = module_for(write_gz(tmp_path / "one.txt.gz", ["x1", "x2", "x3"]), seen)
+    assert documents(take(first)) == ["x1", "x2", "x3"]
+    state = first.state_dict()  # the checkpoint: commits what training consumed
+    assert state["seen_hashes"]["count"] == 3 and seen.stat().st_size == 3 * DIGEST_BYTES
+    second = module_for(write_gz(tmp_path / "two.txt.gz", ["x2", "y1", "x1 ", "y2", "x3"]), seen)
+    assert documents(take(second)) == ["y1", "y2"]
+    second.state_dict()
+    assert seen.stat().st_size == 5 * DIGEST_BYTES
+
+
+def _corpus() -> list[str]:
+    return [f"doc {i % 70} " + "w" * (i % 70 % 13) for i in range(200)]  # 70 distinct, repeated
+
+
+def test_crash_after_a_commit_does_not_lose_records(tmp_path):
+    path = write_gz(tmp_path / "c.txt.gz", _corpus())
+    reference = take(module_for(path, tmp_path / "ref.bin"))
+    seen = tmp_path / "seen.bin"
+    run = module_for(path, seen)
+    head = take(run, 10)
+    checkpoint = run.state_dict()  # saved with the checkpoint at step 10
+    take(run, 15)
+    run.state_dict()  # a later save whose checkpoint never made it to disk: then kill -9
+    with open(seen, "ab") as f:
+        f.write(b"\x01" * 7)  # and a torn append
+    assert seen.stat().st_size > checkpoint["seen_hashes"]["count"] * DIGEST_BYTES
+    resumed = module_for(path, seen)
+    resumed.load_state_dict(checkpoint)
+    assert seen.stat().st_size == checkpoint["seen_hashes"]["count"] * DIGEST_BYTES
+    tail = take(resumed)
+    assert_same_steps(head + tail, reference, "resume from the last checkpoint after a crash")
+    assert len(set(documents(reference))) == len(documents(reference)) == 70
+
+
+def test_missing_seen_file_for_a_state_is_an_error(tmp_path):
+    path = write_gz(tmp_path / "c.txt.gz", _corpus())
+    run = module_for(path, tmp_path / "seen.bin")
+    take(run, 3)
+    state = run.state_dict()
+    other = module_for(path, tmp_path / "elsewhere.bin")
+    with pytest.raises(ValueError, match="elsewhere.bin is missing but the data state expects"):
+        other.load_state_dict(state)
+
+
+def run_dedup(config: dict, state: dict | None, steps: int | None):
+    """resume.py protocol; each run gets its own copy of the seen-hashes file."""
+    seen = Path(config["dir"]) / f"seen-{uuid.uuid4().hex}.bin"
+    if state is not None and Path(state["seen_hashes"]["path"]).exists():  # no file: nothing committed
+        shutil.copy(state["seen_hashes"]["path"], seen)
+    module = module_for(config["path"], seen, workers=config["workers"])
+    if state is not None:
+        module.load_state_dict(state)
+    out = take(module, steps)
+    return out, module.state_dict()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_exact_resume_with_dedup(tmp_path, workers):
+    # with workers, repeats stay inside one file: each worker dedups what it reads itself
+    corpus = _corpus()
+    for k in range(3):
+        write_gz(tmp_path / f"f{k}.txt.gz", [f"{k}/{line}" for line in corpus[k::3]] if workers else corpus)
+    config = {"dir": str(tmp_path), "path": str(tmp_path / "*.txt.gz"), "workers": workers}
+    ref = check_resume(run_dedup, config, stops=[0, 13, 25], fresh_process=False)
+    assert len(ref) > 25
+
+
+def test_dedup_source_fingerprint(tmp_path):
+    path = write_gz(tmp_path / "a.txt.gz", ["a"])
+    with pytest.warns(UserWarning):
+        fp = DedupTextSource(LocalLineTextSource(path), "xxh3_128").source_fingerprint()
+    assert fp["type"] == "dedup" and fp["hash_algo"] == "xxh3_128" and fp["inner"]["type"] == "local"
