@@ -153,6 +153,7 @@ def test_exact_resume_other_sources(tmp_path, kind, workers):
         assert f"{i} " in text
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on a 2-core machine
 def test_other_topologies_lose_and_repeat_nothing(tmp_path):
     path = write_corpus(tmp_path, "txt")
     config = {"kind": "txt", "path": str(path), "L": 32, "batch": 4, "workers": 2, "world": 1}
@@ -286,3 +287,42 @@ def test_custom_registered_source_end_to_end():
     assert "orpus/a.txt record 0" in decoded and "corpus/a.txt record 119" in decoded
     _, state = run_custom({"yaml": text}, None, 3)
     assert state["fingerprint"]["type"] == "list" and state["fingerprint"]["bucket"] == "corpus"
+
+
+def _gloo_rank(rank: int, world: int, init_file: str, path: str, out_dir: str) -> None:
+    import pickle
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        config = {"kind": "txt", "path": path, "L": 32, "batch": 4, "workers": 2}
+        # ranks come from torch.distributed here (no explicit rank/world_size)
+        whole = [r for b in make_module(config).train_dataloader() for r in rows({k: v.numpy() for k, v in b.items()})]
+        first = make_module(config)
+        it = iter(first.train_dataloader())
+        head = [r for _ in range(20) for r in rows({k: v.numpy() for k, v in next(it).items()})]
+        state = first.state_dict()  # a collective: every rank gets every rank's cursors
+        second = make_module(config)
+        second.load_state_dict(pickle.loads(pickle.dumps(state)))
+        tail = [r for b in second.train_dataloader() for r in rows({k: v.numpy() for k, v in b.items()})]
+        with open(f"{out_dir}/rank{rank}.pkl", "wb") as f:
+            pickle.dump({"whole": whole, "head": head, "tail": tail, "state": state}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_processes(tmp_path):
+    import pickle
+
+    import torch.multiprocessing as mp
+
+    path = write_corpus(tmp_path / "data", "txt", n=250)
+    mp.spawn(_gloo_rank, args=(2, str(tmp_path / "init"), str(path), str(tmp_path)), nprocs=2)
+    results = [pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes()) for r in range(2)]
+    for r in results:
+        assert r["head"] + r["tail"] == r["whole"]  # each rank continues token for token
+        assert set(r["state"]["line_index"]) == {"0", "1"}
+    assert results[0]["state"]["partitions"] == results[1]["state"]["partitions"]
+    single = run_stream({"kind": "txt", "path": str(path), "L": 32, "batch": 4, "workers": 0}, None, None)[0]
+    assert sorted(results[0]["whole"] + results[1]["whole"]) == sorted(r for s in single for r in rows(s))
