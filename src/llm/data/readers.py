@@ -112,18 +112,36 @@ def iter_line_records(
             f.seek(start - 1)
             f.readline()  # finish the line that started before `start`: it belongs to the previous range
         pos = f.tell()
-        line_no = 0 if start == 0 else None
+        line_no = 0
         while end is None or pos < end:
             line = f.readline()
             if not line:
                 break
+            line_no += 1
+            try:
+                text = record_text(line, path, line_no, text_column, kind)
+            except InputError:
+                if start == 0:
+                    raise
+                # Mid-file range: count the lines before it only now, on the error path.
+                record_text(line, path, line_number_at(path, pos), text_column, kind)
+                raise
             pos += len(line)
-            line_no = None if line_no is None else line_no + 1
-            where = line_no if line_no is not None else f"byte {pos - len(line)}"
-            text = record_text(line, path, where, text_column, kind)  # type: ignore[arg-type]
             if text is not None:
-                replaced = kind == "txt" and "\ufffd" in text and _had_invalid(line)
-                yield text, replaced
+                yield text, kind == "txt" and "\ufffd" in text and _had_invalid(line)
+
+
+def line_number_at(path: Path | str, offset: int) -> int:
+    """1-based number of the line starting at byte `offset` of an uncompressed file."""
+    count, done = 0, 0
+    with open(path, "rb") as f:
+        while done < offset:
+            block = f.read(min(8 << 20, offset - done))
+            if not block:
+                break
+            count += block.count(b"\n")
+            done += len(block)
+    return count + 1
 
 
 def _had_invalid(line: bytes) -> bool:

@@ -1,0 +1,133 @@
+"""The manifest (`index.json`): what a dataset holds, shard by shard; written last and atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+FORMAT_VERSION = 1
+INDEX_NAME = "index.json"
+KINDS = ("tokens", "items")
+
+
+class ManifestError(ValueError):
+    """A dataset folder has no usable index.json; the message names the folder and the problem."""
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard file. `tokens` counts tokens (kind tokens) and `items` items (kind items)."""
+
+    file: str
+    bytes: int
+    checksum: str  # "xxh3_64:<hex>" of the file as stored (compressed bytes when compressed)
+    documents: int = 0
+    tokens: int = 0
+    items: int = 0
+    dtype: str | None = None  # token dtype of this shard (a run may widen uint16 to uint32)
+    compression: str | None = None
+    raw_bytes: int = 0  # size before compression; equals `bytes` when uncompressed
+
+
+@dataclass
+class Manifest:
+    kind: str
+    shards: list[ShardInfo]
+    dtype: str | None = None
+    tokenizer: dict | None = None
+    eos_id: int | None = None
+    vocab_size: int | None = None
+    sources: list[dict] = field(default_factory=list)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(s.tokens for s in self.shards)
+
+    @property
+    def total_items(self) -> int:
+        return sum(s.items for s in self.shards)
+
+    @property
+    def total_documents(self) -> int:
+        return sum(s.documents for s in self.shards)
+
+    def fingerprint(self) -> str:
+        """Identifies the content: changes when any shard, the kind or the tokenizer changes."""
+        h = hashlib.sha256()
+        h.update(json.dumps([self.kind, self.tokenizer], sort_keys=True).encode())
+        for s in self.shards:
+            h.update(f"{s.file}:{s.checksum}:{s.tokens}:{s.items}".encode())
+        return h.hexdigest()[:32]
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["fingerprint"] = self.fingerprint()
+        data["totals"] = {
+            "shards": len(self.shards),
+            "documents": self.total_documents,
+            "tokens": self.total_tokens,
+            "items": self.total_items,
+            "bytes": sum(s.bytes for s in self.shards),
+        }
+        return data
+
+    def save(self, folder: Path) -> None:
+        """Write index.json atomically: a reader sees the old manifest or the new one, never half."""
+        tmp = folder / f".{INDEX_NAME}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.to_json(), f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / INDEX_NAME)
+        _fsync_dir(folder)
+
+    @classmethod
+    def load(cls, folder: Path | str) -> Manifest:
+        folder = Path(folder)
+        path = folder / INDEX_NAME
+        if not folder.is_dir():
+            raise ManifestError(f"{folder}: dataset folder does not exist")
+        if not path.is_file():
+            raise ManifestError(f"{folder}: no {INDEX_NAME}; is this a dataset made by `llm-data optimize`?")
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ManifestError(f"{path}: malformed manifest ({e})") from None
+        return cls.from_json(data, path)
+
+    @classmethod
+    def from_json(cls, data: object, path: Path) -> Manifest:
+        if not isinstance(data, dict):
+            raise ManifestError(f"{path}: malformed manifest (expected a JSON object)")
+        version = data.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ManifestError(f"{path}: format_version {version!r} is not supported (expected {FORMAT_VERSION})")
+        if data.get("kind") not in KINDS:
+            raise ManifestError(f"{path}: key 'kind' is {data.get('kind')!r}, expected one of {', '.join(KINDS)}")
+        shards = data.get("shards")
+        if not isinstance(shards, list):
+            raise ManifestError(f"{path}: key 'shards' is missing or not a list")
+        try:
+            infos = [ShardInfo(**s) for s in shards]
+        except TypeError as e:
+            raise ManifestError(f"{path}: malformed shard entry ({e})") from None
+        known = {f for f in cls.__dataclass_fields__}
+        fields = {k: v for k, v in data.items() if k in known and k != "shards"}
+        return cls(shards=infos, **fields)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,174 @@
+"""Shard readers: memory-mapped token ranges (joined across shards) and items, verified on first use."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from llm.data.format.checksum import checksum_bytes, checksum_file
+from llm.data.format.manifest import Manifest, ShardInfo
+
+
+class ShardError(ValueError):
+    """A shard file is missing, has the wrong size, or fails its checksum."""
+
+
+class _ShardBytes:
+    """Opens shard files by index: a memory map when stored raw, decompressed bytes otherwise.
+
+    Sizes are checked up front (cheap, names a missing shard at once); checksums the first
+    time this process touches a shard, so corruption never reaches a training step.
+    Decompressed shards are kept in a small LRU so memory stays bounded.
+    """
+
+    def __init__(self, folder: Path, shards: list[ShardInfo], verify: bool = True, cache_shards: int = 4):
+        self.folder, self.shards, self.verify = folder, shards, verify
+        self._maps: dict[int, np.ndarray] = {}
+        self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache_shards = cache_shards
+        for info in shards:
+            self._check_size(info)
+
+    def _check_size(self, info: ShardInfo) -> None:
+        path = self.folder / info.file
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise ShardError(f"shard {path} is missing (listed in {self.folder / 'index.json'})") from None
+        if size != info.bytes:
+            raise ShardError(f"shard {path} has {size} bytes, the manifest says {info.bytes}: the file is corrupt")
+
+    def _verify(self, info: ShardInfo, data: np.ndarray | None = None) -> None:
+        path = self.folder / info.file
+        actual = checksum_bytes(data) if data is not None else checksum_file(path)
+        if actual != info.checksum:
+            raise ShardError(f"shard {path} fails its checksum ({actual} != {info.checksum}): the file is corrupt")
+
+    def raw(self, i: int) -> np.ndarray:
+        """The shard's uncompressed bytes as a uint8 array (a memory map when possible)."""
+        if i in self._maps:
+            return self._maps[i]
+        if i in self._decompressed:
+            self._decompressed.move_to_end(i)
+            return self._decompressed[i]
+        info = self.shards[i]
+        path = self.folder / info.file
+        if info.compression is None:
+            if self.verify:
+                self._verify(info)
+            data = np.memmap(path, dtype=np.uint8, mode="r") if info.bytes else np.zeros(0, np.uint8)
+            self._maps[i] = data
+            return data
+        import zstandard
+
+        stored = path.read_bytes()
+        if self.verify:
+            self._verify(info, np.frombuffer(stored, np.uint8))
+        data = np.frombuffer(zstandard.ZstdDecompressor().decompress(stored, max_output_size=info.raw_bytes), np.uint8)
+        self._decompressed[i] = data
+        while len(self._decompressed) > self._cache_shards:
+            self._decompressed.popitem(last=False)
+        return data
+
+    def verify_all(self) -> None:
+        for info in self.shards:
+            self._check_size(info)
+            self._verify(info)
+
+    def __getstate__(self) -> dict:
+        # Workers reopen their own maps: memory maps and caches do not cross process boundaries.
+        state = self.__dict__.copy()
+        state["_maps"], state["_decompressed"] = {}, OrderedDict()
+        return state
+
+
+class TokenReader:
+    """Reads any token range [start, stop) of the concatenation of all shards."""
+
+    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True):
+        self.manifest = manifest
+        self.files = _ShardBytes(folder, manifest.shards, verify)
+        counts = np.array([s.tokens for s in manifest.shards], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.total = int(self.starts[-1])
+        self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, doc_ends) views of shard i."""
+        views = self._views.get(i)
+        if views is None:
+            info = self.files.shards[i]
+            raw = self.files.raw(i)
+            n_bytes = info.tokens * np.dtype(info.dtype or self.manifest.dtype).itemsize
+            tokens = raw[:n_bytes].view(f"<{np.dtype(info.dtype or self.manifest.dtype).str[1:]}")
+            doc_ends = raw[n_bytes : n_bytes + 8 * info.documents].view("<u8")
+            views = (tokens, doc_ends)
+            if info.compression is None:
+                self._views[i] = views
+        return views
+
+    def read(self, start: int, stop: int, out: np.ndarray, positions: np.ndarray | None = None) -> None:
+        """Fill out[:stop-start] with tokens; positions (if given) restart at 0 at each document start.
+
+        Positions are block-relative: the first token of the range is position 0 even
+        mid-document, since attention never reaches across a block boundary.
+        """
+        i = int(np.searchsorted(self.starts, start, side="right")) - 1
+        pos = 0
+        resets = [0] if positions is not None else None
+        while start < stop:
+            tokens, doc_ends = self._shard(i)
+            a, b = start - int(self.starts[i]), min(stop, int(self.starts[i + 1])) - int(self.starts[i])
+            out[pos : pos + b - a] = tokens[a:b]
+            if resets is not None:
+                if a == 0:
+                    resets.append(pos)  # every shard starts with a new document
+                # A document end inside (a, b) is the start of the next document.
+                lo = int(np.searchsorted(doc_ends, a, side="right"))
+                hi = int(np.searchsorted(doc_ends, b, side="left"))
+                resets.extend((doc_ends[lo:hi].astype(np.int64) - a + pos).tolist())
+            pos += b - a
+            start += b - a
+            i += 1
+        if positions is not None:
+            n = positions.shape[0]
+            marks = np.zeros(n, dtype=np.int64)
+            if pos < n:
+                resets.append(pos)  # padding starts a segment of its own
+            idx = np.array(resets, dtype=np.int64)
+            marks[idx[idx < n]] = idx[idx < n]
+            np.maximum.accumulate(marks, out=marks)
+            np.subtract(np.arange(n, dtype=np.int64), marks, out=positions)
+
+    def verify(self) -> None:
+        self.files.verify_all()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_views"] = {}
+        return state
+
+
+class ItemReader:
+    """Reads item i with one seek: the offsets table says where its pickled bytes are."""
+
+    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True):
+        self.files = _ShardBytes(folder, manifest.shards, verify)
+        counts = np.array([s.items for s in manifest.shards], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.total = int(self.starts[-1])
+
+    def get(self, index: int) -> object:
+        i = int(np.searchsorted(self.starts, index, side="right")) - 1
+        raw = self.files.raw(i)
+        n = self.files.shards[i].items
+        offsets = raw[len(raw) - 8 * (n + 1) :].view("<u8")
+        local = index - int(self.starts[i])
+        return pickle.loads(raw[int(offsets[local]) : int(offsets[local + 1])].tobytes())
+
+    def verify(self) -> None:
+        self.files.verify_all()

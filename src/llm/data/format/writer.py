@@ -1,0 +1,171 @@
+"""Shard writers: documents or items in, finished shard files (and their ShardInfo) out.
+
+Token shard layout (little-endian, no header; counts live in the manifest):
+    tokens[tokens]      uint16 or uint32
+    doc_ends[documents] uint64, exclusive end offset of each document in this shard
+Item shard layout:
+    blob                pickled items back to back
+    offsets[items + 1]  uint64, item i is blob[offsets[i]:offsets[i+1]]
+Documents never straddle two shards; blocks may (the reader joins shards).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from llm.data.format.checksum import checksum_bytes
+from llm.data.format.manifest import ShardInfo
+
+DEFAULT_CHUNK_BYTES = 64 << 20
+_UINT16_MAX = (1 << 16) - 1
+
+
+def as_token_array(doc: object, where: str) -> np.ndarray:
+    """A document from user code (numpy, torch, list) to a 1-D int64 array, with a clear error."""
+    if hasattr(doc, "numpy") and hasattr(doc, "detach"):  # a torch tensor, without importing torch
+        doc = doc.detach().cpu().numpy()
+    arr = np.asarray(doc)
+    if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+        raise ValueError(f"{where}: expected a 1-D integer array of token ids, got shape {arr.shape} dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"{where}: token ids must be >= 0, found {int(arr.min())}")
+    return arr
+
+
+def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str | None) -> tuple[int, int, str]:
+    """Write parts to path (compressed when asked); returns (stored bytes, raw bytes, checksum)."""
+    raw = b"".join(parts)
+    data = raw
+    if compression == "zstd":
+        import zstandard
+
+        data = zstandard.ZstdCompressor(level=3).compress(raw)
+    elif compression is not None:
+        raise ValueError(f"unknown compression {compression!r}; expected 'zstd' or none")
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return len(data), len(raw), checksum_bytes(data)
+
+
+class TokenShardWriter:
+    """Accumulates documents and cuts a shard when it reaches `chunk_bytes` or `chunk_tokens`."""
+
+    def __init__(
+        self,
+        folder: Path,
+        prefix: str,
+        dtype: str = "uint16",
+        chunk_bytes: int | None = None,
+        chunk_tokens: int | None = None,
+        compression: str | None = None,
+    ):
+        self.folder, self.prefix, self.compression = folder, prefix, compression
+        self.dtype = dtype
+        self.chunk_tokens = chunk_tokens
+        self.chunk_bytes = chunk_bytes or (None if chunk_tokens else DEFAULT_CHUNK_BYTES)
+        self.shards: list[ShardInfo] = []
+        self._pieces: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+        self._tokens = 0
+
+    def add(self, doc: np.ndarray) -> None:
+        """Add one document (1-D int64, ids >= 0)."""
+        self.add_batch(doc, np.array([doc.size], dtype=np.int64))
+
+    def add_batch(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Add documents given as one flat id array and their lengths (the fast path)."""
+        if tokens.size and self.dtype == "uint16" and int(tokens.max()) > _UINT16_MAX:
+            self.flush()  # this and later shards widen; earlier ones stay compact
+            self.dtype = "uint32"
+        while lengths.size:
+            # Take the documents that fit in this shard (at least one, so a huge document stands alone).
+            ends = np.cumsum(lengths)
+            fit = int(np.searchsorted(ends, self._room(), side="right"))
+            take = max(fit, 1 if self._tokens == 0 else 0)
+            if take:
+                cut = int(ends[take - 1])
+                self._pieces.append(tokens[:cut])
+                self._lengths.append(lengths[:take])
+                self._tokens += cut
+                tokens, lengths = tokens[cut:], lengths[take:]
+            if lengths.size or self._room() <= 0:
+                self.flush()
+
+    def _room(self) -> int:
+        """Tokens that still fit in the current shard."""
+        limits = []
+        if self.chunk_tokens is not None:
+            limits.append(self.chunk_tokens)
+        if self.chunk_bytes is not None:
+            limits.append(self.chunk_bytes // (2 if self.dtype == "uint16" else 4))
+        return min(limits) - self._tokens
+
+    def flush(self) -> None:
+        """Write what is buffered as one shard."""
+        if not self._lengths:
+            return
+        tokens = np.concatenate(self._pieces).astype(self.dtype)
+        lengths = np.concatenate(self._lengths)
+        doc_ends = np.cumsum(lengths, dtype=np.uint64)
+        name = f"{self.prefix}-{len(self.shards):05d}.bin"
+        stored, raw, checksum = _write_shard(
+            self.folder / name, [tokens.astype(f"<{tokens.dtype.str[1:]}").data, doc_ends.astype("<u8").data],
+            self.compression,
+        )
+        self.shards.append(
+            ShardInfo(
+                file=name, bytes=stored, raw_bytes=raw, checksum=checksum, documents=int(lengths.size),
+                tokens=int(tokens.size), dtype=self.dtype, compression=self.compression,
+            )
+        )
+        self._pieces, self._lengths, self._tokens = [], [], 0
+
+
+class ItemShardWriter:
+    """Pickles arbitrary Python objects (numbers, strings, arrays, tensors...) into item shards."""
+
+    def __init__(
+        self,
+        folder: Path,
+        prefix: str,
+        chunk_bytes: int | None = None,
+        chunk_items: int | None = None,
+        compression: str | None = None,
+    ):
+        self.folder, self.prefix, self.compression = folder, prefix, compression
+        self.chunk_items = chunk_items
+        self.chunk_bytes = chunk_bytes or (None if chunk_items else DEFAULT_CHUNK_BYTES)
+        self.shards: list[ShardInfo] = []
+        self._blobs: list[bytes] = []
+        self._size = 0
+
+    def add(self, item: object) -> None:
+        blob = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        self._blobs.append(blob)
+        self._size += len(blob)
+        if (self.chunk_items and len(self._blobs) >= self.chunk_items) or (
+            self.chunk_bytes and self._size >= self.chunk_bytes
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._blobs:
+            return
+        offsets = np.zeros(len(self._blobs) + 1, dtype="<u8")
+        np.cumsum([len(b) for b in self._blobs], out=offsets[1:])
+        name = f"{self.prefix}-{len(self.shards):05d}.bin"
+        stored, raw, checksum = _write_shard(self.folder / name, [*self._blobs, offsets.data], self.compression)
+        self.shards.append(
+            ShardInfo(
+                file=name, bytes=stored, raw_bytes=raw, checksum=checksum, items=len(self._blobs),
+                compression=self.compression,
+            )
+        )
+        self._blobs, self._size = [], 0

@@ -1,0 +1,393 @@
+"""optimize(): inputs -> checksummed shards, in parallel processes, committed atomically.
+
+Inputs are cut into contiguous tasks; worker processes take tasks as they free
+up and write each task's shards under a name that sorts in input order, so the
+dataset's content (every token, in input order) is the same for any number of
+workers. The manifest is written last, by rename: until then the folder's
+previous dataset stays the one readers see, even after a kill -9.
+"""
+
+from __future__ import annotations
+
+import inspect
+import multiprocessing
+import os
+import queue
+import shutil
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm.data.format.loaders import ItemsLoader, TokensLoader
+from llm.data.format.manifest import INDEX_NAME, Manifest, ShardInfo
+from llm.data.format.writer import ItemShardWriter, TokenShardWriter, as_token_array
+from llm.data.tokenizers import Tokenizer, token_dtype
+
+MODES = ("append", "overwrite")
+_SHARD_PREFIX = "shard-"
+
+
+@dataclass(frozen=True)
+class DocumentBatch:
+    """Many documents at once (flat ids + lengths): the fast path for text pipelines."""
+
+    tokens: Any  # 1-D int64 numpy array
+    lengths: Any  # 1-D int64 numpy array, sums to len(tokens)
+
+
+@dataclass
+class OptimizeSummary:
+    output_dir: str
+    documents: int = 0
+    tokens: int = 0
+    items: int = 0
+    shards: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    stats: dict[str, int] = field(default_factory=dict)  # from fn.pop_stats(): input_bytes, invalid_utf8_records...
+
+    def line(self) -> str:
+        secs = max(self.seconds, 1e-9)
+        parts = [f"{self.documents:,} documents" if self.tokens else f"{self.items:,} items"]
+        if self.tokens:
+            parts.append(f"{self.tokens:,} tokens")
+        parts.append(f"{self.bytes / 1e6:,.1f} MB in {self.shards} shards")
+        parts.append(f"{self.seconds:.1f} s")
+        rate = f"{self.tokens / secs / 1e6:,.2f} M tokens/s" if self.tokens else f"{self.items / secs:,.0f} items/s"
+        if self.stats.get("input_bytes"):
+            rate += f", {self.stats['input_bytes'] / secs / 1e6:,.1f} MB/s of text"
+        parts.append(rate)
+        if "invalid_utf8_records" in self.stats:
+            parts.append(f"{self.stats['invalid_utf8_records']:,} records with invalid UTF-8 (replaced by U+FFFD)")
+        return f"optimize: {', '.join(parts)} -> {self.output_dir}"
+
+
+@dataclass(frozen=True)
+class _Job:
+    """Everything a worker needs, fixed before the workers start."""
+
+    fn: Callable[[Any], Any]
+    tasks: list[list[Any]]
+    folder: Path
+    run_id: str
+    kind: str
+    dtype: str
+    chunk_bytes: int | None
+    chunk_size: int | None
+    compression: str | None
+
+
+def _documents(result: Any) -> Iterable[Any]:
+    """fn's return value as documents: a generator yields many, anything else is one."""
+    if result is None:
+        return ()
+    if inspect.isgenerator(result) or isinstance(result, Iterable) and not _is_single(result):
+        return result
+    return (result,)
+
+
+def _is_single(value: Any) -> bool:
+    # A list of ints, a numpy array or a tensor is one document; a list of those is several.
+    if hasattr(value, "shape") or isinstance(value, (str, bytes, dict)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return not value or not isinstance(value[0], (list, tuple)) and not hasattr(value[0], "shape")
+    return False
+
+
+def _run_task(job: _Job, task_id: int, report: Callable[[int, int], None]) -> tuple[list[ShardInfo], dict]:
+    """Write one task's shards; returns their infos and fn's counters."""
+    prefix = f"{_SHARD_PREFIX}{job.run_id}-{task_id:05d}"
+    if job.kind == "tokens":
+        writer: Any = TokenShardWriter(job.folder, prefix, job.dtype, job.chunk_bytes, job.chunk_size, job.compression)
+    else:
+        writer = ItemShardWriter(job.folder, prefix, job.chunk_bytes, job.chunk_size, job.compression)
+    for item in job.tasks[task_id]:
+        result = job.fn(item)
+        for doc in (_documents(result) if job.kind == "tokens" else _items(result)):
+            if isinstance(doc, DocumentBatch):
+                writer.add_batch(doc.tokens, doc.lengths)
+                report(len(doc.lengths), len(doc.tokens))
+            elif job.kind == "tokens":
+                arr = as_token_array(doc, f"optimize: fn({item!r:.80})")
+                writer.add(arr)
+                report(1, arr.size)
+            else:
+                writer.add(doc)
+                report(1, 0)
+    writer.flush()
+    pop_stats = getattr(job.fn, "pop_stats", None)
+    return writer.shards, (pop_stats() if pop_stats else {})
+
+
+def _items(result: Any) -> Iterable[Any]:
+    if result is None:
+        return ()
+    return result if inspect.isgenerator(result) else (result,)
+
+
+def _worker(job: _Job, task_queue: Any, results: Any, parent_pid: int) -> None:
+    last = [time.monotonic(), 0, 0]
+
+    def report(docs: int, tokens: int) -> None:
+        last[1] += docs
+        last[2] += tokens
+        if time.monotonic() - last[0] > 0.5:
+            if os.getppid() != parent_pid:  # the parent was killed: stop writing orphans
+                os._exit(1)
+            results.put(("progress", last[1], last[2]))
+            last[:] = [time.monotonic(), 0, 0]
+
+    while True:
+        task_id = task_queue.get()
+        if task_id is None:
+            return
+        try:
+            shards, stats = _run_task(job, task_id, report)
+            results.put(("progress", last[1], last[2]))
+            last[1:] = [0, 0]
+            results.put(("done", task_id, shards, stats))
+        except BaseException as e:  # reported to the parent, which stops the run and cleans up
+            results.put(("error", task_id, _picklable(e), traceback.format_exc()))
+            return
+
+
+def _picklable(e: BaseException) -> BaseException:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
+
+
+def _split_tasks(inputs: Sequence[Any], num_tasks: int) -> list[list[Any]]:
+    """Contiguous groups of inputs, as even as possible, in input order."""
+    num_tasks = max(1, min(num_tasks, len(inputs)))
+    base, extra = divmod(len(inputs), num_tasks)
+    tasks, start = [], 0
+    for t in range(num_tasks):
+        size = base + (t < extra)
+        tasks.append(list(inputs[start : start + size]))
+        start += size
+    return tasks
+
+
+def parse_size(value: int | str | None) -> int | None:
+    """64MB, 512kb, 1GiB or a plain number of bytes."""
+    if value is None or isinstance(value, int):
+        return value
+    text = value.strip().upper().replace("IB", "B")
+    for suffix, scale in (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("TB", 1 << 40), ("B", 1)):
+        if text.endswith(suffix):
+            text, factor = text[: -len(suffix)], scale
+            break
+    else:
+        factor = 1
+    try:
+        return int(float(text) * factor)
+    except ValueError:
+        raise ValueError(f"chunk size {value!r} is not a size like 64MB, 512KB or 1GB") from None
+
+
+class _Output:
+    """The output folder: mode checks before the run, commit or clean-up after it."""
+
+    def __init__(self, folder: Path, mode: str | None, kind: str, tokenizer: dict | None):
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)} or None, got {mode!r}")
+        self.folder, self.mode = folder, mode
+        self.created = not folder.exists()
+        self.previous: Manifest | None = None
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"output {folder} exists and is not a folder")
+        if not self.created and any(folder.iterdir()):
+            if mode is None:
+                raise ValueError(f"output folder {folder} is not empty; pass mode='append' or mode='overwrite' (CLI: --mode)")
+            if (folder / INDEX_NAME).exists():
+                self.previous = Manifest.load(folder)
+        if mode == "append" and self.previous is not None:
+            self._check_append(kind, tokenizer)
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def _check_append(self, kind: str, tokenizer: dict | None) -> None:
+        prev = self.previous
+        assert prev is not None
+        if prev.kind != kind:
+            raise ValueError(f"cannot append {kind} to {self.folder}, which holds {prev.kind}")
+        if prev.tokenizer and tokenizer and prev.tokenizer != tokenizer:
+            raise ValueError(
+                f"cannot append to {self.folder}: it was tokenized with {prev.tokenizer}, this run uses {tokenizer}"
+            )
+
+    def commit(self, manifest: Manifest) -> None:
+        if self.mode == "append" and self.previous is not None:
+            manifest.shards = self.previous.shards + manifest.shards
+            manifest.sources = self.previous.sources + manifest.sources
+        manifest.save(self.folder)
+        self._remove_unlisted(manifest)
+
+    def _remove_unlisted(self, manifest: Manifest) -> None:
+        """Old shards after an overwrite, and orphans of runs that crashed before their commit."""
+        listed = {s.file for s in manifest.shards}
+        for path in self.folder.glob(f"{_SHARD_PREFIX}*.bin"):
+            if path.name not in listed:
+                path.unlink(missing_ok=True)
+
+    def abort(self, run_id: str) -> None:
+        for path in self.folder.glob(f"{_SHARD_PREFIX}{run_id}-*"):
+            path.unlink(missing_ok=True)
+        if self.created:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def optimize(
+    fn: Callable[[Any], Any],
+    inputs: Sequence[Any],
+    output_dir: str | Path,
+    *,
+    num_workers: int | None = None,
+    chunk_bytes: int | str | None = None,
+    chunk_size: int | None = None,
+    item_loader: TokensLoader | ItemsLoader | None = None,
+    mode: str | None = None,
+    compression: str | None = None,
+    tokenizer: Tokenizer | None = None,
+    sources: list[dict] | None = None,
+    progress: bool = True,
+) -> OptimizeSummary:
+    """Run `fn` over `inputs` in `num_workers` processes and write the results as a dataset.
+
+    With `item_loader=TokensLoader()`, `fn(input)` returns a document (1-D integer
+    array, tensor or list) or yields many; otherwise it returns or yields items
+    (any picklable object). `chunk_bytes` / `chunk_size` (tokens or items) bound
+    each shard. `mode`: None (the folder must be empty), 'append' or 'overwrite'.
+    `tokenizer` is recorded in the manifest (its fingerprint, EOS id, vocabulary).
+    """
+    started = time.perf_counter()
+    inputs = list(inputs)
+    if not inputs:
+        raise ValueError("optimize got no inputs")
+    if compression not in (None, "zstd"):
+        raise ValueError(f"unknown compression {compression!r}; expected 'zstd' or None")
+    kind = "tokens" if isinstance(item_loader, TokensLoader) else "items"
+    workers = (os.cpu_count() or 1) if num_workers is None else num_workers
+    if workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    tok_fp = tokenizer.fingerprint() if tokenizer is not None else None
+    output = _Output(Path(output_dir), mode, kind, tok_fp)
+    run_id = time.strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    dtype = token_dtype(tokenizer.vocab_size) if tokenizer is not None else "uint16"
+    job = _Job(
+        fn, _split_tasks(inputs, 4 * max(workers, 1)), output.folder, run_id, kind, dtype,
+        parse_size(chunk_bytes), chunk_size, compression,
+    )
+    try:
+        results = _run(job, workers, progress)
+    except BaseException:
+        output.abort(run_id)
+        raise
+    shards = [s for task_id in range(len(job.tasks)) for s in results[task_id][0]]
+    manifest = Manifest(
+        kind=kind,
+        shards=shards,
+        dtype=_widest_dtype(shards, dtype) if kind == "tokens" else None,
+        tokenizer=tok_fp,
+        eos_id=tokenizer.eos_id if tokenizer is not None else None,
+        vocab_size=tokenizer.vocab_size if tokenizer is not None else None,
+        sources=sources or [],
+    )
+    output.commit(manifest)
+    summary = OptimizeSummary(
+        output_dir=str(output.folder),
+        documents=sum(s.documents for s in shards),
+        tokens=sum(s.tokens for s in shards),
+        items=sum(s.items for s in shards),
+        shards=len(shards),
+        bytes=sum(s.bytes for s in shards),
+        seconds=time.perf_counter() - started,
+    )
+    for _, stats in results.values():
+        for key, value in stats.items():
+            summary.stats[key] = summary.stats.get(key, 0) + value
+    if progress:
+        print(summary.line(), file=sys.stderr)
+    return summary
+
+
+def _widest_dtype(shards: list[ShardInfo], default: str) -> str:
+    return "uint32" if any(s.dtype == "uint32" for s in shards) else default
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="task", desc="optimize", disable=not enabled, dynamic_ncols=True, file=sys.stderr)
+
+
+def _run(job: _Job, workers: int, progress: bool) -> dict[int, tuple[list[ShardInfo], dict]]:
+    bar = _progress_bar(len(job.tasks), progress)
+    counts = [0, 0]
+
+    def report(docs: int, tokens: int) -> None:
+        counts[0] += docs
+        counts[1] += tokens
+
+    try:
+        if workers == 0:
+            results = {}
+            for task_id in range(len(job.tasks)):
+                results[task_id] = _run_task(job, task_id, report)
+                bar.update(1)
+                bar.set_postfix(docs=counts[0], tokens=counts[1], refresh=False)
+            return results
+        return _run_parallel(job, workers, bar)
+    finally:
+        bar.close()
+
+
+def _run_parallel(job: _Job, workers: int, bar: Any) -> dict[int, tuple[list[ShardInfo], dict]]:
+    # fork where available: fn need not be picklable and workers start in milliseconds.
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    task_queue, result_queue = ctx.Queue(), ctx.Queue()
+    for task_id in range(len(job.tasks)):
+        task_queue.put(task_id)
+    workers = min(workers, len(job.tasks))
+    for _ in range(workers):
+        task_queue.put(None)
+    procs = [ctx.Process(target=_worker, args=(job, task_queue, result_queue, os.getpid()), daemon=True) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    results: dict[int, tuple[list[ShardInfo], dict]] = {}
+    docs = tokens = 0
+    try:
+        while len(results) < len(job.tasks):
+            try:
+                message = result_queue.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"optimize worker {dead[0].pid} died with exit code {dead[0].exitcode}") from None
+                continue
+            if message[0] == "progress":
+                docs, tokens = docs + message[1], tokens + message[2]
+                bar.set_postfix(docs=docs, tokens=tokens, refresh=False)
+            elif message[0] == "done":
+                results[message[1]] = (message[2], message[3])
+                bar.update(1)
+            else:
+                _, task_id, error, trace = message
+                raise error
+        return results
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=5)

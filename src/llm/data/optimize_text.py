@@ -1,0 +1,132 @@
+"""Text files to token shards: the work behind `llm-data optimize`.
+
+Big uncompressed .txt/.jsonl files are cut into byte ranges aligned to line
+ends, so two workers share one large file; compressed files and parquet files
+are whole tasks. Each worker tokenizes records in batches, with EOS after every
+document.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm.data.format.loaders import TokensLoader
+from llm.data.optimize import DocumentBatch, OptimizeSummary, optimize
+from llm.data.readers import (
+    compression_of,
+    expand_inputs,
+    input_kind,
+    iter_line_records,
+    iter_parquet_texts,
+)
+from llm.data.text_tokens import tokenize_documents
+from llm.data.tokenizers import Tokenizer, load_tokenizer
+
+_BATCH_DOCS = 1024
+_BATCH_CHARS = 1 << 20
+
+
+@dataclass(frozen=True)
+class TextRange:
+    """Records of `path` whose line starts in [start, end); end None means to the end of the file."""
+
+    path: str
+    start: int = 0
+    end: int | None = None
+
+
+def plan_ranges(paths: list[Path], pieces: int) -> list[TextRange]:
+    """Cut inputs into about `pieces` ranges of similar size, in input order."""
+    sizes = [p.stat().st_size for p in paths]
+    target = max(1 << 20, sum(sizes) // max(pieces, 1))
+    ranges: list[TextRange] = []
+    for path, size in zip(paths, sizes):
+        splittable = compression_of(path) is None and input_kind(path) != "parquet"
+        if not splittable or size <= target:
+            ranges.append(TextRange(str(path)))
+            continue
+        bounds = list(range(0, size, target)) + [size]
+        ranges.extend(TextRange(str(path), a, b) for a, b in zip(bounds[:-1], bounds[1:]))
+    return ranges
+
+
+class TokenizeText:
+    """fn for optimize(): a TextRange -> DocumentBatches; counts input bytes and invalid UTF-8."""
+
+    def __init__(self, tokenizer_spec: str, text_column: str = "text"):
+        self.tokenizer_spec, self.text_column = tokenizer_spec, text_column
+        self._tokenizer: Tokenizer | None = None  # loaded in the worker, not pickled across
+        self._stats = {"input_bytes": 0, "invalid_utf8_records": 0}
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.tokenizer_spec)
+        return self._tokenizer
+
+    def _records(self, item: TextRange) -> Iterator[str]:
+        if input_kind(item.path) == "parquet":
+            yield from iter_parquet_texts(item.path, self.text_column)
+            return
+        for text, replaced in iter_line_records(item.path, self.text_column, item.start, item.end):
+            self._stats["invalid_utf8_records"] += replaced
+            yield text
+
+    def __call__(self, item: TextRange) -> Iterator[DocumentBatch]:
+        batch: list[str] = []
+        chars = 0
+        for text in self._records(item):
+            batch.append(text)
+            chars += len(text)
+            if len(batch) >= _BATCH_DOCS or chars >= _BATCH_CHARS:
+                yield self._encode(batch)
+                batch, chars = [], 0
+        if batch:
+            yield self._encode(batch)
+        self._stats["input_bytes"] += _range_bytes(item)
+
+    def _encode(self, texts: list[str]) -> DocumentBatch:
+        tokens, lengths = tokenize_documents(self.tokenizer, texts)
+        return DocumentBatch(tokens, lengths)
+
+    def pop_stats(self) -> dict[str, int]:
+        stats, self._stats = self._stats, {"input_bytes": 0, "invalid_utf8_records": 0}
+        return stats
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_tokenizer"] = None
+        return state
+
+
+def _range_bytes(item: TextRange) -> int:
+    end = item.end if item.end is not None else os.path.getsize(item.path)
+    return end - item.start
+
+
+def optimize_text(
+    inputs: list[str],
+    output_dir: str | Path,
+    tokenizer: str = "simple",
+    *,
+    num_workers: int | None = None,
+    text_column: str = "text",
+    chunk_bytes: int | str | None = None,
+    mode: str | None = None,
+    compression: str | None = None,
+    progress: bool = True,
+) -> OptimizeSummary:
+    """Tokenize text files (.txt, .jsonl[.gz|.zst], .parquet) into a token dataset."""
+    tok = load_tokenizer(tokenizer)  # fails fast, in the parent, on a bad spec
+    paths = expand_inputs(inputs)
+    workers = (os.cpu_count() or 1) if num_workers is None else num_workers
+    ranges = plan_ranges(paths, 4 * max(workers, 1))
+    sources = [{"path": str(p), "bytes": p.stat().st_size, "text_column": text_column} for p in paths]
+    return optimize(
+        TokenizeText(tokenizer, text_column), ranges, output_dir,
+        num_workers=num_workers, chunk_bytes=chunk_bytes, item_loader=TokensLoader(), mode=mode,
+        compression=compression, tokenizer=tok, sources=sources, progress=progress,
+    )

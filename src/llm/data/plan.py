@@ -1,0 +1,73 @@
+"""The global order as pure functions: (fingerprint, seed, epoch) -> which sample each rank reads when.
+
+Position p of an epoch is sample `permutation(seed + epoch)(p)`. Global batch k
+after a resume point `start` covers positions [start + k*G, start + (k+1)*G)
+with G = batch_size * world_size; rank r reads its `batch_size` slice of it, and
+DataLoader worker w serves the chunks of batches c with c % num_workers == w.
+Nothing here depends on what was read before, so a resume is O(1) and exact on
+any topology.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from llm.data.shuffle import make_permutation
+
+
+def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool, algorithm: str = "feistel"):
+    """position -> sample id for one epoch (reshuffled by seed + epoch)."""
+    return make_permutation(algorithm if shuffle else "none", num_samples, seed + epoch)
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """Which epoch positions rank `rank` reads in each of its batches, from `start` to the epoch end."""
+
+    total: int  # samples in the epoch
+    start: int  # positions already consumed (global)
+    batch_size: int  # per rank
+    rank: int = 0
+    world_size: int = 1
+    drop_last: bool = False
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    @property
+    def end(self) -> int:
+        """Last position (exclusive) this epoch delivers; drop_last drops a short final global batch."""
+        if not self.drop_last:
+            return self.total
+        return self.start + (self.total - self.start) // self.global_batch * self.global_batch
+
+    def __len__(self) -> int:
+        return max(0, math.ceil((self.end - self.start) / self.global_batch))
+
+    def consumed_after(self, batches: int) -> int:
+        """Global positions consumed once every rank has taken `batches` batches."""
+        return min(self.start + batches * self.global_batch, self.end)
+
+    def positions(self, k: int) -> np.ndarray:
+        """Epoch positions of this rank's batch k.
+
+        A short final global batch of R samples is split as evenly as possible; if
+        R < world_size, ranks left without a sample repeat one of the epoch's first
+        samples so that every rank steps the same number of times.
+        """
+        lo = self.start + k * self.global_batch
+        hi = min(lo + self.global_batch, self.end)
+        if hi - lo == self.global_batch:
+            first = lo + self.rank * self.batch_size
+            return np.arange(first, first + self.batch_size, dtype=np.int64)
+        size = hi - lo
+        base, extra = divmod(size, self.world_size)
+        first = lo + self.rank * base + min(self.rank, extra)
+        count = base + (self.rank < extra)
+        if count == 0:
+            return np.array([(self.rank - size) % self.total], dtype=np.int64)
+        return np.arange(first, first + count, dtype=np.int64)

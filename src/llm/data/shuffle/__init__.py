@@ -1,0 +1,25 @@
+"""Seeded permutations of sample ids, one algorithm per file, chosen by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from llm.data.shuffle.feistel import FeistelPermutation
+from llm.data.shuffle.identity import IdentityPermutation
+
+Permutation = Callable[[np.ndarray], np.ndarray]
+
+SHUFFLES: dict[str, Callable[[int, int], Permutation]] = {
+    "none": IdentityPermutation,
+    "feistel": FeistelPermutation,
+}
+
+
+def make_permutation(name: str, n: int, seed: int) -> Permutation:
+    """A bijection of [0, n) fixed by `seed`, by algorithm name."""
+    try:
+        return SHUFFLES[name](n, seed)
+    except KeyError:
+        raise ValueError(f"unknown shuffle {name!r}; valid names: {', '.join(sorted(SHUFFLES))}") from None
