@@ -34,10 +34,12 @@ def _run(args: argparse.Namespace) -> None:
     if args.command == "optimize":
         from llm.data.optimize_text import optimize_text
 
-        optimize_text(
+        summary = optimize_text(
             args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
             chunk_bytes=args.chunk_bytes, mode=args.mode, compression=args.compression, progress=not args.no_progress,
         )
+        if args.no_progress:  # with progress on, optimize() prints the summary itself
+            print(summary.line(), file=sys.stderr)
     elif args.command == "info":
         from llm.data.format.manifest import Manifest
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# Eager and light (no torch): binding the function here keeps `llm.data.optimize` the
+# function even after the submodule of the same name is imported.
+from llm.data.optimize import optimize  # noqa: E402
+
 _EXPORTS = {
-    "optimize": "llm.data.optimize",
     "TokensLoader": "llm.data.format.loaders",
     "ItemsLoader": "llm.data.format.loaders",
     "StreamingDataset": "llm.data.streaming",
@@ -20,7 +23,7 @@ _EXPORTS = {
     "load_tokenizer": "llm.data.tokenizers",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "optimize"])
 
 
 def __getattr__(name: str) -> Any:
