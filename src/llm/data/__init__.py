@@ -11,7 +11,7 @@ from typing import Any
 
 # Eager and light (no torch): binding the function here keeps `llm.data.optimize` the
 # function even after the submodule of the same name is imported.
-from llm.data.optimize import optimize  # noqa: E402
+from llm.data.optimize import optimize as optimize
 
 _EXPORTS = {
     "TokensLoader": "llm.data.format.loaders",
