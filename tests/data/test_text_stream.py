@@ -326,3 +326,65 @@ def test_two_gloo_processes(tmp_path):
     assert results[0]["state"]["partitions"] == results[1]["state"]["partitions"]
     single = run_stream({"kind": "txt", "path": str(path), "L": 32, "batch": 4, "workers": 0}, None, None)[0]
     assert sorted(results[0]["whole"] + results[1]["whole"]) == sorted(r for s in single for r in rows(s))
+
+
+def run_bpe(config: dict, state: dict | None, steps: int | None):
+    data = DataConfig(data_source="dedup_local", dataset_path=config["path"], max_seq_len=16, num_workers=2,
+                      tokenizer_type="hf", tokenizer_path=config["tokenizer"], hash_algo="xxh3_128")
+    module = StreamingTextDataModule(data, batch_size=3, loop=False)
+    if state is not None:
+        module.load_state_dict(state)
+    out, it = [], iter(module.train_dataloader())
+    while steps is None or len(out) < steps:
+        batch = next(it, None)
+        if batch is None:
+            break
+        out.append({k: v.numpy() for k, v in batch.items()})
+    return out, module.state_dict()
+
+
+@pytest.mark.filterwarnings("ignore:DedupTextSource is running with in-memory only state")
+def test_trained_bpe_tokenizer_with_workers(tmp_path):
+    from llm.data.tokenizers import train_bpe_tokenizer
+
+    path = write_corpus(tmp_path, "txt", n=300)
+    (tmp_path / "tok").mkdir()
+    tok = train_bpe_tokenizer(_docs(300), 300, tmp_path / "tok" / "tokenizer.json")
+    config = {"path": str(path), "tokenizer": str(tok)}
+    ref = check_resume(run_bpe, config, stops=[7, 30], fresh_process=False)
+    module = StreamingTextDataModule(
+        DataConfig(dataset_path=str(path), tokenizer_type="hf", tokenizer_path=str(tok), max_seq_len=16),
+        batch_size=3, loop=False,
+    )
+    eos = module.tokenizer.eos_id
+    assert eos >= 0 and any((s["input_ids"] == eos).any() for s in ref)  # EOS between documents
+    assert max(int(s["input_ids"].max()) for s in ref) < module.tokenizer.vocab_size
+    # another tokenizer is another stream
+    _, state = run_bpe(config, None, 2)
+    with pytest.raises(ValueError, match=FINGERPRINT_MISMATCH):
+        module.load_state_dict(state)
+
+
+def test_ranks_from_environment(tmp_path, monkeypatch):
+    path = write_corpus(tmp_path, "txt", n=200)
+    config = {"kind": "txt", "path": str(path), "L": 32, "batch": 4, "workers": 0}
+    module = make_module(config)  # built before the variables are set: read at iteration time
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    got = [r for b in module.train_dataloader() for r in rows({k: v.numpy() for k, v in b.items()})]
+    explicit = make_module(config, 1, 2)
+    assert got == [r for b in explicit.train_dataloader() for r in rows({k: v.numpy() for k, v in b.items()})]
+    assert set(module.state_dict()["line_index"]) == {"1"}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bad_record_is_one_sentence_from_workers_too(tmp_path, workers):
+    from llm.data.readers import InputError
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "fine"}\n{"body": "no text key"}\n')
+    module = make_module({"kind": "txt", "path": str(path), "L": 8, "batch": 2, "workers": workers})
+    with pytest.raises(InputError) as info:
+        list(module.train_dataloader())
+    assert "bad.jsonl:2: missing text column 'text' (keys: body)" in str(info.value)
+    assert "Traceback" not in str(info.value)

@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from llm.data.packing import PartitionPacker, new_cursor, to_example
+from llm.data.readers import InputError
 from llm.data.sources import SOURCE_REGISTRY, Partition, Record, TextSource, assign_partitions
 
 STATE_VERSION = 1
@@ -105,7 +106,13 @@ class StreamingTextDataset(IterableDataset):
         if begin is not None:
             begin()
         parts = assign_partitions(self.source.partitions(), rank * n_workers + worker, world * n_workers)
-        yield from self._batches(parts, worker)
+        try:
+            yield from self._batches(parts, worker)
+        except InputError as e:
+            if info is None:
+                raise
+            # the DataLoader would wrap it in a worker traceback: send the one-sentence message
+            yield {"_state": {"worker": worker, "done": True, "cursors": {}, "digests": b"", "error": str(e)}}
         while info is not None:  # keep the DataLoader's round robin intact until it stops us
             yield {"_state": {"worker": worker, "done": True, "cursors": {}, "digests": b""}}
 
@@ -285,10 +292,15 @@ class StreamingTextDataModule:
             rank=rank, world_size=world, cursors=self._cursors,
             worker_rotation=self._next_worker.get(key, 0),
         )
+        if self.num_workers:
+            # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers)
         done: set[int] = set()
         for item in loader:
             st = item.pop("_state")
+            if st.get("error"):
+                raise InputError(st["error"])
             self._apply(st)
             self._next_worker[key] = (st["worker"] + 1) % workers
             if st["done"]:
