@@ -1,0 +1,54 @@
+"""The small decoder-only transformer: causal, sized by the tokenizer, loss ignores -100."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from llm.training.model import IGNORE_INDEX, TransformerLM
+
+
+def _model(**kw) -> TransformerLM:
+    torch.manual_seed(0)
+    return TransformerLM(vocab_size=257, max_seq_len=16, d_model=32, n_layers=2, n_heads=4, **kw).eval()
+
+
+def test_causal_a_future_token_never_changes_past_logits() -> None:
+    model = _model()
+    x = torch.randint(0, 257, (2, 16))
+    y = x.clone()
+    y[:, 10] = (y[:, 10] + 1) % 257
+    with torch.no_grad():
+        a, _ = model(x)
+        b, _ = model(y)
+    assert torch.allclose(a[:, :10], b[:, :10], atol=1e-6)
+    assert not torch.allclose(a[:, 10:], b[:, 10:], atol=1e-4)
+
+
+def test_loss_starts_near_uniform_and_ignores_padding() -> None:
+    model = _model()
+    x = torch.randint(0, 257, (4, 16))
+    labels = torch.roll(x, -1, dims=1)
+    logits, loss = model(x, labels)
+    assert logits.shape == (4, 16, 257)
+    assert abs(float(loss) - math.log(257)) < 0.5
+    masked = labels.clone()
+    masked[:, 8:] = IGNORE_INDEX
+    _, half = model(x, masked)
+    manual = torch.nn.functional.cross_entropy(logits[:, :8].reshape(-1, 257), labels[:, :8].reshape(-1))
+    assert torch.allclose(half, manual, atol=1e-6)
+
+
+def test_shape_errors_are_clear() -> None:
+    with pytest.raises(ValueError, match=r"model.d_model \(30\) must be divisible by model.n_heads \(4\)"):
+        TransformerLM(vocab_size=10, max_seq_len=8, d_model=30, n_heads=4)
+    with pytest.raises(ValueError, match="a batch of 17 tokens is longer than the model's max_seq_len 16"):
+        _model()(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_output_head_is_tied_to_the_embedding() -> None:
+    model = _model()
+    assert model.head.weight is model.tok_emb.weight
+    assert model.tok_emb.weight.shape == (257, 32)
