@@ -159,3 +159,24 @@ def test_kill_9_between_checkpoints_then_resume_reaches_same_weights_lm(tmp_path
     corpus = write_corpus(tmp_path / "demo.txt", 200)
     tree = tiny_tree(corpus, data={"steps_per_epoch": 4}, training={"epochs": 2}, checkpoint={"save_interval_steps": 2})
     kill9_then_resume_matches_uninterrupted(tmp_path, "lm", tree)
+
+
+def test_validation_and_max_steps(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    corpus = write_corpus(tmp_path / "demo.txt")
+    val = tmp_path / "val.txt"
+    val.write_text("\n".join(f"sample line {i} says {'abc'[i % 3] * (1 + i % 4)}" for i in range(1000, 1100)) + "\n")
+    logs: list[str] = []
+    tree = tiny_tree(
+        corpus,
+        data={"steps_per_epoch": 10, "val_dataset_path": str(val)},
+        training={"batch_size": 8, "epochs": 5, "max_steps": 30, "val_batches": 4},
+    )
+    trainer = Trainer(build_config(tree), "lm", log=logs.append)
+    assert trainer.total_steps == 30  # max_steps caps epochs x steps_per_epoch (50)
+    result = trainer.fit()
+    assert result.steps == 30 and result.epochs == 3
+    assert len(result.val_losses) == 3  # one validation per epoch end
+    assert result.val_losses[-1] < result.val_losses[0] < 6.0
+    assert any("val_loss" in line for line in logs)
+    assert any(line.startswith("trained 30 steps") and "tokens/s" in line for line in logs)
