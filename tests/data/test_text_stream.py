@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import random
 from pathlib import Path
 
@@ -67,8 +68,15 @@ def make_module(config: dict, rank: int | None = None, world: int | None = None)
     return StreamingTextDataModule(data, config["batch"], rank=rank, world_size=world, loop=False)
 
 
+def _fork_workers() -> None:
+    # A process made by the spawn start method (the resume helper's fresh processes, mp.spawn)
+    # inherits "spawn" for its DataLoader workers too; torchrun / plain python use "fork" on Linux.
+    multiprocessing.set_start_method("fork", force=True)
+
+
 def run_stream(config: dict, state: dict | None, steps: int | None):
     """`tests/resume.py` protocol: global steps = the batches of every rank at that step, stacked."""
+    _fork_workers()
     world = config.get("world", 1)
     modules = [make_module(config, r, world) for r in range(world)]
     for m in modules:
@@ -294,6 +302,7 @@ def _gloo_rank(rank: int, world: int, init_file: str, path: str, out_dir: str) -
 
     import torch.distributed as dist
 
+    _fork_workers()
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         config = {"kind": "txt", "path": path, "L": 32, "batch": 4, "workers": 2}
