@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of llm.data against LitData, MosaicML Streaming, HF datasets and the limits."""

@@ -1,0 +1,132 @@
+"""`python -m bench`: build the corpus and tokenizer, run the scenarios, write JSON, Markdown and a chart."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from bench import report, suite
+from bench.corpus import build_corpus, corpus_paths
+from bench.measure import REPO_ROOT
+from bench.tok import VOCAB_SIZE, train_tokenizer
+
+DEFAULT_CACHE = REPO_ROOT / ".bench_cache"
+DEFAULT_PEER = DEFAULT_CACHE / "peer-venv" / "bin" / "python"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--corpus-mb", type=float, default=200.0, help="MB of real text (default 200)")
+    p.add_argument("--only", default="", help=f"comma-separated scenarios from {','.join(suite.SCENARIOS)}")
+    p.add_argument("--contestants", default=",".join(suite.CONTESTANTS),
+                   help="comma-separated subset of " + ",".join(suite.CONTESTANTS))
+    p.add_argument("--repeat", type=int, default=3, help="repeats per case, interleaved (default 3)")
+    p.add_argument("--workers", type=int, default=2, help="processes for prepare, loader workers (default 2)")
+    p.add_argument("--tokenizer", default="bpe",
+                   help="'bpe' (train a byte-level BPE, cached), 'gpt2' (.bench_cache/gpt2.tiktoken from the "
+                        "openai-whisper sdist), or a tokenizer.json / .tiktoken path")
+    p.add_argument("--vocab-size", type=int, default=VOCAB_SIZE, help="vocabulary of the trained BPE")
+    p.add_argument("--peer-python", default=str(DEFAULT_PEER),
+                   help="python with mosaicml-streaming installed (default .bench_cache/peer-venv)")
+    p.add_argument("--python", default=sys.executable, help="python for ours, LitData, HF and the limits")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
+    p.add_argument("--results", type=Path, default=None, help="raw JSON (default bench/results/<time>.json)")
+    p.add_argument("--docs-dir", type=Path, default=REPO_ROOT / "docs")
+    p.add_argument("--no-docs", action="store_true", help="don't write docs/benchmarks.md and .png")
+    p.add_argument("--quiet", action="store_true")
+    return p.parse_args(argv)
+
+
+def resolve_tokenizer(args: argparse.Namespace) -> tuple[str, str]:
+    """(path, human name) of the tokenizer everyone uses."""
+    if args.tokenizer == "bpe":
+        # Trained on (at most) the first 20 MB of the corpus: the same file whatever --corpus-mb.
+        train = build_corpus(args.cache_dir, min(args.corpus_mb, 20.0))
+        path = train_tokenizer(args.cache_dir, corpus_paths(train), vocab_size=args.vocab_size)
+        return path, f"byte-level BPE trained with `tokenizers`, vocabulary {args.vocab_size:,}"
+    if args.tokenizer == "gpt2":
+        path = args.cache_dir / "gpt2.tiktoken"
+        if not path.exists():
+            raise SystemExit(
+                f"{path} is missing; get it with: pip download --no-deps openai-whisper -d /tmp/w && "
+                f"tar xzf /tmp/w/openai_whisper-*.tar.gz --wildcards '*/whisper/assets/gpt2.tiktoken' "
+                f"and copy whisper/assets/gpt2.tiktoken to {path}")
+        return str(path), "GPT-2 BPE (`gpt2.tiktoken`, through `tiktoken`), vocabulary 50,257"
+    if not Path(args.tokenizer).exists():
+        raise SystemExit(f"--tokenizer {args.tokenizer!r} is not 'bpe', 'gpt2' or an existing file")
+    return str(Path(args.tokenizer).resolve()), Path(args.tokenizer).name
+
+
+def _versions(ctx: suite.Context) -> dict:
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "tokenizers", "tiktoken", "litdata", "datasets"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    if Path(ctx.peer_python).exists():
+        code = "import importlib.metadata as m; print(m.version('mosaicml-streaming'))"
+        p = subprocess.run([ctx.peer_python, "-c", code], capture_output=True, text=True)
+        if p.returncode == 0:
+            out["mosaicml-streaming"] = p.stdout.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    only = [s for s in args.only.split(",") if s] or list(suite.SCENARIOS)
+    unknown = sorted(set(only) - set(suite.SCENARIOS))
+    if unknown:
+        raise SystemExit(f"unknown scenario(s) {unknown}; use: {', '.join(suite.SCENARIOS)}")
+    contestants = [c for c in args.contestants.split(",") if c]
+    if bad := sorted(set(contestants) - set(suite.CONTESTANTS)):
+        raise SystemExit(f"unknown contestant(s) {bad}; use: {', '.join(suite.CONTESTANTS)}")
+    args.cache_dir.mkdir(parents=True, exist_ok=True)
+    # One tokenizer thread per process: the process count is the knob we compare at.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    tok_path, tok_name = resolve_tokenizer(args)
+    ctx = suite.Context(cache_dir=args.cache_dir, corpus_mb=args.corpus_mb, tokenizer=tok_path,
+                        python=args.python, peer_python=args.peer_python, repeat=args.repeat,
+                        workers=args.workers, contestants=contestants, log=not args.quiet)
+    started = time.time()
+    suite.probe(ctx)
+    suite.setup(ctx)
+    scenarios: dict[str, list[dict]] = {}
+    for name in suite.SCENARIOS:
+        if name in only:
+            ctx.say(f"scenario {name}")
+            scenarios[name] = getattr(suite, f"scenario_{name}")(ctx)
+    results = {
+        "config": {
+            "corpus_mb": args.corpus_mb, "corpus": {k: ctx.corpus[k] for k in ("documents", "text_bytes", "sha256")},
+            "tokenizer": Path(tok_path).name, "tokenizer_name": tok_name, "tokens": ctx.tokens["tokens"],
+            "repeat": args.repeat, "workers": args.workers, "block_size": 2049, "batch_size": 8,
+            "skipped": ctx.skipped, "versions": _versions(ctx),
+            "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, load average at start "
+                       f"{os.getloadavg()[0]:.1f}",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "duration_s": round(time.time() - started, 1),
+        },
+        "scenarios": scenarios,
+    }
+    results["targets"] = report.targets(results)
+    out = args.results or (REPO_ROOT / "bench" / "results" /
+                           f"{time.strftime('%Y%m%d-%H%M', time.gmtime(started))}-{args.corpus_mb:g}mb.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str))
+    md = report.markdown(results)
+    if not args.no_docs:
+        args.docs_dir.mkdir(parents=True, exist_ok=True)
+        (args.docs_dir / "benchmarks.md").write_text(md)
+        report.chart(results, args.docs_dir / "benchmarks.png")
+    print(md)
+    print(f"raw results: {out}", file=sys.stderr)
+    return 0

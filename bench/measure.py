@@ -1,0 +1,104 @@
+"""Run one scenario in its own subprocess and measure it: result JSON + peak RSS of the whole process tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+RESULT_PREFIX = "BENCH_RESULT "
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tree_memory(root: psutil.Process) -> tuple[int, int]:
+    """(sum of RSS, sum of anonymous RSS) over a process and all its descendants, in bytes."""
+    rss = anon = 0
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    for p in procs:
+        try:
+            # /proc/PID/status is cheap to read (unlike smaps), so we can sample every few ms.
+            with open(f"/proc/{p.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("RssAnon:"):
+                        anon += int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    return rss, anon
+
+
+class _Sampler(threading.Thread):
+    def __init__(self, pid: int, every_s: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.proc = psutil.Process(pid)
+        self.every_s = every_s
+        self.peak_rss = self.peak_anon = 0
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_evt.is_set():
+            rss, anon = _tree_memory(self.proc)
+            self.peak_rss = max(self.peak_rss, rss)
+            self.peak_anon = max(self.peak_anon, anon)
+            self._stop_evt.wait(self.every_s)
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+        self.join()
+
+
+def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | None = None) -> dict:
+    """Run `python -m bench.worker SPEC`; return its result dict plus peak_rss_mb / peak_anon_mb / wall_s.
+
+    Failures come back as {"error": "..."} instead of raising, so one broken peer never stops the run.
+    """
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    if env:
+        full_env.update(env)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [python, "-m", "bench.worker", json.dumps(spec)], cwd=REPO_ROOT, env=full_env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    sampler = _Sampler(proc.pid)
+    sampler.start()
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        out, err = proc.communicate()
+        err = f"timed out after {timeout_s:.0f} s\n" + err
+    finally:
+        sampler.stop()
+    wall = time.perf_counter() - t0
+    result: dict | None = None
+    for line in out.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            result = json.loads(line[len(RESULT_PREFIX):])
+    if result is None:
+        tail = "\n".join((err or out).strip().splitlines()[-6:])
+        result = {"error": f"exit {proc.returncode}: {tail}"}
+    result.update(peak_rss_mb=sampler.peak_rss / 2**20, peak_anon_mb=sampler.peak_anon / 2**20,
+                  wall_s=wall)
+    return result
+
+
+def emit(result: dict) -> None:
+    """Print a worker's result where run_worker will find it."""
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()

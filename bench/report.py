@@ -1,0 +1,208 @@
+"""Turn the scenario rows into target checks, a Markdown report and a PNG bar chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NAMES = {"ours": "ours (llm.data)", "litdata": "LitData", "mosaic": "MosaicML Streaming",
+         "hf": "HF datasets", "limit": "limit"}
+
+
+def _get(rows: list[dict], who: str, case_prefix: str, key: str) -> float | None:
+    for r in rows:
+        if r["who"] == who and r["case"].startswith(case_prefix) and r.get(key):
+            return r[key]["median"]
+    return None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def targets(results: dict) -> list[dict]:
+    """Every target of issue 3 as {name, ratio, goal, ok}; ok is None when a side is missing."""
+    s = results["scenarios"]
+    w = results["config"]["workers"]
+    out: list[dict] = []
+
+    def add(name: str, ratio: float | None, goal: float, higher_is_better: bool = True) -> None:
+        ok = None if ratio is None else (ratio >= goal if higher_is_better else ratio <= goal)
+        out.append({"name": name, "ratio": ratio, "goal": f"{'>=' if higher_is_better else '<='} {goal:g}",
+                    "ok": ok})
+
+    if "prepare" in s:
+        p = s["prepare"]
+        ours = _get(p, "ours", "", "mb_per_s")
+        add("prepare: ours / LitData (MB/s)", _ratio(ours, _get(p, "litdata", "", "mb_per_s")), 1.25)
+        add("prepare: ours / tokenizer limit", _ratio(ours, _get(p, "limit", "", "mb_per_s")), 0.95)
+    if "stream" in s:
+        st = s["stream"]
+
+        def tps(who: str, nw: int) -> float | None:
+            return _get(st, who, f"{nw} workers", "tokens_per_s")
+
+        add("stream 0 workers: ours / LitData", _ratio(tps("ours", 0), tps("litdata", 0)), 1)
+        add("stream 0 workers: ours / memmap limit", _ratio(tps("ours", 0), tps("limit", 0)), 0.5)
+        add(f"stream {w} workers: ours / LitData", _ratio(tps("ours", w), tps("litdata", w)), 2)
+        add(f"stream {w} workers: ours / MosaicML", _ratio(tps("ours", w), tps("mosaic", w)), 5)
+        add(f"stream {w} workers: peak RSS ours / LitData",
+            _ratio(_get(st, "ours", f"{w} workers", "peak_rss_mb"),
+                   _get(st, "litdata", f"{w} workers", "peak_rss_mb")), 0.5, higher_is_better=False)
+    if "resume" in s:
+        rs = s["resume"]
+        for pct in (10, 50, 90):
+            add(f"resume @{pct}%: first batch ours / LitData (s)",
+                _ratio(_get(rs, "ours", f"{w}->{w} workers @{pct}%", "first_batch_s"),
+                       _get(rs, "litdata", f"{w}->{w} workers @{pct}%", "first_batch_s")), 1,
+                higher_is_better=False)
+        ours_rows = [r for r in rs if r["who"] == "ours"]
+        exact = [r for r in ours_rows if r.get("delivery")]
+        if ours_rows:
+            bad = [r["case"] for r in ours_rows if not r.get("delivery") or r["delivery"]["twice_or_more"]
+                   or r["delivery"]["never"] or r["delivery"]["unknown"]]
+            out.append({"name": "resume: ours delivers every block exactly once (all variants)",
+                        "ratio": len(exact) and (len(ours_rows) - len(bad)) / len(ours_rows), "goal": "= 1",
+                        "ok": not bad, "detail": ", ".join(bad)})
+    if "onthefly" in s:
+        o = s["onthefly"]
+        ours = _get(o, "ours", "", "tokens_per_s")
+        add("on-the-fly: ours / HF datasets (tuned)", _ratio(ours, _get(o, "hf", f"{w} workers, tuned",
+                                                                          "tokens_per_s")), 2)
+        add("on-the-fly: ours / tokenizer limit", _ratio(ours, _get(o, "limit", "", "tokens_per_s")), 0.75)
+        add("on-the-fly: ours tokens delivered / encoded", _get(o, "ours", "", "delivered_fraction"), 0.99)
+    if "scale" in s:
+        sc = s["scale"]
+        add("scale: ours peak RSS 4x / 1x", _ratio(_get(sc, "ours", "4x", "peak_rss_mb"),
+                                                   _get(sc, "ours", "1x", "peak_rss_mb")), 1.1,
+            higher_is_better=False)
+    if "integrity" in s:
+        for r in s["integrity"]:
+            if r["who"] == "ours" and "tokens_lost" in r:
+                out.append({"name": "integrity: ours loses at most the last partial block",
+                            "ratio": r["tokens_lost"], "goal": f"< {2049} tokens",
+                            "ok": 0 <= r["tokens_lost"] < 2049 and r["repeated_blocks"] == 0})
+    return out
+
+
+def _fmt(stat: dict | None, scale: float = 1.0, digits: int = 2) -> str:
+    if not stat:
+        return "n/a"
+    m, lo, hi = stat["median"] / scale, stat["min"] / scale, stat["max"] / scale
+    if stat.get("n", 1) > 1:
+        return f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
+    return f"{m:.{digits}f}"
+
+
+def _table(rows: list[dict], cols: list[tuple[str, str, float, int]]) -> list[str]:
+    head = "| contestant | case | " + " | ".join(c[0] for c in cols) + " |"
+    lines = [head, "|" + "---|" * (len(cols) + 2)]
+    for r in rows:
+        if "error" in r and not any(r.get(c[1]) for c in cols):
+            cells = [f"failed: {r['error'].splitlines()[-1][:80]}"] + [""] * (len(cols) - 1)
+        else:
+            cells = [_fmt(r.get(k), sc, d) for _, k, sc, d in cols]
+        lines.append(f"| {NAMES.get(r['who'], r['who'])} | {r['case']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(results: dict) -> str:
+    """The whole report: set-up, one table per scenario, the targets."""
+    cfg, s = results["config"], results["scenarios"]
+    md = ["# Benchmarks: llm.data against LitData, MosaicML Streaming and HF datasets", "",
+          "Generated by `python -m bench` (see `bench/`); raw numbers in `bench/results/`. "
+          "Medians of the repeats, with [min-max]; every contestant runs in its own subprocess, "
+          "interleaved A B A B, with the same tokenizer, block size 2049, batch size 8 and process count.", "",
+          f"- machine: {cfg['machine']}",
+          f"- corpus: {cfg['corpus']['text_bytes'] / 1e6:.1f} MB of real text, "
+          f"{cfg['corpus']['documents']:,} documents (Python stdlib sources and docs, Linux docs, C headers)",
+          f"- tokenizer: {cfg['tokenizer_name']}; {cfg['tokens']:,} tokens (with one EOS per document)",
+          f"- repeats: {cfg['repeat']}; processes / loader workers: {cfg['workers']}; "
+          f"versions: {', '.join(f'{k} {v}' for k, v in cfg['versions'].items())}", ""]
+    for who, why in cfg.get("skipped", {}).items():
+        md.append(f"- skipped {NAMES.get(who, who)}: {why}")
+    md += ["", "## Targets", "", "| target | measured | goal | |", "|---|---|---|---|"]
+    for t in results["targets"]:
+        val = "n/a" if t["ratio"] is None else f"{t['ratio']:.3g}"
+        mark = "n/a" if t["ok"] is None else ("pass" if t["ok"] else "**short**")
+        md.append(f"| {t['name']} | {val} | {t['goal']} | {mark} |")
+    sections = {
+        "prepare": ("Prepare: text to token shards", [("MB text/s", "mb_per_s", 1, 2),
+                    ("M tokens/s", "tokens_per_s", 1e6, 2), ("s", "seconds", 1, 1),
+                    ("peak RSS MB", "peak_rss_mb", 1, 0)]),
+        "stream": ("Stream: one shuffled epoch of pretokenized blocks", [
+                   ("M tokens/s", "tokens_per_s", 1e6, 1), ("first batch s", "first_batch_s", 1, 3),
+                   ("peak RSS MB (tree)", "peak_rss_mb", 1, 0), ("peak anon MB", "peak_anon_mb", 1, 0)]),
+        "onthefly": ("On the fly: text in, packed blocks out", [
+                     ("M tokens/s", "tokens_per_s", 1e6, 2), ("first batch s", "first_batch_s", 1, 2),
+                     ("delivered / encoded", "delivered_fraction", 1, 3),
+                     ("peak RSS MB", "peak_rss_mb", 1, 0)]),
+        "scale": ("Scale: the corpus at 1x and 4x", [("peak RSS MB (tree)", "peak_rss_mb", 1, 0),
+                  ("peak anon MB", "peak_anon_mb", 1, 0), ("M tokens/s", "tokens_per_s", 1e6, 1)]),
+    }
+    for key in ("prepare", "stream"):
+        if key in s:
+            title, cols = sections[key]
+            md += ["", f"## {title}", "", *_table(s[key], cols)]
+    if "integrity" in s:
+        md += ["", "## Integrity: tokens written vs delivered over one epoch", "",
+               "| contestant | tokens written | blocks delivered | distinct | tokens lost |", "|---|---|---|---|---|"]
+        for r in s["integrity"]:
+            if "error" in r:
+                md.append(f"| {NAMES[r['who']]} | failed: {r['error'][:80]} | | | |")
+            else:
+                md.append(f"| {NAMES[r['who']]} | {r['tokens_written']:,} | {r['blocks']:,} | "
+                          f"{r['distinct_blocks']:,} | {r['tokens_lost']:,} |")
+    if "resume" in s:
+        md += ["", "## Resume: first batch after loading a state saved mid-epoch", "",
+               "Blocks over the interrupted epoch (before the stop + after the resume), against an "
+               "uninterrupted epoch.", "",
+               "| contestant | case | first batch s | once | twice+ | never | state bytes |",
+               "|---|---|---|---|---|---|---|"]
+        for r in s["resume"]:
+            d = r.get("delivery") or {}
+            md.append(f"| {NAMES[r['who']]} | {r['case']} | {_fmt(r.get('first_batch_s'), 1, 3)} | "
+                      f"{d.get('once', 'n/a')} | {d.get('twice_or_more', 'n/a')} | {d.get('never', 'n/a')} | "
+                      f"{r.get('state_bytes') or 'n/a'} |")
+    for key in ("onthefly", "scale"):
+        if key in s:
+            title, cols = sections[key]
+            md += ["", f"## {title}", "", *_table(s[key], cols)]
+    if results.get("notes"):
+        md += ["", "## Notes", "", *results["notes"]]
+    return "\n".join(md) + "\n"
+
+
+def chart(results: dict, path: Path) -> None:
+    """Bar chart: one panel per scenario, ours highlighted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = results["scenarios"]
+    panels = [(k, t, key, sc) for k, t, key, sc in [
+        ("prepare", "prepare (MB text/s)", "mb_per_s", 1),
+        ("stream", "stream (M tokens/s, log)", "tokens_per_s", 1e6),
+        ("onthefly", "on the fly (M tokens/s)", "tokens_per_s", 1e6),
+        ("scale", "scale (peak RSS MB)", "peak_rss_mb", 1)] if k in s]
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2))
+    axes = [axes] if len(panels) == 1 else list(axes)
+    for ax, (k, title, key, sc) in zip(axes, panels, strict=True):
+        rows = [r for r in s[k] if r.get(key)]
+        labels = [f"{NAMES.get(r['who'], r['who'])}\n{r['case']}" for r in rows]
+        vals = [r[key]["median"] / sc for r in rows]
+        errs = [[(r[key]["median"] - r[key]["min"]) / sc for r in rows],
+                [(r[key]["max"] - r[key]["median"]) / sc for r in rows]]
+        colors = ["#d62728" if r["who"] == "ours" else "#7f7f7f" if r["who"] == "limit" else "#1f77b4"
+                  for r in rows]
+        ax.barh(range(len(rows)), vals, xerr=errs, color=colors)
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=9)
+        if k == "stream":
+            ax.set_xscale("log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,1 @@
+"""One module per contestant; each exposes scenario functions taking a spec dict and returning a result dict."""

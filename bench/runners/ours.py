@@ -1,0 +1,91 @@
+"""Ours: `llm.data.optimize`, `StreamingDataset` + `StreamingDataLoader`, and the stream_lm on-the-fly path."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from bench.runners.common import BATCH, BLOCK, PretokenizedDocs, consume, save_hashes
+from bench.tok import TokenizeFile
+
+
+def _fn_and_inputs(spec: dict):
+    if "pretokenized" in spec:
+        p = spec["pretokenized"]
+        return PretokenizedDocs(p["tokens"], p["index"]), list(range(p["shards"])) * p["copies"]
+    return TokenizeFile(spec["tokenizer"]), spec["inputs"]
+
+
+def prepare(spec: dict) -> dict:
+    from llm.data import TokensLoader, optimize
+
+    fn, inputs = _fn_and_inputs(spec)
+    out = spec["output_dir"]
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    optimize(fn, inputs, out, num_workers=spec["num_workers"], chunk_bytes=spec.get("chunk_bytes", "64MB"),
+             item_loader=TokensLoader(), mode="overwrite", progress=False)
+    return {"seconds": time.perf_counter() - t0}
+
+
+def _loader(spec: dict, num_workers: int, batch_size: int = BATCH):
+    from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
+
+    ds = StreamingDataset(spec["data_dir"], item_loader=TokensLoader(block_size=BLOCK), shuffle=True,
+                          seed=spec.get("seed", 42), drop_last=spec.get("drop_last", False))
+    return StreamingDataLoader(ds, batch_size=batch_size, num_workers=num_workers)
+
+
+def _topology(spec: dict) -> int:
+    # Ranks come from RANK / WORLD_SIZE when torch.distributed is not initialised (read at iteration).
+    world = spec.get("world_size", 1)
+    os.environ["RANK"], os.environ["WORLD_SIZE"] = str(spec.get("rank", 0)), str(world)
+    return BATCH // world  # same global batch whatever the world size
+
+
+def stream(spec: dict) -> dict:
+    t0 = time.perf_counter()
+    loader = _loader(spec, spec["num_workers"])
+    res = consume(loader, t0, hash_blocks=spec.get("hash", False))
+    save_hashes(res, spec.get("hashes_out"))
+    return res
+
+
+def resume_save(spec: dict) -> dict:
+    batch = _topology(spec)
+    loader = _loader(spec, spec["num_workers"], batch)
+    res = consume(loader, time.perf_counter(), hash_blocks=True, max_batches=spec["stop_batches"])
+    with open(spec["state_path"], "w") as f:
+        json.dump(loader.state_dict(), f)
+    res["state_bytes"] = os.path.getsize(spec["state_path"])
+    save_hashes(res, spec["hashes_out"])
+    return res
+
+
+def resume_load(spec: dict) -> dict:
+    batch = _topology(spec)
+    t0 = time.perf_counter()
+    loader = _loader(spec, spec["num_workers"], batch)
+    with open(spec["state_path"]) as f:
+        loader.load_state_dict(json.load(f))
+    res = consume(loader, t0, hash_blocks=True)
+    save_hashes(res, spec["hashes_out"])
+    return res
+
+
+def onthefly(spec: dict) -> dict:
+    """stream_lm: JSONL text in, tokenized and packed while iterating, N loader workers, one pass."""
+    from llm.data import StreamingTextDataModule
+    from llm.training.core.config import DataConfig
+
+    t0 = time.perf_counter()
+    kind = "tiktoken" if spec["tokenizer"].endswith(".tiktoken") else "hf"
+    # Windows of max_seq_len + 1 = 2049 tokens with a stride of 2048 (labels are pre-shifted): each
+    # block carries 2048 new corpus tokens, which is what we count (labels that are not padding).
+    cfg = DataConfig(data_source="local", dataset_path=spec["corpus_dir"], text_column="text",
+                     max_seq_len=BLOCK - 1, tokenizer_type=kind, tokenizer_path=spec["tokenizer"],
+                     num_workers=spec["num_workers"])
+    dm = StreamingTextDataModule(cfg, batch_size=BATCH, loop=False)
+    return consume(dm.train_dataloader(), t0, count=lambda b: (b["labels"] != -100).sum())

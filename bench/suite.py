@@ -1,0 +1,335 @@
+"""The scenarios: which contestant runs what, interleaved A B A B, and the medians that come out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench.corpus import build_corpus, corpus_paths
+from bench.measure import run_worker
+from bench.runners.common import BLOCK
+
+SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale"]
+CONTESTANTS = ["ours", "litdata", "mosaic", "hf", "limit"]
+_MODULE = {"ours": "ours", "litdata": "litdata_peer", "mosaic": "mosaic_peer", "hf": "hf_peer",
+           "limit": "limits"}
+
+
+@dataclass
+class Context:
+    """Everything a scenario needs: corpus, tokenizer, pythons, folders, and what earlier scenarios made."""
+
+    cache_dir: Path
+    corpus_mb: float
+    tokenizer: str
+    python: str
+    peer_python: str
+    repeat: int = 3
+    workers: int = 2
+    contestants: list[str] = field(default_factory=lambda: list(CONTESTANTS))
+    log: bool = True
+    corpus: dict = field(default_factory=dict)
+    tokens: dict = field(default_factory=dict)
+    skipped: dict = field(default_factory=dict)
+    references: dict = field(default_factory=dict)
+    epoch_batches: dict = field(default_factory=dict)
+
+    @property
+    def work_dir(self) -> Path:
+        tok = hashlib.sha256(self.tokenizer.encode()).hexdigest()[:8]
+        return self.cache_dir / f"run-{self.corpus['sha256']}-{tok}"
+
+    def say(self, msg: str) -> None:
+        if self.log:
+            print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    def python_for(self, who: str) -> str:
+        return self.peer_python if who == "mosaic" else self.python
+
+    def run(self, who: str, scenario: str, **spec) -> dict:
+        spec.update(impl=_MODULE[who], scenario=scenario)
+        res = run_worker(self.python_for(who), spec)
+        if "error" in res:
+            self.say(f"{who} {scenario} failed: {res['error'].splitlines()[-1][:300]}")
+        return res
+
+    def active(self, who: str) -> bool:
+        return who in self.contestants and who not in self.skipped
+
+
+def probe(ctx: Context) -> None:
+    """Mark every contestant that cannot be imported as skipped, with the reason."""
+    checks = {
+        "ours": "import llm.data as d; d.optimize; d.StreamingDataset; d.StreamingDataLoader",
+        "litdata": "from litdata import optimize, StreamingDataset, StreamingDataLoader, TokensLoader",
+        "mosaic": "from bench.runners.mosaic_peer import _import_streaming as f; f()",
+        "hf": "import datasets",
+    }
+    import subprocess
+
+    from bench.measure import REPO_ROOT
+
+    for who, code in checks.items():
+        if who not in ctx.contestants:
+            continue
+        py = ctx.python_for(who)
+        if not Path(py).exists():
+            ctx.skipped[who] = f"python not found: {py} (pass --peer-python)"
+            continue
+        p = subprocess.run([py, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
+        if p.returncode != 0:
+            last = (p.stderr.strip().splitlines() or ["?"])[-1]
+            ctx.skipped[who] = f"does not import: {last[:200]}"
+    for who, why in ctx.skipped.items():
+        ctx.say(f"skipping {who}: {why}")
+
+
+def setup(ctx: Context) -> None:
+    """Corpus and the canonical token stream (the tokens every contestant should write and deliver)."""
+    ctx.corpus = build_corpus(ctx.cache_dir, ctx.corpus_mb)
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    index = ctx.work_dir / "tokens.json"
+    if not index.exists():
+        ctx.say(f"tokenizing {ctx.corpus['text_bytes'] / 1e6:.1f} MB once for the reference token stream")
+        res = ctx.run("limit", "build_tokens", tokenizer=ctx.tokenizer, inputs=corpus_paths(ctx.corpus),
+                      num_workers=ctx.workers, output=str(ctx.work_dir / "tokens.bin"), index=str(index))
+        if "error" in res:
+            raise RuntimeError(f"could not tokenize the corpus: {res['error']}")
+    ctx.tokens = json.loads(index.read_text())
+
+
+def _dataset_dir(ctx: Context, who: str, tag: str = "1x") -> Path:
+    return ctx.work_dir / f"data-{who}-{tag}"
+
+
+def ensure_dataset(ctx: Context, who: str, tag: str = "1x", copies: int = 1) -> Path | None:
+    """The contestant's prepared dataset (made by the prepare scenario, or here, untimed)."""
+    out = _dataset_dir(ctx, who, tag)
+    if (out / "bench-done.json").exists():
+        return out
+    spec: dict = {"output_dir": str(out), "num_workers": ctx.workers, "tokenizer": ctx.tokenizer}
+    if tag == "1x":
+        spec["inputs"] = corpus_paths(ctx.corpus)
+    else:
+        spec["pretokenized"] = {"tokens": ctx.tokens["path"], "index": str(ctx.work_dir / "tokens.json"),
+                                "shards": len(ctx.corpus["files"]), "copies": copies}
+    ctx.say(f"preparing the {tag} dataset for {who} (untimed)")
+    res = ctx.run(who, "prepare", **spec)
+    if "error" in res:
+        return None
+    (out / "bench-done.json").write_text(json.dumps(res))
+    return out
+
+
+def _interleave(ctx: Context, cases: list[tuple[str, str, str, dict]]) -> dict:
+    """Run (who, case, scenario, spec) for each repeat, A B A B; return runs per (who, case)."""
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for rep in range(ctx.repeat):
+        for who, case, scenario, spec in cases:
+            ctx.say(f"rep {rep + 1}/{ctx.repeat}: {scenario} {who} {case}")
+            runs.setdefault((who, case), []).append(ctx.run(who, scenario, **dict(spec)))
+    return runs
+
+
+def _stat(runs: list[dict], key: str) -> dict | None:
+    vals = [r[key] for r in runs if "error" not in r and r.get(key) is not None]
+    if not vals:
+        return None
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def _rows(runs: dict, keys: list[str], derive=None) -> list[dict]:
+    rows = []
+    for (who, case), rs in runs.items():
+        if derive:
+            for r in rs:
+                if "error" not in r:
+                    derive(r)
+        row = {"who": who, "case": case, "runs": rs}
+        errors = [r["error"] for r in rs if "error" in r]
+        if errors:
+            row["error"] = errors[0]
+        for k in keys:
+            row[k] = _stat(rs, k)
+        rows.append(row)
+    return rows
+
+
+def scenario_prepare(ctx: Context) -> list[dict]:
+    files = corpus_paths(ctx.corpus)
+    cases = []
+    for who in ("ours", "litdata", "mosaic", "limit"):
+        if ctx.active(who):
+            spec = {"tokenizer": ctx.tokenizer, "inputs": files, "num_workers": ctx.workers}
+            if who != "limit":
+                spec["output_dir"] = str(_dataset_dir(ctx, who))
+            cases.append((who, f"{ctx.workers} processes", "prepare", spec))
+    runs = _interleave(ctx, cases)
+    for (who, _), rs in runs.items():
+        if who != "limit" and rs and "error" not in rs[-1]:
+            (_dataset_dir(ctx, who) / "bench-done.json").write_text(json.dumps(rs[-1]))
+
+    def derive(r: dict) -> None:
+        r["mb_per_s"] = ctx.corpus["text_bytes"] / 1e6 / r["seconds"]
+        r["tokens_per_s"] = ctx.tokens["tokens"] / r["seconds"]
+
+    return _rows(runs, ["mb_per_s", "tokens_per_s", "seconds", "peak_rss_mb"], derive)
+
+
+def scenario_stream(ctx: Context) -> list[dict]:
+    cases = []
+    for nw in (0, ctx.workers):
+        for who in ("ours", "litdata", "mosaic"):
+            if ctx.active(who) and (d := ensure_dataset(ctx, who)):
+                cases.append((who, f"{nw} workers", "stream", {"data_dir": str(d), "num_workers": nw}))
+        if nw == 0 and ctx.active("limit"):
+            cases.append(("limit", "0 workers", "stream", {"index": str(ctx.work_dir / "tokens.json")}))
+    runs = _interleave(ctx, cases)
+    for (who, _case), rs in runs.items():
+        ok = [r for r in rs if "error" not in r]
+        if ok:
+            ctx.epoch_batches[who] = ok[0]["batches"]
+    return _rows(runs, ["tokens_per_s", "steady_tokens_per_s", "first_batch_s", "peak_rss_mb",
+                        "peak_anon_mb"])
+
+
+def scenario_integrity(ctx: Context) -> list[dict]:
+    """One shuffled epoch per contestant, every block hashed: how many tokens arrive, and how often."""
+    rows = []
+    for who in ("ours", "litdata", "mosaic"):
+        if not (ctx.active(who) and (d := ensure_dataset(ctx, who))):
+            continue
+        hashes_out = ctx.work_dir / f"epoch-{who}.npy"
+        res = ctx.run(who, "stream", data_dir=str(d), num_workers=0, hash=True, hashes_out=str(hashes_out))
+        row = {"who": who, "case": "1 epoch", "tokens_written": ctx.tokens["tokens"]}
+        if "error" in res:
+            row["error"] = res["error"]
+        else:
+            h = np.load(hashes_out)
+            _, counts = np.unique(h, return_counts=True)
+            ctx.references[who] = hashes_out
+            ctx.epoch_batches[who] = res["batches"]
+            row.update(blocks=int(len(h)), distinct_blocks=int(len(counts)),
+                       repeated_blocks=int((counts > 1).sum()),
+                       tokens_delivered=int(len(counts)) * BLOCK,
+                       tokens_lost=int(ctx.tokens["tokens"] - len(counts) * BLOCK))
+        rows.append(row)
+    return rows
+
+
+def _delivery(reference: Path, before: Path, after: list[Path]) -> dict:
+    """How many of the epoch's blocks the interrupted run delivered once, more than once, never."""
+    ref = np.load(reference)
+    seen = np.concatenate([np.load(before), *[np.load(a) for a in after]])
+    uniq, counts = np.unique(seen, return_counts=True)
+    lookup = dict(zip(uniq.tolist(), counts.tolist(), strict=True))
+    ref_counts = np.array([lookup.get(h, 0) for h in np.unique(ref).tolist()])
+    extra = len(set(uniq.tolist()) - set(ref.tolist()))
+    return {"once": int((ref_counts == 1).sum()), "twice_or_more": int((ref_counts > 1).sum()),
+            "never": int((ref_counts == 0).sum()), "unknown": extra}
+
+
+def scenario_resume(ctx: Context) -> list[dict]:
+    if not ctx.references:
+        scenario_integrity(ctx)
+    w = ctx.workers
+    variants = [("ours", f"{w}->{w} workers", w, w, 1), ("ours", f"{w}->0 workers", w, 0, 1),
+                ("ours", "1->2 ranks", w, w, 2), ("litdata", f"{w}->{w} workers", w, w, 1),
+                ("litdata", f"{w}->0 workers", w, 0, 1)]
+    cases, deliveries = [], {}
+    for pct in (10, 50, 90):
+        for who, label, w_save, w_load, world in variants:
+            if not ctx.active(who) or who not in ctx.references:
+                continue
+            d = _dataset_dir(ctx, who)
+            stop = max(1, ctx.epoch_batches[who] * pct // 100)
+            tag = f"{who}-{label.replace(' ', '').replace('>', '')}-{pct}"
+            state = ctx.work_dir / f"state-{tag}"
+            before = ctx.work_dir / f"before-{tag}.npy"
+            saved = ctx.run(who, "resume_save", data_dir=str(d), num_workers=w_save, stop_batches=stop,
+                            state_path=str(state), hashes_out=str(before))
+            if "error" in saved:
+                continue
+            case = f"{label} @{pct}%"
+            for rank in range(world):
+                spec = {"data_dir": str(d), "num_workers": w_load, "state_path": str(state),
+                        "hashes_out": str(ctx.work_dir / f"after-{tag}-r{rank}.npy")}
+                if who == "ours":
+                    spec.update(rank=rank, world_size=world)
+                cases.append((who, case if world == 1 else f"{case} r{rank}", "resume_load", spec))
+            deliveries[(who, case)] = (ctx.references[who], before,
+                                       [ctx.work_dir / f"after-{tag}-r{r}.npy" for r in range(world)],
+                                       saved.get("state_bytes"))
+    runs = _interleave(ctx, cases)
+    # Merge the ranks of a world-size change: the first batch is ready when the slower rank has it.
+    merged: dict[tuple[str, str], list[dict]] = {}
+    for (who, case), rs in runs.items():
+        key = (who, case.rsplit(" r", 1)[0] if case.endswith((" r0", " r1")) else case)
+        if key not in merged:
+            merged[key] = [dict(r) for r in rs]
+        else:
+            for m, r in zip(merged[key], rs, strict=True):
+                if "error" in r:
+                    m["error"] = r["error"]
+                elif "error" not in m:
+                    m["first_batch_s"] = max(m["first_batch_s"], r["first_batch_s"])
+                    m["peak_rss_mb"] = max(m["peak_rss_mb"], r["peak_rss_mb"])
+    rows = _rows(merged, ["first_batch_s"])
+    for row in rows:
+        ref, before, after, state_bytes = deliveries[(row["who"], row["case"])]
+        if "error" not in row and all(a.exists() for a in after):
+            row["delivery"] = _delivery(ref, before, after)
+        row["state_bytes"] = state_bytes
+    return rows
+
+
+def scenario_onthefly(ctx: Context) -> list[dict]:
+    files = corpus_paths(ctx.corpus)
+    nw = ctx.workers
+    cases = []
+    if ctx.active("ours"):
+        cases.append(("ours", f"{nw} workers", "onthefly",
+                      {"tokenizer": ctx.tokenizer, "corpus_dir": str(Path(ctx.corpus["dir"]) / "*.jsonl"),
+                       "num_workers": nw}))
+    if ctx.active("hf"):
+        for tuned in (False, True):
+            cases.append(("hf", f"{nw} workers" + (", tuned" if tuned else ""), "onthefly",
+                          {"tokenizer": ctx.tokenizer, "inputs": files, "num_workers": nw, "tuned": tuned}))
+    if ctx.active("limit"):
+        cases.append(("limit", f"{nw} processes", "prepare",
+                      {"tokenizer": ctx.tokenizer, "inputs": files, "num_workers": nw}))
+    runs = _interleave(ctx, cases)
+
+    def derive(r: dict) -> None:
+        if "tokens_per_s" not in r:  # the tokenizer limit
+            r["tokens_per_s"] = r["tokens"] / r["seconds"]
+        r["delivered_fraction"] = r["tokens"] / ctx.tokens["tokens"]
+
+    return _rows(runs, ["tokens_per_s", "first_batch_s", "delivered_fraction", "peak_rss_mb"], derive)
+
+
+def scenario_scale(ctx: Context) -> list[dict]:
+    nw = ctx.workers
+    cases = []
+    for who in ("ours", "litdata"):
+        if not ctx.active(who):
+            continue
+        for tag, copies in (("1x", 1), ("4x", 4)):
+            d = ensure_dataset(ctx, who, tag, copies)
+            if d:
+                cases.append((who, f"{tag}, {nw} workers", "stream", {"data_dir": str(d), "num_workers": nw}))
+    runs = _interleave(ctx, cases)
+    return _rows(runs, ["peak_rss_mb", "peak_anon_mb", "tokens_per_s"])
+
+
+def clean(ctx: Context) -> None:
+    """Remove the prepared datasets of this corpus (they are rebuilt on demand)."""
+    shutil.rmtree(ctx.work_dir, ignore_errors=True)

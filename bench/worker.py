@@ -1,0 +1,27 @@
+"""Subprocess entry: `python -m bench.worker SPEC_JSON` runs one scenario of one contestant and prints its result."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import traceback
+
+from bench.measure import emit
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    module = importlib.import_module(f"bench.runners.{spec['impl']}")
+    try:
+        result = getattr(module, spec["scenario"])(spec)
+    except Exception as exc:  # reported, not raised: the harness records the failure and moves on
+        traceback.print_exc()
+        emit({"error": f"{type(exc).__name__}: {exc}"[:2000]})
+        return 1
+    emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
