@@ -74,8 +74,15 @@ def test_normalise_and_digests():
     assert text_digest("x", "sha256") != text_digest("x", "xxh3_128")
 
 
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.binary(min_size=16, max_size=16), max_size=300), st.integers(0, 300))
+_digest = st.one_of(
+    st.binary(min_size=16, max_size=16),
+    st.binary(min_size=8, max_size=8).map(lambda lo: bytes(8) + lo),  # the "empty slot" prefix
+    st.binary(min_size=8, max_size=8).map(lambda lo: b"\x01" + bytes(7) + lo),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_digest, max_size=300), st.integers(0, 300))
 def test_seen_set_behaves_like_a_set(digests, split):
     seen, ref = SeenSet(capacity=4), set()
     seen.update(b"".join(digests[:split]))

@@ -71,6 +71,7 @@ class SeenSet:
         size = 1 << max(4, (2 * capacity - 1).bit_length())
         self._hi = np.zeros(size, dtype=np.uint64)
         self._lo = np.zeros(size, dtype=np.uint64)
+        self._zero_hi: set[int] = set()
         self._n = 0
 
     def __len__(self) -> int:
@@ -78,9 +79,7 @@ class SeenSet:
 
     @staticmethod
     def _key(digest: bytes) -> tuple[int, int]:
-        hi = int.from_bytes(digest[:8], "little")
-        lo = int.from_bytes(digest[8:16], "little")
-        return (hi or 1), lo  # hi == 0 marks an empty slot
+        return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:16], "little")
 
     def _find(self, hi: int, lo: int) -> tuple[int, bool]:
         mask = len(self._hi) - 1
@@ -94,11 +93,14 @@ class SeenSet:
             i = (i + 1) & mask
 
     def __contains__(self, digest: bytes) -> bool:
-        return self._find(*self._key(digest))[1]
+        hi, lo = self._key(digest)
+        return lo in self._zero_hi if hi == 0 else self._find(hi, lo)[1]
 
     def add(self, digest: bytes) -> bool:
         """Add one digest; True when it was new."""
         hi, lo = self._key(digest)
+        if hi == 0:
+            return self._add_zero(lo)
         i, found = self._find(hi, lo)
         if found:
             return False
@@ -111,17 +113,27 @@ class SeenSet:
     def update(self, digests: bytes | np.ndarray) -> None:
         """Add many digests at once (vectorised)."""
         pairs = _pairs(digests)
+        zero = pairs[:, 0] == 0
+        for lo in pairs[zero, 1].tolist():
+            self._add_zero(lo)
+        pairs = pairs[~zero]
         if not len(pairs):
             return
-        hi = np.where(pairs[:, 0] == 0, np.uint64(1), pairs[:, 0])
-        lo = pairs[:, 1].copy()
-        keys = np.unique(np.stack([hi, lo], axis=1), axis=0)
+        keys = np.unique(pairs, axis=0)
         present = np.array([self._find(int(h), int(v))[1] for h, v in keys]) if self._n else None
         if present is not None:
             keys = keys[~present]
         while 2 * (self._n + len(keys)) > len(self._hi):
             self._resize(2 * len(self._hi))
         self._bulk_insert(keys[:, 0], keys[:, 1])
+
+    def _add_zero(self, lo: int) -> bool:
+        # hi == 0 marks an empty slot, so these (about 2**-64 of real digests) live aside
+        if lo in self._zero_hi:
+            return False
+        self._zero_hi.add(lo)
+        self._n += 1
+        return True
 
     def _bulk_insert(self, hi: np.ndarray, lo: np.ndarray) -> None:
         mask = np.uint64(len(self._hi) - 1)
@@ -147,7 +159,7 @@ class SeenSet:
         hi, lo = self._hi[used], self._lo[used]
         self._hi = np.zeros(size, dtype=np.uint64)
         self._lo = np.zeros(size, dtype=np.uint64)
-        self._n = 0
+        self._n = len(self._zero_hi)
         self._bulk_insert(hi, lo)
 
     def nbytes(self) -> int:
