@@ -397,3 +397,17 @@ def test_bad_record_is_one_sentence_from_workers_too(tmp_path, workers):
         list(module.train_dataloader())
     assert "bad.jsonl:2: missing text column 'text' (keys: body)" in str(info.value)
     assert "Traceback" not in str(info.value)
+
+
+def test_val_dataloader(tmp_path):
+    (tmp_path / "val.txt").write_text("held out one\nheld out two\n")
+    data = DataConfig(dataset_path=str(write_corpus(tmp_path / "train", "txt", n=50)), max_seq_len=8,
+                      steps_per_epoch=2, val_dataset_path=str(tmp_path / "val.txt"))
+    module = StreamingTextDataModule(data, batch_size=2)
+    val = module.val_dataloader()  # 26 tokens: 3 full windows of 9 overlapping by one, 1 short
+    first, again = list(val), list(val)
+    assert len(first) == len(again) == 2 and torch.equal(first[0]["input_ids"], again[0]["input_ids"])
+    assert set(first[0]) == {"input_ids", "labels"}
+    text = bytes(t for b in first for row in b["labels"] for t in row.tolist() if 0 <= t < 256).decode()
+    assert "eld out one" in text and "held out two" in text
+    assert StreamingTextDataModule(data.model_copy(update={"val_dataset_path": None}), 4).val_dataloader() is None

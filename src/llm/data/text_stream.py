@@ -191,6 +191,18 @@ class StreamingTextLoader:
         return self.module._iterate()
 
 
+class _ValLoader:
+    """Re-iterable validation batches (the whole validation set, every rank alike)."""
+
+    def __init__(self, ds: StreamingTextDataset):
+        self.ds = ds
+
+    def __iter__(self) -> Iterator[dict]:
+        for item in self.ds:
+            if "input_ids" in item:
+                yield {"input_ids": item["input_ids"], "labels": item["labels"]}
+
+
 class StreamingTextDataModule:
     """Config -> source, tokenizer, dataset and loader, with `state_dict()` / `load_state_dict()`.
 
@@ -257,6 +269,19 @@ class StreamingTextDataModule:
     def train_dataloader(self) -> StreamingTextLoader:
         """An iterable over `{"input_ids", "labels"}` int64 batches of shape (batch, max_seq_len)."""
         return StreamingTextLoader(self)
+
+    def val_dataloader(self) -> Iterable[dict] | None:
+        """One pass over `val_dataset_path` (local files, same tokenizer and blocks); None when unset."""
+        path = getattr(self.config, "val_dataset_path", None)
+        if not path:
+            return None
+        from llm.data.sources import LocalLineTextSource
+
+        ds = StreamingTextDataset(
+            LocalLineTextSource(path, self.config.text_column), self.tokenizer, self.max_seq_len,
+            self.batch_size, rank=0, world_size=1,
+        )
+        return _ValLoader(ds)
 
     def _iterate(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
