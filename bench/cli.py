@@ -29,6 +29,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="comma-separated subset of " + ",".join(suite.CONTESTANTS))
     p.add_argument("--repeat", type=int, default=3, help="repeats per case, interleaved (default 3)")
     p.add_argument("--workers", type=int, default=2, help="processes for prepare, loader workers (default 2)")
+    p.add_argument("--resume-at", default="10,50,90", help="epoch percentages to stop and resume at")
     p.add_argument("--tokenizer", default="bpe",
                    help="'bpe' (train a byte-level BPE, cached), 'gpt2' (.bench_cache/gpt2.tiktoken from the "
                         "openai-whisper sdist), or a tokenizer.json / .tiktoken path")
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     tok_path, tok_name = resolve_tokenizer(args)
     ctx = suite.Context(cache_dir=args.cache_dir, corpus_mb=args.corpus_mb, tokenizer=tok_path,
                         python=args.python, peer_python=args.peer_python, repeat=args.repeat,
-                        workers=args.workers, contestants=contestants, log=not args.quiet)
+                        workers=args.workers, contestants=contestants, log=not args.quiet,
+                        resume_at=[int(x) for x in args.resume_at.split(",") if x])
     started = time.time()
     suite.probe(ctx)
     suite.setup(ctx)
@@ -109,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             "corpus_mb": args.corpus_mb, "corpus": {k: ctx.corpus[k] for k in ("documents", "text_bytes", "sha256")},
             "tokenizer": Path(tok_path).name, "tokenizer_name": tok_name, "tokens": ctx.tokens["tokens"],
             "repeat": args.repeat, "workers": args.workers, "block_size": 2049, "batch_size": 8,
+            "resume_at": ctx.resume_at,
             "skipped": ctx.skipped, "versions": _versions(ctx),
             "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, load average at start "
                        f"{os.getloadavg()[0]:.1f}",

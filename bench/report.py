@@ -50,7 +50,7 @@ def targets(results: dict) -> list[dict]:
                    _get(st, "litdata", f"{w} workers", "peak_rss_mb")), 0.5, higher_is_better=False)
     if "resume" in s:
         rs = s["resume"]
-        for pct in (10, 50, 90):
+        for pct in results["config"].get("resume_at", [10, 50, 90]):
             add(f"resume @{pct}%: first batch ours / LitData (s)",
                 _ratio(_get(rs, "ours", f"{w}->{w} workers @{pct}%", "first_batch_s"),
                        _get(rs, "litdata", f"{w}->{w} workers @{pct}%", "first_batch_s")), 1,

@@ -39,6 +39,7 @@ class Context:
     corpus: dict = field(default_factory=dict)
     tokens: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
+    resume_at: list[int] = field(default_factory=lambda: [10, 50, 90])
     references: dict = field(default_factory=dict)
     epoch_batches: dict = field(default_factory=dict)
 
@@ -208,7 +209,9 @@ def scenario_integrity(ctx: Context) -> list[dict]:
         if not (ctx.active(who) and (d := ensure_dataset(ctx, who))):
             continue
         hashes_out = ctx.work_dir / f"epoch-{who}.npy"
-        res = ctx.run(who, "stream", data_dir=str(d), num_workers=0, hash=True, hashes_out=str(hashes_out))
+        # drop_last: count full blocks only, as the peers deliver (ours would pad the last one)
+        res = ctx.run(who, "stream", data_dir=str(d), num_workers=0, hash=True, hashes_out=str(hashes_out),
+                      drop_last=True)
         row = {"who": who, "case": "1 epoch", "tokens_written": ctx.tokens["tokens"]}
         if "error" in res:
             row["error"] = res["error"]
@@ -245,7 +248,7 @@ def scenario_resume(ctx: Context) -> list[dict]:
                 ("ours", "1->2 ranks", w, w, 2), ("litdata", f"{w}->{w} workers", w, w, 1),
                 ("litdata", f"{w}->0 workers", w, 0, 1)]
     cases, deliveries = [], {}
-    for pct in (10, 50, 90):
+    for pct in ctx.resume_at:
         for who, label, w_save, w_load, world in variants:
             if not ctx.active(who) or who not in ctx.references:
                 continue
@@ -255,13 +258,13 @@ def scenario_resume(ctx: Context) -> list[dict]:
             state = ctx.work_dir / f"state-{tag}"
             before = ctx.work_dir / f"before-{tag}.npy"
             saved = ctx.run(who, "resume_save", data_dir=str(d), num_workers=w_save, stop_batches=stop,
-                            state_path=str(state), hashes_out=str(before))
+                            state_path=str(state), hashes_out=str(before), drop_last=True)
             if "error" in saved:
                 continue
             case = f"{label} @{pct}%"
             for rank in range(world):
                 spec = {"data_dir": str(d), "num_workers": w_load, "state_path": str(state),
-                        "hashes_out": str(ctx.work_dir / f"after-{tag}-r{rank}.npy")}
+                        "hashes_out": str(ctx.work_dir / f"after-{tag}-r{rank}.npy"), "drop_last": True}
                 if who == "ours":
                     spec.update(rank=rank, world_size=world)
                 cases.append((who, case if world == 1 else f"{case} r{rank}", "resume_load", spec))
