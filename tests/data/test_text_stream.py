@@ -411,3 +411,33 @@ def test_val_dataloader(tmp_path):
     text = bytes(t for b in first for row in b["labels"] for t in row.tolist() if 0 <= t < 256).decode()
     assert "eld out one" in text and "held out two" in text
     assert StreamingTextDataModule(data.model_copy(update={"val_dataset_path": None}), 4).val_dataloader() is None
+
+
+def run_epochs(config: dict, state: dict | None, steps: int | None):
+    """Epochs of `steps_per_epoch` batches over a tiny file: the stream wraps into new passes."""
+    _fork_workers()
+    data = DataConfig(dataset_path=config["path"], max_seq_len=16, steps_per_epoch=7, num_workers=config["workers"])
+    module = StreamingTextDataModule(data, batch_size=3)
+    done = 0
+    if state is not None:
+        module.load_state_dict(state)
+        done = state["test_steps_done"]  # the stream is endless: the run ends at global step 30
+    total = 30 - done if steps is None else steps
+    out: list[dict] = []
+    while len(out) < total:
+        for batch in module.train_dataloader():
+            out.append({k: v.numpy() for k, v in batch.items()})
+            if len(out) == total:
+                break
+    return out, {**module.state_dict(), "test_steps_done": done + len(out)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_exact_resume_across_epochs_and_passes(tmp_path, workers):
+    path = tmp_path / "tiny.txt"
+    path.write_text("\n".join(f"sample line {i}" for i in range(60)) + "\n")
+    config = {"path": str(path), "workers": workers}
+    ref = check_resume(run_epochs, config, stops=[7, 12, 23], fresh_process=False)
+    first_pass = [r for s in ref[:4] for r in rows(s)]
+    later = [r for s in ref[10:] for r in rows(s)]
+    assert set(first_pass) & set(later)  # the data came around again in a later pass
