@@ -13,10 +13,13 @@ from hypothesis import strategies as st
 
 from llm.data.readers import InputError
 from llm.data.sources import (
+    STRIPES,
     HFStreamTextSource,
     LocalLineTextSource,
+    Partition,
     TextSource,
     assign_partitions,
+    stripe_partitions,
 )
 
 
@@ -126,13 +129,32 @@ def test_hf_streaming_source_from_local_files(tmp_path):
         _all_records(bad)
 
 
-@given(n_parts=st.integers(0, 50), world=st.integers(1, 4), workers=st.integers(1, 4))
-def test_assignment_is_disjoint_and_complete(n_parts, world, workers):
-    from llm.data.sources import Partition
+@given(
+    kinds=st.lists(st.booleans(), max_size=12), world=st.integers(1, 4), workers=st.integers(1, 4)
+)
+def test_assignment_is_disjoint_and_complete(kinds, world, workers):
+    # True: a byte range (whole); False: a row-offset partition (cut into stripes)
+    parts = stripe_partitions([Partition(f"p{i}", seekable=k) for i, k in enumerate(kinds)])
+    assert len(parts) == sum(1 if k else STRIPES for k in kinds)
+    consumers = world * workers
+    owned = [assign_partitions(parts, c, consumers) for c in range(consumers)]
+    flat = [p for o in owned for p in o]
+    assert sorted(p.key for p in flat) == sorted(p.key for p in parts)  # disjoint and complete
+    groups = {p.group for p in parts}
+    if len(groups) >= consumers:  # enough groups: nobody reads a file or shard another one reads
+        readers = [{p.group for p in o} for o in owned]
+        assert sum(len(r) for r in readers) == len(groups)
 
-    parts = [Partition(str(i)) for i in range(n_parts)]
-    owned = [p for c in range(world * workers) for p in assign_partitions(parts, c, world * workers)]
-    assert sorted(owned, key=lambda p: int(p.key)) == parts
+
+def test_stripes_split_rows_without_overlap(tmp_path):
+    path = tmp_path / "c.txt.gz"
+    path.write_bytes(gzip.compress("".join(f"r{i}\n" for i in range(1, 30)).encode()))
+    source = LocalLineTextSource(path)
+    stripes = stripe_partitions(source.partitions())
+    assert [p.key for p in stripes][:2] == ["00000:c.txt.gz/s0of8", "00000:c.txt.gz/s1of8"]
+    rows = [[t for t, r, _ in source.iter_partition(stripes[0], 0, p.owns_row) if p.owns_row(r)] for p in stripes]
+    assert rows[0] == ["r1", "r9", "r17", "r25"] and rows[7] == ["r8", "r16", "r24"]
+    assert sorted(t for r in rows for t in r) == sorted(f"r{i}" for i in range(1, 30))
 
 
 def test_custom_source_needs_only_two_methods():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llm.data.sources import Partition, Record, TextSource
+from llm.data.sources import Partition, Record, TextSource, Want
 
 DIGEST_BYTES = 16
 IN_MEMORY_WARNING = (
@@ -272,8 +272,10 @@ class DedupTextSource(TextSource):
     def partitions(self) -> list[Partition]:
         return self.inner.partitions()
 
-    def iter_partition(self, part: Partition, offset: int = 0) -> Iterator[Record]:
-        for text, after, _ in self.inner.iter_partition(part, offset):
+    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+        for text, after, _ in self.inner.iter_partition(part, offset, want):
+            if want is not None and not want(after):
+                continue  # another stripe's record: its reader dedups it
             d = self.digest(text)
             if self._is_new(d):
                 yield text, after, d

@@ -2,9 +2,14 @@
 
 A source is split into partitions that do not depend on the topology (files,
 byte ranges of a big uncompressed file aligned to line ends, parquet row groups,
-HF shards). `iter_partition(part, offset)` yields `(text, offset_after, digest)`;
+HF shards). `iter_partition(part, offset, want)` yields `(text, offset_after, digest)`;
 `offset` is a byte offset (uncompressed local files: a resume seeks) or a row
 count (compressed files, parquet, HF, custom sources: a resume re-skips rows).
+
+Row-offset partitions are further cut into `STRIPES` stripes (row r belongs to
+stripe (r - 1) % STRIPES), so that a single compressed file, HF shard or custom
+source still feeds several ranks; `want(row)` lets a reader skip other stripes'
+rows before parsing them.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import dis
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,9 @@ Record = tuple[str, int, "bytes | None"]
 TARGET_PARTITIONS = 64
 MIN_PARTITION_BYTES = 1 << 10
 MAX_PARTITION_BYTES = 64 << 20
+# Stripes per row-offset partition: fixed, so cursors do not depend on the topology.
+STRIPES = 8
+Want = Callable[[int], bool] | None
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,18 @@ class Partition:
     start: int = 0
     end: int | None = None
     shard: int | None = None
+    seekable: bool = False  # offsets are byte positions (else row counts)
+    stripe: int | None = None  # rows r with (r - 1) % stripes == stripe of the base partition
+    stripes: int = 1
+    base: str | None = None  # key of the partition this stripe cuts
+
+    @property
+    def group(self) -> str:
+        """Stripes of one base partition share a group: one reader serves them together."""
+        return self.base or self.key
+
+    def owns_row(self, row: int) -> bool:
+        return self.stripe is None or (row - 1) % self.stripes == self.stripe
 
 
 class TextSource:
@@ -64,8 +84,12 @@ class TextSource:
         """The fixed list of partitions of this source."""
         return [Partition(key="all")]
 
-    def iter_partition(self, part: Partition, offset: int = 0) -> Iterator[Record]:
-        """Records of one partition from `offset` on, each with the offset after it."""
+    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+        """Records of one partition from `offset` on, each with the offset after it.
+
+        `want(row)` (row-offset partitions only) may skip rows before they are parsed;
+        callers filter again, so honouring it is an optimisation.
+        """
         for i, text in enumerate(self.iter_texts(skip=offset), start=offset + 1):
             yield text, i, None
 
@@ -106,7 +130,7 @@ class LocalLineTextSource(TextSource):
             if _seekable(f):
                 for start in range(0, max(size, 1), self.partition_bytes):
                     end = min(start + self.partition_bytes, size)
-                    parts.append(Partition(f"{name}[{start}:{end}]", str(f), start, end))
+                    parts.append(Partition(f"{name}[{start}:{end}]", str(f), start, end, seekable=True))
             elif input_kind(f) == "parquet":
                 for rg in range(_row_groups(f)):
                     parts.append(Partition(f"{name}#rg{rg}", str(f), shard=rg))
@@ -114,14 +138,14 @@ class LocalLineTextSource(TextSource):
                 parts.append(Partition(name, str(f)))
         return parts
 
-    def iter_partition(self, part: Partition, offset: int = 0) -> Iterator[Record]:
+    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
         path = Path(part.path or "")
         if part.shard is not None:
-            yield from _iter_row_group(path, part.shard, self.text_column, offset)
-        elif _seekable(path):
+            yield from _iter_row_group(path, part.shard, self.text_column, offset, want)
+        elif part.seekable:
             yield from _iter_byte_range(path, part.start, part.end, offset, self.text_column)
         else:
-            yield from _iter_lines_counted(path, offset, self.text_column)
+            yield from _iter_lines_counted(path, offset, self.text_column, want)
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         for part in self.partitions():
@@ -173,19 +197,19 @@ def _iter_byte_range(
                 yield text, pos, None
 
 
-def _iter_lines_counted(path: Path, offset: int, column: str) -> Iterator[Record]:
+def _iter_lines_counted(path: Path, offset: int, column: str, want: Want = None) -> Iterator[Record]:
     """Compressed line files: `offset` counts lines, skipped by reading (no seek possible)."""
     kind = input_kind(path)
     with open_binary(path) as f:
         for line_no, line in enumerate(f, start=1):
-            if line_no <= offset:
+            if line_no <= offset or (want is not None and not want(line_no)):
                 continue
             text = record_text(line, path, line_no, column, kind)
             if text is not None:
                 yield text, line_no, None
 
 
-def _iter_row_group(path: Path, group: int, column: str, offset: int) -> Iterator[Record]:
+def _iter_row_group(path: Path, group: int, column: str, offset: int, want: Want = None) -> Iterator[Record]:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
@@ -194,6 +218,8 @@ def _iter_row_group(path: Path, group: int, column: str, offset: int) -> Iterato
         raise InputError(f"{path}: missing text column {column!r} (columns: {', '.join(names)}); set text_column")
     values = pf.read_row_group(group, columns=[column]).column(0).to_pylist()
     for row in range(offset, len(values)):
+        if want is not None and not want(row + 1):
+            continue
         text = values[row]
         if isinstance(text, str) and text.strip():
             yield text.strip(), row + 1, None
@@ -236,7 +262,7 @@ class HFStreamTextSource(TextSource):
         n = self._dataset().num_shards
         return [Partition(f"shard{i:05d}of{n}", shard=i) for i in range(n)]
 
-    def _rows(self, ds: Any, offset: int) -> Iterator[Record]:
+    def _rows(self, ds: Any, offset: int, want: Want = None) -> Iterator[Record]:
         if offset:
             ds = ds.skip(offset)  # HF streams cannot seek: the skipped rows are re-read
         row = offset
@@ -250,12 +276,14 @@ class HFStreamTextSource(TextSource):
                 )
             for text in batch[self.text_column]:
                 row += 1
+                if want is not None and not want(row):
+                    continue
                 if isinstance(text, str) and text.strip():
                     yield text.strip(), row, None
 
-    def iter_partition(self, part: Partition, offset: int = 0) -> Iterator[Record]:
+    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
         ds = self._dataset()
-        yield from self._rows(ds.shard(ds.num_shards, part.shard or 0, contiguous=True), offset)
+        yield from self._rows(ds.shard(ds.num_shards, part.shard or 0, contiguous=True), offset, want)
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         for text, _, _ in self._rows(self._dataset(), skip):
@@ -357,6 +385,29 @@ SOURCE_REGISTRY._register_builtin("dedup_local", _dedup(_local))
 SOURCE_REGISTRY._register_builtin("dedup_hf", _dedup(_hf))
 
 
+def stripe_partitions(parts: list[Partition], stripes: int = STRIPES) -> list[Partition]:
+    """Row-offset partitions cut into `stripes` stripes each; byte ranges stay whole."""
+    out: list[Partition] = []
+    for p in parts:
+        if p.seekable or stripes == 1:
+            out.append(p)
+            continue
+        for j in range(stripes):
+            out.append(replace(p, key=f"{p.key}/s{j}of{stripes}", stripe=j, stripes=stripes, base=p.key))
+    return out
+
+
 def assign_partitions(parts: list[Partition], consumer: int, consumers: int) -> list[Partition]:
-    """The partitions consumer `consumer` (= rank * workers + worker) owns: i % consumers."""
+    """The partitions consumer `consumer` (= rank * workers + worker) owns.
+
+    Whole groups (a byte range, or all stripes of one file / shard) go round robin
+    when there are at least as many groups as consumers, so nothing is read twice;
+    otherwise the stripes themselves do, and a group is read by several consumers,
+    each keeping its own stripes. Cursors are per partition, so any assignment can
+    resume from any other.
+    """
+    groups = list(dict.fromkeys(p.group for p in parts))
+    if len(groups) >= consumers:
+        mine = {g for i, g in enumerate(groups) if i % consumers == consumer}
+        return [p for p in parts if p.group in mine]
     return [p for i, p in enumerate(parts) if i % consumers == consumer]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,15 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from llm.data.packing import PartitionPacker, new_cursor, to_example
 from llm.data.readers import InputError
-from llm.data.sources import SOURCE_REGISTRY, Partition, Record, TextSource, assign_partitions
+from llm.data.sources import (
+    SOURCE_REGISTRY,
+    STRIPES,
+    Partition,
+    Record,
+    TextSource,
+    assign_partitions,
+    stripe_partitions,
+)
 
 STATE_VERSION = 1
 FINGERPRINT_MISMATCH = "stream source fingerprint mismatch"
@@ -105,7 +114,9 @@ class StreamingTextDataset(IterableDataset):
         begin = getattr(self.source, "begin", None)
         if begin is not None:
             begin()
-        parts = assign_partitions(self.source.partitions(), rank * n_workers + worker, world * n_workers)
+        parts = assign_partitions(
+            stripe_partitions(self.source.partitions()), rank * n_workers + worker, world * n_workers
+        )
         try:
             yield from self._batches(parts, worker)
         except InputError as e:
@@ -142,29 +153,65 @@ class StreamingTextDataset(IterableDataset):
                 del touched[key]
             return out
 
-        for part in parts:
-            cursor = self.cursors.get(part.key)
-            if cursor is not None and cursor.get("done"):
+        for group in _groups(parts):
+            live: list[tuple[Partition, PartitionPacker, deque]] = []
+            for part in group:
+                cursor = self.cursors.get(part.key)
+                if cursor is not None and cursor.get("done"):
+                    continue
+                live.append((part, PartitionPacker(L, eos, cursor), deque()))
+                touched[part.key] = live[-1][1:]  # type: ignore[assignment]
+            if not live:
                 continue
-            packer = PartitionPacker(L, eos, cursor)
-            queue: deque = deque()
-            touched[part.key] = (packer, queue)
-            records = self.source.iter_partition(part, packer.offset)
-            for chunk in _chunks(records, self.chunk_records, self.chunk_chars):
+            # stripes of one base are read together: one pass over the base serves them all
+            route = _router(live)
+            start = min(packer.offset for _, packer, _ in live)
+            base = live[0][0]
+            if base.base is not None:
+                base = replace(base, key=base.base, stripe=None, stripes=1, base=None)
+            records = self.source.iter_partition(base, start, lambda row, r=route: r(row) is not None)
+            mine = (r for r in records if route(r[1]) is not None)  # sources may ignore `want`
+            for chunk in _chunks(mine, self.chunk_records, self.chunk_chars):
                 for (_, after, digest), ids in zip(chunk, _encode(self.tokenizer, [r[0] for r in chunk])):
+                    packer, queue = route(after)  # type: ignore[misc]
                     if digest is not None:
                         queue.append((packer.records + 1, digest))
                     for window in packer.feed(ids, after):
                         rows.append(window)
                         if len(rows) == self.batch_size:
                             yield batch()
-            for window in packer.finish():
-                rows.append(window)
-                if len(rows) == self.batch_size:
-                    yield batch()
+            for _, packer, _ in live:
+                for window in packer.finish():
+                    rows.append(window)
+                    if len(rows) == self.batch_size:
+                        yield batch()
         if rows:
             yield batch()
         yield {"_state": state(True)}
+
+
+def _groups(parts: list[Partition]) -> list[list[Partition]]:
+    """Owned partitions grouped by base (stripes of one file / shard together), in order."""
+    groups: dict[str, list[Partition]] = {}
+    for p in parts:
+        groups.setdefault(p.group, []).append(p)
+    return list(groups.values())
+
+
+def _router(live: list[tuple[Partition, PartitionPacker, deque]]):
+    """row -> (packer, digest queue) of the live partition that owns that row, or None."""
+    if live[0][0].stripe is None:
+        only = live[0][1:]
+        return lambda row: only
+    stripes = live[0][0].stripes
+    # a stripe resumes after its own cursor: rows up to it were consumed already
+    table = {p.stripe: (packer.offset, (packer, queue)) for p, packer, queue in live}
+
+    def route(row: int):
+        hit = table.get((row - 1) % stripes)
+        return hit[1] if hit is not None and row > hit[0] else None
+
+    return route
 
 
 def merge_stream_states(states: Iterable[dict]) -> dict:
@@ -254,11 +301,13 @@ class StreamingTextDataModule:
             **self.source.source_fingerprint(),
             "tokenizer": self.tokenizer.fingerprint(),
             "max_seq_len": self.max_seq_len,
+            "stripes": STRIPES,
         }
 
     def partitions(self) -> list[Partition]:
+        """The stream's fixed partitions: byte ranges whole, row-offset partitions in stripes."""
         if self._parts is None:
-            self._parts = self.source.partitions()
+            self._parts = stripe_partitions(self.source.partitions())
         return self._parts
 
     def _own(self) -> list[Partition]:
