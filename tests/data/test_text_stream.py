@@ -150,7 +150,10 @@ def test_exact_resume_txt(tmp_path, workers):
     assert run_stream(config, state, None)[0] == []
 
 
-@pytest.mark.parametrize("kind, workers", [("jsonl.zst", 0), ("jsonl.zst", 2), ("parquet", 2), ("hf", 0), ("hf", 2)])
+@pytest.mark.parametrize(
+    "kind, workers",
+    [("jsonl.zst", 0), ("jsonl.zst", 2), ("parquet", 0), ("parquet", 2), ("hf", 0), ("hf", 2)],
+)
 def test_exact_resume_other_sources(tmp_path, kind, workers):
     path = write_corpus(tmp_path, kind, n=300)
     config = {"kind": kind, "path": str(path), "L": 16, "batch": 4, "workers": workers}
@@ -185,6 +188,15 @@ def test_one_compressed_file_feeds_several_ranks(tmp_path):
     halves = [[r for b in m.train_dataloader() for r in rows({k: v.numpy() for k, v in b.items()})] for m in two]
     assert halves[0] and halves[1]
     assert sorted(halves[0] + halves[1]) == sorted(r for s in single for r in rows(s))
+
+
+@pytest.mark.parametrize("kind", ["hf", "parquet"])
+def test_other_topologies_hf_and_parquet(tmp_path, kind):
+    path = write_corpus(tmp_path, kind, n=300)
+    config = {"kind": kind, "path": str(path), "L": 16, "batch": 4, "workers": 2, "world": 1}
+    others = [{**config, "workers": 0, "world": 2}, {**config, "workers": 1, "world": 3}]
+    check_resume(run_stream, config, stops=[17], resume_configs=others, exact=False,
+                 split_records=rows, fresh_process=False)
 
 
 def test_two_ranks_read_disjoint_partitions(tmp_path):
