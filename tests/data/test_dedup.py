@@ -189,3 +189,19 @@ def test_dedup_source_fingerprint(tmp_path):
     with pytest.warns(UserWarning):
         fp = DedupTextSource(LocalLineTextSource(path), "xxh3_128").source_fingerprint()
     assert fp["type"] == "dedup" and fp["hash_algo"] == "xxh3_128" and fp["inner"]["type"] == "local"
+
+
+def test_state_without_a_seen_file_leaves_the_file_alone(tmp_path):
+    seen = tmp_path / "seen.bin"
+    earlier = module_for(write_txt(tmp_path / "old.txt", ["o1", "o2"]), seen)
+    take(earlier)
+    earlier.state_dict()
+    path = write_txt(tmp_path / "a.txt", ["o1", "n1", "n2", "n3"])
+    with pytest.warns(UserWarning, match="in-memory only"):
+        in_memory = module_for(path)
+    take(in_memory, 1)
+    state = in_memory.state_dict()
+    persisted = module_for(path, seen)
+    persisted.load_state_dict(state)
+    assert seen.stat().st_size == 2 * DIGEST_BYTES  # not truncated to the state's count of 0
+    assert text_digest("o1") in persisted.source.committed and text_digest("o2") in persisted.source.committed

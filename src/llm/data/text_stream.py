@@ -454,4 +454,5 @@ class StreamingTextDataModule:
         self._uncommitted = []
         seen = state.get("seen_hashes")
         if seen and hasattr(self.source, "load_committed"):
-            self.source.load_committed(seen["count"] if seen.get("path") else 0)  # type: ignore[attr-defined]
+            # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
+            self.source.load_committed(seen["count"] if seen.get("path") else None)  # type: ignore[attr-defined]
