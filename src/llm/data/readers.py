@@ -90,7 +90,7 @@ def _json_text(line: bytes, path: Path | str, line_no: int, text_column: str) ->
         raise InputError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
     if text_column not in record:
         keys = ", ".join(sorted(record)) or "none"
-        raise InputError(f"{path}:{line_no}: missing text column {text_column!r} (keys: {keys}); set --text-column")
+        raise InputError(f"{path}:{line_no}: missing text column {text_column!r} (keys: {keys}); set text_column (CLI: --text-column)")
     text = record[text_column]
     if not isinstance(text, str):
         raise InputError(f"{path}:{line_no}: column {text_column!r} is {type(text).__name__}, expected a string")
@@ -159,7 +159,7 @@ def iter_parquet_texts(path: Path | str, text_column: str = "text") -> Iterator[
         raise InputError(f"{path}: cannot read parquet file ({e})") from None
     names = pf.schema_arrow.names
     if text_column not in names:
-        raise InputError(f"{path}: missing text column {text_column!r} (columns: {', '.join(names)}); set --text-column")
+        raise InputError(f"{path}: missing text column {text_column!r} (columns: {', '.join(names)}); set text_column (CLI: --text-column)")
     for batch in pf.iter_batches(columns=[text_column], batch_size=8192):
         for text in batch.column(0).to_pylist():
             if isinstance(text, str) and text.strip():

@@ -168,8 +168,8 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, path: str | Path)
     tok.train_from_iterator(texts, trainer=trainer)
     path = Path(path)
     if path.suffix != ".json":
-        path.mkdir(parents=True, exist_ok=True)
         path = path / "tokenizer.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(path))
     return path
 
