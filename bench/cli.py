@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=None, help="raw JSON (default bench/results/<time>.json)")
     p.add_argument("--docs-dir", type=Path, default=REPO_ROOT / "docs")
     p.add_argument("--no-docs", action="store_true", help="don't write docs/benchmarks.md and .png")
+    p.add_argument("--profile", action="store_true",
+                   help="also run each of our cases once under cProfile (bench/results/profiles/)")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -97,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = suite.Context(cache_dir=args.cache_dir, corpus_mb=args.corpus_mb, tokenizer=tok_path,
                         python=args.python, peer_python=args.peer_python, repeat=args.repeat,
                         workers=args.workers, contestants=contestants, log=not args.quiet,
-                        resume_at=[int(x) for x in args.resume_at.split(",") if x])
+                        resume_at=[int(x) for x in args.resume_at.split(",") if x],
+                        profile_dir=(args.cache_dir / "profiles") if args.profile else None)
     started = time.time()
     suite.probe(ctx)
     suite.setup(ctx)
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "duration_s": round(time.time() - started, 1),
         },
         "scenarios": scenarios,
+        "profiles": ctx.profiles,
     }
     results["targets"] = report.targets(results)
     out = args.results or (REPO_ROOT / "bench" / "results" /

@@ -167,9 +167,33 @@ def markdown(results: dict) -> str:
         if key in s:
             title, cols = sections[key]
             md += ["", f"## {title}", "", *_table(s[key], cols)]
+    if results.get("profiles"):
+        md += ["", "## Where our time goes (cProfile, one extra run per case)", ""]
+        for prof in results["profiles"]:
+            md += [f"- {prof['scenario']} {prof['case']}: `{prof['path']}`"]
+            md += [f"  - {line}" for line in _top_functions(prof["path"])]
     if results.get("notes"):
         md += ["", "## Notes", "", *results["notes"]]
     return "\n".join(md) + "\n"
+
+
+def _top_functions(path: str, n: int = 6) -> list[str]:
+    """The first n rows of the 'by internal time' listing that profiling.py wrote."""
+    try:
+        text = Path(path).read_text().split("--- by internal time ---", 1)[1]
+    except (OSError, IndexError):
+        return []
+    rows, started = [], False
+    for line in text.splitlines():
+        if line.strip().startswith("ncalls"):
+            started = True
+        elif started and line.strip():
+            parts = line.split(None, 5)
+            if len(parts) == 6:
+                rows.append(f"{parts[5].strip()}: {parts[1]} s own, {parts[3]} s cumulative")
+        if len(rows) >= n:
+            break
+    return rows
 
 
 def chart(results: dict, path: Path) -> None:

@@ -40,6 +40,8 @@ class Context:
     tokens: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
     resume_at: list[int] = field(default_factory=lambda: [10, 50, 90])
+    profile_dir: Path | None = None
+    profiles: list = field(default_factory=list)
     references: dict = field(default_factory=dict)
     epoch_batches: dict = field(default_factory=dict)
 
@@ -137,6 +139,14 @@ def _interleave(ctx: Context, cases: list[tuple[str, str, str, dict]]) -> dict:
         for who, case, scenario, spec in cases:
             ctx.say(f"rep {rep + 1}/{ctx.repeat}: {scenario} {who} {case}")
             runs.setdefault((who, case), []).append(ctx.run(who, scenario, **dict(spec)))
+    if ctx.profile_dir:
+        # One extra run of ours under cProfile per case, kept out of the statistics (cProfile slows it).
+        for who, case, scenario, spec in cases:
+            if who == "ours":
+                ctx.say(f"profiling {scenario} {who} {case}")
+                res = ctx.run(who, scenario, **dict(spec), profile_dir=str(ctx.profile_dir))
+                if "profile" in res:
+                    ctx.profiles.append({"scenario": scenario, "case": case, "path": res["profile"]})
     return runs
 
 

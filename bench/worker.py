@@ -14,7 +14,13 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     module = importlib.import_module(f"bench.runners.{spec['impl']}")
     try:
-        result = getattr(module, spec["scenario"])(spec)
+        fn = getattr(module, spec["scenario"])
+        if spec.get("profile_dir"):
+            from bench.profiling import profiled
+
+            result = profiled(fn, spec, spec["profile_dir"])
+        else:
+            result = fn(spec)
     except Exception as exc:  # reported, not raised: the harness records the failure and moves on
         traceback.print_exc()
         emit({"error": f"{type(exc).__name__}: {exc}"[:2000]})
