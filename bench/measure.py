@@ -16,6 +16,25 @@ RESULT_PREFIX = "BENCH_RESULT "
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def _tree_pss(root: psutil.Process) -> int:
+    """Sum of PSS over the tree: shared pages (torch's libraries in forked workers) counted once."""
+    pss = 0
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        try:
+            with open(f"/proc/{p.pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError):
+            continue
+    return pss
+
+
 def _tree_memory(root: psutil.Process) -> tuple[int, int]:
     """(sum of RSS, sum of anonymous RSS) over a process and all its descendants, in bytes."""
     rss = anon = 0
@@ -42,14 +61,18 @@ class _Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.proc = psutil.Process(pid)
         self.every_s = every_s
-        self.peak_rss = self.peak_anon = 0
+        self.peak_rss = self.peak_anon = self.peak_pss = 0
         self._stop_evt = threading.Event()
 
     def run(self) -> None:
+        tick = 0
         while not self._stop_evt.is_set():
             rss, anon = _tree_memory(self.proc)
             self.peak_rss = max(self.peak_rss, rss)
             self.peak_anon = max(self.peak_anon, anon)
+            if tick % 10 == 0:  # smaps_rollup walks page tables: sample it 10x less often
+                self.peak_pss = max(self.peak_pss, _tree_pss(self.proc))
+            tick += 1
             self._stop_evt.wait(self.every_s)
 
     def stop(self) -> None:
@@ -94,7 +117,7 @@ def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | N
         tail = "\n".join((err or out).strip().splitlines()[-6:])
         result = {"error": f"exit {proc.returncode}: {tail}"}
     result.update(peak_rss_mb=sampler.peak_rss / 2**20, peak_anon_mb=sampler.peak_anon / 2**20,
-                  wall_s=wall)
+                  peak_pss_mb=sampler.peak_pss / 2**20, wall_s=wall)
     return result
 
 

@@ -209,7 +209,7 @@ def scenario_stream(ctx: Context) -> list[dict]:
         if ok:
             ctx.epoch_batches[who] = ok[0]["batches"]
     return _rows(runs, ["tokens_per_s", "steady_tokens_per_s", "first_batch_s", "peak_rss_mb",
-                        "peak_anon_mb"])
+                        "peak_anon_mb", "peak_pss_mb"])
 
 
 def scenario_integrity(ctx: Context) -> list[dict]:
@@ -340,7 +340,7 @@ def scenario_scale(ctx: Context) -> list[dict]:
             if d:
                 cases.append((who, f"{tag}, {nw} workers", "stream", {"data_dir": str(d), "num_workers": nw}))
     runs = _interleave(ctx, cases)
-    return _rows(runs, ["peak_rss_mb", "peak_anon_mb", "tokens_per_s"])
+    return _rows(runs, ["peak_rss_mb", "peak_anon_mb", "peak_pss_mb", "tokens_per_s"])
 
 
 def clean(ctx: Context) -> None:
