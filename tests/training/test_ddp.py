@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
+import psutil
+import pytest
 import torch
 import yaml
 
@@ -50,15 +52,26 @@ def _env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
 
 
+def _kill_tree(pid: int) -> None:
+    """Kill a process and all its descendants (torchrun starts its workers in new sessions)."""
+    try:
+        parent = psutil.Process(pid)
+        family = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for p in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+
+
 def _run(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    """Run in its own session so that a hang is cleaned up whole (torchrun's workers included)."""
-    with subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True) as proc:
+    """Run with a time limit; a hang is cleaned up whole, torchrun's workers included."""
+    with subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
-            out, err = proc.communicate(timeout=300)
+            out, err = proc.communicate(timeout=240)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
+            _kill_tree(proc.pid)
+            out, err = proc.communicate(timeout=30)
             raise AssertionError(f"{' '.join(cmd)} hung\n{out}\n{err}") from None
     if check:
         assert proc.returncode == 0, out + err
@@ -81,6 +94,7 @@ def _documents(out_dir: Path, rank: int, steps: range) -> list[bytes]:
     return docs
 
 
+@pytest.mark.timeout(560)
 def test_two_ranks_disjoint_data_and_exact_resume_after_kill(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "demo.txt", 400)
     tree = tiny_tree(
