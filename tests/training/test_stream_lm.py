@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from llm.training.checkpoint import load_checkpoint
 from llm.training.core.loading import build_config
 from llm.training.trainer import Trainer
 from tests.resume import check_resume
 from tests.training.test_trainer import (
+    REPO,
     kill9_then_resume_matches_uninterrupted,
     run_trainer,
     tiny_tree,
@@ -55,3 +58,26 @@ def test_stream_fingerprint_mismatch_names_both(tmp_path: Path) -> None:
     resume["data"] = {**tree["data"], "dataset_path": str(other)}
     with pytest.raises(ValueError, match=r"stream source fingerprint mismatch: checkpoint .*step_2 was written for .*demo.txt.* but this config streams .*other.txt"):
         Trainer(build_config(resume), "stream_lm", log=lambda _: None)
+
+
+def test_c4_shaped_config_dedup_hf_on_local_files_resumes_exactly(tmp_path: Path, monkeypatch) -> None:
+    """configs/streaming_c4.yaml's pipeline (dedup_hf, persisted seen-set) on local JSON shards."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # nothing may come from the hub
+    for shard in range(2):
+        rows = [f"shard {shard} record {i} {'xyz'[i % 3] * (i % 5)}" for i in range(150)]
+        rows += [f"a duplicate shared by every shard {i}" for i in range(0, 150, 10)]
+        (tmp_path / f"part-{shard}.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
+    tree = yaml.safe_load((REPO / "configs" / "streaming_c4.yaml").read_text())
+    assert tree["data"]["data_source"] == "dedup_hf" and tree["data"]["write_seen_hashes"]
+    tree["data"].update(
+        dataset_name="json", dataset_config=None, dataset_path=str(tmp_path / "part-*.jsonl"),
+        max_seq_len=32, steps_per_epoch=4, num_workers=0,
+    )
+    tree["model"] = {"d_model": 32, "n_layers": 2, "n_heads": 2}
+    tree["training"].update(batch_size=4, epochs=2, warmup_steps=2, deterministic=True)
+    tree["checkpoint"].update(save_interval_steps=2)
+    kill9_then_resume_matches_uninterrupted(tmp_path, "stream_lm", tree)
+    ckpt = load_checkpoint(tmp_path / "run" / "latest")
+    source = ckpt["stream_source"]
+    assert source["type"] == "dedup" and source["inner"]["type"] == "hf" and source["hash_algo"] == "xxh3_128"
+    assert ckpt["stream_data"]["seen_hashes"]["count"] > 0

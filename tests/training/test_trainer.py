@@ -117,8 +117,8 @@ _KILLED_RUN = textwrap.dedent(
                 os.kill(os.getpid(), signal.SIGKILL)  # no clean-up, no final checkpoint
         return callback
 
-    cfg = load_config(sys.argv[1], {"checkpoint.checkpoint_dir": sys.argv[2]})
-    Trainer(cfg, sys.argv[3], callbacks=[kill_at(int(sys.argv[4]))]).fit()
+    cfg = load_config(sys.argv[1], dict(a.split("=", 1) for a in sys.argv[4:]))
+    Trainer(cfg, sys.argv[2], callbacks=[kill_at(int(sys.argv[3]))]).fit()
     """
 )
 
@@ -130,29 +130,41 @@ def train_cli(args: list[str], cwd: Path) -> str:
     return proc.stdout
 
 
+def _run_overrides(tmp_path: Path, name: str, tree: dict) -> list[str]:
+    """Per-run paths: its checkpoint_dir, and its own dedup seen-set when the config keeps one."""
+    sets = [f"checkpoint.checkpoint_dir={tmp_path / name}"]
+    if tree["data"].get("seen_hashes_path"):
+        sets.append(f"data.seen_hashes_path={tmp_path / (name + '.seen')}")
+    return sets
+
+
 def kill9_then_resume_matches_uninterrupted(tmp_path: Path, task: str, tree: dict) -> None:
-    """Shared by the lm and stream_lm tests: kill -9 at step 5, resume from step_4, compare step_8."""
+    """Shared by the task tests: kill -9 at step 5, resume from step_4, compare step_8."""
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(tree))
-    train_cli(["--task", task, "--config-path", str(cfg), "--set", f"checkpoint.checkpoint_dir={tmp_path / 'ref'}"], tmp_path)
+    ref_sets = _run_overrides(tmp_path, "ref", tree)
+    train_cli(["--task", task, "--config-path", str(cfg), *(x for s in ref_sets for x in ("--set", s))], tmp_path)
     script = tmp_path / "killed.py"
     script.write_text(_KILLED_RUN)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.run([sys.executable, str(script), str(cfg), str(tmp_path / "run"), task, "5"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    run_sets = _run_overrides(tmp_path, "run", tree)
+    proc = subprocess.run([sys.executable, str(script), str(cfg), task, "5", *run_sets], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert load_checkpoint(tmp_path / "run" / "latest")["step"] == 4
-    out = train_cli(
-        ["--task", task, "--config-path", str(cfg), "--set", f"checkpoint.checkpoint_dir={tmp_path / 'run'}",
-         "--set", f"checkpoint.resume_from_checkpoint={tmp_path / 'run' / 'latest'}"],
-        tmp_path,
-    )
+    resume_sets = [*run_sets, f"checkpoint.resume_from_checkpoint={tmp_path / 'run' / 'latest'}"]
+    out = train_cli(["--task", task, "--config-path", str(cfg), *(x for s in resume_sets for x in ("--set", s))], tmp_path)
     assert "resumed from" in out and "at step 4" in out
     ref, resumed = load_checkpoint(tmp_path / "ref" / "latest"), load_checkpoint(tmp_path / "run" / "latest")
     assert ref["step"] == resumed["step"] == 8
     for name, tensor in ref["model_state_dict"].items():
         assert torch.equal(tensor, resumed["model_state_dict"][name]), name
-    assert ref["stream_data"] == resumed["stream_data"]
+    assert _without_paths(ref["stream_data"]) == _without_paths(resumed["stream_data"])
     assert ref["optimizer_state_dict"]["state"][0]["step"] == resumed["optimizer_state_dict"]["state"][0]["step"]
+
+
+def _without_paths(state: dict) -> dict:
+    """The data state minus where each run keeps its own seen-set file."""
+    return {k: ({**v, "path": None} if k == "seen_hashes" else v) for k, v in state.items()}
 
 
 def test_kill_9_between_checkpoints_then_resume_reaches_same_weights_lm(tmp_path: Path) -> None:
