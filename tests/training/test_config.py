@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +103,17 @@ def test_flags_override_yaml(tmp_path: Path) -> None:
 def test_shipped_configs_validate_offline(name: str) -> None:
     cfg = load_config(REPO / "configs" / name)
     assert cfg.data.steps_per_epoch and cfg.checkpoint.checkpoint_dir
+
+
+def test_c4_config_offline_fails_with_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    small = ["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2",
+             "--set", f"checkpoint.checkpoint_dir={tmp_path / 'ck'}", "--set", f"data.seen_hashes_path={tmp_path / 'seen'}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm.training.train", "--task", "stream_lm",
+         "--config-path", str(REPO / "configs" / "streaming_c4.yaml"), *small],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("llm-train: error: ") and "allenai/c4" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

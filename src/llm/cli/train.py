@@ -68,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             trainer = Trainer(config, args.task)
             trainer.fit()
-        except (InputError, FileNotFoundError, ValueError) as exc:
+        except (InputError, OSError, ValueError) as exc:
+            # OSError: missing files and unreachable hubs (datasets raises ConnectionError).
             if os.environ.get("LLM_DEBUG"):
                 raise
             return _fail(str(exc))
