@@ -32,11 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, code: int = 2) -> int:
     rank = os.environ.get("RANK")
     prefix = f"llm-train (rank {rank})" if rank not in (None, "0") else "llm-train"
     print(f"{prefix}: error: {message}", file=sys.stderr)
-    return 2
+    return code
 
 
 def _leave_process_group() -> None:
@@ -68,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             trainer = Trainer(config, args.task)
             trainer.fit()
+        except KeyboardInterrupt:
+            last = trainer.last_checkpoint if trainer is not None else None
+            where = f"; resume from {last}" if last else ""
+            step = trainer.step if trainer is not None else 0
+            return _fail(f"interrupted at step {step}{where}", code=130)
         except (InputError, OSError, ValueError) as exc:
             # OSError: missing files and unreachable hubs (datasets raises ConnectionError).
             if os.environ.get("LLM_DEBUG"):
