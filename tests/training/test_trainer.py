@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -148,8 +149,15 @@ def kill9_then_resume_matches_uninterrupted(tmp_path: Path, task: str, tree: dic
     script.write_text(_KILLED_RUN)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
     run_sets = _run_overrides(tmp_path, "run", tree)
-    proc = subprocess.run([sys.executable, str(script), str(cfg), task, "5", *run_sets], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    # Its own session: DataLoader workers orphaned by the kill may linger holding our pipes,
+    # so wait for the trainer process itself, then kill whatever is left of its group.
+    with subprocess.Popen([sys.executable, str(script), str(cfg), task, "5", *run_sets], cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        returncode = proc.wait(timeout=300)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    assert returncode == -signal.SIGKILL, err
     assert load_checkpoint(tmp_path / "run" / "latest")["step"] == 4
     resume_sets = [*run_sets, f"checkpoint.resume_from_checkpoint={tmp_path / 'run' / 'latest'}"]
     out = train_cli(["--task", task, "--config-path", str(cfg), *(x for s in resume_sets for x in ("--set", s))], tmp_path)
