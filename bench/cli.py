@@ -42,7 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--docs-dir", type=Path, default=REPO_ROOT / "docs")
     p.add_argument("--no-docs", action="store_true", help="don't write docs/benchmarks.md and .png")
     p.add_argument("--profile", action="store_true",
-                   help="also run each of our cases once under cProfile (bench/results/profiles/)")
+                   help="also run our cases once under py-spy (or cProfile); summaries go in the report")
+    p.add_argument("--min-stream-tokens", type=float, default=40e6,
+                   help="stream/scale run enough epochs to deliver this many tokens (default 40e6)")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                         python=args.python, peer_python=args.peer_python, repeat=args.repeat,
                         workers=args.workers, contestants=contestants, log=not args.quiet,
                         resume_at=[int(x) for x in args.resume_at.split(",") if x],
-                        profile_dir=(args.cache_dir / "profiles") if args.profile else None)
+                        profile_dir=(args.cache_dir / "profiles") if args.profile else None,
+                        min_stream_tokens=int(args.min_stream_tokens))
     started = time.time()
     suite.probe(ctx)
     suite.setup(ctx)
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             "corpus_mb": args.corpus_mb, "corpus": {k: ctx.corpus[k] for k in ("documents", "text_bytes", "sha256")},
             "tokenizer": Path(tok_path).name, "tokenizer_name": tok_name, "tokens": ctx.tokens["tokens"],
             "repeat": args.repeat, "workers": args.workers, "block_size": 2049, "batch_size": 8,
-            "resume_at": ctx.resume_at,
+            "resume_at": ctx.resume_at, "min_stream_tokens": ctx.min_stream_tokens,
             "skipped": ctx.skipped, "versions": _versions(ctx),
             "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, load average at start "
                        f"{os.getloadavg()[0]:.1f}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -80,8 +81,12 @@ class _Sampler(threading.Thread):
         self.join()
 
 
-def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | None = None) -> dict:
-    """Run `python -m bench.worker SPEC`; return its result dict plus peak_rss_mb / peak_anon_mb / wall_s.
+def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | None = None,
+               wrap: list[str] | None = None) -> dict:
+    """Run `python -m bench.worker SPEC`; return its result plus peak RSS/PSS/anon MB, wall_s, cpu_s.
+
+    cpu_s is the user+system time of the whole process tree (every descendant is reaped by its
+    parent, so RUSAGE_CHILDREN covers it): less sensitive than wall time to a busy machine.
 
     Failures come back as {"error": "..."} instead of raising, so one broken peer never stops the run.
     """
@@ -91,9 +96,10 @@ def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | N
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     if env:
         full_env.update(env)
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [python, "-m", "bench.worker", json.dumps(spec)], cwd=REPO_ROOT, env=full_env,
+        [*(wrap or []), python, "-m", "bench.worker", json.dumps(spec)], cwd=REPO_ROOT, env=full_env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     sampler = _Sampler(proc.pid)
@@ -109,6 +115,8 @@ def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | N
     finally:
         sampler.stop()
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     result: dict | None = None
     for line in out.splitlines():
         if line.startswith(RESULT_PREFIX):
@@ -117,7 +125,7 @@ def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | N
         tail = "\n".join((err or out).strip().splitlines()[-6:])
         result = {"error": f"exit {proc.returncode}: {tail}"}
     result.update(peak_rss_mb=sampler.peak_rss / 2**20, peak_anon_mb=sampler.peak_anon / 2**20,
-                  peak_pss_mb=sampler.peak_pss / 2**20, wall_s=wall)
+                  peak_pss_mb=sampler.peak_pss / 2**20, wall_s=wall, cpu_s=cpu)
     return result
 
 

@@ -174,10 +174,11 @@ def markdown(results: dict) -> str:
             title, cols = sections[key]
             md += ["", f"## {title}", "", *_table(s[key], cols)]
     if results.get("profiles"):
-        md += ["", "## Where our time goes (cProfile, one extra run per case)", ""]
+        md += ["", "## Where our time goes (one extra, profiled run of ours per case)", ""]
         for prof in results["profiles"]:
-            md += [f"- {prof['scenario']} {prof['case']}: `{prof['path']}`"]
-            md += [f"  - {line}" for line in _top_functions(prof["path"])]
+            md += [f"- {prof['scenario']} {prof['case']} ({prof.get('tool', 'cProfile')}): `{prof['path']}`"]
+            lines = prof.get("top") or _top_functions(prof["path"])
+            md += [f"  - {line}" for line in lines]
     if results.get("notes"):
         md += ["", "## Notes", "", *results["notes"]]
     return "\n".join(md) + "\n"

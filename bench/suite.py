@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import shutil
 import statistics
 import sys
@@ -41,6 +43,7 @@ class Context:
     skipped: dict = field(default_factory=dict)
     resume_at: list[int] = field(default_factory=lambda: [10, 50, 90])
     profile_dir: Path | None = None
+    min_stream_tokens: int = 40_000_000
     profiles: list = field(default_factory=list)
     references: dict = field(default_factory=dict)
     epoch_batches: dict = field(default_factory=dict)
@@ -57,9 +60,9 @@ class Context:
     def python_for(self, who: str) -> str:
         return self.peer_python if who == "mosaic" else self.python
 
-    def run(self, who: str, scenario: str, **spec) -> dict:
+    def run(self, who: str, scenario: str, wrap: list[str] | None = None, **spec) -> dict:
         spec.update(impl=_MODULE[who], scenario=scenario)
-        res = run_worker(self.python_for(who), spec)
+        res = run_worker(self.python_for(who), spec, wrap=wrap)
         if "error" in res:
             self.say(f"{who} {scenario} failed: {res['error'].splitlines()[-1][:300]}")
         return res
@@ -140,14 +143,34 @@ def _interleave(ctx: Context, cases: list[tuple[str, str, str, dict]]) -> dict:
             ctx.say(f"rep {rep + 1}/{ctx.repeat}: {scenario} {who} {case}")
             runs.setdefault((who, case), []).append(ctx.run(who, scenario, **dict(spec)))
     if ctx.profile_dir:
-        # One extra run of ours under cProfile per case, kept out of the statistics (cProfile slows it).
-        for who, case, scenario, spec in cases:
-            if who == "ours":
-                ctx.say(f"profiling {scenario} {who} {case}")
-                res = ctx.run(who, scenario, **dict(spec), profile_dir=str(ctx.profile_dir))
-                if "profile" in res:
-                    ctx.profiles.append({"scenario": scenario, "case": case, "path": res["profile"]})
+        _profile(ctx, cases)
     return runs
+
+
+def _profile(ctx: Context, cases: list[tuple[str, str, str, dict]]) -> None:
+    """One extra run of ours per (scenario, workers), profiled, kept out of the statistics."""
+    from bench.profiling import py_spy, py_spy_command, summarize_raw
+
+    done = set()
+    for who, case, scenario, spec in cases:
+        key = (scenario, spec.get("num_workers"))
+        if who != "ours" or key in done:
+            continue
+        done.add(key)
+        name = re.sub(r"[^A-Za-z0-9]+", "_", f"{scenario}-{case}").strip("_")
+        ctx.profile_dir.mkdir(parents=True, exist_ok=True)
+        ctx.say(f"profiling {scenario} {who} {case}")
+        if py_spy():  # every process of the tree: workers are where the work is
+            raw = ctx.profile_dir / f"{name}.raw.txt"
+            res = ctx.run(who, scenario, wrap=py_spy_command(raw), **dict(spec))
+            top = summarize_raw(raw) if raw.exists() else [res.get("error", "no profile")]
+            ctx.profiles.append({"scenario": scenario, "case": case, "path": str(raw), "tool": "py-spy",
+                                 "top": top})
+        else:
+            res = ctx.run(who, scenario, profile_dir=str(ctx.profile_dir), profile_name=name, **dict(spec))
+            if "profile" in res:
+                ctx.profiles.append({"scenario": scenario, "case": case, "path": res["profile"],
+                                     "tool": "cProfile (main process only)"})
 
 
 def _stat(runs: list[dict], key: str) -> dict | None:
@@ -195,19 +218,27 @@ def scenario_prepare(ctx: Context) -> list[dict]:
     return _rows(runs, ["mb_per_s", "tokens_per_s", "seconds", "peak_rss_mb"], derive)
 
 
+def _epochs(ctx: Context, copies: int = 1) -> int:
+    """Enough epochs that a small corpus still streams min_stream_tokens (one at 200 MB)."""
+    return max(1, math.ceil(ctx.min_stream_tokens / (ctx.tokens["tokens"] * copies)))
+
+
 def scenario_stream(ctx: Context) -> list[dict]:
     cases = []
+    ep = _epochs(ctx)
     for nw in (0, ctx.workers):
         for who in ("ours", "litdata", "mosaic"):
             if ctx.active(who) and (d := ensure_dataset(ctx, who)):
-                cases.append((who, f"{nw} workers", "stream", {"data_dir": str(d), "num_workers": nw}))
+                cases.append((who, f"{nw} workers", "stream",
+                              {"data_dir": str(d), "num_workers": nw, "epochs": ep}))
         if nw == 0 and ctx.active("limit"):
-            cases.append(("limit", "0 workers", "stream", {"index": str(ctx.work_dir / "tokens.json")}))
+            cases.append(("limit", "0 workers", "stream",
+                          {"index": str(ctx.work_dir / "tokens.json"), "epochs": ep}))
     runs = _interleave(ctx, cases)
     for (who, _case), rs in runs.items():
         ok = [r for r in rs if "error" not in r]
         if ok:
-            ctx.epoch_batches[who] = ok[0]["batches"]
+            ctx.epoch_batches[who] = ok[0]["batches"] // ep
     return _rows(runs, ["tokens_per_s", "steady_tokens_per_s", "first_batch_s", "peak_rss_mb",
                         "peak_anon_mb", "peak_pss_mb"])
 
@@ -338,7 +369,8 @@ def scenario_scale(ctx: Context) -> list[dict]:
         for tag, copies in (("1x", 1), ("4x", 4)):
             d = ensure_dataset(ctx, who, tag, copies)
             if d:
-                cases.append((who, f"{tag}, {nw} workers", "stream", {"data_dir": str(d), "num_workers": nw}))
+                cases.append((who, f"{tag}, {nw} workers", "stream",
+                              {"data_dir": str(d), "num_workers": nw, "epochs": _epochs(ctx, copies)}))
     runs = _interleave(ctx, cases)
     return _rows(runs, ["peak_rss_mb", "peak_anon_mb", "peak_pss_mb", "tokens_per_s"])
 

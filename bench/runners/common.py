@@ -63,6 +63,12 @@ def consume(batches: Iterable, t0: float, hash_blocks: bool = False, max_batches
     return out
 
 
+def epochs(loader, n: int) -> Iterator:
+    """n epochs of a loader: iterating it again starts the next (reshuffled) epoch, for every peer."""
+    for _ in range(n):
+        yield from loader
+
+
 def save_hashes(result: dict, path: str | None) -> None:
     """Move the block hashes out of the result into an .npy file (the JSON stays small)."""
     hashes = result.pop("_hashes", None)

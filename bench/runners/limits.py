@@ -73,10 +73,10 @@ def stream(spec: dict) -> dict:
     mm = np.memmap(meta["path"], dtype=np.dtype(meta["dtype"]), mode="r")
     n_blocks = len(mm) // BLOCK
     blocks = mm[: n_blocks * BLOCK].reshape(n_blocks, BLOCK)
-    perm = np.random.default_rng(spec.get("seed", 42)).permutation(n_blocks)
-
     def batches():
-        for i in range(0, n_blocks, BATCH):
-            yield torch.from_numpy(blocks[perm[i:i + BATCH]].astype(np.int64))
+        for epoch in range(spec.get("epochs", 1)):
+            perm = np.random.default_rng(spec.get("seed", 42) + epoch).permutation(n_blocks)
+            for i in range(0, n_blocks, BATCH):
+                yield torch.from_numpy(blocks[perm[i:i + BATCH]].astype(np.int64))
 
     return consume(batches(), t0)

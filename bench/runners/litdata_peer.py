@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from bench.runners.common import BATCH, BLOCK, PretokenizedDocs, consume, save_hashes
+from bench.runners.common import BATCH, BLOCK, PretokenizedDocs, consume, epochs, save_hashes
 from bench.tok import TokenizeFile
 
 
@@ -51,7 +51,7 @@ def stream(spec: dict) -> dict:
     _import()
     t0 = time.perf_counter()
     loader = _loader(spec, spec["num_workers"])
-    res = consume(loader, t0, hash_blocks=spec.get("hash", False))
+    res = consume(epochs(loader, spec.get("epochs", 1)), t0, hash_blocks=spec.get("hash", False))
     save_hashes(res, spec.get("hashes_out"))
     return res
 
