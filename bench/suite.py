@@ -215,7 +215,7 @@ def scenario_prepare(ctx: Context) -> list[dict]:
         r["mb_per_s"] = ctx.corpus["text_bytes"] / 1e6 / r["seconds"]
         r["tokens_per_s"] = ctx.tokens["tokens"] / r["seconds"]
 
-    return _rows(runs, ["mb_per_s", "tokens_per_s", "seconds", "peak_rss_mb"], derive)
+    return _rows(runs, ["mb_per_s", "tokens_per_s", "seconds", "cpu_s", "peak_rss_mb"], derive)
 
 
 def _epochs(ctx: Context, copies: int = 1) -> int:
@@ -239,7 +239,7 @@ def scenario_stream(ctx: Context) -> list[dict]:
         ok = [r for r in rs if "error" not in r]
         if ok:
             ctx.epoch_batches[who] = ok[0]["batches"] // ep
-    return _rows(runs, ["tokens_per_s", "steady_tokens_per_s", "first_batch_s", "peak_rss_mb",
+    return _rows(runs, ["tokens_per_s", "steady_tokens_per_s", "first_batch_s", "cpu_s", "peak_rss_mb",
                         "peak_anon_mb", "peak_pss_mb"])
 
 
@@ -357,7 +357,8 @@ def scenario_onthefly(ctx: Context) -> list[dict]:
             r["tokens_per_s"] = r["tokens"] / r["seconds"]
         r["delivered_fraction"] = r["tokens"] / ctx.tokens["tokens"]
 
-    return _rows(runs, ["tokens_per_s", "first_batch_s", "delivered_fraction", "peak_rss_mb"], derive)
+    return _rows(runs, ["tokens_per_s", "first_batch_s", "delivered_fraction", "cpu_s", "peak_rss_mb"],
+                 derive)
 
 
 def scenario_scale(ctx: Context) -> list[dict]:
