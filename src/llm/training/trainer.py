@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
 import os
-import random
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -21,100 +19,23 @@ from torch.nn.parallel import DistributedDataParallel
 from llm.training.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from llm.training.core.loading import ConfigError
 from llm.training.model import TransformerLM, count_parameters
+from llm.training.runtime import (
+    gather,
+    init_distributed,
+    resolve_device,
+    rng_state,
+    seed_all,
+    set_rng_state,
+)
+from llm.training.schedule import WarmupCosine
 from llm.training.tasks import TrainData, build_task_data
 from llm.training.tasks.lm import TextDataset, build_val_dataset
 
 Callback = Callable[["Trainer", dict, float], None]
 
 
-class WarmupCosine:
-    """LR factor: linear warmup, then cosine from 1 down to `min_ratio` at `total` steps.
-
-    `cycle_start` lets a finished run be extended with a fresh cycle. An object rather
-    than a lambda so that LambdaLR's state_dict carries these numbers into checkpoints.
-    """
-
-    def __init__(self, warmup: int, total: int, min_ratio: float, cycle_start: int = 0):
-        self.warmup = warmup
-        self.total = total
-        self.min_ratio = min_ratio
-        self.cycle_start = cycle_start
-
-    def __call__(self, step: int) -> float:
-        s = step - self.cycle_start
-        if s < self.warmup:
-            return (s + 1) / self.warmup  # never 0: the first step already learns
-        span = max(1, self.total - self.cycle_start - self.warmup)
-        progress = min(1.0, (s - self.warmup) / span)
-        return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-@dataclass
-class DistEnv:
-    """This process's place in the job: rank, world size, local rank."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(device_type: str) -> DistEnv:
-    """Join the torchrun job described by RANK/WORLD_SIZE (gloo on CPU, nccl on CUDA), if any."""
-    if dist.is_available() and dist.is_initialized():
-        return DistEnv(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    if world <= 1:
-        return DistEnv()
-    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
-    return DistEnv(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
-
-
-def resolve_device(name: str, local_rank: int) -> torch.device:
-    """`auto` picks this rank's GPU when there is one, else the CPU."""
-    if name == "auto":
-        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"training.device is {name!r} but no CUDA device is available; use auto or cpu")
-    if name == "cuda":
-        return torch.device(f"cuda:{local_rank}")
-    return torch.device(name)
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
-
-
-def _gather(obj: Any, env: DistEnv) -> list[Any]:
-    if env.world_size == 1:
-        return [obj]
-    out: list[Any] = [None] * env.world_size
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 @dataclass
@@ -167,9 +88,9 @@ class Trainer:
         if tc.max_steps is not None:
             self.planned_steps = min(self.planned_steps, tc.max_steps)
 
-        _seed_all(tc.seed)  # identical initial weights on every rank and every run
+        seed_all(tc.seed)  # identical initial weights on every rank and every run
         self.raw_model = self._build_model().to(self.device)
-        _seed_all(tc.seed + 1 + self.env.rank)  # dropout and friends: different per rank
+        seed_all(tc.seed + 1 + self.env.rank)  # dropout and friends: different per rank
         self.model: torch.nn.Module = self.raw_model
         if tc.compile:
             self.model = torch.compile(self.model)
@@ -245,7 +166,7 @@ class Trainer:
     def state_payload(self) -> dict[str, Any]:
         """Everything a resume needs; collective under DDP (gathers every rank's cursor and RNG)."""
         stream_data = self.data.state_dict()
-        rng_states = _gather(_rng_state(), self.env)
+        rng_states = gather(rng_state(), self.env)
         return {
             "model_state_dict": self.raw_model.state_dict(),
             "optimizer_state_dict": self.optimizer.state_dict(),
@@ -317,9 +238,9 @@ class Trainer:
         self.tokens_seen = int(ckpt.get("tokens_seen", 0))
         rng = ckpt.get("rng_states") or []
         if len(rng) == self.env.world_size:
-            _set_rng_state(rng[self.env.rank])
+            set_rng_state(rng[self.env.rank])
         else:  # another world size: no saved stream for this rank, derive a fresh one
-            _seed_all(self.config.training.seed + 1 + self.env.rank + self.step)
+            seed_all(self.config.training.seed + 1 + self.env.rank + self.step)
         self._restore_schedule(ckpt)
         self.resumed_from = where
         self.log(f"resumed from {where} at step {self.step} (epoch {self.epoch})")
