@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also run our cases once under py-spy (or cProfile); summaries go in the report")
     p.add_argument("--min-stream-tokens", type=float, default=40e6,
                    help="stream/scale run enough epochs to deliver this many tokens (default 40e6)")
+    p.add_argument("--report-only", type=Path, default=None, metavar="JSON",
+                   help="re-render docs/benchmarks.md and .png from a results JSON, run nothing")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -84,8 +86,21 @@ def _versions(ctx: suite.Context) -> dict:
     return out
 
 
+def write_docs(results: dict, docs_dir: Path) -> str:
+    """docs/benchmarks.md and docs/benchmarks.png from one results dict; returns the Markdown."""
+    results["targets"] = report.targets(results)
+    md = report.markdown(results)
+    docs_dir.mkdir(parents=True, exist_ok=True)
+    (docs_dir / "benchmarks.md").write_text(md)
+    report.chart(results, docs_dir / "benchmarks.png")
+    return md
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report_only:
+        print(write_docs(json.loads(args.report_only.read_text()), args.docs_dir))
+        return 0
     only = [s for s in args.only.split(",") if s] or list(suite.SCENARIOS)
     unknown = sorted(set(only) - set(suite.SCENARIOS))
     if unknown:
@@ -132,11 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                            f"{time.strftime('%Y%m%d-%H%M', time.gmtime(started))}-{args.corpus_mb:g}mb.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1, default=str))
-    md = report.markdown(results)
-    if not args.no_docs:
-        args.docs_dir.mkdir(parents=True, exist_ok=True)
-        (args.docs_dir / "benchmarks.md").write_text(md)
-        report.chart(results, args.docs_dir / "benchmarks.png")
+    md = report.markdown(results) if args.no_docs else write_docs(results, args.docs_dir)
     print(md)
     print(f"raw results: {out}", file=sys.stderr)
     return 0

@@ -81,7 +81,9 @@ def build_corpus(cache_dir: Path, corpus_mb: float, copies: int = 1) -> dict:
     out = cache_dir / f"corpus-{corpus_mb:g}mb"
     meta_path = out / "corpus.json"
     if meta_path.exists():
-        return json.loads(meta_path.read_text())
+        meta = json.loads(meta_path.read_text())
+        meta["dir"] = str(out.resolve())  # wherever the cache lives now
+        return meta
     tmp = out.with_name(out.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
     for old in tmp.glob("*"):
@@ -113,7 +115,7 @@ def build_corpus(cache_dir: Path, corpus_mb: float, copies: int = 1) -> dict:
     if total < target * 0.9:
         print(f"bench: only {total / 1e6:.1f} MB of text found on this machine "
               f"(asked {corpus_mb:g} MB); install python3-doc/linux-doc for more", file=sys.stderr)
-    meta = {"dir": str(out), "files": files, "documents": docs, "text_bytes": total,
+    meta = {"dir": str(out.resolve()), "files": files, "documents": docs, "text_bytes": total,
             "sha256": h.hexdigest()[:16], "asked_mb": corpus_mb}
     (tmp / "corpus.json").write_text(json.dumps(meta, indent=1))
     if out.exists():

@@ -196,8 +196,9 @@ def markdown(results: dict) -> str:
             md += [f"- {prof['scenario']} {prof['case']} ({prof.get('tool', 'cProfile')}): `{prof['path']}`"]
             lines = prof.get("top") or _top_functions(prof["path"])
             md += [f"  - {line}" for line in lines]
-    if results.get("notes"):
-        md += ["", "## Notes", "", *results["notes"]]
+    notes = Path(__file__).with_name("NOTES.md")
+    if notes.exists():
+        md += ["", notes.read_text().strip()]
     return "\n".join(md) + "\n"
 
 
