@@ -83,3 +83,14 @@ def test_blocks_cover_the_token_stream_exactly_once(tmp_path_factory, docs, bloc
     flat = out.reshape(-1)
     assert np.array_equal(flat[: tokens.size], tokens)
     assert np.all(flat[tokens.size :] == -1)
+
+
+@given(n=st.integers(0, 3000), workers=st.integers(1, 8), most=st.integers(1, 64))
+def test_worker_chunks_tile_the_batches_in_order(n, workers, most):
+    from llm.data.streaming import chunk_bounds
+
+    bounds = chunk_bounds(n, workers, most)
+    assert bounds[0] == 0 and bounds[-1] == n
+    sizes = np.diff(bounds)
+    assert np.all(sizes >= 1) and np.all(sizes <= most)
+    assert all(sizes[:workers] == 1), "each worker's first chunk is one batch: a quick first batch"

@@ -42,6 +42,22 @@ def current_rank_world() -> tuple[int, int]:
     return rank, world
 
 
+def chunk_bounds(n_batches: int, workers: int, max_batches: int) -> list[int]:
+    """Batch boundaries of the chunks workers hand over: 1, 1, 2, 2, 4, 4, ... up to max_batches.
+
+    Chunk c goes to worker c % workers; small first chunks make the first batch (also
+    after a resume) quick, large later ones amortise the hand-off. Deterministic, so
+    DataLoader's round-robin merge still yields batches in plan order.
+    """
+    bounds, size, c = [0], 1, 0
+    while bounds[-1] < n_batches:
+        bounds.append(min(bounds[-1] + size, n_batches))
+        c += 1
+        if c % max(workers, 1) == 0:
+            size = min(size * 2, max_batches)
+    return bounds
+
+
 @dataclass(frozen=True)
 class _Iteration:
     """What one pass over the data reads, fixed in the main process before workers start."""
@@ -114,17 +130,22 @@ class StreamingDataset(IterableDataset):
         """Token blocks for these sample ids as int64 arrays of shape (len(ids), block_size)."""
         n, block = len(sample_ids), self.block_size
         tokens = np.empty((n, block), dtype=np.int64)
-        positions = np.empty((n, block), dtype=np.int64) if self.item_loader.document_boundaries else None
-        for row, sample in enumerate(sample_ids.tolist()):
-            start = sample * block
-            stop = min(start + block, self.reader.total)
-            self.reader.read(start, stop, tokens[row], None if positions is None else positions[row])
-            if stop - start < block:
-                tokens[row, stop - start :] = self.pad_id
-        out = {"input_ids": tokens}
-        if positions is not None:
-            out["position_ids"] = positions
-        return out
+        if self.item_loader.document_boundaries:
+            positions = np.empty((n, block), dtype=np.int64)
+            for row in range(n):
+                self._read_block(int(sample_ids[row]), tokens[row], positions[row])
+            return {"input_ids": tokens, "position_ids": positions}
+        # Fast path: blocks inside one shard, gathered shard by shard; the rest one by one.
+        starts = np.asarray(sample_ids, dtype=np.int64) * block
+        for row in self.reader.gather_blocks(starts, block, tokens).tolist():
+            self._read_block(int(sample_ids[row]), tokens[row], None)
+        return {"input_ids": tokens}
+
+    def _read_block(self, sample: int, out: np.ndarray, positions: np.ndarray | None) -> None:
+        start = sample * self.block_size
+        stop = min(start + self.block_size, self.reader.total)
+        self.reader.read(start, stop, out, positions)
+        out[stop - start :] = self.pad_id
 
     def _check_index(self, index: int) -> int:
         if index < 0:
@@ -160,9 +181,9 @@ class StreamingDataset(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         order = epoch_order(self.num_samples, self.seed, it.epoch, self.shuffle, self.shuffle_algorithm)
-        n_batches = len(it.schedule)
-        for chunk in range(worker, math.ceil(n_batches / it.chunk_batches), workers):
-            ks = range(chunk * it.chunk_batches, min((chunk + 1) * it.chunk_batches, n_batches))
+        bounds = chunk_bounds(len(it.schedule), workers, it.chunk_batches)
+        for chunk in range(worker, len(bounds) - 1, workers):
+            ks = range(bounds[chunk], bounds[chunk + 1])
             positions = [it.schedule.positions(k) for k in ks]
             sizes = np.array([len(p) for p in positions], dtype=np.int64)
             samples = order(np.concatenate(positions))

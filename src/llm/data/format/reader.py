@@ -111,6 +111,26 @@ class TokenReader:
                 self._views[i] = views
         return views
 
+    def windows(self, i: int, width: int) -> np.ndarray:
+        """Shard i as a zero-copy (tokens - width + 1, width) view: row r is tokens [r, r + width)."""
+        tokens = self._shard(i)[0]
+        if tokens.size < width:
+            return tokens[:0].reshape(0, width)
+        return np.lib.stride_tricks.sliding_window_view(tokens, width)
+
+    def gather_blocks(self, starts: np.ndarray, width: int, out: np.ndarray) -> np.ndarray:
+        """Fill out[k] with tokens [starts[k], starts[k] + width) where that range lies in one shard.
+
+        One fancy-indexing gather per shard instead of a Python call per block; returns
+        the rows it could not serve (ranges crossing a shard boundary or the end).
+        """
+        shard = np.searchsorted(self.starts, starts, side="right") - 1
+        fits = starts + width <= self.starts[np.minimum(shard + 1, len(self.starts) - 1)]
+        for i in np.unique(shard[fits]).tolist():
+            rows = np.flatnonzero(fits & (shard == i))
+            out[rows] = self.windows(i, width)[starts[rows] - self.starts[i]]
+        return np.flatnonzero(~fits)
+
     def read(self, start: int, stop: int, out: np.ndarray, positions: np.ndarray | None = None) -> None:
         """Fill out[:stop-start] with tokens; positions (if given) restart at 0 at each document start.
 
