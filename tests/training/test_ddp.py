@@ -68,7 +68,7 @@ def _run(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedP
     """Run with a time limit; a hang is cleaned up whole, torchrun's workers included."""
     with subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
-            out, err = proc.communicate(timeout=240)
+            out, err = proc.communicate(timeout=int(os.environ.get("LLM_TEST_DDP_TIMEOUT", 240)))
         except subprocess.TimeoutExpired:
             _kill_tree(proc.pid)
             out, err = proc.communicate(timeout=30)

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from llm.data.readers import InputError
 from llm.training.core.loading import ConfigError, load_config, parse_override
 
 
@@ -32,19 +33,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _distributed() -> bool:
+    if "torch.distributed" not in sys.modules:
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 def _fail(message: str, code: int = 2) -> int:
+    """One line on stderr; under torchrun, exit this rank at once.
+
+    A failed rank must not wait for peers that may be inside a collective (or tear
+    down a process group they still use); torchrun stops them when this rank exits.
+    """
     rank = os.environ.get("RANK")
     prefix = f"llm-train (rank {rank})" if rank not in (None, "0") else "llm-train"
     print(f"{prefix}: error: {message}", file=sys.stderr)
+    if _distributed():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
-
-
-def _leave_process_group() -> None:
-    if "torch" in sys.modules:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,29 +72,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             key, value = parse_override(item)
             overrides[key] = value
         config = load_config(args.config_path, overrides)
-        from llm.data.readers import InputError
         from llm.training.trainer import Trainer
 
-        try:
-            trainer = Trainer(config, args.task)
-            trainer.fit()
-        except KeyboardInterrupt:
-            last = trainer.last_checkpoint if trainer is not None else None
-            where = f"; resume from {last}" if last else ""
-            step = trainer.step if trainer is not None else 0
-            return _fail(f"interrupted at step {step}{where}", code=130)
-        except (InputError, OSError, ValueError) as exc:
-            # OSError: missing files and unreachable hubs (datasets raises ConnectionError).
-            if os.environ.get("LLM_DEBUG"):
-                raise
-            return _fail(str(exc))
+        trainer = Trainer(config, args.task)
+        trainer.fit()
+        trainer.close()
     except ConfigError as exc:
         return _fail(str(exc))
-    finally:
-        if trainer is not None:
-            trainer.close()
-        else:  # a failed start under torchrun may already have joined the process group
-            _leave_process_group()
+    except KeyboardInterrupt:
+        last = trainer.last_checkpoint if trainer is not None else None
+        where = f"; resume from {last}" if last else ""
+        step = trainer.step if trainer is not None else 0
+        return _fail(f"interrupted at step {step}{where}", code=130)
+    except (InputError, OSError, ValueError) as exc:
+        # OSError: missing files and unreachable hubs (datasets raises ConnectionError).
+        if os.environ.get("LLM_DEBUG"):
+            raise
+        return _fail(str(exc))
     return 0
 
 

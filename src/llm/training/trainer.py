@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -395,6 +396,18 @@ class Trainer:
         return float(total[0] / total[1].clamp(min=1))
 
     def close(self) -> None:
-        """Leave the process group this trainer joined."""
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+        """Stop the data loader's workers and leave the process group this trainer joined."""
+        if self._batches is not None:
+            self._batches.close()  # shuts DataLoader workers down now, not at interpreter exit
+            self._batches = None
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        dist.barrier()
+        # gloo's worker threads free finished collectives' tensors, which needs the GIL; a
+        # process group destroyed (its threads joined, GIL held) before they are done
+        # deadlocks at exit. Give them the GIL for a moment, then drop DDP's reference to
+        # the group so that it is destroyed here, not at interpreter exit.
+        time.sleep(0.2)
+        self.model = self.raw_model
+        gc.collect()
+        dist.destroy_process_group()
