@@ -82,9 +82,12 @@ def targets(results: dict) -> list[dict]:
     if "integrity" in s:
         for r in s["integrity"]:
             if r["who"] == "ours" and "tokens_lost" in r:
-                out.append({"name": "integrity: ours loses at most the last partial block",
+                ref = r.get("vs_reference") or {}
+                exact = ref.get("never") == 0 and ref.get("twice_or_more") == 0 and ref.get("unknown") == 0
+                out.append({"name": "integrity: ours delivers every block of the token stream once, "
+                                    "losing at most the last partial block",
                             "ratio": r["tokens_lost"], "goal": f"< {2049} tokens",
-                            "ok": 0 <= r["tokens_lost"] < 2049 and r["repeated_blocks"] == 0})
+                            "ok": 0 <= r["tokens_lost"] < 2049 and exact})
     return out
 
 
@@ -168,13 +171,19 @@ def markdown(results: dict) -> str:
             md += ["", f"## {title}", "", *_table(s[key], cols)]
     if "integrity" in s:
         md += ["", "## Integrity: tokens written vs delivered over one epoch", "",
-               "| contestant | tokens written | blocks delivered | distinct | tokens lost |", "|---|---|---|---|---|"]
+               "Identical blocks can occur in a real corpus (copied files), so blocks are compared as "
+               "multisets of content hashes. Ours is also checked against the reference token stream "
+               "cut every 2049 tokens (missing / extra blocks).", "",
+               "| contestant | tokens written | blocks delivered | distinct contents | tokens lost | "
+               "vs reference: missing / extra |", "|---|---|---|---|---|---|"]
         for r in s["integrity"]:
             if "error" in r:
-                md.append(f"| {NAMES[r['who']]} | failed: {r['error'][:80]} | | | |")
+                md.append(f"| {NAMES[r['who']]} | failed: {r['error'][:80]} | | | | |")
             else:
+                ref = r.get("vs_reference")
+                vs = f"{ref['never']} / {ref['twice_or_more'] + ref['unknown']}" if ref else "n/a"
                 md.append(f"| {NAMES[r['who']]} | {r['tokens_written']:,} | {r['blocks']:,} | "
-                          f"{r['distinct_blocks']:,} | {r['tokens_lost']:,} |")
+                          f"{r['distinct_blocks']:,} | {r['tokens_lost']:,} | {vs} |")
     if "resume" in s:
         md += ["", "## Resume: first batch after loading a state saved mid-epoch", "",
                "Blocks over the interrupted epoch (before the stop + after the resume), against an "

@@ -262,23 +262,41 @@ def scenario_integrity(ctx: Context) -> list[dict]:
             ctx.references[who] = hashes_out
             ctx.epoch_batches[who] = res["batches"]
             row.update(blocks=int(len(h)), distinct_blocks=int(len(counts)),
-                       repeated_blocks=int((counts > 1).sum()),
-                       tokens_delivered=int(len(counts)) * BLOCK,
-                       tokens_lost=int(ctx.tokens["tokens"] - len(counts) * BLOCK))
+                       tokens_delivered=int(len(h)) * BLOCK,
+                       tokens_lost=int(ctx.tokens["tokens"] - len(h) * BLOCK))
+            if who == "ours":
+                # Ours' blocks are the reference stream cut every 2049 tokens: check the content.
+                row["vs_reference"] = _multiset_diff(_canonical_hashes(ctx), h)
         rows.append(row)
     return rows
 
 
+def _multiset_diff(reference: np.ndarray, seen: np.ndarray) -> dict:
+    """Compare block-content multisets: a corpus may hold identical blocks, so count, not set."""
+    ref_h, ref_c = np.unique(reference, return_counts=True)
+    seen_h, seen_c = np.unique(seen, return_counts=True)
+    got = dict(zip(seen_h.tolist(), seen_c.tolist(), strict=True))
+    s = np.array([got.pop(h, 0) for h in ref_h.tolist()], dtype=np.int64)
+    return {"once": int(np.minimum(ref_c, s).sum()),  # delivered as often as the epoch holds them
+            "twice_or_more": int(np.maximum(s - ref_c, 0).sum()),  # extra deliveries
+            "never": int(np.maximum(ref_c - s, 0).sum()),  # missing deliveries
+            "unknown": int(sum(got.values()))}  # blocks the epoch does not hold at all
+
+
 def _delivery(reference: Path, before: Path, after: list[Path]) -> dict:
     """How many of the epoch's blocks the interrupted run delivered once, more than once, never."""
-    ref = np.load(reference)
     seen = np.concatenate([np.load(before), *[np.load(a) for a in after]])
-    uniq, counts = np.unique(seen, return_counts=True)
-    lookup = dict(zip(uniq.tolist(), counts.tolist(), strict=True))
-    ref_counts = np.array([lookup.get(h, 0) for h in np.unique(ref).tolist()])
-    extra = len(set(uniq.tolist()) - set(ref.tolist()))
-    return {"once": int((ref_counts == 1).sum()), "twice_or_more": int((ref_counts > 1).sum()),
-            "never": int((ref_counts == 0).sum()), "unknown": extra}
+    return _multiset_diff(np.load(reference), seen)
+
+
+def _canonical_hashes(ctx: Context) -> np.ndarray:
+    """Hashes of the full blocks of the reference token stream (what ours must deliver, in any order)."""
+    import xxhash
+
+    mm = np.memmap(ctx.tokens["path"], dtype=np.dtype(ctx.tokens["dtype"]), mode="r")
+    n = len(mm) // BLOCK
+    rows = mm[: n * BLOCK].reshape(n, BLOCK)
+    return np.array([xxhash.xxh3_64_intdigest(r.astype(np.int64).tobytes()) for r in rows], dtype=np.uint64)
 
 
 def scenario_resume(ctx: Context) -> list[dict]:
