@@ -61,7 +61,7 @@ def run_loader(config: dict, state: dict | None, steps: int | None) -> tuple[lis
     )
     world, workers = config.get("world", 1), config.get("workers", 0)
     loaders = [
-        StreamingDataLoader(ds, batch_size=config["batch"], num_workers=workers)
+        StreamingDataLoader(ds, batch_size=config["batch"], num_workers=workers, worker_backend=config.get("backend", "auto"))
         for _ in range(world)
     ]
     if state is not None:

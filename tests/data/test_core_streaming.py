@@ -48,10 +48,10 @@ def test_document_boundaries_restart_positions(dataset):
         assert np.array_equal(pos, expected), f"block {i}"
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_epoch_delivers_every_block_once_and_reshuffles(dataset, workers):
+@pytest.mark.parametrize("workers,backend", [(0, "auto"), (2, "threads"), (2, "processes")])
+def test_epoch_delivers_every_block_once_and_reshuffles(dataset, workers, backend):
     ds = StreamingDataset(dataset, item_loader=TokensLoader(block_size=128), shuffle=True, seed=3)
-    loader = StreamingDataLoader(ds, batch_size=8, num_workers=workers)
+    loader = StreamingDataLoader(ds, batch_size=8, num_workers=workers, worker_backend=backend)
     reference = torch.stack([ds[i] for i in range(len(ds))])
     epochs = []
     for _ in range(2):
@@ -71,7 +71,7 @@ def test_ranks_times_workers_split_is_disjoint_and_complete(dataset):
     for rank in range(world):
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
         try:
-            batches = list(StreamingDataLoader(ds, batch_size=4, num_workers=2))
+            batches = list(StreamingDataLoader(ds, batch_size=4, num_workers=2, worker_backend=("threads", "processes")[rank % 2]))
         finally:
             del os.environ["RANK"], os.environ["WORLD_SIZE"]
         counts.append(len(batches))
@@ -85,7 +85,7 @@ def test_ranks_times_workers_split_is_disjoint_and_complete(dataset):
 
 def test_state_is_small_and_counts_only_handed_batches(dataset):
     ds = StreamingDataset(dataset, item_loader=TokensLoader(block_size=128), shuffle=True)
-    loader = StreamingDataLoader(ds, batch_size=8, num_workers=2, prefetch_factor=4)
+    loader = StreamingDataLoader(ds, batch_size=8, num_workers=2, prefetch_factor=4, worker_backend="processes")
     it = iter(loader)
     for _ in range(3):
         next(it)
@@ -127,12 +127,15 @@ def test_resume_exact_same_topology_and_other_workers(resume_config):
         run_loader,
         resume_config,
         stops=[1, per_epoch // 2, per_epoch, per_epoch + 3],  # mid-epoch, the epoch end, into epoch 2
-        resume_configs=[{**resume_config, "workers": 2}, {**resume_config, "workers": 3}],
+        resume_configs=[
+            {**resume_config, "workers": 2, "backend": "processes"},
+            {**resume_config, "workers": 3, "backend": "threads"},
+        ],
     )
 
 
 def test_resume_exact_on_another_world_size(resume_config):
-    two_ranks = {**resume_config, "world": 2, "batch": 2, "workers": 2}  # same global batch of 4
+    two_ranks = {**resume_config, "world": 2, "batch": 2, "workers": 2, "backend": "processes"}  # global batch 4
     one_rank = {**resume_config, "world": 1, "batch": 4, "workers": 1}
     check_resume(run_loader, two_ranks, stops=[5, 17], resume_configs=[one_rank])
     check_resume(run_loader, one_rank, stops=[9], resume_configs=[two_ranks])

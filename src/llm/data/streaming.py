@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,18 +182,28 @@ class StreamingDataset(IterableDataset):
     def _iterate(self, it: _Iteration) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        order = epoch_order(self.num_samples, self.seed, it.epoch, self.shuffle, self.shuffle_algorithm)
-        bounds = chunk_bounds(len(it.schedule), workers, it.chunk_batches)
+        bounds, order = self.chunk_plan(it, workers)
         for chunk in range(worker, len(bounds) - 1, workers):
-            ks = range(bounds[chunk], bounds[chunk + 1])
-            positions = [it.schedule.positions(k) for k in ks]
-            sizes = np.array([len(p) for p in positions], dtype=np.int64)
-            samples = order(np.concatenate(positions))
-            if not it.batched:
-                for sample in samples.tolist():
-                    yield self[sample]
+            if it.batched:
+                yield self.read_chunk(it, order, bounds[chunk], bounds[chunk + 1])
             else:
-                yield self._chunk(samples, sizes, it.collate)
+                for sample in order(self._positions(it, bounds[chunk], bounds[chunk + 1])).tolist():
+                    yield self[sample]
+
+    def chunk_plan(self, it: _Iteration, workers: int) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
+        """The chunk boundaries (in batches) and the epoch's position -> sample map."""
+        order = epoch_order(self.num_samples, self.seed, it.epoch, self.shuffle, self.shuffle_algorithm)
+        return chunk_bounds(len(it.schedule), workers, it.chunk_batches), order
+
+    @staticmethod
+    def _positions(it: _Iteration, lo: int, hi: int) -> np.ndarray:
+        return np.concatenate([it.schedule.positions(k) for k in range(lo, hi)])
+
+    def read_chunk(self, it: _Iteration, order: Callable, lo: int, hi: int) -> dict[str, Any]:
+        """Batches [lo, hi) of this rank's schedule, read at once (safe to call from threads)."""
+        positions = [it.schedule.positions(k) for k in range(lo, hi)]
+        sizes = np.array([len(p) for p in positions], dtype=np.int64)
+        return self._chunk(order(np.concatenate(positions)), sizes, it.collate)
 
     def _chunk(self, samples: np.ndarray, sizes: np.ndarray, collate: Callable | None) -> dict[str, Any]:
         """Several consecutive batches at once: one hand-off from a worker instead of one per batch."""
@@ -234,6 +246,7 @@ class StreamingDataLoader(DataLoader):
         num_workers: int = 0,
         collate_fn: Callable[[list], Any] | None = None,
         drop_last: bool = False,
+        worker_backend: str = "auto",
         **kwargs: Any,
     ):
         if not isinstance(dataset, StreamingDataset):
@@ -248,7 +261,22 @@ class StreamingDataLoader(DataLoader):
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if collate_fn is not None and dataset.manifest.kind == "tokens":
             raise ValueError("collate_fn is only used for item datasets; token batches are stacked arrays already")
-        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        if worker_backend not in ("auto", "threads", "processes"):
+            raise ValueError(f"worker_backend must be 'auto', 'threads' or 'processes', got {worker_backend!r}")
+        if worker_backend == "auto":
+            # Token blocks are memory copies that release the GIL: reader threads are faster than
+            # worker processes and cost no extra memory. Item datasets run user code: processes.
+            custom = kwargs.get("worker_init_fn") or kwargs.get("multiprocessing_context")
+            worker_backend = "threads" if dataset.manifest.kind == "tokens" and not custom else "processes"
+        self.worker_backend = worker_backend
+        prefetch = kwargs.get("prefetch_factor")
+        if worker_backend == "threads":
+            kwargs.pop("prefetch_factor", None)  # DataLoader refuses it without worker processes
+        super().__init__(
+            dataset, batch_size=None, num_workers=0 if worker_backend == "threads" else num_workers, **kwargs
+        )
+        self.reader_threads = num_workers if worker_backend == "threads" else 0
+        self.read_ahead = self.reader_threads * (prefetch or 2)
         # DataLoader forbids setting these after __init__; ours describe the batches we yield.
         object.__setattr__(self, "batch_size", batch_size)
         object.__setattr__(self, "drop_last", drop_last)
@@ -280,11 +308,15 @@ class StreamingDataLoader(DataLoader):
         self._start = self._consumed()
         schedule = self._schedule_from(self._start)
         self._schedule, self._yielded = schedule, 0
-        self.dataset._iteration = _Iteration(self._epoch, schedule, self._chunk_batches, self._collate)
-        try:
-            chunks = super().__iter__()
-        finally:
-            self.dataset._iteration = None
+        it = _Iteration(self._epoch, schedule, self._chunk_batches, self._collate)
+        if self.reader_threads:
+            chunks: Iterator[Any] = self._threaded_chunks(it)
+        else:
+            self.dataset._iteration = it
+            try:
+                chunks = super().__iter__()
+            finally:
+                self.dataset._iteration = None
         boundaries = getattr(self.dataset.item_loader, "document_boundaries", False)
         for chunk in chunks:
             for batch in _split_chunk(chunk, boundaries):
@@ -292,6 +324,28 @@ class StreamingDataLoader(DataLoader):
                 yield batch
         if self._schedule is schedule and self._yielded == len(schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
+
+    def _threaded_chunks(self, it: _Iteration) -> Iterator[Any]:
+        """Chunks read ahead by `reader_threads` threads, yielded in plan order."""
+        ds = self.dataset
+        bounds, order = ds.chunk_plan(it, self.reader_threads)
+        pool = ThreadPoolExecutor(self.reader_threads, thread_name_prefix="llm-reader")
+        pending: deque = deque()
+        try:
+            for c in range(len(bounds) - 1):
+                pending.append(pool.submit(ds.read_chunk, it, order, bounds[c], bounds[c + 1]))
+                if len(pending) >= self.read_ahead:
+                    yield self._to_tensors(pending.popleft().result())
+            while pending:
+                yield self._to_tensors(pending.popleft().result())
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _to_tensors(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in chunk.items()}
+        if self.pin_memory:
+            out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and k != "sizes" else v for k, v in out.items()}
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """{version, fingerprint, seed, shuffle, epoch, samples_consumed, ...}: a few hundred bytes."""

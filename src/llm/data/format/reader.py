@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -30,6 +31,7 @@ class _ShardBytes:
         self._maps: dict[int, np.ndarray] = {}
         self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_shards = cache_shards
+        self._lock = threading.Lock()  # reader threads share one instance
         for info in shards:
             self._check_size(info)
 
@@ -50,6 +52,13 @@ class _ShardBytes:
 
     def raw(self, i: int) -> np.ndarray:
         """The shard's uncompressed bytes as a uint8 array (a memory map when possible)."""
+        data = self._maps.get(i)
+        if data is not None:
+            return data
+        with self._lock:
+            return self._open(i)
+
+    def _open(self, i: int) -> np.ndarray:
         if i in self._maps:
             return self._maps[i]
         if i in self._decompressed:
@@ -83,7 +92,12 @@ class _ShardBytes:
         # Workers reopen their own maps: memory maps and caches do not cross process boundaries.
         state = self.__dict__.copy()
         state["_maps"], state["_decompressed"] = {}, OrderedDict()
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 class TokenReader:
