@@ -81,3 +81,17 @@ def test_c4_shaped_config_dedup_hf_on_local_files_resumes_exactly(tmp_path: Path
     source = ckpt["stream_source"]
     assert source["type"] == "dedup" and source["inner"]["type"] == "hf" and source["hash_algo"] == "xxh3_128"
     assert ckpt["stream_data"]["seen_hashes"]["count"] > 0
+
+
+def test_model_vocabulary_comes_from_a_trained_bpe_tokenizer(tmp_path: Path) -> None:
+    from llm.data.tokenizers import train_bpe_tokenizer
+
+    corpus = write_corpus(tmp_path / "demo.txt", 300)
+    tok = train_bpe_tokenizer(corpus.read_text().splitlines(), 320, tmp_path / "tok")
+    tree = tiny_tree(corpus, data={"steps_per_epoch": 3, "tokenizer_type": "hf", "tokenizer_path": str(tok)})
+    trainer = Trainer(build_config(tree), "stream_lm", log=lambda _: None)
+    assert trainer.raw_model.vocab_size == trainer.tokenizer.vocab_size <= 320
+    assert trainer.raw_model.tok_emb.weight.shape[0] == trainer.tokenizer.vocab_size
+    result = trainer.fit()
+    assert result.steps == 3 and all(loss < 7.0 for loss in result.losses)
+    assert trainer.data.fingerprint()["tokenizer"]["type"] == "hf"
