@@ -99,10 +99,14 @@ def test_flags_override_yaml(tmp_path: Path) -> None:
         load_config(path, {"data.dataset_path.x": 1})
 
 
-@pytest.mark.parametrize("name", ["streaming_local_demo.yaml", "streaming_c4.yaml"])
+@pytest.mark.parametrize(
+    "name", ["streaming_local_demo.yaml", "streaming_c4.yaml", "optimized_demo.yaml", "lm_local_demo.yaml"]
+)
 def test_shipped_configs_validate_offline(name: str) -> None:
     cfg = load_config(REPO / "configs" / name)
-    assert cfg.data.steps_per_epoch and cfg.checkpoint.checkpoint_dir
+    assert cfg.checkpoint.checkpoint_dir
+    assert cfg.data.dataset_path or cfg.data.dataset_name
+    assert cfg.data.steps_per_epoch or cfg.data.data_source in ("optimized", "local")
 
 
 def test_c4_config_offline_fails_with_one_line(tmp_path: Path) -> None:
