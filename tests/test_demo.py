@@ -1,0 +1,17 @@
+"""The README's demo command keeps working (on a small corpus)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_demo_runs_and_checks_exactly_once(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "llm.demo", "--out", str(tmp_path), "--corpus-mb", "0.5"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "every block exactly once: yes" in result.stdout
+    assert "step 10/10" in result.stdout, "the guide's resumed run continues from step 5"
+    assert (tmp_path / "guide" / "checkpoints" / "optimized_demo" / "latest").exists()
