@@ -45,6 +45,10 @@ def targets(results: dict) -> list[dict]:
         add("stream 0 workers: ours / memmap limit", _ratio(tps("ours", 0), tps("limit", 0)), 0.5)
         add(f"stream {w} workers: ours / LitData", _ratio(tps("ours", w), tps("litdata", w)), 2)
         add(f"stream {w} workers: ours / MosaicML", _ratio(tps("ours", w), tps("mosaic", w)), 5)
+        procs = _get(st, "ours", f"{w} workers, processes", "tokens_per_s")
+        if procs:
+            out.append({"name": f"(info) stream {w} workers: ours with worker processes / LitData",
+                        "ratio": _ratio(procs, tps("litdata", w)), "goal": "", "ok": None})
         out.append({"name": f"(info) stream {w} workers: peak PSS ours / LitData",
                     "ratio": _ratio(_get(st, "ours", f"{w} workers", "peak_pss_mb"),
                                     _get(st, "litdata", f"{w} workers", "peak_pss_mb")),

@@ -231,6 +231,12 @@ def scenario_stream(ctx: Context) -> list[dict]:
             if ctx.active(who) and (d := ensure_dataset(ctx, who)):
                 cases.append((who, f"{nw} workers", "stream",
                               {"data_dir": str(d), "num_workers": nw, "epochs": ep}))
+                if who == "ours" and nw > 0:
+                    # Ours defaults to reader threads for token data; this is the like-for-like
+                    # comparison with the peers' worker processes.
+                    cases.append((who, f"{nw} workers, processes", "stream",
+                                  {"data_dir": str(d), "num_workers": nw, "epochs": ep,
+                                   "worker_backend": "processes"}))
         if nw == 0 and ctx.active("limit"):
             cases.append(("limit", "0 workers", "stream",
                           {"index": str(ctx.work_dir / "tokens.json"), "epochs": ep}))

@@ -42,7 +42,8 @@ def _loader(spec: dict, num_workers: int, batch_size: int = BATCH):
 
     ds = StreamingDataset(spec["data_dir"], item_loader=TokensLoader(block_size=BLOCK), shuffle=True,
                           seed=spec.get("seed", 42), drop_last=spec.get("drop_last", False))
-    return StreamingDataLoader(ds, batch_size=batch_size, num_workers=num_workers)
+    kwargs = {"worker_backend": spec["worker_backend"]} if spec.get("worker_backend") else {}
+    return StreamingDataLoader(ds, batch_size=batch_size, num_workers=num_workers, **kwargs)
 
 
 def _topology(spec: dict) -> int:
@@ -58,6 +59,7 @@ def stream(spec: dict) -> dict:
     loader = _loader(spec, spec["num_workers"])
     res = consume(epochs(loader, spec.get("epochs", 1)), t0, hash_blocks=spec.get("hash", False))
     save_hashes(res, spec.get("hashes_out"))
+    res["worker_backend"] = getattr(loader, "worker_backend", "processes")
     return res
 
 
