@@ -33,7 +33,9 @@ def test_bench_runs_end_to_end_on_a_tiny_corpus(tmp_path: Path) -> None:
         assert 0 < r["mb_per_s"]["median"] < 10_000
 
     stream = {(r["who"], r["case"]): r for r in res["scenarios"]["stream"]}
-    assert set(stream) == {("ours", "0 workers"), ("ours", "2 workers"), ("limit", "0 workers")}
+    assert set(stream) == {("ours", "0 workers"), ("ours", "2 workers"), ("ours", "2 workers, processes"),
+                           ("limit", "0 workers")}
+    assert all(run["worker_backend"] == "processes" for run in stream[("ours", "2 workers, processes")]["runs"])
     for r in stream.values():
         assert "error" not in r, r.get("error")
         assert r["tokens_per_s"]["median"] > 0
