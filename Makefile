@@ -28,4 +28,5 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/pip install -q --no-deps litdata  # see pyproject.toml: keeps the CPU torch
 	$(BIN)/python -m bench
