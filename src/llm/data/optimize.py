@@ -132,6 +132,9 @@ def _items(result: Any) -> Iterable[Any]:
 
 
 def _worker(job: _Job, task_queue: Any, results: Any, parent_pid: int) -> None:
+    # The worker processes are the parallelism: tokenizer thread pools would only contend for cores.
+    os.environ["LLM_TOKENIZER_THREADS"] = "1"
+    os.environ["RAYON_NUM_THREADS"] = "1"
     last = [time.monotonic(), 0, 0]
 
     def report(docs: int, tokens: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -125,13 +126,21 @@ class TiktokenTokenizer:
         return self._enc.encode_ordinary(text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self._enc.encode_ordinary_batch(list(texts))
+        return self._enc.encode_ordinary_batch(list(texts), num_threads=tokenizer_threads())
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc.decode(list(ids))
 
     def fingerprint(self) -> dict:
         return {"type": "tiktoken", "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+
+
+def tokenizer_threads() -> int:
+    """Threads one batch encode may use: 1 inside our worker processes, which are the parallelism.
+
+    `LLM_TOKENIZER_THREADS` is set to 1 by `optimize` workers; elsewhere every core may be used.
+    """
+    return int(os.environ.get("LLM_TOKENIZER_THREADS") or os.cpu_count() or 1)
 
 
 def load_tokenizer(spec: str) -> Tokenizer:

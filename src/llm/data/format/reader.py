@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import threading
@@ -83,6 +84,17 @@ class _ShardBytes:
             self._decompressed.popitem(last=False)
         return data
 
+    def release_pages(self) -> None:
+        """Drop this process's mapping of shard pages it has read (they stay in the page cache).
+
+        Without it, resident memory grows with every shard page ever touched, which looks
+        like a leak to schedulers that watch RSS; the next read just maps the page again.
+        """
+        for data in list(self._maps.values()):
+            raw = getattr(data, "_mmap", None)
+            if raw is not None and hasattr(raw, "madvise"):
+                raw.madvise(mmap.MADV_DONTNEED)
+
     def verify_all(self) -> None:
         for info in self.shards:
             self._check_size(info)
@@ -100,6 +112,9 @@ class _ShardBytes:
         self._lock = threading.Lock()
 
 
+_RELEASE_EVERY_TOKENS = 128 << 20
+
+
 class TokenReader:
     """Reads any token range [start, stop) of the concatenation of all shards."""
 
@@ -110,6 +125,7 @@ class TokenReader:
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._since_release = 0
 
     def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, doc_ends) views of shard i."""
@@ -143,7 +159,15 @@ class TokenReader:
         for i in np.unique(shard[fits]).tolist():
             rows = np.flatnonzero(fits & (shard == i))
             out[rows] = self.windows(i, width)[starts[rows] - self.starts[i]]
+        self._count_read(out.size)
         return np.flatnonzero(~fits)
+
+    def _count_read(self, tokens: int) -> None:
+        # Every ~256 MB of tokens read, unmap the pages read so far: RSS stays flat with data size.
+        self._since_release += tokens
+        if self._since_release >= _RELEASE_EVERY_TOKENS:
+            self._since_release = 0
+            self.files.release_pages()
 
     def read(self, start: int, stop: int, out: np.ndarray, positions: np.ndarray | None = None) -> None:
         """Fill out[:stop-start] with tokens; positions (if given) restart at 0 at each document start.
