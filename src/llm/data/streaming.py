@@ -214,9 +214,6 @@ class StreamingDataset(IterableDataset):
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         return {"sizes": sizes, "batches": [collate(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]}
 
-    def __getstate__(self) -> dict:
-        return self.__dict__.copy()
-
 
 def _split_chunk(chunk: dict[str, Any], document_boundaries: bool) -> Iterator[Any]:
     sizes = chunk["sizes"].tolist()
