@@ -112,7 +112,7 @@ class _ShardBytes:
         self._lock = threading.Lock()
 
 
-_RELEASE_EVERY_TOKENS = 128 << 20
+_RELEASE_EVERY_TOKENS = 4 << 20
 
 
 class TokenReader:
@@ -163,7 +163,8 @@ class TokenReader:
         return np.flatnonzero(~fits)
 
     def _count_read(self, tokens: int) -> None:
-        # Every ~256 MB of tokens read, unmap the pages read so far: RSS stays flat with data size.
+        # Every 4M tokens read, unmap the pages read so far: RSS stays flat with data size. Each
+        # block read maps ~64 KB around it (the kernel's fault-around), hence the short interval.
         self._since_release += tokens
         if self._since_release >= _RELEASE_EVERY_TOKENS:
             self._since_release = 0
