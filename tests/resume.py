@@ -54,6 +54,17 @@ def _as_training_script(fn: Callable, *args: Any) -> Any:
     return fn(*args)
 
 
+def take_steps(batches: Any, steps: int | None = None) -> list[dict]:
+    """Up to `steps` batches (all when None) of dicts of tensors, as dicts of numpy arrays."""
+    out, it = [], iter(batches)
+    while steps is None or len(out) < steps:
+        batch = next(it, None)
+        if batch is None:
+            break
+        out.append({k: v.numpy() for k, v in batch.items()})
+    return out
+
+
 def _flatten(step: Any) -> list[np.ndarray]:
     if isinstance(step, dict):
         return [np.asarray(step[k]) for k in sorted(step)]

@@ -98,3 +98,13 @@ class PretokenizedDocs:
         offs = self._index
         for d in range(d0, d1):
             yield np.array(self._mm[offs[d]:offs[d + 1]])
+
+
+def prepare_fn_and_inputs(spec: dict):
+    """The same `fn` and inputs for every optimize()-style contestant: text shards, or pretokenized docs."""
+    if "pretokenized" in spec:
+        p = spec["pretokenized"]
+        return PretokenizedDocs(p["tokens"], p["index"]), list(range(p["shards"])) * p["copies"]
+    from bench.tok import TokenizeFile
+
+    return TokenizeFile(spec["tokenizer"]), spec["inputs"]

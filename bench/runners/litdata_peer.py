@@ -8,21 +8,13 @@ import time
 
 import torch
 
-from bench.runners.common import BATCH, BLOCK, PretokenizedDocs, consume, epochs, save_hashes
-from bench.tok import TokenizeFile
-
-
-def _fn_and_inputs(spec: dict):
-    if "pretokenized" in spec:
-        p = spec["pretokenized"]
-        return PretokenizedDocs(p["tokens"], p["index"]), list(range(p["shards"])) * p["copies"]
-    return TokenizeFile(spec["tokenizer"]), spec["inputs"]
+from bench.runners.common import BATCH, BLOCK, consume, epochs, prepare_fn_and_inputs, save_hashes
 
 
 def prepare(spec: dict) -> dict:
     from litdata import TokensLoader, optimize
 
-    fn, inputs = _fn_and_inputs(spec)
+    fn, inputs = prepare_fn_and_inputs(spec)
     out = spec["output_dir"]
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()

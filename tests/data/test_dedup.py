@@ -24,7 +24,7 @@ from llm.data.dedup import (
 from llm.data.sources import LocalLineTextSource
 from llm.data.text_stream import StreamingTextDataModule
 from llm.training.core.config import DataConfig
-from tests.resume import assert_same_steps, check_resume
+from tests.resume import assert_same_steps, check_resume, take_steps
 
 EOS = 256
 
@@ -46,13 +46,7 @@ def module_for(path, seen=None, workers=0, write=True) -> StreamingTextDataModul
 
 
 def take(module, steps=None) -> list[dict]:
-    out, it = [], iter(module.train_dataloader())
-    while steps is None or len(out) < steps:
-        batch = next(it, None)
-        if batch is None:
-            break
-        out.append({k: v.numpy() for k, v in batch.items()})
-    return out
+    return take_steps(module.train_dataloader(), steps)
 
 
 def documents(steps: list[dict]) -> list[str]:

@@ -18,7 +18,7 @@ from llm.data.packing import IGNORE_INDEX
 from llm.data.sources import SOURCE_REGISTRY, TextSource
 from llm.data.text_stream import FINGERPRINT_MISMATCH, StreamingTextDataModule, merge_stream_states
 from llm.training.core.config import DataConfig
-from tests.resume import assert_same_steps, check_resume
+from tests.resume import assert_same_steps, check_resume, take_steps
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 
@@ -303,13 +303,7 @@ def run_custom(config: dict, state: dict | None, steps: int | None):
     module = StreamingTextDataModule(data, 2, loop=False)
     if state is not None:
         module.load_state_dict(state)
-    out, it = [], iter(module.train_dataloader())
-    while steps is None or len(out) < steps:
-        batch = next(it, None)
-        if batch is None:
-            break
-        out.append({k: v.numpy() for k, v in batch.items()})
-    return out, module.state_dict()
+    return take_steps(module.train_dataloader(), steps), module.state_dict()
 
 
 def test_custom_source_on_two_ranks():
@@ -376,13 +370,7 @@ def run_bpe(config: dict, state: dict | None, steps: int | None):
     module = StreamingTextDataModule(data, batch_size=3, loop=False)
     if state is not None:
         module.load_state_dict(state)
-    out, it = [], iter(module.train_dataloader())
-    while steps is None or len(out) < steps:
-        batch = next(it, None)
-        if batch is None:
-            break
-        out.append({k: v.numpy() for k, v in batch.items()})
-    return out, module.state_dict()
+    return take_steps(module.train_dataloader(), steps), module.state_dict()
 
 
 @pytest.mark.filterwarnings("ignore:DedupTextSource is running with in-memory only state")
