@@ -259,10 +259,13 @@ def test_corruption_names_the_shard(tmp_path, texts):
     src = write_jsonl(tmp_path / "a.jsonl", texts)
     out = tmp_path / "ds"
     optimize_text([str(src)], out, "simple", chunk_bytes="16KB", progress=False)
+    assert run_cli("verify", str(out)).returncode == 0
     shard = out / Manifest.load(out).shards[1].file
     data = bytearray(shard.read_bytes())
     data[100] ^= 0xFF
     shard.write_bytes(bytes(data))
+    verify = run_cli("verify", str(out))
+    assert verify.returncode == 2 and f"{shard.name} fails its checksum" in verify.stderr
     ds = StreamingDataset(out, item_loader=TokensLoader(block_size=64))
     with pytest.raises(ValueError, match=f"shard .*{shard.name} fails its checksum"):
         [ds[i] for i in range(len(ds))]

@@ -47,13 +47,9 @@ def _run(args: argparse.Namespace) -> None:
         data.pop("shards")
         print(json.dumps(data, indent=1))
     elif args.command == "verify":
-        from llm.data.format.manifest import Manifest
-        from llm.data.format.reader import _ShardBytes
+        from llm.data.format.reader import verify_dataset
 
-        manifest = Manifest.load(args.dataset)
-        from pathlib import Path
-
-        _ShardBytes(Path(args.dataset), manifest.shards).verify_all()
+        manifest = verify_dataset(args.dataset)
         print(f"verify: {len(manifest.shards)} shards OK in {args.dataset}")
 
 

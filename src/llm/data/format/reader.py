@@ -231,3 +231,10 @@ class ItemReader:
 
     def verify(self) -> None:
         self.files.verify_all()
+
+
+def verify_dataset(folder: Path | str) -> Manifest:
+    """Check every shard of a dataset folder against its manifest (raises ShardError / ManifestError)."""
+    manifest = Manifest.load(folder)
+    _ShardBytes(Path(folder), manifest.shards).verify_all()
+    return manifest
