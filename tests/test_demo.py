@@ -8,10 +8,10 @@ import sys
 
 def test_demo_runs_and_checks_exactly_once(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "llm.demo", "--out", str(tmp_path), "--corpus-mb", "0.5"],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "llm.demo", "--out", "demo_out", "--corpus-mb", "0.5"],  # relative, as in `make demo`
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "every block exactly once: yes" in result.stdout
     assert "step 10/10" in result.stdout, "the guide's resumed run continues from step 5"
-    assert (tmp_path / "guide" / "checkpoints" / "optimized_demo" / "latest").exists()
+    assert (tmp_path / "demo_out" / "guide" / "checkpoints" / "optimized_demo" / "latest").exists()

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         stream(Path(dataset), Path(state), Path(seen), None if fraction == "end" else float(fraction))
         return 0
 
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the training part runs with its own working folder
     out.mkdir(parents=True, exist_ok=True)
     corpus = build_corpus(out, args.corpus_mb)
     print(f"demo: corpus {corpus} ({corpus.stat().st_size / 1e6:.1f} MB of Python sources)")
