@@ -1,4 +1,4 @@
-"""Ours: `llm.data.optimize`, `StreamingDataset` + `StreamingDataLoader`, and the stream_lm on-the-fly path."""
+"""Ours: `llm.data.shards.optimize`, `StreamingDataset` + `StreamingDataLoader`, and the stream_lm on-the-fly path."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def prepare(spec: dict) -> dict:
 def _import() -> None:
     # Imports (torch alone is ~1 s here) happen before t0 for every contestant: a trainer has paid
     # them long before it asks for its first batch.
-    import llm.data.streaming  # noqa: F401
+    import llm.data.shards.streaming  # noqa: F401
     from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader  # noqa: F401
 
 
@@ -81,7 +81,7 @@ def resume_load(spec: dict) -> dict:
 
 def onthefly(spec: dict) -> dict:
     """stream_lm: JSONL text in, tokenized and packed while iterating, N loader workers, one pass."""
-    import llm.data.text_stream  # noqa: F401
+    import llm.data.text.stream  # noqa: F401
     from llm.data import StreamingTextDataModule
     from llm.training.core.config import DataConfig
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.data.readers import InputError
+from llm.data.text.readers import InputError
 from llm.data.tokenizers import load_tokenizer, train_bpe_tokenizer
 from llm.training.tasks.lm import MapStyleData, TextDataset
 from tests.resume import check_resume

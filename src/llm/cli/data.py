@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> None:
     if args.command == "optimize":
-        from llm.data.optimize_text import optimize_text
+        from llm.data.shards.optimize_text import optimize_text
 
         summary = optimize_text(
             args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
@@ -41,13 +41,13 @@ def _run(args: argparse.Namespace) -> None:
         if args.no_progress:  # with progress on, optimize() prints the summary itself
             print(summary.line(), file=sys.stderr)
     elif args.command == "info":
-        from llm.data.format.manifest import Manifest
+        from llm.data.shards.format.manifest import Manifest
 
         data = Manifest.load(args.dataset).to_json()
         data.pop("shards")
         print(json.dumps(data, indent=1))
     elif args.command == "verify":
-        from llm.data.format.reader import verify_dataset
+        from llm.data.shards.format.reader import verify_dataset
 
         manifest = verify_dataset(args.dataset)
         print(f"verify: {len(manifest.shards)} shards OK in {args.dataset}")

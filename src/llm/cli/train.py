@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from llm.data.readers import InputError
+from llm.data.text.readers import InputError
 from llm.training.core.loading import ConfigError, load_config, parse_override
 
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Eager and light (no torch): binding the function here keeps `llm.data.optimize` the
+# Eager and light (no torch): binding the function here keeps `llm.data.shards.optimize` the
 # function even after the submodule of the same name is imported.
-from llm.data.optimize import optimize as optimize
+from llm.data.shards.optimize import optimize as optimize
 
 _EXPORTS = {
-    "TokensLoader": "llm.data.format.loaders",
-    "ItemsLoader": "llm.data.format.loaders",
-    "StreamingDataset": "llm.data.streaming",
-    "StreamingDataLoader": "llm.data.streaming",
-    "StreamingTextDataModule": "llm.data.text_stream",
-    "StreamingTextDataset": "llm.data.text_stream",
+    "TokensLoader": "llm.data.shards.format.loaders",
+    "ItemsLoader": "llm.data.shards.format.loaders",
+    "StreamingDataset": "llm.data.shards.streaming",
+    "StreamingDataLoader": "llm.data.shards.streaming",
+    "StreamingTextDataModule": "llm.data.text.stream",
+    "StreamingTextDataset": "llm.data.text.stream",
     "load_tokenizer": "llm.data.tokenizers",
 }
 

@@ -192,7 +192,7 @@ def encode_documents(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[list[i
     """Encode texts as documents each followed by EOS: (flat ids, per-document lengths incl. EOS).
 
     The flat ids come back as bytes for the byte-level tokenizer (no per-token Python
-    objects) and as one list otherwise; `llm.data.text_tokens.to_arrays` turns either into numpy.
+    objects) and as one list otherwise; `llm.data.text.tokens.to_arrays` turns either into numpy.
     """
     if isinstance(tokenizer, SimpleTokenizer):
         encoded = [t.encode("utf-8") for t in texts]

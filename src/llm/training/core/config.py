@@ -45,7 +45,7 @@ class DataConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_source(self) -> DataConfig:
-        from llm.data.sources import SOURCE_REGISTRY
+        from llm.data.text.sources import SOURCE_REGISTRY
 
         if self.data_source not in BUILTIN_SOURCES and self.data_source not in SOURCE_REGISTRY:
             valid = ", ".join([*BUILTIN_SOURCES, *SOURCE_REGISTRY.custom_names()])

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import xxhash
 
-from llm.data.readers import InputError, expand_inputs, iter_texts
+from llm.data.text.readers import InputError, expand_inputs, iter_texts
 from llm.data.tokenizers import Tokenizer, load_tokenizer
 
 _ENCODE_BATCH = 1024  # records per encode_batch call: amortises the fast tokenizers' overhead

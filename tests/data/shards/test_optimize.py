@@ -20,10 +20,10 @@ import torch
 import zstandard
 
 from llm.data import ItemsLoader, StreamingDataset, TokensLoader, optimize
-from llm.data.format.manifest import Manifest
-from llm.data.optimize_text import optimize_text
+from llm.data.shards.format.manifest import Manifest
+from llm.data.shards.optimize_text import optimize_text
 from llm.data.tokenizers import load_tokenizer, train_bpe_tokenizer
-from tests.data.core_helpers import all_tokens, real_lines, write_jsonl
+from tests.data.shards.helpers import all_tokens, real_lines, write_jsonl
 
 LLM_DATA = [sys.executable, "-m", "llm.cli.data"]
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
-from tests.data.core_helpers import all_tokens, make_token_dataset, run_loader
+from tests.data.shards.helpers import all_tokens, make_token_dataset, run_loader
 from tests.resume import check_resume
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm.data.dedup import (
+from llm.data.text.dedup import (
     DIGEST_BYTES,
     IN_MEMORY_WARNING,
     DedupTextSource,
@@ -21,8 +21,8 @@ from llm.data.dedup import (
     normalize,
     text_digest,
 )
-from llm.data.sources import LocalLineTextSource
-from llm.data.text_stream import StreamingTextDataModule
+from llm.data.text.sources import LocalLineTextSource
+from llm.data.text.stream import StreamingTextDataModule
 from llm.training.core.config import DataConfig
 from tests.resume import assert_same_steps, check_resume, take_steps
 

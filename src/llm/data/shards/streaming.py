@@ -25,10 +25,10 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
-from llm.data.format.loaders import ItemsLoader, TokensLoader
-from llm.data.format.manifest import Manifest
-from llm.data.format.reader import ItemReader, TokenReader
-from llm.data.plan import BatchSchedule, epoch_order
+from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
+from llm.data.shards.format.manifest import Manifest
+from llm.data.shards.format.reader import ItemReader, TokenReader
+from llm.data.shards.plan import BatchSchedule, epoch_order
 
 STATE_VERSION = 1
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm.data.format.loaders import ItemsLoader, TokensLoader
-from llm.data.format.manifest import INDEX_NAME, Manifest, ShardInfo
-from llm.data.format.writer import ItemShardWriter, TokenShardWriter, as_token_array
+from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
+from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ShardInfo
+from llm.data.shards.format.writer import ItemShardWriter, TokenShardWriter, as_token_array
 from llm.data.tokenizers import Tokenizer, token_dtype
 
 MODES = ("append", "overwrite")

@@ -4,7 +4,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from llm.data.sources import SOURCE_REGISTRY, TextSource
+from llm.data.text.sources import SOURCE_REGISTRY, TextSource
 from llm.training.core.config import DataConfig
 
 

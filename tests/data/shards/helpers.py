@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
-from llm.data.optimize_text import optimize_text
+from llm.data.shards.optimize_text import optimize_text
 
 STDLIB = Path(json.__file__).resolve().parent.parent  # CPython's own sources: real text on any machine
 
@@ -44,7 +44,7 @@ def make_token_dataset(folder: Path, n_lines: int = 3000, tokenizer: str = "simp
 
 def all_tokens(dataset_dir: Path) -> np.ndarray:
     """The dataset's full token stream, read shard by shard straight from the files."""
-    from llm.data.format.manifest import Manifest
+    from llm.data.shards.format.manifest import Manifest
 
     m = Manifest.load(dataset_dir)
     parts = []

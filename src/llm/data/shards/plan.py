@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llm.data.shuffle import make_permutation
+from llm.data.shards.shuffle import make_permutation
 
 
 def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool, algorithm: str = "feistel"):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from llm.data.presets import C4_PRESET, REDPAJAMA_PRESETS, THEPILE_PRESET, apply_to_config
-from llm.data.sources import SOURCE_REGISTRY
+from llm.data.text.presets import C4_PRESET, REDPAJAMA_PRESETS, THEPILE_PRESET, apply_to_config
+from llm.data.text.sources import SOURCE_REGISTRY
 from llm.training.core.config import DataConfig
 
 

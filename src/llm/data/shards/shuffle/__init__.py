@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from llm.data.shuffle.feistel import FeistelPermutation
-from llm.data.shuffle.identity import IdentityPermutation
+from llm.data.shards.shuffle.feistel import FeistelPermutation
+from llm.data.shards.shuffle.identity import IdentityPermutation
 
 Permutation = Callable[[np.ndarray], np.ndarray]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch.distributed as dist
 
-from tests.data.core_helpers import make_token_dataset, run_loader
+from tests.data.shards.helpers import make_token_dataset, run_loader
 
 
 def _rank_main(rank: int, world: int, init_file: str, dataset: str, results) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from llm.data.format.checksum import checksum_bytes
-from llm.data.format.manifest import ShardInfo
+from llm.data.shards.format.checksum import checksum_bytes
+from llm.data.shards.format.manifest import ShardInfo
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 _UINT16_MAX = (1 << 16) - 1

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from llm.data.packing import PartitionPacker, new_cursor, to_example
-from llm.data.readers import InputError
-from llm.data.sources import (
+from llm.data.text.packing import PartitionPacker, new_cursor, to_example
+from llm.data.text.readers import InputError
+from llm.data.text.sources import (
     SOURCE_REGISTRY,
     STRIPES,
     Partition,
@@ -329,7 +329,7 @@ class StreamingTextDataModule:
         path = getattr(self.config, "val_dataset_path", None)
         if not path:
             return None
-        from llm.data.sources import LocalLineTextSource
+        from llm.data.text.sources import LocalLineTextSource
 
         ds = StreamingTextDataset(
             LocalLineTextSource(path, self.config.text_column), self.tokenizer, self.max_seq_len,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from llm.data.format.checksum import checksum_bytes, checksum_file
-from llm.data.format.manifest import Manifest, ShardInfo
+from llm.data.shards.format.checksum import checksum_bytes, checksum_file
+from llm.data.shards.format.manifest import Manifest, ShardInfo
 
 
 class ShardError(ValueError):

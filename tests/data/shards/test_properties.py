@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm.data.format.manifest import Manifest
-from llm.data.format.reader import TokenReader
-from llm.data.format.writer import TokenShardWriter
-from llm.data.plan import BatchSchedule, epoch_order
+from llm.data.shards.format.manifest import Manifest
+from llm.data.shards.format.reader import TokenReader
+from llm.data.shards.format.writer import TokenShardWriter
+from llm.data.shards.plan import BatchSchedule, epoch_order
 
 
 @given(n=st.integers(1, 5000), seed=st.integers(0, 2**31), epoch=st.integers(0, 50))
@@ -87,7 +87,7 @@ def test_blocks_cover_the_token_stream_exactly_once(tmp_path_factory, docs, bloc
 
 @given(n=st.integers(0, 3000), workers=st.integers(1, 8), most=st.integers(1, 64))
 def test_worker_chunks_tile_the_batches_in_order(n, workers, most):
-    from llm.data.streaming import chunk_bounds
+    from llm.data.shards.streaming import chunk_bounds
 
     bounds = chunk_bounds(n, workers, most)
     assert bounds[0] == 0 and bounds[-1] == n

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llm.data.readers import (
+from llm.data.text.readers import (
     InputError,
     compression_of,
     expand_inputs,
@@ -371,7 +371,7 @@ def _hf(cfg: Any) -> TextSource:
 
 def _dedup(inner: SourceFactory) -> SourceFactory:
     def build(cfg: Any) -> TextSource:
-        from llm.data.dedup import DedupTextSource
+        from llm.data.text.dedup import DedupTextSource
 
         return DedupTextSource(inner(cfg), cfg.hash_algo, cfg.seen_hashes_path, cfg.write_seen_hashes)
 

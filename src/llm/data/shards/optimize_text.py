@@ -13,16 +13,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm.data.format.loaders import TokensLoader
-from llm.data.optimize import DocumentBatch, OptimizeSummary, optimize
-from llm.data.readers import (
+from llm.data.shards.format.loaders import TokensLoader
+from llm.data.shards.optimize import DocumentBatch, OptimizeSummary, optimize
+from llm.data.text.readers import (
     compression_of,
     expand_inputs,
     input_kind,
     iter_line_records,
     iter_parquet_texts,
 )
-from llm.data.text_tokens import tokenize_documents
+from llm.data.text.tokens import tokenize_documents
 from llm.data.tokenizers import Tokenizer, load_tokenizer
 
 _BATCH_DOCS = 1024

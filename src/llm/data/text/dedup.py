@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llm.data.sources import Partition, Record, TextSource, Want
+from llm.data.text.sources import Partition, Record, TextSource, Want
 
 DIGEST_BYTES = 16
 IN_MEMORY_WARNING = (

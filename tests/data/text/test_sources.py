@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llm.data.readers import InputError
-from llm.data.sources import (
+from llm.data.text.readers import InputError
+from llm.data.text.sources import (
     STRIPES,
     HFStreamTextSource,
     LocalLineTextSource,

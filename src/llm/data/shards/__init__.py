@@ -1,0 +1,1 @@
+"""Optimized shards: prepare once (`optimize`), stream many times (`StreamingDataset`)."""
