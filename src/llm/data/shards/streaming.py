@@ -12,7 +12,6 @@ count is the whole resume state.
 from __future__ import annotations
 
 import math
-import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,19 +28,15 @@ from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import ItemReader, TokenReader
 from llm.data.shards.plan import BatchSchedule, epoch_order
+from llm.data.topology import current_topology
 
 STATE_VERSION = 1
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 
 
 def current_rank_world() -> tuple[int, int]:
-    """(rank, world_size) from torch.distributed when initialised, else RANK / WORLD_SIZE, else (0, 1)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if not 0 <= rank < world:
-        raise ValueError(f"RANK={rank} must be in [0, WORLD_SIZE={world})")
-    return rank, world
+    """(rank, world_size) of this process (see `llm.data.topology`)."""
+    return current_topology()
 
 
 def chunk_bounds(n_batches: int, workers: int, max_batches: int) -> list[int]:

@@ -32,18 +32,10 @@ from llm.data.text.sources import (
     assign_partitions,
     stripe_partitions,
 )
+from llm.data.topology import current_topology
 
 STATE_VERSION = 1
 FINGERPRINT_MISMATCH = "stream source fingerprint mismatch"
-
-
-def current_topology(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
-    """(rank, world_size): explicit values, else torch.distributed, else RANK / WORLD_SIZE."""
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _encode(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
