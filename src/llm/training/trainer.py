@@ -166,7 +166,7 @@ class Trainer:
 
     def state_payload(self) -> dict[str, Any]:
         """Everything a resume needs; collective under DDP (gathers every rank's cursor and RNG)."""
-        stream_data = self.data.state_dict()
+        stream_data = self.data.checkpoint_state()
         rng_states = gather(rng_state(), self.env)
         return {
             "model_state_dict": self.raw_model.state_dict(),

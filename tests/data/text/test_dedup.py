@@ -113,11 +113,13 @@ def test_duplicates_dropped_across_runs(tmp_path):
     seen = tmp_path / "seen.bin"
     first = module_for(write_txt(tmp_path / "one.txt", ["x1", "x2", "x3"]), seen)
     assert documents(take(first)) == ["x1", "x2", "x3"]
-    state = first.state_dict()  # the checkpoint: commits what training consumed
+    state = first.checkpoint_state()  # the checkpoint: commits what training consumed
     assert state["seen_hashes"]["count"] == 3 and seen.stat().st_size == 3 * DIGEST_BYTES
     second = module_for(write_txt(tmp_path / "two.txt", ["x2", "y1", "x1 ", "y2", "x3"]), seen)
     assert documents(take(second)) == ["y1", "y2"]
-    second.state_dict()
+    assert second.state_dict()["seen_hashes"]["pending"] == 2  # a pure getter: nothing written
+    assert seen.stat().st_size == 3 * DIGEST_BYTES
+    second.checkpoint_state()
     assert seen.stat().st_size == 5 * DIGEST_BYTES
 
 
@@ -131,9 +133,9 @@ def test_crash_after_a_commit_does_not_lose_records(tmp_path):
     seen = tmp_path / "seen.bin"
     run = module_for(path, seen)
     head = take(run, 10)
-    checkpoint = run.state_dict()  # saved with the checkpoint at step 10
+    checkpoint = run.checkpoint_state()  # saved with the checkpoint at step 10
     take(run, 15)
-    run.state_dict()  # a later save whose checkpoint never made it to disk: then kill -9
+    run.checkpoint_state()  # a later save whose checkpoint never made it to disk: then kill -9
     with open(seen, "ab") as f:
         f.write(b"\x01" * 7)  # and a torn append
     assert seen.stat().st_size > checkpoint["seen_hashes"]["count"] * DIGEST_BYTES
@@ -149,7 +151,7 @@ def test_missing_seen_file_for_a_state_is_an_error(tmp_path):
     path = write_gz(tmp_path / "c.txt.gz", _corpus())
     run = module_for(path, tmp_path / "seen.bin")
     take(run, 3)
-    state = run.state_dict()
+    state = run.checkpoint_state()
     other = module_for(path, tmp_path / "elsewhere.bin")
     with pytest.raises(ValueError, match="elsewhere.bin is missing but the data state expects"):
         other.load_state_dict(state)
@@ -164,7 +166,7 @@ def run_dedup(config: dict, state: dict | None, steps: int | None):
     if state is not None:
         module.load_state_dict(state)
     out = take(module, steps)
-    return out, module.state_dict()
+    return out, module.checkpoint_state()
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -189,7 +191,7 @@ def test_state_without_a_seen_file_leaves_the_file_alone(tmp_path):
     seen = tmp_path / "seen.bin"
     earlier = module_for(write_txt(tmp_path / "old.txt", ["o1", "o2"]), seen)
     take(earlier)
-    earlier.state_dict()
+    earlier.checkpoint_state()
     path = write_txt(tmp_path / "a.txt", ["o1", "n1", "n2", "n3"])
     with pytest.warns(UserWarning, match="in-memory only"):
         in_memory = module_for(path)

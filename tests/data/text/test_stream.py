@@ -338,7 +338,7 @@ def _gloo_rank(rank: int, world: int, init_file: str, path: str, out_dir: str) -
         first = make_module(config)
         it = iter(first.train_dataloader())
         head = [r for _ in range(20) for r in rows({k: v.numpy() for k, v in next(it).items()})]
-        state = first.state_dict()  # a collective: every rank gets every rank's cursors
+        state = first.checkpoint_state()  # a collective: every rank gets every rank's cursors
         second = make_module(config)
         second.load_state_dict(pickle.loads(pickle.dumps(state)))
         tail = [r for b in second.train_dataloader() for r in rows({k: v.numpy() for k, v in b.items()})]

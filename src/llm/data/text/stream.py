@@ -12,6 +12,7 @@ serves them strictly in turn and the next worker to serve is part of the state.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -396,10 +397,11 @@ class StreamingTextDataModule:
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """The cursors of this rank's partitions (all ranks' when torch.distributed is up).
+        """This rank's state: the cursors of its partitions. A pure getter (no I/O, no collective).
 
-        Also commits the dedup seen-set (digests of the records handed over so far),
-        so call it when the checkpoint is written.
+        With a dedup source, `seen_hashes.count` is what the seen-hashes file holds and
+        `pending` how many consumed records are not committed to it yet: call
+        `checkpoint_state()` when a checkpoint is written, so they are.
         """
         rank, world = current_topology(self.rank, self.world_size)
         own = {p.key for p in self._own()}
@@ -413,14 +415,35 @@ class StreamingTextDataModule:
             "num_workers": self.num_workers,
             "partitions": partitions,
             "next_worker": {str(rank): self._next_worker.get(str(rank), 0)},
-            # the guide's compatible view: records read per rank, the current token buffer
+            # the guide's view, informational: records consumed per rank (a record count, not a
+            # line number) and the buffer of the partition read last; `partitions` is what resumes
             "line_index": {str(rank): records},
             "token_buffer": list(last.get("token_buffer", [])),
         }
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if hasattr(self.source, "commit"):
+            writes = self.source.seen_hashes_path and self.source.write_seen_hashes  # type: ignore[attr-defined]
+            pending = sum(len(d) for d in self._uncommitted) // 16 if writes else 0
+            state["seen_hashes"] = {
+                "path": str(self.source.seen_hashes_path or ""),  # type: ignore[attr-defined]
+                "count": self.source.committed_count,  # type: ignore[attr-defined]
+                "pending": pending,
+            }
+        return state
+
+    def checkpoint_state(self) -> dict:
+        """The state to store in a checkpoint: every rank's cursors, the dedup seen-set committed.
+
+        Collective under torch.distributed (every rank calls it, each gets the whole job's
+        state). Appends the digests of the records consumed since the last call to the
+        seen-hashes file (rank 0 writes), so the state and the file agree.
+        """
+        rank, world = current_topology(self.rank, self.world_size)
+        state = self.state_dict()
         digests = b"".join(self._uncommitted)
         self._uncommitted = []
-        if distributed and self.rank is None:
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        collective = distributed and self.rank is None
+        if collective:
             gathered: list[Any] = [None] * world
             torch.distributed.all_gather_object(gathered, (state, digests))
             state = merge_stream_states([s for s, _ in gathered])
@@ -431,11 +454,11 @@ class StreamingTextDataModule:
             digests = b"".join(d for _, d in gathered)
         if hasattr(self.source, "commit"):
             count = self.source.commit(digests) if rank == 0 else 0  # type: ignore[attr-defined]
-            if distributed and self.rank is None:
+            if collective:
                 box = [count]
                 torch.distributed.broadcast_object_list(box, src=0)
                 count = box[0]
-            state["seen_hashes"] = {"path": str(self.source.seen_hashes_path or ""), "count": count}  # type: ignore[attr-defined]
+            state["seen_hashes"] = {**state["seen_hashes"], "count": count, "pending": 0}
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -454,6 +477,13 @@ class StreamingTextDataModule:
         self._next_worker = dict(state.get("next_worker", {})) if same else {}
         self._uncommitted = []
         seen = state.get("seen_hashes")
+        if seen and seen.get("pending"):
+            warnings.warn(
+                f"the data state was taken with state_dict(), not checkpoint_state(): {seen['pending']} "
+                "consumed records were never committed to the seen-hashes file, so later copies of "
+                "them are not dropped; save states for checkpoints with checkpoint_state()",
+                stacklevel=2,
+            )
         if seen and hasattr(self.source, "load_committed"):
             # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
             self.source.load_committed(seen["count"] if seen.get("path") else None)  # type: ignore[attr-defined]

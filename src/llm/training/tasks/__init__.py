@@ -15,8 +15,10 @@ class TrainData(Protocol):
     """What the trainer needs from a task: endless rank-local batches and a resumable cursor.
 
     Batches are dicts with int64 `input_ids` and `labels` of shape (batch_size, max_seq_len),
-    label `t` being the target for position `t`. `state_dict()` is collective under
-    torch.distributed (every rank calls it) and returns the state of *all* ranks.
+    label `t` being the target for position `t`. `state_dict()` is this rank's state, a pure
+    getter; `checkpoint_state()` is what a checkpoint stores: collective under
+    torch.distributed (every rank calls it), the state of *all* ranks, side effects that
+    must go with a checkpoint (the dedup seen-set) committed.
     """
 
     tokenizer: Tokenizer
@@ -25,6 +27,8 @@ class TrainData(Protocol):
     def batches(self) -> Iterator[dict[str, torch.Tensor]]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
+
+    def checkpoint_state(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 

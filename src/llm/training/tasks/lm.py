@@ -129,6 +129,9 @@ class MapStyleData:
     def state_dict(self) -> dict[str, Any]:
         return {"version": 1, "epoch": self.epoch, "samples_consumed": self.samples_consumed, "seed": self.seed}
 
+    def checkpoint_state(self) -> dict[str, Any]:
+        return self.state_dict()  # topology-free: every rank holds the same numbers
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("seed", self.seed) != self.seed:
             raise ValueError(

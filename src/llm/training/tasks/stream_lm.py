@@ -63,6 +63,9 @@ class OptimizedData:
     def state_dict(self) -> dict[str, Any]:
         return self.loader.state_dict()
 
+    def checkpoint_state(self) -> dict[str, Any]:
+        return self.loader.state_dict()  # topology-free: rank 0's state is the whole job's
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state)
 
@@ -78,9 +81,10 @@ class OptimizedData:
 class StreamTextData:
     """Batches of `StreamingTextDataModule` (local files, HF streams, dedup, custom sources).
 
-    Each rank streams the partitions it owns; the module's `state_dict()` is collective
-    under torch.distributed and returns every rank's cursor (`line_index` per rank), and
-    it commits the dedup seen-set, so it is called exactly when a checkpoint is written.
+    Each rank streams the partitions it owns; the module's `checkpoint_state()` is
+    collective under torch.distributed, returns every rank's cursor (`line_index` per
+    rank) and commits the dedup seen-set, so it is called exactly when a checkpoint is
+    written; `state_dict()` is this rank's pure view.
     The module starts a new pass over the source by itself when the stream ends.
     """
 
@@ -108,6 +112,9 @@ class StreamTextData:
 
     def state_dict(self) -> dict[str, Any]:
         return self.module.state_dict()
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return self.module.checkpoint_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.module.load_state_dict(state)
