@@ -1,6 +1,17 @@
-"""Suite-wide settings: hypothesis without per-example deadlines (CI machines are small and shared)."""
+"""Suite-wide settings: hypothesis without per-example deadlines (CI machines are small and shared), a clean source registry per test."""
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("llm", deadline=None, max_examples=60)
 settings.load_profile("llm")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_source_registry():
+    """Sources a test registers are gone after it: the global registry is restored."""
+    from llm.data.text.registry import SOURCE_REGISTRY
+
+    saved = (dict(SOURCE_REGISTRY._factories), dict(SOURCE_REGISTRY._keys))
+    yield
+    SOURCE_REGISTRY._factories, SOURCE_REGISTRY._keys = saved

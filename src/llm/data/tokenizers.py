@@ -186,19 +186,3 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, path: str | Path)
 def token_dtype(vocab_size: int) -> str:
     """The narrowest unsigned dtype that holds every id: uint16 when it fits, else uint32."""
     return "uint16" if vocab_size <= 1 << 16 else "uint32"
-
-
-def encode_documents(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[list[int] | bytes, list[int]]:
-    """Encode texts as documents each followed by EOS: (flat ids, per-document lengths incl. EOS).
-
-    The flat ids come back as bytes for the byte-level tokenizer (no per-token Python
-    objects) and as one list otherwise; `llm.data.text.tokens.to_arrays` turns either into numpy.
-    """
-    if isinstance(tokenizer, SimpleTokenizer):
-        encoded = [t.encode("utf-8") for t in texts]
-        return b"".join(encoded), [len(e) + 1 for e in encoded]
-    ids = tokenizer.encode_batch(texts)
-    flat: list[int] = []
-    for doc in ids:
-        flat.extend(doc)
-    return flat, [len(doc) + 1 for doc in ids]

@@ -1,11 +1,16 @@
-"""DataConfig: defaults, the guide's error sentences, unknown keys, keys of custom sources."""
+"""DataConfig: defaults, the guide's error sentences (when the source is built), unknown keys, custom sources."""
+
+import subprocess
+import sys
 
 import pytest
 import yaml
 from pydantic import ValidationError
 
-from llm.data.text.sources import SOURCE_REGISTRY, TextSource
-from llm.training.core.config import DataConfig
+from llm.data.config import DataConfig
+from llm.data.sources import SOURCE_REGISTRY, TextSource, build_text_source
+from llm.training.core.config import Config
+from llm.training.core.config import DataConfig as TrainingDataConfig
 
 
 def test_defaults():
@@ -19,10 +24,6 @@ def test_defaults():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({}, "dataset_path is required when data_source='local'"),
-        ({"data_source": "dedup_local"}, "dataset_path is required when data_source='dedup_local'"),
-        ({"data_source": "hf"}, "dataset_name is required when data_source='hf'"),
-        ({"data_source": "dedup_hf"}, "dataset_name is required when data_source='dedup_hf'"),
         ({"dataset_path": "x", "datset_split": "train"}, "unknown data key 'datset_split'; valid keys are: data_source"),
         ({"dataset_path": "x", "data_source": "s4"}, "data_source 's4' is not known; use one of: local, hf"),
         ({"dataset_path": "x", "hash_algo": "md7"}, "hash_algo 'md7' is not a hashlib algorithm or xxh3_128"),
@@ -36,6 +37,41 @@ def test_config_errors(kwargs, message):
     with pytest.raises(ValidationError, match=message) as info:
         DataConfig(**kwargs)
     assert len(info.value.errors()) == 1  # one clear sentence, not a cascade
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, "dataset_path is required when data_source='local'"),
+        ({"data_source": "local", "max_seq_len": 512}, "dataset_path is required when data_source='local'"),
+        ({"data_source": "dedup_local"}, "dataset_path is required when data_source='dedup_local'"),
+        ({"data_source": "hf", "max_seq_len": 512}, "dataset_name is required when data_source='hf'"),
+        ({"data_source": "dedup_hf"}, "dataset_name is required when data_source='dedup_hf'"),
+    ],
+)
+def test_dataset_is_required_when_the_source_is_built(kwargs, message):
+    cfg = DataConfig(**kwargs)  # the guide builds the config first and fills the dataset in later
+    with pytest.raises(ValueError, match=message):
+        build_text_source(cfg)
+    with pytest.raises(ValueError, match=message):
+        cfg.check_source()
+
+
+def test_llm_train_refuses_a_missing_dataset_before_any_work(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("data:\n  data_source: hf\n  steps_per_epoch: 2\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm.training.train", "--task", "stream_lm", "--config-path", str(config)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"llm-train: error: {config}: dataset_name is required when data_source='hf'"
+
+
+def test_config_names_of_the_framework():
+    assert TrainingDataConfig is DataConfig  # the training import path still works
+    run = Config()
+    assert isinstance(run.data, DataConfig) and run.data.data_source == "local"
 
 
 def test_hash_algos():
@@ -55,16 +91,46 @@ class _Listed(TextSource):
 
 
 def test_custom_source_keys_pass_through_yaml():
+    # the guide's one-line factory declares nothing: its keys are checked when it is built
     SOURCE_REGISTRY.register("cfgtest", lambda cfg: _Listed(cfg.dataset_bucket, cfg.dataset_key))
     text = "data_source: cfgtest\ndataset_bucket: corpus\ndataset_key: part-0.txt\nsteps_per_epoch: 2\n"
     cfg = DataConfig(**yaml.safe_load(text))
     assert (cfg.dataset_bucket, cfg.dataset_key) == ("corpus", "part-0.txt")
-    assert SOURCE_REGISTRY.build(cfg).source_fingerprint()["key"] == "part-0.txt"
-    with pytest.raises(ValidationError, match="unknown data key 'dataset_bukket'.*dataset_bucket"):
-        DataConfig(data_source="cfgtest", dataset_bukket="corpus", dataset_key="k")
-    # keys declared for one source are still unknown for another
+    assert build_text_source(cfg).source_fingerprint()["key"] == "part-0.txt"
+    misspelt = DataConfig(data_source="cfgtest", dataset_bukket="corpus", dataset_key="k")
+    with pytest.raises(ValueError, match="data key 'dataset_bucket' is required by data_source 'cfgtest'"):
+        build_text_source(misspelt)
+    extra = DataConfig(data_source="cfgtest", dataset_bucket="b", dataset_key="k", dataset_kee="x")
+    with pytest.raises(ValueError, match="unknown data key 'dataset_kee': data_source 'cfgtest' does not read it"):
+        build_text_source(extra)
+    # keys a custom source reads are still unknown for a built-in source
     with pytest.raises(ValidationError, match="unknown data key 'dataset_bucket'"):
         DataConfig(dataset_path="x", dataset_bucket="corpus")
+
+
+class _Declared(TextSource):
+    config_keys = ("dataset_bucket", "dataset_key")
+
+    def __init__(self, dataset_bucket: str, dataset_key: str):
+        self.bucket, self.key = dataset_bucket, dataset_key
+
+    def iter_texts(self, skip=0):
+        yield from ["one", "two"][skip:]
+
+    def source_fingerprint(self):
+        return {"type": "declared", "bucket": self.bucket}
+
+
+def test_a_source_class_declares_its_keys():
+    SOURCE_REGISTRY.register("declared", _Declared)
+    cfg = DataConfig(data_source="declared", dataset_bucket="b", dataset_key="k")
+    assert build_text_source(cfg).source_fingerprint() == {"type": "declared", "bucket": "b"}
+    with pytest.raises(ValidationError, match="unknown data key 'dataset_bukket'.*dataset_bucket"):
+        DataConfig(data_source="declared", dataset_bukket="b", dataset_key="k")
+
+
+def test_registrations_do_not_leak_between_tests():
+    assert "cfgtest" not in SOURCE_REGISTRY and "declared" not in SOURCE_REGISTRY
 
 
 def test_explicit_config_keys():

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llm.data.sources import LocalLineTextSource
 from llm.data.text.dedup import (
     DIGEST_BYTES,
     IN_MEMORY_WARNING,
@@ -21,7 +22,7 @@ from llm.data.text.dedup import (
     normalize,
     text_digest,
 )
-from llm.data.text.sources import LocalLineTextSource
+from llm.data.text.seen_file import read_seen_file
 from llm.data.text.stream import StreamingTextDataModule
 from llm.training.core.config import DataConfig
 from tests.resume import assert_same_steps, check_resume, take_steps
@@ -43,6 +44,12 @@ def module_for(path, seen=None, workers=0, write=True) -> StreamingTextDataModul
     data = DataConfig(data_source="dedup_local", dataset_path=str(path), max_seq_len=16, num_workers=workers,
                       seen_hashes_path=str(seen) if seen else None, write_seen_hashes=bool(seen) and write)
     return StreamingTextDataModule(data, batch_size=2, loop=False)
+
+
+def held(seen: Path, algo: str = "sha256") -> int:
+    """How many digests a seen-hashes file holds (0 when it does not exist)."""
+    parsed = read_seen_file(seen, algo)
+    return parsed.count if parsed else 0
 
 
 def take(module, steps=None) -> list[dict]:
@@ -114,13 +121,13 @@ def test_duplicates_dropped_across_runs(tmp_path):
     first = module_for(write_txt(tmp_path / "one.txt", ["x1", "x2", "x3"]), seen)
     assert documents(take(first)) == ["x1", "x2", "x3"]
     state = first.checkpoint_state()  # the checkpoint: commits what training consumed
-    assert state["seen_hashes"]["count"] == 3 and seen.stat().st_size == 3 * DIGEST_BYTES
+    assert state["seen_hashes"]["count"] == 3 and held(seen) == 3
     second = module_for(write_txt(tmp_path / "two.txt", ["x2", "y1", "x1 ", "y2", "x3"]), seen)
     assert documents(take(second)) == ["y1", "y2"]
     assert second.state_dict()["seen_hashes"]["pending"] == 2  # a pure getter: nothing written
-    assert seen.stat().st_size == 3 * DIGEST_BYTES
+    assert held(seen) == 3
     second.checkpoint_state()
-    assert seen.stat().st_size == 5 * DIGEST_BYTES
+    assert held(seen) == 5
 
 
 def _corpus() -> list[str]:
@@ -138,10 +145,11 @@ def test_crash_after_a_commit_does_not_lose_records(tmp_path):
     run.checkpoint_state()  # a later save whose checkpoint never made it to disk: then kill -9
     with open(seen, "ab") as f:
         f.write(b"\x01" * 7)  # and a torn append
-    assert seen.stat().st_size > checkpoint["seen_hashes"]["count"] * DIGEST_BYTES
+    assert held(seen) > checkpoint["seen_hashes"]["count"]
     resumed = module_for(path, seen)
     resumed.load_state_dict(checkpoint)
-    assert seen.stat().st_size == checkpoint["seen_hashes"]["count"] * DIGEST_BYTES
+    assert held(seen) == checkpoint["seen_hashes"]["count"]
+    assert seen.stat().st_size == read_seen_file(seen, "sha256").ends[-1][1]  # the torn append is gone
     tail = take(resumed)
     assert_same_steps(head + tail, reference, "resume from the last checkpoint after a crash")
     assert sum(int((s["labels"] == EOS).sum()) for s in reference) == 70  # one EOS per kept document
@@ -199,5 +207,5 @@ def test_state_without_a_seen_file_leaves_the_file_alone(tmp_path):
     state = in_memory.state_dict()
     persisted = module_for(path, seen)
     persisted.load_state_dict(state)
-    assert seen.stat().st_size == 2 * DIGEST_BYTES  # not truncated to the state's count of 0
+    assert held(seen) == 2  # not truncated to the state's count of 0
     assert text_digest("o1") in persisted.source.committed and text_digest("o2") in persisted.source.committed

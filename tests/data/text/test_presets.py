@@ -1,36 +1,99 @@
-"""Presets name the right hub datasets and apply to a DataConfig."""
+"""Presets: the guide's snippets run verbatim; names, lookup and apply_to_config as the framework has them."""
+
+import dataclasses
 
 import pytest
 
-from llm.data.text.presets import C4_PRESET, REDPAJAMA_PRESETS, THEPILE_PRESET, apply_to_config
-from llm.data.text.sources import SOURCE_REGISTRY
+from llm.data.presets import (
+    BUILTIN_PRESETS,
+    C4_PRESET,
+    REDPAJAMA_PRESETS,
+    THEPILE_PRESET,
+    DatasetPreset,
+    apply_to_config,
+    list_presets,
+    resolve_preset,
+)
+from llm.data.sources import HFStreamTextSource, build_text_source
 from llm.training.core.config import DataConfig
+
+SUBSETS = ["arxiv", "book", "c4", "common_crawl", "github", "stackexchange", "wikipedia"]
+
+
+def test_the_guides_preset_example_runs_as_written():
+    cfg = DataConfig(data_source="hf", max_seq_len=512)
+    cfg = apply_to_config(cfg, C4_PRESET)
+    assert (cfg.data_source, cfg.dataset_name, cfg.dataset_config) == ("hf", "allenai/c4", "en")
+    source = build_text_source(cfg)  # lazy: nothing is downloaded
+    assert isinstance(source, HFStreamTextSource)
+    assert (source.dataset_name, source.dataset_config, source.split, source.text_column) == (
+        "allenai/c4", "en", "train", "text")
+    assert source.source_fingerprint()["dataset_name"] == "allenai/c4"
+    for kwargs in ({"data_source": "local", "max_seq_len": 512}, {"data_source": "dedup_local"}):
+        apply_to_config(DataConfig(**kwargs), THEPILE_PRESET)  # constructible without a path
 
 
 def test_preset_values():
     assert (C4_PRESET.dataset_name, C4_PRESET.dataset_config) == ("allenai/c4", "en")
-    assert THEPILE_PRESET.dataset_name == "monology/pile-uncopyrighted"
-    subsets = ["arxiv", "book", "common_crawl", "c4", "github", "stackexchange", "wikipedia"]
-    assert sorted(REDPAJAMA_PRESETS) == sorted(f"redpajama/{s}" for s in subsets)
+    assert C4_PRESET.preset_name == "allenai/c4" and C4_PRESET.dataset_split == "train"
+    assert THEPILE_PRESET.dataset_name == "monology/pile-uncopyrighted" and THEPILE_PRESET.dataset_config is None
+    assert sorted(REDPAJAMA_PRESETS) == sorted(f"redpajama/{s}" for s in SUBSETS)
     for key, preset in REDPAJAMA_PRESETS.items():
+        assert preset.preset_name == key
         assert preset.dataset_name == "togethercomputer/RedPajama-Data-1T"
         assert preset.dataset_config == key.split("/", 1)[1]
-    for preset in [C4_PRESET, THEPILE_PRESET, *REDPAJAMA_PRESETS.values()]:
-        assert preset.text_column == "text"
+    for preset in BUILTIN_PRESETS.values():
+        assert preset.text_column == "text" and preset.description
+    assert set(BUILTIN_PRESETS) == {"allenai/c4", "monology/pile-uncopyrighted", *REDPAJAMA_PRESETS}
+    assert all(BUILTIN_PRESETS[name].preset_name == name for name in BUILTIN_PRESETS)
+    assert list_presets() == sorted(BUILTIN_PRESETS)
 
 
-def test_apply_to_config_builds_hf_source_offline():
-    cfg = DataConfig(data_source="dedup_hf", dataset_name="placeholder", text_column="body", steps_per_epoch=3)
+def test_preset_is_frozen_and_named_by_its_dataset():
+    preset = DatasetPreset("org/corpus")
+    assert preset.preset_name == "org/corpus" and preset.dataset_split == "train" and preset.description == ""
+    assert DatasetPreset("org/corpus", preset_name="mine").preset_name == "mine"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        preset.dataset_name = "other"  # type: ignore[misc]
+
+
+def test_resolve_preset():
+    assert resolve_preset("allenai/c4") is C4_PRESET
+    assert resolve_preset("monology/pile-uncopyrighted") is THEPILE_PRESET
+    assert resolve_preset("redpajama/github") is REDPAJAMA_PRESETS["redpajama/github"]
+    assert resolve_preset("redpajama:arxiv") is REDPAJAMA_PRESETS["redpajama/arxiv"]
+    with pytest.raises(KeyError, match="unknown dataset preset 'c5'.*allenai/c4.*redpajama/arxiv"):
+        resolve_preset("c5")
+    with pytest.raises(KeyError, match="names no RedPajama subset"):
+        resolve_preset("redpajama:")
+    with pytest.raises(KeyError, match="unknown RedPajama subset 'books'.*book"):
+        resolve_preset("redpajama:books")
+
+
+def test_apply_to_config_sets_only_the_dataset_fields():
+    cfg = DataConfig(data_source="dedup_local", dataset_path="kept.txt", text_column="body", max_seq_len=64,
+                     hash_algo="md5", dataset_split="validation")
     assert apply_to_config(cfg, C4_PRESET) is cfg
-    assert (cfg.dataset_name, cfg.dataset_config, cfg.text_column) == ("allenai/c4", "en", "text")
-    with pytest.warns(UserWarning, match="in-memory only"):
-        source = SOURCE_REGISTRY.build(cfg)  # builds lazily: nothing is downloaded here
-    fp = source.source_fingerprint()
-    assert fp["type"] == "dedup" and fp["inner"]["name"] == "allenai/c4" and fp["inner"]["config"] == "en"
-    apply_to_config(cfg, "redpajama/github")
+    assert (cfg.data_source, cfg.dataset_name, cfg.dataset_config) == ("dedup_hf", "allenai/c4", "en")
+    assert (cfg.dataset_split, cfg.text_column) == ("train", "text")
+    assert (cfg.dataset_path, cfg.max_seq_len, cfg.hash_algo) == ("kept.txt", 64, "md5")  # left alone
+    apply_to_config(cfg, THEPILE_PRESET)
+    assert cfg.dataset_config is None  # a preset without a subset clears the old one
+    apply_to_config(cfg, "redpajama:github")
     assert (cfg.dataset_name, cfg.dataset_config) == ("togethercomputer/RedPajama-Data-1T", "github")
+    plain = apply_to_config(DataConfig(), C4_PRESET)
+    assert plain.data_source == "hf"
 
 
-def test_unknown_preset_name():
-    with pytest.raises(ValueError, match="unknown dataset preset 'c5'.*redpajama/arxiv"):
-        apply_to_config(DataConfig(dataset_path="x"), "c5")
+def test_apply_to_config_builds_a_dedup_source_offline():
+    cfg = apply_to_config(DataConfig(data_source="dedup_hf", steps_per_epoch=3), C4_PRESET)
+    with pytest.warns(UserWarning, match="in-memory only"):
+        source = build_text_source(cfg)
+    fp = source.source_fingerprint()
+    assert fp["type"] == "dedup" and fp["inner"]["dataset_name"] == "allenai/c4"
+    assert fp["inner"]["dataset_config"] == "en"
+
+
+def test_apply_to_config_refuses_other_objects():
+    with pytest.raises(TypeError, match="data_source"):
+        apply_to_config({"data_source": "hf"}, C4_PRESET)

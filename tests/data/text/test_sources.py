@@ -11,8 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llm.data.text.readers import InputError
-from llm.data.text.sources import (
+from llm.data.sources import (
     STRIPES,
     HFStreamTextSource,
     LocalLineTextSource,
@@ -21,6 +20,7 @@ from llm.data.text.sources import (
     assign_partitions,
     stripe_partitions,
 )
+from llm.data.text.readers import InputError
 
 
 def _all_records(source, parts=None):

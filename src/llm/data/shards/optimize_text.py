@@ -15,12 +15,13 @@ from pathlib import Path
 
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.optimize import DocumentBatch, OptimizeSummary, optimize
+from llm.data.text.partitions import byte_ranges
 from llm.data.text.readers import (
-    compression_of,
     expand_inputs,
     input_kind,
-    iter_line_records,
-    iter_parquet_texts,
+    iter_line_range,
+    iter_parquet_rows,
+    splittable,
 )
 from llm.data.text.tokens import tokenize_documents
 from llm.data.tokenizers import Tokenizer, load_tokenizer
@@ -44,12 +45,10 @@ def plan_ranges(paths: list[Path], pieces: int) -> list[TextRange]:
     target = max(1 << 20, sum(sizes) // max(pieces, 1))
     ranges: list[TextRange] = []
     for path, size in zip(paths, sizes):
-        splittable = compression_of(path) is None and input_kind(path) != "parquet"
-        if not splittable or size <= target:
+        if not splittable(path) or size <= target:
             ranges.append(TextRange(str(path)))
             continue
-        bounds = list(range(0, size, target)) + [size]
-        ranges.extend(TextRange(str(path), a, b) for a, b in zip(bounds[:-1], bounds[1:]))
+        ranges.extend(TextRange(str(path), a, b) for a, b in byte_ranges(size, target))
     return ranges
 
 
@@ -69,9 +68,10 @@ class TokenizeText:
 
     def _records(self, item: TextRange) -> Iterator[str]:
         if input_kind(item.path) == "parquet":
-            yield from iter_parquet_texts(item.path, self.text_column)
+            for text, _ in iter_parquet_rows(item.path, self.text_column):
+                yield text
             return
-        for text, replaced in iter_line_records(item.path, self.text_column, item.start, item.end):
+        for text, _, replaced in iter_line_range(item.path, self.text_column, item.start, item.end):
             self._stats["invalid_utf8_records"] += replaced
             yield text
 

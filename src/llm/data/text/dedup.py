@@ -2,50 +2,74 @@
 
 Memory per seen record is a fixed 16-byte digest in a numpy open-addressing
 table (about 32 bytes a record at the maximum load factor of 1/2), so tens of
-millions of records fit in a few hundred MB.
+millions of records fit in a few hundred MB. Records are hashed and probed a
+chunk at a time (vectorised), not one Python lookup per record.
 
-Persistence is crash-safe: the seen-hashes file is an append-only log of
-digests, appended only by `commit()` (called when the data state is saved for a
-checkpoint); the state stores how many digests it covers. Loading that state
-truncates the file to that count, so digests written after the last checkpoint
-(by a run that then crashed) never mark records as seen that training did not
-consume from that checkpoint.
+Two ways to persist (the file layouts are `seen_file.py`'s):
+
+* under `StreamingTextDataModule` / `llm-train` (crash-consistent): digests are
+  appended only by `commit()`, called by the module's `checkpoint_state()` when a
+  checkpoint is written, and the state stores how many digests it covers; loading
+  it forgets digests committed later by a run that then crashed.
+* on its own (`for text in source.iter_texts()`): each pass starts from the
+  persisted baseline (the seen file as it was when the source was made) and
+  deduplicates within the pass; with `write_seen_hashes` the digests of the
+  records it yields are appended as it goes (rank 0 only), so a later process
+  over the same data skips them.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from llm.data.text.sources import Partition, Record, TextSource, Want
+from llm.data.text.seen_file import (
+    DIGEST_BYTES,
+    SeenFileError,
+    append_digests,
+    read_seen_file,
+    truncate_to,
+)
+from llm.data.text.source import Partition, Record, TextSource, Want
+from llm.data.topology import current_topology
 
-DIGEST_BYTES = 16
 IN_MEMORY_WARNING = (
     "DedupTextSource is running with in-memory only state: records seen in this run are "
     "forgotten when it ends; set seen_hashes_path and write_seen_hashes to persist them"
 )
+FAST_HASHES = ("xxh3_128",)
+_CHUNK = 256  # records hashed and probed together
+_APPEND_EVERY = 1024  # standalone passes append this many digests at a time
 
 
 def normalize(text: str) -> str:
-    """Collapse every run of whitespace to one space and strip the ends."""
+    """The documented normalisation: collapse every run of whitespace to one space and strip the ends."""
     return " ".join(text.split())
 
 
-def hasher(algo: str):
-    """A function text -> 16-byte digest for `algo` (`xxh3_128` or any hashlib name)."""
+default_normalize = normalize  # the parameter `normalize` of DedupTextSource shadows the name
+
+
+def valid_hash_algos() -> list[str]:
+    return sorted({*FAST_HASHES, *hashlib.algorithms_guaranteed})
+
+
+def hasher(algo: str) -> Callable[[bytes], bytes]:
+    """A function bytes -> 16-byte digest for `algo` (`xxh3_128` or any hashlib name)."""
     if algo == "xxh3_128":
         import xxhash
 
-        return lambda data: xxhash.xxh3_128_digest(data)
+        return xxhash.xxh3_128_digest
     try:
         hashlib.new(algo)
     except (ValueError, TypeError):
-        raise ValueError(f"hash_algo {algo!r} is not a hashlib algorithm or xxh3_128") from None
+        raise ValueError(
+            f"hash_algo {algo!r} is not a hashlib algorithm or xxh3_128; use one of: {', '.join(valid_hash_algos())}"
+        ) from None
     if algo.startswith("shake_"):
         return lambda data: hashlib.new(algo, data).digest(DIGEST_BYTES)  # type: ignore[call-arg]
     # 128 bits of any cryptographic hash are plenty for exact-duplicate detection
@@ -53,7 +77,7 @@ def hasher(algo: str):
 
 
 def text_digest(text: str, algo: str = "sha256") -> bytes:
-    """The 16-byte digest of a record after normalisation."""
+    """The 16-byte digest of a record after the default normalisation."""
     return hasher(algo)(normalize(text).encode("utf-8"))
 
 
@@ -71,69 +95,58 @@ class SeenSet:
         size = 1 << max(4, (2 * capacity - 1).bit_length())
         self._hi = np.zeros(size, dtype=np.uint64)
         self._lo = np.zeros(size, dtype=np.uint64)
-        self._zero_hi: set[int] = set()
+        self._zero_hi: set[int] = set()  # hi == 0 marks an empty slot: such digests live aside
         self._n = 0
 
     def __len__(self) -> int:
         return self._n
 
-    @staticmethod
-    def _key(digest: bytes) -> tuple[int, int]:
-        return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:16], "little")
-
-    def _find(self, hi: int, lo: int) -> tuple[int, bool]:
-        mask = len(self._hi) - 1
-        i = lo & mask
-        while True:
-            h = int(self._hi[i])
-            if h == 0:
-                return i, False
-            if h == hi and int(self._lo[i]) == lo:
-                return i, True
-            i = (i + 1) & mask
-
     def __contains__(self, digest: bytes) -> bool:
-        hi, lo = self._key(digest)
-        return lo in self._zero_hi if hi == 0 else self._find(hi, lo)[1]
+        return bool(self.contains_many(_pairs(digest))[0])
 
     def add(self, digest: bytes) -> bool:
         """Add one digest; True when it was new."""
-        hi, lo = self._key(digest)
-        if hi == 0:
-            return self._add_zero(lo)
-        i, found = self._find(hi, lo)
-        if found:
+        pairs = _pairs(digest)
+        if self.contains_many(pairs)[0]:
             return False
-        self._hi[i], self._lo[i] = hi, lo
-        self._n += 1
-        if 2 * self._n > len(self._hi):
-            self._grow()
+        self.update(pairs)
         return True
+
+    def contains_many(self, pairs: np.ndarray) -> np.ndarray:
+        """Membership of every row of an (n, 2) uint64 array, probing all of them at once."""
+        found = np.zeros(len(pairs), dtype=bool)
+        zero = pairs[:, 0] == 0
+        if zero.any():
+            found[zero] = [int(lo) in self._zero_hi for lo in pairs[zero, 1]]
+        pending = np.flatnonzero(~zero)
+        if not self._n or not len(pending):
+            return found
+        mask = np.uint64(len(self._hi) - 1)
+        hi, lo = pairs[:, 0], pairs[:, 1]
+        pos = lo[pending] & mask
+        while len(pending):
+            slot_hi = self._hi[pos]
+            match = (slot_hi == hi[pending]) & (self._lo[pos] == lo[pending])
+            found[pending[match]] = True
+            go_on = (slot_hi != 0) & ~match
+            pending, pos = pending[go_on], (pos[go_on] + np.uint64(1)) & mask
+        return found
 
     def update(self, digests: bytes | np.ndarray) -> None:
         """Add many digests at once (vectorised)."""
         pairs = _pairs(digests)
         zero = pairs[:, 0] == 0
         for lo in pairs[zero, 1].tolist():
-            self._add_zero(lo)
-        pairs = pairs[~zero]
-        if not len(pairs):
+            if lo not in self._zero_hi:
+                self._zero_hi.add(lo)
+                self._n += 1
+        keys = np.unique(pairs[~zero], axis=0)
+        if not len(keys):
             return
-        keys = np.unique(pairs, axis=0)
-        present = np.array([self._find(int(h), int(v))[1] for h, v in keys]) if self._n else None
-        if present is not None:
-            keys = keys[~present]
+        keys = keys[~self.contains_many(keys)]
         while 2 * (self._n + len(keys)) > len(self._hi):
             self._resize(2 * len(self._hi))
         self._bulk_insert(keys[:, 0], keys[:, 1])
-
-    def _add_zero(self, lo: int) -> bool:
-        # hi == 0 marks an empty slot, so these (about 2**-64 of real digests) live aside
-        if lo in self._zero_hi:
-            return False
-        self._zero_hi.add(lo)
-        self._n += 1
-        return True
 
     def _bulk_insert(self, hi: np.ndarray, lo: np.ndarray) -> None:
         mask = np.uint64(len(self._hi) - 1)
@@ -151,9 +164,6 @@ class SeenSet:
             pending = np.setdiff1d(pending, winners, assume_unique=True)
             pos[pending] = (pos[pending] + np.uint64(1)) & mask
 
-    def _grow(self) -> None:
-        self._resize(2 * len(self._hi))
-
     def _resize(self, size: int) -> None:
         used = self._hi != 0
         hi, lo = self._hi[used], self._lo[used]
@@ -166,41 +176,14 @@ class SeenSet:
         return self._hi.nbytes + self._lo.nbytes
 
 
-def read_seen_file(path: str | Path, count: int | None = None) -> bytes:
-    """The first `count` digests (all when None) of a seen-hashes file; the rest is cut off."""
-    path = Path(path)
-    if not path.exists():
-        if count:
-            raise ValueError(
-                f"seen-hashes file {path} is missing but the data state expects {count} digests in it"
-            )
-        return b""
-    size = path.stat().st_size
-    if count is None:
-        count = size // DIGEST_BYTES  # a torn last digest (crash mid-append) is dropped
-    if count * DIGEST_BYTES > size:
-        raise ValueError(
-            f"seen-hashes file {path} holds {size // DIGEST_BYTES} digests but the data state expects {count}"
-        )
-    if size != count * DIGEST_BYTES:
-        with open(path, "r+b") as f:  # forget digests committed after this state was saved
-            f.truncate(count * DIGEST_BYTES)
-    return path.read_bytes()
-
-
-def append_seen_file(path: str | Path, digests: bytes) -> int:
-    """Append digests durably; returns the number of digests now in the file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as f:
-        f.write(digests)
-        f.flush()
-        os.fsync(f.fileno())
-        return f.tell() // DIGEST_BYTES
+def _named(fn: Callable[[str], str]) -> str:
+    if fn is default_normalize:
+        return "collapse-whitespace"
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 class DedupTextSource(TextSource):
-    """Drops records whose normalised text was seen before (in this run or a committed one)."""
+    """Drops records whose normalised text was seen before (in this pass, or persisted / committed)."""
 
     def __init__(
         self,
@@ -208,38 +191,69 @@ class DedupTextSource(TextSource):
         hash_algo: str = "sha256",
         seen_hashes_path: str | Path | None = None,
         write_seen_hashes: bool = False,
+        normalize: Callable[[str], str] | None = None,
     ):
         self.inner = inner
         self.hash_algo = hash_algo
-        self._hash = hasher(hash_algo)
+        self._hash = hasher(hash_algo)  # an unknown algorithm fails here, naming the valid ones
+        self.normalize = normalize or default_normalize
         self.seen_hashes_path = Path(seen_hashes_path) if seen_hashes_path else None
-        self.write_seen_hashes = write_seen_hashes
-        if not (self.seen_hashes_path and write_seen_hashes):
+        self.write_seen_hashes = bool(write_seen_hashes)
+        if self.write_seen_hashes and not self.seen_hashes_path:
+            raise ValueError("seen_hashes_path is required when write_seen_hashes is true")
+        if not (self.seen_hashes_path and self.write_seen_hashes):
             warnings.warn(IN_MEMORY_WARNING, stacklevel=2)
-        # committed: seen by training (loaded + handed to the caller); local: read by this iterator
+        # committed: seen by training (persisted + handed to the caller); local: read by this reader
         self.committed = SeenSet()
         self.committed_count = 0
+        self._baseline = b""  # digests persisted when this source was made (or a state loaded)
         self._local = SeenSet()
+        self.stats = {"read": 0, "seen_before": 0, "repeated": 0}
         if self.seen_hashes_path:
             self.load_committed()
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_hash"] = None  # lambdas do not pickle; rebuilt from hash_algo
+        state["_hash"] = None  # some hashers do not pickle; rebuilt from hash_algo
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._hash = hasher(self.hash_algo)
 
+    @property
+    def writes(self) -> bool:
+        return bool(self.seen_hashes_path and self.write_seen_hashes)
+
+    # -- persistence ---------------------------------------------------------------------------
     def load_committed(self, count: int | None = None) -> None:
-        """Load the first `count` committed digests from the seen-hashes file."""
-        self.committed = SeenSet()
-        if self.seen_hashes_path:
-            data = read_seen_file(self.seen_hashes_path, count)
-            self.committed.update(data)
-            self.committed_count = len(data) // DIGEST_BYTES
-        self._local = SeenSet()
+        """Load the first `count` digests (all when None) of the seen-hashes file as committed.
+
+        With writing on, digests after `count` (committed by a run that crashed before
+        its checkpoint) are cut off the file; a file that is only read is never modified.
+        """
+        self.committed, self._local = SeenSet(), SeenSet()
+        self.committed_count, self._baseline = 0, b""
+        if not self.seen_hashes_path:
+            return
+        seen = read_seen_file(self.seen_hashes_path, self.hash_algo)
+        if seen is None:
+            if count:
+                raise SeenFileError(
+                    f"seen-hashes file {self.seen_hashes_path} is missing but the data state expects {count} digests in it"
+                )
+            return
+        if count is None:
+            count = seen.count
+        if count > seen.count:
+            raise SeenFileError(
+                f"seen-hashes file {self.seen_hashes_path} holds {seen.count} digests but the data state expects {count}"
+            )
+        if self.writes:
+            truncate_to(seen, count)  # forget digests committed after this state was saved
+        self._baseline = seen.digests[: count * DIGEST_BYTES]
+        self.committed.update(self._baseline)
+        self.committed_count = count
 
     def mark_consumed(self, digests: bytes) -> None:
         """Records handed to training: they count as seen from now on."""
@@ -247,43 +261,90 @@ class DedupTextSource(TextSource):
 
     def commit(self, digests: bytes) -> int:
         """Persist newly consumed digests (when writing is on); returns the committed count."""
-        if self.seen_hashes_path and self.write_seen_hashes and digests:
-            self.committed_count = append_seen_file(self.seen_hashes_path, digests)
+        if self.writes and digests:
+            self.committed_count = append_digests(self.seen_hashes_path, digests, self.hash_algo)  # type: ignore[arg-type]
         return self.committed_count
 
     def begin(self) -> None:
-        """A new pass of reading starts: forget what the previous reader read but did not hand over."""
+        """A new reader starts: forget what the previous reader read but did not hand over."""
         self._local = SeenSet()
+        self.stats = {"read": 0, "seen_before": 0, "repeated": 0}
 
+    # -- reading -------------------------------------------------------------------------------
     def digest(self, text: str) -> bytes:
-        return self._hash(normalize(text).encode("utf-8"))
+        return self._hash(self.normalize(text).encode("utf-8", errors="replace"))
 
-    def _is_new(self, digest: bytes) -> bool:
-        return digest not in self.committed and self._local.add(digest)
+    def _new_mask(self, digests: bytes, seen: SeenSet, local: SeenSet) -> np.ndarray:
+        """Which of a chunk's records are new: not in `seen`, not read before, first in the chunk."""
+        pairs = _pairs(digests)
+        before = seen.contains_many(pairs)
+        repeated = local.contains_many(pairs)
+        first = np.zeros(len(pairs), dtype=bool)
+        first[np.unique(pairs, axis=0, return_index=True)[1]] = True
+        new = ~before & ~repeated & first
+        local.update(pairs[new])
+        self.stats["read"] += len(pairs)
+        self.stats["seen_before"] += int(before.sum())
+        self.stats["repeated"] += int((~before & ~new).sum())
+        return new
 
     def source_fingerprint(self) -> dict:
         return {
             "type": "dedup",
             "inner": self.inner.source_fingerprint(),
             "hash_algo": self.hash_algo,
-            "normalize": "collapse-whitespace",
+            "normalize": _named(self.normalize),
         }
 
     def partitions(self) -> list[Partition]:
         return self.inner.partitions()
 
     def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
-        for text, after, _ in self.inner.iter_partition(part, offset, want):
-            if want is not None and not want(after):
-                continue  # another stripe's record: its reader dedups it
-            d = self.digest(text)
-            if self._is_new(d):
-                yield text, after, d
+        # another stripe's records are dropped before hashing: their own reader dedups them
+        records = (r for r in self.inner.iter_partition(part, offset, want) if want is None or want(r[1]))
+        for chunk in _chunked(records):
+            digests = b"".join(self.digest(text) for text, _, _ in chunk)
+            for i in np.flatnonzero(self._new_mask(digests, self.committed, self._local)).tolist():
+                text, after, _ = chunk[i]
+                yield text, after, digests[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES]
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
-        for text in self.inner.iter_texts():
-            if self._is_new(self.digest(text)):
-                if skip:
-                    skip -= 1
-                    continue
-                yield text
+        """One standalone pass: new records only, against the persisted baseline and this pass.
+
+        With `write_seen_hashes`, the digests of the records yielded are appended to the
+        seen-hashes file as the pass goes (rank 0 only), the last ones when it ends or stops.
+        """
+        baseline, local = SeenSet(), SeenSet()
+        baseline.update(self._baseline)
+        writer = self.writes and current_topology()[0] == 0
+        pending: list[bytes] = []
+        try:
+            for chunk in _chunked((text, 0, None) for text in self.inner.iter_texts()):
+                digests = b"".join(self.digest(text) for text, _, _ in chunk)
+                for i in np.flatnonzero(self._new_mask(digests, baseline, local)).tolist():
+                    if skip:
+                        skip -= 1
+                        continue
+                    if writer:
+                        pending.append(digests[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES])
+                        if len(pending) >= _APPEND_EVERY:
+                            self.commit(b"".join(pending))
+                            pending = []
+                    yield chunk[i][0]
+        finally:
+            if pending:
+                self.commit(b"".join(pending))
+
+    def __iter__(self) -> Iterator[str]:
+        return self.iter_texts()
+
+
+def _chunked(records: Iterator[Record]) -> Iterator[list[Record]]:
+    chunk: list[Record] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == _CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

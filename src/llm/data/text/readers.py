@@ -10,7 +10,7 @@ import glob
 import gzip
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -29,16 +29,19 @@ def compression_of(path: Path) -> str | None:
 
 
 def input_kind(path: Path | str) -> str:
-    """'txt', 'jsonl' or 'parquet', from the file name (compression suffix ignored)."""
+    """'jsonl', 'parquet' or 'txt', from the file name (compression suffix ignored).
+
+    Anything that is not .jsonl/.json/.ndjson/.parquet is text with one record per
+    line, whatever its extension (.txt, .csv, .py, none).
+    """
     path = Path(path)
     name = path.with_suffix("") if compression_of(path) else path
-    kind = _KINDS.get(name.suffix.lower())
-    if kind is None:
-        raise InputError(
-            f"{path}: unsupported input type {name.suffix or '(none)'!r}; "
-            "expected .txt, .jsonl (optionally .gz/.zst) or .parquet"
-        )
-    return kind
+    return _KINDS.get(name.suffix.lower(), "txt")
+
+
+def splittable(path: Path | str) -> bool:
+    """Whether byte ranges of the file can be read alone: uncompressed line files only."""
+    return compression_of(Path(path)) is None and input_kind(path) != "parquet"
 
 
 def open_binary(path: Path | str) -> BinaryIO:
@@ -97,38 +100,41 @@ def _json_text(line: bytes, path: Path | str, line_no: int, text_column: str) ->
     return text
 
 
-def iter_line_records(
-    path: Path | str, text_column: str = "text", start: int = 0, end: int | None = None
-) -> Iterator[tuple[str, bool]]:
-    """Records of a .txt / .jsonl file as (text, utf8_replaced); blank records skipped.
+def iter_line_range(
+    path: Path | str, text_column: str = "text", start: int = 0, end: int | None = None, resume: int = 0
+) -> Iterator[tuple[str, int, bool]]:
+    """Records of a .txt / .jsonl file as (text, byte offset after its line, utf8_replaced).
 
-    With a byte range [start, end) of an uncompressed file, yields exactly the
-    lines that *start* inside it, so consecutive ranges cover every line once.
+    Blank records are skipped. With a byte range [start, end) of an uncompressed
+    file, yields exactly the lines that *start* inside it, so consecutive ranges
+    cover every line once. `resume` > 0 is a byte offset where a line starts (a
+    cursor): reading seeks there and nothing before it is read again.
     """
     path = Path(path)
     kind = input_kind(path)
     with open_binary(path) as f:
-        if start > 0:
+        if resume > 0:
+            f.seek(resume)
+        elif start > 0:
             f.seek(start - 1)
             f.readline()  # finish the line that started before `start`: it belongs to the previous range
         pos = f.tell()
-        line_no = 0
+        # line numbers are known only when reading from the top; elsewhere they are counted on error
+        line_no: int | None = 0 if pos == 0 else None
         while end is None or pos < end:
             line = f.readline()
             if not line:
-                break
-            line_no += 1
+                return
+            line_start, pos = pos, pos + len(line)
+            line_no = None if line_no is None else line_no + 1
             try:
-                text = record_text(line, path, line_no, text_column, kind)
+                text = record_text(line, path, line_no or 0, text_column, kind)
             except InputError:
-                if start == 0:
-                    raise
-                # Mid-file range: count the lines before it only now, on the error path.
-                record_text(line, path, line_number_at(path, pos), text_column, kind)
+                if line_no is None:  # name the real line: count the lines before it, only now
+                    record_text(line, path, line_number_at(path, line_start), text_column, kind)
                 raise
-            pos += len(line)
             if text is not None:
-                yield text, kind == "txt" and "\ufffd" in text and _had_invalid(line)
+                yield text, pos, kind == "txt" and "\ufffd" in text and _had_invalid(line)
 
 
 def line_number_at(path: Path | str, offset: int) -> int:
@@ -148,31 +154,69 @@ def _had_invalid(line: bytes) -> bool:
     return decode_text(line)[1]
 
 
-def iter_parquet_texts(path: Path | str, text_column: str = "text") -> Iterator[str]:
-    """Stripped, non-empty texts of one parquet column, read a row group batch at a time."""
+def _parquet_file(path: Path, text_column: str):
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(path)
     try:
         pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises several types for unreadable files
         raise InputError(f"{path}: cannot read parquet file ({e})") from None
-    names = pf.schema_arrow.names
-    if text_column not in names:
-        raise InputError(f"{path}: missing text column {text_column!r} (columns: {', '.join(names)}); set text_column (CLI: --text-column)")
-    for batch in pf.iter_batches(columns=[text_column], batch_size=8192):
-        for text in batch.column(0).to_pylist():
-            if isinstance(text, str) and text.strip():
-                yield text.strip()
+    schema = pf.schema_arrow
+    if text_column not in schema.names:
+        raise InputError(
+            f"{path}: missing text column {text_column!r} (columns: {', '.join(schema.names)}); "
+            "set text_column (CLI: --text-column)"
+        )
+    kind = schema.field(text_column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise InputError(f"{path}: column {text_column!r} is {kind}, expected a string column")
+    return pf
+
+
+def parquet_row_groups(path: Path | str, text_column: str = "text") -> int:
+    """How many row groups a parquet file has (its text column checked first)."""
+    return _parquet_file(Path(path), text_column).num_row_groups
+
+
+def iter_parquet_rows(
+    path: Path | str,
+    text_column: str = "text",
+    row_group: int | None = None,
+    offset: int = 0,
+    want: Callable[[int], bool] | None = None,
+) -> Iterator[tuple[str, int]]:
+    """Stripped, non-empty texts of one parquet column as (text, row number after it).
+
+    Rows count from the start of `row_group` (the whole file when None); rows up
+    to `offset` and rows for which `want(row)` is false are skipped unparsed.
+    """
+    pf = _parquet_file(Path(path), text_column)
+    groups = [row_group] if row_group is not None else list(range(pf.num_row_groups))
+    row = 0
+    for group in groups:
+        for batch in pf.iter_batches(columns=[text_column], batch_size=8192, row_groups=[group]):
+            values = batch.column(0)
+            n = len(values)
+            if row + n <= offset:
+                row += n
+                continue
+            for text in values.to_pylist():
+                row += 1
+                if row <= offset or (want is not None and not want(row)):
+                    continue
+                if isinstance(text, str) and text.strip():
+                    yield text.strip(), row
 
 
 def iter_texts(path: Path | str, text_column: str = "text") -> Iterator[tuple[str, bool]]:
     """Every record of any supported input file as (text, utf8_replaced)."""
     if input_kind(path) == "parquet":
-        for text in iter_parquet_texts(path, text_column):
+        for text, _ in iter_parquet_rows(path, text_column):
             yield text, False
     else:
-        yield from iter_line_records(path, text_column)
+        for text, _, replaced in iter_line_range(path, text_column):
+            yield text, replaced
 
 
 def expand_inputs(patterns: list[str]) -> list[Path]:
@@ -192,15 +236,14 @@ def expand_inputs(patterns: list[str]) -> list[Path]:
             matches = [path]
         else:
             raise InputError(f"{path}: no such input file or folder")
-        for match in matches:
-            input_kind(match)  # reject unsupported types early, naming the file
         found.extend(matches)
     return sorted(dict.fromkeys(p.resolve() for p in found))
 
 
+_FOLDER_SUFFIXES = {".txt", ".text", ".jsonl", ".json", ".ndjson", ".parquet"}
+
+
 def _supported(path: Path) -> bool:
-    try:
-        input_kind(path)
-        return True
-    except InputError:
-        return False
+    """Files picked up when a folder is given: the known text kinds (a named file may be anything)."""
+    name = path.with_suffix("") if compression_of(path) else path
+    return not path.name.startswith(".") and name.suffix.lower() in _FOLDER_SUFFIXES

@@ -1,215 +1,36 @@
-"""On-the-fly text streams for `stream_lm`: records -> tokens -> blocks, with an exact per-partition cursor.
+"""`StreamingTextDataModule`: config -> source, tokenizer and loader, with the stream's exact state.
 
-Topology: the source's partitions are fixed; consumer `rank * W + worker` (W =
-DataLoader workers, at least 1) owns partitions `i % (world * W) == consumer`.
-Every batch a worker yields carries the cursors of the partitions it touched;
-the main-process loader applies them only when it hands the batch over, so
-`state_dict()` is exact whatever the prefetching. Workers never end before the
-loader stops them (a finished worker sends "done" markers), so the DataLoader
-serves them strictly in turn and the next worker to serve is part of the state.
+The module runs the workers (`dataset.py`), applies each batch's cursors when
+it hands the batch over, and owns the state: every partition's cursor, which
+worker serves next, and the dedup seen-set's commit (`checkpoint_state()`).
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader
 
-from llm.data.text.packing import PartitionPacker, new_cursor, to_example
+from llm.data.text.dataset import StreamingTextDataset
+from llm.data.text.packing import new_cursor
+from llm.data.text.partitions import STRIPES, owned_partitions, stripe_partitions
 from llm.data.text.readers import InputError
-from llm.data.text.sources import (
-    SOURCE_REGISTRY,
-    STRIPES,
+from llm.data.text.registry import build_text_source
+from llm.data.text.source import (
+    FINGERPRINT_MISMATCH,
     Partition,
-    Record,
     TextSource,
-    assign_partitions,
-    stripe_partitions,
+    validate_source_fingerprint,
 )
 from llm.data.topology import current_topology
 
 STATE_VERSION = 1
-FINGERPRINT_MISMATCH = "stream source fingerprint mismatch"
-
-
-def _encode(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
-    if getattr(tokenizer, "spec", None) == "simple":  # bytes are the ids: skip the Python lists
-        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
-    return [np.asarray(ids, dtype=np.int32) for ids in tokenizer.encode_batch(texts)]
-
-
-def _chunks(records: Iterator[Record], max_records: int, max_chars: int) -> Iterator[list[Record]]:
-    """Groups of records for one batched tokenizer call, bounded in count and characters."""
-    chunk: list[Record] = []
-    chars = 0
-    for record in records:
-        chunk.append(record)
-        chars += len(record[0])
-        if len(chunk) >= max_records or chars >= max_chars:
-            yield chunk
-            chunk, chars = [], 0
-    if chunk:
-        yield chunk
-
-
-def owned_partitions(
-    parts: list[Partition], rank: int, world_size: int, num_workers: int
-) -> list[Partition]:
-    """Every partition that one of this rank's workers owns."""
-    w = max(1, num_workers)
-    owned = {p.key for k in range(w) for p in assign_partitions(parts, rank * w + k, world_size * w)}
-    return [p for p in parts if p.key in owned]
-
-
-class StreamingTextDataset(IterableDataset):
-    """Batches `{"input_ids", "labels", "_state"}` from the partitions this rank/worker owns.
-
-    `labels` are shifted (`labels[i]` is the token after `input_ids[i]`); padding
-    in the last block of a partition has label -100. `_state` carries the
-    cursors and is consumed by `StreamingTextDataModule`'s loader. With
-    `packed=True` both arrays travel as one int32 byte string `_packed`
-    (B, 2, max_seq_len): 3x faster through DataLoader workers than two tensors.
-    """
-
-    def __init__(
-        self,
-        source: TextSource,
-        tokenizer: Any,
-        max_seq_len: int,
-        batch_size: int = 1,
-        *,
-        rank: int | None = None,
-        world_size: int | None = None,
-        cursors: dict[str, dict] | None = None,
-        worker_rotation: int = 0,
-        chunk_records: int = 64,
-        chunk_chars: int = 1 << 20,
-        packed: bool = False,
-    ):
-        self.source = source
-        self.tokenizer = tokenizer
-        self.max_seq_len = max_seq_len
-        self.batch_size = batch_size
-        self.rank, self.world_size = rank, world_size
-        self.cursors = dict(cursors or {})
-        self.worker_rotation = worker_rotation
-        self.chunk_records, self.chunk_chars = chunk_records, chunk_chars
-        self.packed = packed
-
-    def __iter__(self) -> Iterator[dict]:
-        rank, world = current_topology(self.rank, self.world_size)
-        info = get_worker_info()
-        n_workers = info.num_workers if info else 1
-        worker = ((info.id if info else 0) + self.worker_rotation) % n_workers
-        begin = getattr(self.source, "begin", None)
-        if begin is not None:
-            begin()
-        parts = assign_partitions(
-            stripe_partitions(self.source.partitions()), rank * n_workers + worker, world * n_workers
-        )
-        try:
-            yield from self._batches(parts, worker)
-        except InputError as e:
-            if info is None:
-                raise
-            # the DataLoader would wrap it in a worker traceback: send the one-sentence message
-            yield {"_state": {"worker": worker, "done": True, "cursors": {}, "digests": b"", "error": str(e)}}
-        while info is not None:  # keep the DataLoader's round robin intact until it stops us
-            yield {"_state": {"worker": worker, "done": True, "cursors": {}, "digests": b""}}
-
-    def _batches(self, parts: list[Partition], worker: int) -> Iterator[dict]:
-        L, eos = self.max_seq_len, self.tokenizer.eos_id
-        rows: list[np.ndarray] = []
-        touched: dict[str, tuple[PartitionPacker, deque]] = {}
-
-        def state(done: bool) -> dict:
-            cursors, digests = {}, []
-            for key, (packer, queue) in touched.items():
-                cursor = packer.cursor()
-                cursors[key] = cursor
-                while queue and queue[0][0] <= cursor["records"]:
-                    digests.append(queue.popleft()[1])
-            return {"worker": worker, "done": done, "cursors": cursors, "digests": b"".join(digests)}
-
-        def batch() -> dict:
-            pairs = [to_example(w, L, eos) for w in rows]
-            rows.clear()
-            input_ids, labels = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
-            out: dict[str, Any] = {"_state": state(False)}
-            if self.packed:  # int32 bytes: pickled through the worker pipe, cheaper than tensors in shm
-                out["_packed"] = np.stack([input_ids, labels], axis=1).astype(np.int32).tobytes()
-            else:
-                out["input_ids"], out["labels"] = torch.from_numpy(input_ids), torch.from_numpy(labels)
-            for key in [k for k, (p, _) in touched.items() if p.done]:
-                del touched[key]
-            return out
-
-        for group in _groups(parts):
-            live: list[tuple[Partition, PartitionPacker, deque]] = []
-            for part in group:
-                cursor = self.cursors.get(part.key)
-                if cursor is not None and cursor.get("done"):
-                    continue
-                live.append((part, PartitionPacker(L, eos, cursor), deque()))
-                touched[part.key] = live[-1][1:]  # type: ignore[assignment]
-            if not live:
-                continue
-            # stripes of one base are read together: one pass over the base serves them all
-            route = _router(live)
-            start = min(packer.offset for _, packer, _ in live)
-            base = live[0][0]
-            if base.base is not None:
-                base = replace(base, key=base.base, stripe=None, stripes=1, base=None)
-            records = self.source.iter_partition(base, start, lambda row, r=route: r(row) is not None)
-            mine = (r for r in records if route(r[1]) is not None)  # sources may ignore `want`
-            for chunk in _chunks(mine, self.chunk_records, self.chunk_chars):
-                for (_, after, digest), ids in zip(chunk, _encode(self.tokenizer, [r[0] for r in chunk])):
-                    packer, queue = route(after)  # type: ignore[misc]
-                    if digest is not None:
-                        queue.append((packer.records + 1, digest))
-                    for window in packer.feed(ids, after):
-                        rows.append(window)
-                        if len(rows) == self.batch_size:
-                            yield batch()
-            for _, packer, _ in live:
-                for window in packer.finish():
-                    rows.append(window)
-                    if len(rows) == self.batch_size:
-                        yield batch()
-        if rows:
-            yield batch()
-        yield {"_state": state(True)}
-
-
-def _groups(parts: list[Partition]) -> list[list[Partition]]:
-    """Owned partitions grouped by base (stripes of one file / shard together), in order."""
-    groups: dict[str, list[Partition]] = {}
-    for p in parts:
-        groups.setdefault(p.group, []).append(p)
-    return list(groups.values())
-
-
-def _router(live: list[tuple[Partition, PartitionPacker, deque]]):
-    """row -> (packer, digest queue) of the live partition that owns that row, or None."""
-    if live[0][0].stripe is None:
-        only = live[0][1:]
-        return lambda row: only
-    stripes = live[0][0].stripes
-    # a stripe resumes after its own cursor: rows up to it were consumed already
-    table = {p.stripe: (packer.offset, (packer, queue)) for p, packer, queue in live}
-
-    def route(row: int):
-        hit = table.get((row - 1) % stripes)
-        return hit[1] if hit is not None and row > hit[0] else None
-
-    return route
+__all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
 
 
 def merge_stream_states(states: Iterable[dict]) -> dict:
@@ -281,7 +102,7 @@ class StreamingTextDataModule:
         self.loop = loop
         self.rank, self.world_size = rank, world_size
         self.num_workers = int(getattr(config, "num_workers", 0) or 0)
-        self.source = source if source is not None else SOURCE_REGISTRY.build(config)
+        self.source = source if source is not None else build_text_source(config)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.tokenizer_spec())
         self.max_seq_len = int(config.max_seq_len)
         self._cursors: dict[str, dict] = {}
@@ -289,6 +110,7 @@ class StreamingTextDataModule:
         self._last_key: str | None = None
         self._uncommitted: list[bytes] = []
         self._parts: list[Partition] | None = None
+        self._pass_stats: dict[str, int] = {}
 
     merge_states = staticmethod(merge_stream_states)
 
@@ -322,7 +144,7 @@ class StreamingTextDataModule:
         path = getattr(self.config, "val_dataset_path", None)
         if not path:
             return None
-        from llm.data.text.sources import LocalLineTextSource
+        from llm.data.text.local import LocalLineTextSource
 
         ds = StreamingTextDataset(
             LocalLineTextSource(path, self.config.text_column), self.tokenizer, self.max_seq_len,
@@ -347,12 +169,15 @@ class StreamingTextDataModule:
                 for p in own:  # a new pass over this rank's partitions
                     self._cursors[p.key] = new_cursor() | {"pass": self._cursors[p.key].get("pass", 0) + 1}
             before = steps
+            self._pass_stats = {}
             for item in self._one_pass(rank, world):
                 steps += 1
                 yield item
                 if limit is not None and steps >= limit:
                     return
             passes_without_data = int(steps == before)
+            if passes_without_data:
+                self._check_not_all_seen()
             if not self.loop:
                 return
 
@@ -376,6 +201,8 @@ class StreamingTextDataModule:
             self._apply(st)
             self._next_worker[key] = (st["worker"] + 1) % workers
             if st["done"]:
+                for k, v in st.get("stats", {}).items():
+                    self._pass_stats[k] = self._pass_stats.get(k, 0) + v
                 done.add(st["worker"])
                 if len(done) == workers:
                     return
@@ -385,6 +212,16 @@ class StreamingTextDataModule:
                 both = both.view(-1, 2, self.max_seq_len).long()
                 item["input_ids"], item["labels"] = both[:, 0].contiguous(), both[:, 1].contiguous()
             yield item
+
+    def _check_not_all_seen(self) -> None:
+        """A pass that yielded nothing because the seen-hashes file already holds every record says so."""
+        read, seen = self._pass_stats.get("read", 0), self._pass_stats.get("seen_before", 0)
+        if read and seen == read:
+            path = getattr(self.source, "seen_hashes_path", None)
+            raise ValueError(
+                f"all {read} records of this rank's partitions are in the seen-hashes file {path}; nothing is "
+                "left to train on: add new data, or point data.seen_hashes_path at another (or no) file"
+            )
 
     def _apply(self, st: dict) -> None:
         for k, cursor in st["cursors"].items():
@@ -463,12 +300,7 @@ class StreamingTextDataModule:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state`: exactly on the same topology, by reassigning partitions on another."""
-        expected, actual = self.source_fingerprint(), state.get("fingerprint")
-        if expected != actual:
-            raise ValueError(
-                f"{FINGERPRINT_MISMATCH}: expected {expected} (this run's data settings), "
-                f"actual {actual} (the state being loaded); resume with the data settings it was saved with"
-            )
+        validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
         if "partitions" not in state:
             raise ValueError("data state has no 'partitions' cursors; it was not saved by StreamingTextDataModule")
         self._cursors = {k: dict(c) for k, c in state["partitions"].items()}

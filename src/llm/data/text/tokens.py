@@ -1,4 +1,4 @@
-"""Text records to token arrays: batched encoding with EOS after every document."""
+"""Texts to token ids: the one place that encodes documents (batched) and puts EOS after each."""
 
 from __future__ import annotations
 
@@ -6,17 +6,26 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from llm.data.tokenizers import SimpleTokenizer, Tokenizer, encode_documents
+from llm.data.tokenizers import SimpleTokenizer, Tokenizer
+
+
+def encode_each(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
+    """One id array per text (no EOS), from one batched tokenizer call.
+
+    The byte-level tokenizer's ids are the UTF-8 bytes themselves: no per-token Python objects.
+    """
+    if isinstance(tokenizer, SimpleTokenizer):
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+    return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_batch(list(texts))]
 
 
 def tokenize_documents(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(flat int64 ids with EOS after each document, int64 lengths incl. EOS), vectorised."""
-    flat, lengths = encode_documents(tokenizer, texts)
-    lengths_arr = np.asarray(lengths, dtype=np.int64)
-    if isinstance(tokenizer, SimpleTokenizer):
-        body = np.frombuffer(flat, dtype=np.uint8).astype(np.int64)  # type: ignore[arg-type]
-    else:
-        body = np.fromiter(flat, dtype=np.int64, count=len(flat))
-    # Insert EOS at each document's end: positions in `body` are the cumulative lengths without EOS.
-    ends = np.cumsum(lengths_arr - 1)
-    return np.insert(body, ends, tokenizer.eos_id), lengths_arr
+    docs = encode_each(tokenizer, texts)
+    lengths = np.fromiter((len(d) + 1 for d in docs), dtype=np.int64, count=len(docs))
+    flat = np.full(int(lengths.sum()), tokenizer.eos_id, dtype=np.int64)
+    body = np.ones(len(flat), dtype=bool)
+    body[np.cumsum(lengths) - 1] = False  # each document's last slot keeps its EOS
+    if docs:
+        flat[body] = np.concatenate(docs)
+    return flat, lengths

@@ -2,88 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# "optimized": token shards made by `llm-data optimize` (read by the trainer, not a text source)
-BUILTIN_SOURCES = ("local", "hf", "dedup_local", "dedup_hf", "optimized")
-FAST_HASHES = ("xxh3_128",)
+from llm.data.config import BUILTIN_SOURCES, DataConfig
 
-
-class DataConfig(BaseModel):
-    """The `data:` section: where the text comes from and how it is cut into blocks."""
-
-    # extra="allow" so keys declared by a registered custom source pass through;
-    # every other unknown key is rejected by _check_extra_keys below.
-    model_config = ConfigDict(extra="allow", validate_assignment=False)
-
-    data_source: str = "local"
-    dataset_path: str = ""
-    dataset_name: str = ""
-    dataset_config: str | None = None
-    dataset_split: str = "train"
-    text_column: str = "text"
-    max_seq_len: int = Field(default=512, gt=0)
-    steps_per_epoch: int | None = Field(default=None, gt=0)
-    seen_hashes_path: str | None = None
-    write_seen_hashes: bool = False
-    hash_algo: str = "sha256"
-    tokenizer_type: Literal["simple", "hf", "tiktoken"] = "simple"
-    tokenizer_path: str | None = None
-    val_dataset_path: str | None = None
-    num_workers: int = Field(default=0, ge=0)
-
-    @field_validator("hash_algo")
-    @classmethod
-    def _check_hash_algo(cls, value: str) -> str:
-        if value in FAST_HASHES or value in hashlib.algorithms_available:
-            return value
-        valid = ", ".join(sorted({*FAST_HASHES, *hashlib.algorithms_guaranteed}))
-        raise ValueError(f"hash_algo {value!r} is not a hashlib algorithm or xxh3_128; use one of: {valid}")
-
-    @model_validator(mode="after")
-    def _check_source(self) -> DataConfig:
-        from llm.data.text.sources import SOURCE_REGISTRY
-
-        if self.data_source not in BUILTIN_SOURCES and self.data_source not in SOURCE_REGISTRY:
-            valid = ", ".join([*BUILTIN_SOURCES, *SOURCE_REGISTRY.custom_names()])
-            raise ValueError(
-                f"data_source {self.data_source!r} is not known; use one of: {valid} "
-                "(or register it with SOURCE_REGISTRY.register)"
-            )
-        if self.data_source in ("local", "dedup_local", "optimized") and not self.dataset_path:
-            raise ValueError(f"dataset_path is required when data_source={self.data_source!r}")
-        if self.data_source in ("hf", "dedup_hf") and not self.dataset_name:
-            raise ValueError(f"dataset_name is required when data_source={self.data_source!r}")
-        if self.tokenizer_type != "simple" and not self.tokenizer_path:
-            raise ValueError(
-                f"tokenizer_path is required when tokenizer_type={self.tokenizer_type!r}"
-            )
-        if self.write_seen_hashes and not self.seen_hashes_path:
-            raise ValueError("seen_hashes_path is required when write_seen_hashes is true")
-        self._check_extra_keys(SOURCE_REGISTRY.declared_keys(self.data_source))
-        return self
-
-    def _check_extra_keys(self, allowed: frozenset[str] | None) -> None:
-        extra = sorted(self.model_extra or {})
-        if allowed is None:  # a custom source that did not say which keys it reads
-            return
-        unknown = [k for k in extra if k not in allowed]
-        if unknown:
-            valid = ", ".join([*type(self).model_fields, *sorted(allowed)])
-            raise ValueError(f"unknown data key {unknown[0]!r}; valid keys are: {valid}")
-
-    def tokenizer_spec(self) -> str:
-        """The spec string for `llm.data.tokenizers.load_tokenizer`."""
-        return "simple" if self.tokenizer_type == "simple" else str(self.tokenizer_path)
-
-    def extra(self, key: str, default: Any = None) -> Any:
-        """A key passed through for a custom source (e.g. `dataset_bucket`)."""
-        return (self.model_extra or {}).get(key, default)
-
-
+__all__ = ["BUILTIN_SOURCES", "CheckpointConfig", "Config", "DataConfig", "ModelConfig", "TrainConfig", "TrainingConfig"]
 
 class ModelConfig(BaseModel):
     """The `model:` section: the decoder-only transformer's shape (vocabulary from the tokenizer)."""
@@ -150,7 +75,11 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    data: DataConfig
+    data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+
+# The guide's framework calls the whole run's config `Config`.
+Config = TrainConfig

@@ -96,9 +96,14 @@ def build_config(tree: dict[str, Any], overrides: dict[str, Any] | None = None, 
         if value is not None:
             _set_dotted(tree, dotted, value, source)
     try:
-        return TrainConfig.model_validate(tree)
+        config = TrainConfig.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(_describe(exc.errors()[0], source)) from None
+    try:  # the dataset itself is required only now: a DataConfig may be built without it
+        config.data.check_source()
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return config
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:

@@ -1,0 +1,191 @@
+"""The worker side of a text stream: one consumer's partitions -> records -> tokens -> packed batches.
+
+Topology: the source's partitions are fixed; consumer `rank * W + worker` (W =
+DataLoader workers, at least 1) owns its share (`partitions.assign_partitions`).
+Every batch a worker yields carries the cursors of the partitions it touched;
+the main-process loader (`stream.py`) applies them only when it hands the batch
+over, so its state is exact whatever the prefetching. Workers never end before
+the loader stops them (a finished worker sends "done" markers), so the
+DataLoader serves them strictly in turn.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from llm.data.text.packing import PartitionPacker, to_example
+from llm.data.text.partitions import assign_partitions, stripe_partitions
+from llm.data.text.readers import InputError
+from llm.data.text.source import Partition, Record, TextSource
+from llm.data.text.tokens import encode_each
+from llm.data.topology import current_topology
+
+
+def _done(worker: int) -> dict:
+    """The marker a worker sends once its partitions are read (and until the loader stops it)."""
+    return {"worker": worker, "done": True, "cursors": {}, "digests": b""}
+
+
+def _chunks(records: Iterator[Record], max_records: int, max_chars: int) -> Iterator[list[Record]]:
+    """Groups of records for one batched tokenizer call, bounded in count and characters."""
+    chunk: list[Record] = []
+    chars = 0
+    for record in records:
+        chunk.append(record)
+        chars += len(record[0])
+        if len(chunk) >= max_records or chars >= max_chars:
+            yield chunk
+            chunk, chars = [], 0
+    if chunk:
+        yield chunk
+
+
+class StreamingTextDataset(IterableDataset):
+    """Batches `{"input_ids", "labels", "_state"}` from the partitions this rank/worker owns.
+
+    `labels` are shifted (`labels[i]` is the token after `input_ids[i]`); padding
+    in the last block of a partition has label -100. `_state` carries the
+    cursors and is consumed by `StreamingTextDataModule`'s loader. With
+    `packed=True` both arrays travel as one int32 byte string `_packed`
+    (B, 2, max_seq_len): 3x faster through DataLoader workers than two tensors.
+    """
+
+    def __init__(
+        self,
+        source: TextSource,
+        tokenizer: Any,
+        max_seq_len: int,
+        batch_size: int = 1,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        cursors: dict[str, dict] | None = None,
+        worker_rotation: int = 0,
+        chunk_records: int = 64,
+        chunk_chars: int = 1 << 20,
+        packed: bool = False,
+    ):
+        self.source = source
+        self.tokenizer = tokenizer
+        self.max_seq_len = max_seq_len
+        self.batch_size = batch_size
+        self.rank, self.world_size = rank, world_size
+        self.cursors = dict(cursors or {})
+        self.worker_rotation = worker_rotation
+        self.chunk_records, self.chunk_chars = chunk_records, chunk_chars
+        self.packed = packed
+
+    def __iter__(self) -> Iterator[dict]:
+        rank, world = current_topology(self.rank, self.world_size)
+        info = get_worker_info()
+        n_workers = info.num_workers if info else 1
+        worker = ((info.id if info else 0) + self.worker_rotation) % n_workers
+        begin = getattr(self.source, "begin", None)
+        if begin is not None:
+            begin()
+        parts = assign_partitions(
+            stripe_partitions(self.source.partitions()), rank * n_workers + worker, world * n_workers
+        )
+        try:
+            yield from self._batches(parts, worker)
+        except InputError as e:
+            if info is None:
+                raise
+            # the DataLoader would wrap it in a worker traceback: send the one-sentence message
+            yield {"_state": {**_done(worker), "error": str(e)}}
+        while info is not None:  # keep the DataLoader's round robin intact until it stops us
+            yield {"_state": _done(worker)}
+
+    def _batches(self, parts: list[Partition], worker: int) -> Iterator[dict]:
+        L, eos = self.max_seq_len, self.tokenizer.eos_id
+        rows: list[np.ndarray] = []
+        touched: dict[str, tuple[PartitionPacker, deque]] = {}
+
+        def state(done: bool) -> dict:
+            cursors, digests = {}, []
+            for key, (packer, queue) in touched.items():
+                cursor = packer.cursor()
+                cursors[key] = cursor
+                while queue and queue[0][0] <= cursor["records"]:
+                    digests.append(queue.popleft()[1])
+            return {"worker": worker, "done": done, "cursors": cursors, "digests": b"".join(digests)}
+
+        def batch() -> dict:
+            pairs = [to_example(w, L, eos) for w in rows]
+            rows.clear()
+            input_ids, labels = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+            out: dict[str, Any] = {"_state": state(False)}
+            if self.packed:  # int32 bytes: pickled through the worker pipe, cheaper than tensors in shm
+                out["_packed"] = np.stack([input_ids, labels], axis=1).astype(np.int32).tobytes()
+            else:
+                out["input_ids"], out["labels"] = torch.from_numpy(input_ids), torch.from_numpy(labels)
+            for key in [k for k, (p, _) in touched.items() if p.done]:
+                del touched[key]
+            return out
+
+        for group in _groups(parts):
+            live: list[tuple[Partition, PartitionPacker, deque]] = []
+            for part in group:
+                cursor = self.cursors.get(part.key)
+                if cursor is not None and cursor.get("done"):
+                    continue
+                live.append((part, PartitionPacker(L, eos, cursor), deque()))
+                touched[part.key] = live[-1][1:]  # type: ignore[assignment]
+            if not live:
+                continue
+            # stripes of one base are read together: one pass over the base serves them all
+            route = _router(live)
+            start = min(packer.offset for _, packer, _ in live)
+            base = live[0][0]
+            if base.base is not None:
+                base = replace(base, key=base.base, stripe=None, stripes=1, base=None)
+            records = self.source.iter_partition(base, start, lambda row, r=route: r(row) is not None)
+            mine = (r for r in records if route(r[1]) is not None)  # sources may ignore `want`
+            for chunk in _chunks(mine, self.chunk_records, self.chunk_chars):
+                for (_, after, digest), ids in zip(chunk, encode_each(self.tokenizer, [r[0] for r in chunk])):
+                    packer, queue = route(after)  # type: ignore[misc]
+                    if digest is not None:
+                        queue.append((packer.records + 1, digest))
+                    for window in packer.feed(ids, after):
+                        rows.append(window)
+                        if len(rows) == self.batch_size:
+                            yield batch()
+            for _, packer, _ in live:
+                for window in packer.finish():
+                    rows.append(window)
+                    if len(rows) == self.batch_size:
+                        yield batch()
+        if rows:
+            yield batch()
+        yield {"_state": {**state(True), "stats": dict(getattr(self.source, "stats", {}))}}
+
+
+def _groups(parts: list[Partition]) -> list[list[Partition]]:
+    """Owned partitions grouped by base (stripes of one file / shard together), in order."""
+    groups: dict[str, list[Partition]] = {}
+    for p in parts:
+        groups.setdefault(p.group, []).append(p)
+    return list(groups.values())
+
+
+def _router(live: list[tuple[Partition, PartitionPacker, deque]]):
+    """row -> (packer, digest queue) of the live partition that owns that row, or None."""
+    if live[0][0].stripe is None:
+        only = live[0][1:]
+        return lambda row: only
+    stripes = live[0][0].stripes
+    # a stripe resumes after its own cursor: rows up to it were consumed already
+    table = {p.stripe: (packer.offset, (packer, queue)) for p, packer, queue in live}
+
+    def route(row: int):
+        hit = table.get((row - 1) % stripes)
+        return hit[1] if hit is not None and row > hit[0] else None
+
+    return route

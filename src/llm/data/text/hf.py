@@ -1,0 +1,79 @@
+"""Hugging Face streaming datasets as a source: partitions are the dataset's shards."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from llm.data.text.readers import InputError
+from llm.data.text.source import Partition, Record, TextSource, Want
+
+
+class HFStreamTextSource(TextSource):
+    """`datasets.load_dataset(dataset_name, dataset_config, split=..., streaming=True)`, read lazily."""
+
+    def __init__(
+        self,
+        dataset_name: str,
+        dataset_config: str | None = None,
+        split: str = "train",
+        text_column: str = "text",
+        data_files: str | list[str] | None = None,
+    ):
+        self.dataset_name, self.dataset_config, self.split = dataset_name, dataset_config, split
+        self.text_column = text_column
+        self.data_files = data_files
+        self._ds: Any = None
+
+    def _dataset(self) -> Any:
+        if self._ds is None:
+            import datasets
+
+            kwargs: dict[str, Any] = {"split": self.split, "streaming": True}
+            if self.data_files:
+                kwargs["data_files"] = self.data_files
+            self._ds = datasets.load_dataset(self.dataset_name, self.dataset_config, **kwargs)
+        return self._ds
+
+    def source_fingerprint(self) -> dict:
+        fp = {
+            "type": "hf",
+            "dataset_name": self.dataset_name,
+            "dataset_config": self.dataset_config,
+            "split": self.split,
+            "text_column": self.text_column,
+        }
+        if self.data_files:
+            fp["data_files"] = self.data_files
+        return fp
+
+    def partitions(self) -> list[Partition]:
+        n = self._dataset().num_shards
+        return [Partition(f"shard{i:05d}of{n}", shard=i) for i in range(n)]
+
+    def _rows(self, ds: Any, offset: int, want: Want = None) -> Iterator[Record]:
+        if offset:
+            ds = ds.skip(offset)  # HF streams cannot seek: the skipped rows are re-read
+        row = offset
+        # .iter() rather than iter(ds): inside a DataLoader worker, iter(ds) would split the
+        # shards over the workers a second time; our partitions already did that.
+        for batch in ds.iter(batch_size=256):
+            if self.text_column not in batch:
+                keys = ", ".join(sorted(batch))
+                raise InputError(
+                    f"{self.dataset_name}: missing text column {self.text_column!r} (columns: {keys}); set text_column"
+                )
+            for text in batch[self.text_column]:
+                row += 1
+                if want is not None and not want(row):
+                    continue
+                if isinstance(text, str) and text.strip():
+                    yield text.strip(), row, None
+
+    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+        ds = self._dataset()
+        yield from self._rows(ds.shard(ds.num_shards, part.shard or 0, contiguous=True), offset, want)
+
+    def iter_texts(self, skip: int = 0) -> Iterator[str]:
+        for text, _, _ in self._rows(self._dataset(), skip):
+            yield text

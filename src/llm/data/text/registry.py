@@ -1,0 +1,147 @@
+"""Source names (`data_source`) to factories `cfg -> TextSource`: the built-ins and registered custom sources.
+
+The registry imports every source (local, hf, dedup), so no source module needs
+another: there is no import circle between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from llm.data.text.dedup import DedupTextSource
+from llm.data.text.hf import HFStreamTextSource
+from llm.data.text.local import LocalLineTextSource
+from llm.data.text.source import TextSource
+
+SourceFactory = Callable[[Any], TextSource]
+
+
+class SourceRegistry:
+    """Names to factories; each knows the extra config keys its source reads, when it says so."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, SourceFactory] = {}
+        self._keys: dict[str, frozenset[str] | None] = {}
+        self._builtin: set[str] = set()
+
+    def register(self, name: str, factory: SourceFactory | type[TextSource], config_keys: Iterable[str] | None = None) -> None:
+        """Register `factory` (a callable `cfg -> TextSource`, or a TextSource class) under `name`.
+
+        The extra `data:` keys the source reads are `config_keys`, else the class's own
+        `config_keys` (a class is built with those keys as keyword arguments). A factory
+        that declares none (the guide's one-line lambda) is checked when it is built:
+        a key it did not read, or one it read but the config lacks, is an error then.
+        """
+        if isinstance(factory, type) and issubclass(factory, TextSource):
+            cls = factory
+            keys = tuple(config_keys) if config_keys is not None else cls.config_keys
+            factory = lambda cfg: cls(**{k: getattr(cfg, k) for k in keys})  # noqa: E731
+            config_keys = keys
+        self._factories[name] = factory
+        self._keys[name] = frozenset(config_keys) if config_keys is not None else None
+
+    def unregister(self, name: str) -> None:
+        """Remove a custom source (tests use it to leave the registry as they found it)."""
+        if name in self._builtin:
+            raise ValueError(f"data_source {name!r} is built in and cannot be unregistered")
+        self._factories.pop(name, None)
+        self._keys.pop(name, None)
+
+    def _register_builtin(self, name: str, factory: SourceFactory) -> None:
+        self._factories[name] = factory
+        self._keys[name] = frozenset()
+        self._builtin.add(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._factories
+
+    def names(self) -> list[str]:
+        return list(self._factories)
+
+    def custom_names(self) -> list[str]:
+        return [n for n in self._factories if n not in self._builtin]
+
+    def declared_keys(self, name: str) -> frozenset[str] | None:
+        """Extra config keys allowed for `name`; None: not declared, checked when the source is built."""
+        return self._keys.get(name, frozenset())
+
+    def build(self, cfg: Any) -> TextSource:
+        """The source named by `cfg.data_source`; a missing or unknown key is a ValueError naming it."""
+        name = cfg.data_source
+        factory = self._factories.get(name)
+        if factory is None:
+            raise ValueError(f"data_source {name!r} is not registered; use one of: {', '.join(self.names())}")
+        if self._keys.get(name) is not None:
+            return factory(cfg)
+        recorder = _KeyRecorder(cfg)
+        source = factory(recorder)
+        extra = set(getattr(cfg, "model_extra", None) or {})
+        unread = sorted(extra - recorder.read)
+        if unread:
+            read = ", ".join(sorted(extra & recorder.read)) or "none"
+            raise ValueError(
+                f"unknown data key {unread[0]!r}: data_source {name!r} does not read it (it reads: {read})"
+            )
+        return source
+
+
+class _KeyRecorder:
+    """A config stand-in that records which keys a factory reads, and names a missing one."""
+
+    def __init__(self, cfg: Any):
+        self._cfg = cfg
+        self.read: set[str] = set()
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__"):
+            raise AttributeError(key)
+        self.read.add(key)
+        try:
+            return getattr(self._cfg, key)
+        except AttributeError:
+            raise ValueError(
+                f"data key {key!r} is required by data_source {self._cfg.data_source!r}; add it to the data: section"
+            ) from None
+
+    def extra(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return self._cfg.extra(key, default)
+
+
+def _require(cfg: Any, key: str) -> Any:
+    value = getattr(cfg, key)
+    if not value:
+        raise ValueError(f"{key} is required when data_source={cfg.data_source!r}")
+    return value
+
+
+def _local(cfg: Any) -> TextSource:
+    return LocalLineTextSource(_require(cfg, "dataset_path"), cfg.text_column)
+
+
+def _hf(cfg: Any) -> TextSource:
+    # dataset_path with an HF source = data_files, e.g. dataset_name 'json' over local files.
+    return HFStreamTextSource(
+        _require(cfg, "dataset_name"), cfg.dataset_config, cfg.dataset_split, cfg.text_column,
+        data_files=cfg.dataset_path or None,
+    )
+
+
+def _dedup(inner: SourceFactory) -> SourceFactory:
+    def build(cfg: Any) -> TextSource:
+        return DedupTextSource(inner(cfg), cfg.hash_algo, cfg.seen_hashes_path, cfg.write_seen_hashes)
+
+    return build
+
+
+SOURCE_REGISTRY = SourceRegistry()
+SOURCE_REGISTRY._register_builtin("local", _local)
+SOURCE_REGISTRY._register_builtin("hf", _hf)
+SOURCE_REGISTRY._register_builtin("dedup_local", _dedup(_local))
+SOURCE_REGISTRY._register_builtin("dedup_hf", _dedup(_hf))
+
+
+def build_text_source(cfg: Any) -> TextSource:
+    """The text source a `DataConfig` describes (`SOURCE_REGISTRY.build`)."""
+    return SOURCE_REGISTRY.build(cfg)

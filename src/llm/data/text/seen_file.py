@@ -1,0 +1,182 @@
+"""The seen-hashes file of deduplication: three layouts read, each detected for sure, never guessed.
+
+* ours (v2, written for new files): a 32-byte header (magic, version, digest size,
+  hash algorithm) then blocks, one per commit: `uint32 count | uint64 xxh3 of the
+  digests | count x 16-byte digests`. A wrong algorithm, flipped bytes or another
+  file's content are one clear error; a block cut short at the end (a crash in the
+  middle of an append) is a torn append, ignored and cut off by the next writer.
+* the guide's framework: text, one hex digest per line (blank lines and trailing
+  spaces ignored); appended to in the same layout so that framework can still read it.
+* ours before the header (v1): bare 16-byte digests back to back.
+
+A file that is only read (`write_seen_hashes: false`) is never modified.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import xxhash
+
+DIGEST_BYTES = 16
+MAGIC = b"LLMSEEN\x00"
+VERSION = 2
+_HEADER = struct.Struct("<8sHH20s")  # magic, version, digest bytes, algorithm (ASCII, NUL-padded)
+_BLOCK = struct.Struct("<IQ")  # digest count, xxh3_64 of the digests
+_HEX_LINE = re.compile(rb"^[0-9a-fA-F]{32,128}$")
+
+
+class SeenFileError(ValueError):
+    """A seen-hashes file that cannot be what the state or the settings say it is."""
+
+
+@dataclass
+class SeenFile:
+    """What a seen-hashes file holds: its layout, digests (16 bytes each, concatenated) and where each commit ends."""
+
+    path: Path
+    layout: str  # "v2", "hex" or "raw"
+    digests: bytes
+    ends: list[tuple[int, int]]  # (digest count, byte offset) after each complete commit/line/digest
+    algo: str | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.digests) // DIGEST_BYTES
+
+
+def read_seen_file(path: str | Path, algo: str) -> SeenFile | None:
+    """The file at `path` parsed (None when it does not exist); a layout or algorithm mismatch is an error."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    if path.is_dir():
+        raise SeenFileError(f"seen-hashes file {path} is a folder; seen_hashes_path must name a file")
+    data = path.read_bytes()
+    if data.startswith(MAGIC):
+        return _parse_v2(path, data, algo)
+    if _looks_hex(data):
+        return _parse_hex(path, data)
+    if len(data) - len(data) % DIGEST_BYTES and _is_text(data):
+        raise SeenFileError(
+            f"seen-hashes file {path} is text but not one hex digest per line; point seen_hashes_path at a "
+            "seen-hashes file (or a new path)"
+        )
+    whole = len(data) - len(data) % DIGEST_BYTES  # a torn last digest (crash mid-append) is dropped
+    ends = [(i, i * DIGEST_BYTES) for i in range(1, whole // DIGEST_BYTES + 1)]
+    return SeenFile(path, "raw", data[:whole], ends)
+
+
+def _parse_v2(path: Path, data: bytes, algo: str) -> SeenFile:
+    if len(data) < _HEADER.size:
+        raise SeenFileError(f"seen-hashes file {path} has a truncated header ({len(data)} bytes)")
+    _, version, size, raw_algo = _HEADER.unpack_from(data)
+    file_algo = raw_algo.rstrip(b"\0").decode("ascii", "replace")
+    if version != VERSION or size != DIGEST_BYTES:
+        raise SeenFileError(f"seen-hashes file {path} has version {version} / digest size {size}; expected {VERSION} / {DIGEST_BYTES}")
+    if file_algo != algo:
+        raise SeenFileError(
+            f"seen-hashes file {path} was written with hash_algo {file_algo!r}, not {algo!r}; use "
+            f"hash_algo: {file_algo} or another seen_hashes_path"
+        )
+    pos, digests, ends, count = _HEADER.size, [], [], 0
+    while pos < len(data):
+        if pos + _BLOCK.size > len(data):
+            break  # torn append: the block header itself is cut
+        n, checksum = _BLOCK.unpack_from(data, pos)
+        body = data[pos + _BLOCK.size : pos + _BLOCK.size + n * DIGEST_BYTES]
+        if len(body) < n * DIGEST_BYTES:
+            break  # torn append: fewer digests than the block announces
+        if xxhash.xxh3_64_intdigest(body) != checksum:
+            raise SeenFileError(
+                f"seen-hashes file {path} is corrupt: the block at byte {pos} fails its checksum; "
+                "restore it from a backup or start a new seen_hashes_path"
+            )
+        digests.append(body)
+        count += n
+        pos += _BLOCK.size + len(body)
+        ends.append((count, pos))
+    return SeenFile(path, "v2", b"".join(digests), ends, file_algo)
+
+
+def _is_text(data: bytes) -> bool:
+    sample = data[:4096]
+    return all(32 <= b < 127 or b in b"\r\n\t" for b in sample)
+
+
+def _looks_hex(data: bytes) -> bool:
+    lines = [line.rstrip() for line in data.split(b"\n")]
+    body = [line for line in lines if line]
+    if not body:
+        return False
+    # the last line may be torn (no newline yet): judge by the complete ones
+    complete = body if data.endswith(b"\n") or len(body) == 1 else body[:-1]
+    return all(_HEX_LINE.match(line) and len(line) % 2 == 0 for line in complete)
+
+
+def _parse_hex(path: Path, data: bytes) -> SeenFile:
+    digests, ends, pos, count = [], [], 0, 0
+    for raw in data.split(b"\n"):
+        line_end = pos + len(raw) + 1
+        line = raw.rstrip()
+        if line:
+            valid = bool(_HEX_LINE.match(line)) and len(line) % 2 == 0
+            if not valid and line_end > len(data):
+                break  # a torn last line (no newline yet)
+            if not valid:
+                raise SeenFileError(f"seen-hashes file {path}: line {count + 1} is not a hex digest")
+            digests.append(bytes.fromhex(line.decode("ascii"))[:DIGEST_BYTES].ljust(DIGEST_BYTES, b"\0"))
+            count += 1
+        ends.append((count, min(line_end, len(data))))
+        pos = line_end
+    return SeenFile(path, "hex", b"".join(digests), ends)
+
+
+def cut_to(seen: SeenFile, count: int) -> int:
+    """The byte length of the file holding exactly the first `count` digests (a commit boundary)."""
+    if count == 0:
+        return _HEADER.size if seen.layout == "v2" else 0
+    for n, offset in seen.ends:
+        if n == count:
+            return offset
+    raise SeenFileError(
+        f"seen-hashes file {seen.path} has no commit that ends at digest {count}; it was written by another "
+        "run than the state being loaded"
+    )
+
+
+def truncate_to(seen: SeenFile, count: int) -> None:
+    """Forget digests committed after `count` (written by a run that then crashed)."""
+    size = cut_to(seen, count)
+    if seen.path.stat().st_size != size:
+        with open(seen.path, "r+b") as f:
+            f.truncate(size)
+
+
+def append_digests(path: str | Path, digests: bytes, algo: str) -> int:
+    """Append one commit of digests durably, in the file's own layout; returns the digest count now in it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    seen = read_seen_file(path, algo)
+    if seen is not None:  # a torn append of a crashed run is cut off before adding to the file
+        truncate_to(seen, seen.count)
+    with open(path, "ab") as f:
+        if seen is None or (seen.layout == "v2" and f.tell() == 0):
+            f.write(_HEADER.pack(MAGIC, VERSION, DIGEST_BYTES, algo.encode("ascii")[:20]))
+            layout = "v2"
+        else:
+            layout = seen.layout
+        if layout == "v2":
+            f.write(_BLOCK.pack(len(digests) // DIGEST_BYTES, xxhash.xxh3_64_intdigest(digests)) + digests)
+        elif layout == "hex":
+            hexed = [digests[i : i + DIGEST_BYTES].hex() for i in range(0, len(digests), DIGEST_BYTES)]
+            f.write("".join(h + "\n" for h in hexed).encode("ascii"))
+        else:
+            f.write(digests)
+        f.flush()
+        os.fsync(f.fileno())
+    return (seen.count if seen else 0) + len(digests) // DIGEST_BYTES

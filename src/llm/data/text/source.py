@@ -1,0 +1,112 @@
+"""The text-source contract: a stream of records, split into fixed partitions with resumable offsets.
+
+A source is split into partitions that do not depend on the topology (files,
+byte ranges of a big uncompressed file aligned to line ends, parquet row groups,
+HF shards). `iter_partition(part, offset, want)` yields `(text, offset_after, digest)`;
+`offset` is a byte offset (uncompressed local files: a resume seeks) or a row
+count (compressed files, parquet, HF, custom sources: a resume re-skips rows).
+How partitions are cut into stripes and dealt to ranks and workers is
+`partitions.py`'s business; building a source from a config is `registry.py`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+Record = tuple[str, int, "bytes | None"]
+
+Want = Callable[[int], bool] | None
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One topology-independent piece of a source; `key` names it in cursors."""
+
+    key: str
+    path: str | None = None
+    start: int = 0
+    end: int | None = None
+    shard: int | None = None
+    seekable: bool = False  # offsets are byte positions (else row counts)
+    stripe: int | None = None  # rows r with (r - 1) % stripes == stripe of the base partition
+    stripes: int = 1
+    base: str | None = None  # key of the partition this stripe cuts
+
+    @property
+    def group(self) -> str:
+        """Stripes of one base partition share a group: one reader serves them together."""
+        return self.base or self.key
+
+    def owns_row(self, row: int) -> bool:
+        return self.stripe is None or (row - 1) % self.stripes == self.stripe
+
+
+class TextSource:
+    """A stream of stripped, non-empty text records.
+
+    Subclasses must implement `iter_texts` and `source_fingerprint`; the default
+    partitioning is a single partition resumed by skipping `offset` records.
+    `config_keys` names the extra `data:` keys a source reads from its config
+    (e.g. `("dataset_bucket", "dataset_key")`), so a misspelt key is caught when the
+    config is read.
+    """
+
+    config_keys: ClassVar[tuple[str, ...]] = ()
+
+    def iter_texts(self, skip: int = 0) -> Iterator[str]:
+        """Every record in order, after skipping the first `skip` records."""
+        raise NotImplementedError
+
+    def source_fingerprint(self) -> dict:
+        """A JSON-able description of everything that changes the stream."""
+        raise NotImplementedError
+
+    def partitions(self) -> list[Partition]:
+        """The fixed list of partitions of this source."""
+        return [Partition(key="all")]
+
+    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+        """Records of one partition from `offset` on, each with the offset after it.
+
+        `want(row)` (row-offset partitions only) may skip rows before they are parsed;
+        callers filter again, so honouring it is an optimisation.
+        """
+        for i, text in enumerate(self.iter_texts(skip=offset), start=offset + 1):
+            yield text, i, None
+
+
+FINGERPRINT_MISMATCH = "stream source fingerprint mismatch"
+
+
+def fingerprint_diff(saved: object, current: object, prefix: str = "") -> list[str]:
+    """The keys where two fingerprints differ, as `key: saved -> current` lines (nested keys dotted)."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        out: list[str] = []
+        for key in sorted(set(saved) | set(current), key=str):
+            name = f"{prefix}{key}"
+            if key not in saved:
+                out.append(f"{name}: (absent) -> {current[key]!r}")
+            elif key not in current:
+                out.append(f"{name}: {saved[key]!r} -> (absent)")
+            else:
+                out.extend(fingerprint_diff(saved[key], current[key], f"{name}."))
+        return out
+    return [] if saved == current else [f"{prefix.rstrip('.') or 'fingerprint'}: {saved!r} -> {current!r}"]
+
+
+def validate_source_fingerprint(saved: dict | None, current: dict) -> None:
+    """Raise `stream source fingerprint mismatch` naming what differs when a state was saved for other data."""
+    if saved == current:
+        return
+    if not isinstance(saved, dict):
+        raise ValueError(
+            f"{FINGERPRINT_MISMATCH}: the state holds no source fingerprint (saved {saved!r}, current "
+            f"{current!r}); resume with a state saved by this library"
+        )
+    diff = "; ".join(fingerprint_diff(saved, current))
+    raise ValueError(
+        f"{FINGERPRINT_MISMATCH}: {diff} (saved -> current); resume with the data settings the state "
+        "was saved with, or start a fresh run"
+    )
