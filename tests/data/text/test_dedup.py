@@ -186,6 +186,23 @@ def test_exact_resume_with_dedup(tmp_path, workers):
     config = {"dir": str(tmp_path), "path": str(tmp_path / "*.txt.gz"), "workers": workers}
     ref = check_resume(run_dedup, config, stops=[0, 13, 25], fresh_process=False)
     assert len(ref) > 25
+    # independent of the code's own uninterrupted run: the kept documents are the distinct
+    # normalised records (per file with workers: each file is read by one worker), each once,
+    # and every one of their tokens is a label but the first of each stripe that kept any (8 a file)
+    files = [[f"{k}/{line}" for line in corpus[k::3]] for k in range(3)] if workers else [corpus] * 3
+    kept: dict[str, str] = {}
+    for lines in files:
+        seen_here: set[str] = set()
+        for line in lines:
+            key = normalize(line)
+            if key not in seen_here and (workers or key not in kept):
+                kept[key if not workers else f"{len(kept)}"] = line
+            seen_here.add(key)
+    docs = list(kept.values())
+    assert sum(int((s["labels"] == EOS).sum()) for s in ref) == len(docs)
+    tokens = sum(len(d.strip().encode()) + 1 for d in docs)  # records are stripped
+    labels = sum(int((s["labels"] >= 0).sum()) for s in ref)
+    assert tokens - labels == 8 * (3 if workers else 1)  # files 2 and 3 add nothing without workers
 
 
 def test_dedup_source_fingerprint(tmp_path):

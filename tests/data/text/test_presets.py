@@ -1,6 +1,7 @@
 """Presets: the guide's snippets run verbatim; names, lookup and apply_to_config as the framework has them."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,22 @@ def test_apply_to_config_builds_a_dedup_source_offline():
 def test_apply_to_config_refuses_other_objects():
     with pytest.raises(TypeError, match="data_source"):
         apply_to_config({"data_source": "hf"}, C4_PRESET)
+
+
+def test_the_docs_preset_snippet_runs_verbatim():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[3] / "docs" / "streaming-text.md").read_text()
+    section = doc[doc.index("## Presets"):]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict = {}
+    exec(compile(code, "streaming-text.md", "exec"), scope)
+    assert scope["cfg"].dataset_name == "allenai/c4" and scope["cfg"].data_source == "hf"
+
+
+def test_the_troubleshooting_fix_for_a_missing_dataset():
+    cfg = DataConfig(data_source="local", max_seq_len=512)
+    with pytest.raises(ValueError, match="dataset_path is required when data_source='local'"):
+        build_text_source(cfg)
+    cfg.dataset_path = str(Path(__file__))  # the fix the message asks for
+    assert build_text_source(cfg).source_fingerprint()["dataset_path"] == cfg.dataset_path

@@ -19,6 +19,7 @@ from llm.data.sources import (
     TextSource,
     assign_partitions,
     stripe_partitions,
+    validate_source_fingerprint,
 )
 from llm.data.text.readers import InputError
 
@@ -168,3 +169,48 @@ def test_custom_source_needs_only_two_methods():
     source = Lines()
     [part] = source.partitions()
     assert list(source.iter_partition(part, 1)) == [("b", 2, None), ("c", 3, None)]
+
+
+@pytest.mark.parametrize("name", ["rows.csv", "script.py", "NOTES", "data.log.gz"])
+def test_any_other_file_is_one_record_per_line(tmp_path, name):
+    lines = ["a,b,c", "  ", "x = 1", "last line"]
+    raw = ("\n".join(lines) + "\n").encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+    source = LocalLineTextSource(path)
+    assert list(source.iter_texts()) == ["a,b,c", "x = 1", "last line"]
+
+
+def test_a_folder_picks_up_text_kinds_only(tmp_path):
+    (tmp_path / "a.txt").write_text("one\n")
+    (tmp_path / "b.jsonl").write_text('{"text": "two"}\n')
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n")
+    (tmp_path / ".hidden.txt").write_text("never\n")
+    assert sorted(LocalLineTextSource(tmp_path).iter_texts()) == ["one", "two"]
+
+
+@pytest.mark.parametrize("values", [[1, 2, 3], [b"x", b"y", b"z"]])
+def test_parquet_column_of_the_wrong_type_is_named(tmp_path, values):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"text": values}), path)
+    with pytest.raises(InputError, match=r"t.parquet: column 'text' is .*, expected a string column"):
+        list(LocalLineTextSource(path).iter_texts())
+
+
+def test_the_frameworks_names_and_fingerprints(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("x\n")
+    local = LocalLineTextSource(dataset_path=str(path))
+    assert local.dataset_path == str(path) and local.source_fingerprint()["dataset_path"] == str(path)
+    hf = HFStreamTextSource(dataset_name="allenai/c4", dataset_config="en", split="validation", text_column="t")
+    assert (hf.dataset_name, hf.dataset_config, hf.split, hf.text_column) == ("allenai/c4", "en", "validation", "t")
+    fp = hf.source_fingerprint()
+    assert (fp["type"], fp["dataset_name"], fp["dataset_config"]) == ("hf", "allenai/c4", "en")
+
+
+def test_validate_source_fingerprint_names_what_differs():
+    saved = {"type": "dedup", "inner": {"dataset_name": "a", "dataset_config": "en"}, "hash_algo": "sha256"}
+    validate_source_fingerprint(saved, dict(saved))
+    current = {**saved, "inner": {"dataset_name": "b", "dataset_config": "en"}}
+    with pytest.raises(ValueError, match=r"^stream source fingerprint mismatch: inner.dataset_name: 'a' -> 'b' \(saved -> current\)"):
+        validate_source_fingerprint(saved, current)

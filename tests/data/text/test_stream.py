@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +146,11 @@ def test_exact_resume_txt(tmp_path, workers):
     path = write_corpus(tmp_path, "txt")
     config = {"kind": "txt", "path": str(path), "L": 32, "batch": 4, "workers": workers}
     ref = check_resume(run_stream, config, stops=[0, 1, 150], fresh_process=False)
+    # independent of the code under test: the blocks are those computed from first principles
+    # (with workers in another order: each worker serves its own partitions)
+    want = expected_rows(path, 32, make_module(config).source.partition_bytes)
+    got = [r for s in ref for r in rows(s)]
+    assert (got if workers == 0 else sorted(got)) == (want if workers == 0 else sorted(want))
     # at the very end too: nothing is left, nothing is repeated
     _, state = run_stream(config, None, len(ref))
     assert run_stream(config, state, None)[0] == []
@@ -160,6 +166,11 @@ def test_exact_resume_other_sources(tmp_path, kind, workers):
     ref = check_resume(run_stream, config, stops=[5, 61], fresh_process=False)
     # the whole corpus came through: every document's EOS is a label exactly once
     assert sum(int((s["labels"] == 256).sum()) for s in ref) == 300
+    # and every token of it is a label once, but the first token of each stripe (no token before it)
+    corpus = Counter(t for d in _docs(300) for t in [*d.encode(), 256])
+    labels = Counter(int(t) for s in ref for t in s["labels"].ravel() if t >= 0)
+    stripes = len(make_module(config).partitions())
+    assert not labels - corpus and sum(corpus.values()) - sum(labels.values()) == stripes
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on a 2-core machine

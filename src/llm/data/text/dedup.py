@@ -179,7 +179,9 @@ class SeenSet:
 def _named(fn: Callable[[str], str]) -> str:
     if fn is default_normalize:
         return "collapse-whitespace"
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    owner = getattr(fn, "__objclass__", None)  # methods of built-in types (str.lower) have no __module__
+    module = getattr(fn, "__module__", None) or getattr(owner, "__module__", "?")
+    return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 class DedupTextSource(TextSource):

@@ -1,0 +1,173 @@
+"""The guide's dedup semantics: passes start from the persisted baseline; seen-hashes files in every layout."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm.data.dedup import DedupTextSource, SeenFileError, normalize, text_digest
+from llm.data.sources import LocalLineTextSource
+from llm.data.text.seen_file import read_seen_file
+from llm.data.text.stream import StreamingTextDataModule
+from llm.training.core.config import DataConfig
+
+LINES = ["alpha beta", "gamma", "alpha   beta", "delta", "gamma", "epsilon"]
+UNIQUE = ["alpha beta", "gamma", "delta", "epsilon"]
+
+
+def corpus(tmp_path: Path, lines=LINES, name="c.txt") -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def source(path, seen=None, write=False, **kw) -> DedupTextSource:
+    if not (seen and write):
+        with pytest.warns(UserWarning, match="in-memory only"):
+            return DedupTextSource(LocalLineTextSource(path), seen_hashes_path=seen, write_seen_hashes=write, **kw)
+    return DedupTextSource(LocalLineTextSource(path), seen_hashes_path=seen, write_seen_hashes=write, **kw)
+
+
+def test_every_pass_starts_from_the_persisted_baseline(tmp_path):
+    src = source(corpus(tmp_path))
+    assert list(src.iter_texts()) == UNIQUE
+    assert list(src.iter_texts()) == UNIQUE  # not empty: the first pass's set is not carried over
+    assert list(src) == UNIQUE and list(src.iter_texts(skip=2)) == UNIQUE[2:]
+
+
+def test_write_seen_hashes_on_its_own_lets_a_second_process_skip(tmp_path):
+    seen = tmp_path / "seen.bin"
+    path = corpus(tmp_path)
+    first = source(path, seen, write=True)
+    it = first.iter_texts()
+    assert [next(it), next(it)] == UNIQUE[:2]
+    it.close()  # stopping early still persists what was yielded
+    assert read_seen_file(seen, "sha256").count == 2
+    assert list(first.iter_texts()) == UNIQUE  # this object's baseline is the file as it was when made
+    second = source(path, seen, write=True)
+    assert list(second.iter_texts()) == []  # a new process skips everything the first one yielded
+    fresh = source(corpus(tmp_path, ["gamma", "zeta", "eta"], "d.txt"), seen, write=True)
+    assert list(fresh.iter_texts()) == ["zeta", "eta"]
+
+
+def test_ranks_other_than_zero_never_write(tmp_path):
+    seen = tmp_path / "seen.bin"
+    script = (
+        "import sys, warnings; from llm.data.dedup import DedupTextSource; "
+        "from llm.data.sources import LocalLineTextSource; "
+        "s = DedupTextSource(LocalLineTextSource(sys.argv[1]), seen_hashes_path=sys.argv[2], write_seen_hashes=True); "
+        "print(len(list(s.iter_texts())))"
+    )
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2"}
+    out = subprocess.run([sys.executable, "-c", script, str(corpus(tmp_path)), str(seen)], env=env,
+                         capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == str(len(UNIQUE)) and not seen.exists()
+
+
+def test_custom_normaliser_is_used_and_named(tmp_path):
+    src = source(corpus(tmp_path, ["Hello", "hello", "HELLO there"]), normalize=str.lower)
+    assert list(src.iter_texts()) == ["Hello", "HELLO there"]
+    assert src.source_fingerprint()["normalize"] == "builtins.str.lower"
+    default = source(corpus(tmp_path, ["a"], "x.txt"))
+    assert default.source_fingerprint()["normalize"] == "collapse-whitespace"
+    assert default.normalize is normalize
+
+
+def test_unknown_hash_algo_names_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match="hash_algo 'sha257' is not.*use one of: .*sha256.*xxh3_128"):
+        DedupTextSource(LocalLineTextSource(corpus(tmp_path)), hash_algo="sha257")
+
+
+def _hex_file(path: Path, texts: list[str], digest=lambda t: hashlib.sha256(normalize(t).encode()).hexdigest()):
+    path.write_text("".join(digest(t) + "  \n\n" for t in texts))  # trailing spaces and blank lines
+    return path
+
+
+def test_the_frameworks_hex_file_is_read_and_left_byte_identical(tmp_path):
+    seen = _hex_file(tmp_path / "seen.txt", ["gamma", "delta"])
+    before = seen.read_bytes()
+    src = source(corpus(tmp_path), seen, write=False)
+    assert list(src.iter_texts()) == ["alpha beta", "epsilon"]
+    assert seen.read_bytes() == before
+    # with writing on, appends stay in the framework's layout, so it can still read the file
+    writer = source(corpus(tmp_path), seen, write=True)
+    assert list(writer.iter_texts()) == ["alpha beta", "epsilon"]
+    lines = [line.strip() for line in seen.read_text().splitlines() if line.strip()]
+    assert len(lines) == 4 and all(int(x, 16) >= 0 for x in lines)
+    assert source(corpus(tmp_path), seen, write=False).committed_count == 4
+
+
+def test_a_read_only_legacy_file_is_never_truncated(tmp_path):
+    seen = tmp_path / "legacy.bin"
+    seen.write_bytes(text_digest("gamma") + text_digest("delta") + b"\x07" * 5)  # a torn last digest
+    before = seen.read_bytes()
+    src = source(corpus(tmp_path), seen, write=False)
+    assert list(src.iter_texts()) == ["alpha beta", "epsilon"]
+    assert seen.read_bytes() == before
+
+
+def test_a_state_for_a_read_only_file_reads_only_its_count(tmp_path):
+    seen = tmp_path / "seen.bin"
+    source(corpus(tmp_path, ["gamma", "delta", "zeta"], "old.txt"), seen, write=True).iter_texts().__next__()
+    list(source(corpus(tmp_path, ["delta", "zeta"], "old2.txt"), seen, write=True).iter_texts())
+    before = seen.read_bytes()
+    reader = source(corpus(tmp_path), seen, write=False)
+    reader.load_committed(1)  # a state that covered only the first commit
+    assert seen.read_bytes() == before and reader.committed_count == 1
+    assert list(reader.iter_texts()) == ["alpha beta", "delta", "epsilon"]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("algo", "was written with hash_algo 'sha256', not 'md5'"),
+        ("flip", "fails its checksum"),
+        ("text", "is text but not one hex digest per line"),
+    ],
+)
+def test_damaged_or_foreign_files_are_named(tmp_path, damage, message):
+    seen = tmp_path / "seen.bin"
+    list(source(corpus(tmp_path), seen, write=True).iter_texts())
+    if damage == "flip":
+        data = bytearray(seen.read_bytes())
+        data[-3] ^= 0xFF
+        seen.write_bytes(bytes(data))
+    if damage == "text":
+        seen.write_text("this is a diary, not a seen-hashes file\nmore words\n")
+    algo = "md5" if damage == "algo" else "sha256"
+    with pytest.raises(SeenFileError, match=message) as info:
+        DedupTextSource(LocalLineTextSource(corpus(tmp_path)), algo, seen, write_seen_hashes=True)
+    assert str(seen) in str(info.value)
+
+
+def test_a_torn_append_is_ignored_and_cut_by_the_next_writer(tmp_path):
+    seen = tmp_path / "seen.bin"
+    list(source(corpus(tmp_path, ["gamma"], "a.txt"), seen, write=True).iter_texts())
+    good = seen.stat().st_size
+    with open(seen, "ab") as f:
+        f.write(b"\x05\x00\x00\x00" + b"\x01" * 30)  # a block that announces 5 digests, holds 1.9
+    assert read_seen_file(seen, "sha256").count == 1
+    list(source(corpus(tmp_path, ["delta"], "b.txt"), seen, write=True).iter_texts())
+    parsed = read_seen_file(seen, "sha256")
+    assert parsed.count == 2 and seen.stat().st_size == good + 12 + 16
+
+
+def _module(path, seen, workers=0):
+    data = DataConfig(data_source="dedup_local", dataset_path=str(path), max_seq_len=16, num_workers=workers,
+                      seen_hashes_path=str(seen), write_seen_hashes=True, steps_per_epoch=5)
+    return StreamingTextDataModule(data, batch_size=2)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_run_whose_every_record_was_seen_says_so(tmp_path, workers):
+    path = corpus(tmp_path)
+    seen = tmp_path / "seen.bin"
+    list(source(path, seen, write=True).iter_texts())
+    module = _module(path, seen, workers)
+    with pytest.raises(ValueError, match=rf"all 6 records of this rank's partitions are in the seen-hashes file {seen}"):
+        list(module.train_dataloader())
