@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from llm.data.storage.local import atomic_write
 
 FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
@@ -77,13 +78,7 @@ class Manifest:
 
     def save(self, folder: Path) -> None:
         """Write index.json atomically: a reader sees the old manifest or the new one, never half."""
-        tmp = folder / f".{INDEX_NAME}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(self.to_json(), f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / INDEX_NAME)
-        _fsync_dir(folder)
+        atomic_write(folder / INDEX_NAME, json.dumps(self.to_json(), indent=1).encode())
 
     @classmethod
     def load(cls, folder: Path | str) -> Manifest:
@@ -119,15 +114,3 @@ class Manifest:
         fields = {k: v for k, v in data.items() if k in known and k != "shards"}
         return cls(shards=infos, **fields)
 
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

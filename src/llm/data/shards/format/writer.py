@@ -11,7 +11,6 @@ Documents never straddle two shards; blocks may (the reader joins shards).
 
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 
 from llm.data.shards.format.checksum import checksum_bytes
 from llm.data.shards.format.manifest import ShardInfo
+from llm.data.storage.local import write_file
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 _UINT16_MAX = (1 << 16) - 1
@@ -47,10 +47,7 @@ def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str |
         data = zstandard.ZstdCompressor(level=3).compress(raw)
     elif compression is not None:
         raise ValueError(f"unknown compression {compression!r}; expected 'zstd' or none")
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    write_file(path, data)
     return len(data), len(raw), checksum_bytes(data)
 
 
