@@ -15,6 +15,24 @@ from pathlib import Path
 LOCK_NAME = ".llm-data.lock"
 
 
+_HELD: set[int] = set()  # lock fds this process holds
+
+
+def _close_inherited() -> None:
+    # A forked child (an optimize worker) shares the parent's lock; if it kept the fd, the lock
+    # would outlive a parent killed with -9 until every worker is gone, and a new run would fail.
+    for fd in list(_HELD):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
+
+
 class LockHeld(OSError):
     """Another live process holds the folder's lock; the message names it."""
 
@@ -58,6 +76,7 @@ class FolderLock:
                 if self._still_ours(fd):
                     self._claim(fd)
                     self._fd = fd
+                    _HELD.add(fd)
                     return
             except BaseException:
                 os.close(fd)
@@ -111,6 +130,7 @@ class FolderLock:
         try:
             self.path.unlink(missing_ok=True)  # before unlocking: a waiter then sees it is gone
         finally:
+            _HELD.discard(self._fd)
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 
