@@ -200,6 +200,35 @@ class TokenReader:
         self._count_read(out.size)
         return np.flatnonzero(~fits)
 
+    def gather_positions(self, starts: np.ndarray, width: int, out: np.ndarray, skip: np.ndarray) -> None:
+        """Fill out[k] with the position ids of block k (rows in `skip` are left to `read`).
+
+        Same values as `read`: 0 at the block start and at every document start inside the
+        block. Per shard: the document ends inside each block are found with two searchsorted
+        calls for all rows, marked, and turned into positions with one running maximum.
+        """
+        fits = np.ones(len(starts), dtype=bool)
+        fits[skip] = False
+        shard = np.searchsorted(self.starts, starts, side="right") - 1
+        cols = np.arange(width, dtype=np.int64)
+        for i in np.unique(shard[fits]).tolist():
+            rows = np.flatnonzero(fits & (shard == i))
+            doc_ends = self._shard(i)[1]
+            local = starts[rows] - self.starts[i]
+            lo = np.searchsorted(doc_ends, local.astype(np.uint64), side="right")
+            hi = np.searchsorted(doc_ends, (local + width).astype(np.uint64), side="left")
+            counts = (hi - lo).astype(np.int64)
+            marks = np.zeros((len(rows), width), dtype=np.int64)
+            total = int(counts.sum())
+            if total:
+                row_of = np.repeat(np.arange(len(rows)), counts)
+                first = np.repeat(np.cumsum(counts) - counts, counts)
+                ends = doc_ends[np.arange(total) - first + np.repeat(lo, counts)].astype(np.int64)
+                offsets = ends - local[row_of]
+                marks[row_of, offsets] = offsets
+            np.maximum.accumulate(marks, axis=1, out=marks)
+            out[rows] = cols - marks
+
     def _count_read(self, tokens: int) -> None:
         # Every 4M tokens read, unmap the pages read so far: RSS stays flat with data size. Each
         # block read maps ~64 KB around it (the kernel's fault-around), hence the short interval.
