@@ -199,6 +199,16 @@ def markdown(results: dict) -> str:
             md.append(f"| {NAMES[r['who']]} | {r['case']} | {_fmt(r.get('first_batch_s'), 1, 3)} | "
                       f"{d.get('once', 'n/a')} | {d.get('twice_or_more', 'n/a')} | {d.get('never', 'n/a')} | "
                       f"{r.get('state_bytes') or 'n/a'} |")
+    if "paths" in s:
+        md += ["", "## Our read paths, old vs new (issue 16)", "",
+               "`old` replays the former per-row / per-sample reads on the same build; ratios pair the "
+               "old and new run of each repeat.", "",
+               "| case | M tokens/s | CPU s | new / old |", "|---|---|---|---|"]
+        for r in s["paths"]:
+            if "ratio" in r:
+                md.append(f"| {r['case']} | | | {_fmt(r['ratio'], 1, 2)} |")
+            else:
+                md.append(f"| {r['case']} | {_fmt(r.get('tokens_per_s'), 1e6, 2)} | {_fmt(r.get('cpu_s'), 1, 2)} | |")
     for key in ("onthefly", "scale"):
         if key in s:
             title, cols = sections[key]

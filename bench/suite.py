@@ -19,7 +19,7 @@ from bench.corpus import build_corpus, corpus_paths
 from bench.measure import run_worker
 from bench.runners.common import BLOCK
 
-SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale"]
+SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths"]
 CONTESTANTS = ["ours", "litdata", "mosaic", "hf", "limit"]
 _MODULE = {"ours": "ours", "litdata": "litdata_peer", "mosaic": "mosaic_peer", "hf": "hf_peer",
            "limit": "limits"}
@@ -403,3 +403,9 @@ def scenario_scale(ctx: Context) -> list[dict]:
 def clean(ctx: Context) -> None:
     """Remove the prepared datasets of this corpus (they are rebuilt on demand)."""
     shutil.rmtree(ctx.work_dir, ignore_errors=True)
+
+
+def scenario_paths(ctx: Context) -> list[dict]:
+    from bench.paths import scenario_paths as run  # its own module: old vs new read paths of ours
+
+    return run(ctx)

@@ -79,6 +79,36 @@ def resume_load(spec: dict) -> dict:
     return res
 
 
+def paths(spec: dict) -> dict:
+    """One read path of ours, `old` (per row / per sample, as before issue 16) or `new`."""
+    _import()
+    import numpy as np
+    import torch
+
+    from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
+
+    t0 = time.perf_counter()
+    docb = spec["path"] == "docb"
+    ds = StreamingDataset(spec["data_dir"], item_loader=TokensLoader(block_size=BLOCK, document_boundaries=docb),
+                          shuffle=True, seed=42)
+    if spec["variant"] == "old" and docb:
+        def read_blocks(ids):  # the former loop: TokenReader.read for every block
+            tokens = np.empty((len(ids), BLOCK), dtype=np.int64)
+            positions = np.empty_like(tokens)
+            for row in range(len(ids)):
+                ds._read_block(int(ids[row]), tokens[row], positions[row])
+            return {"input_ids": tokens, "position_ids": positions}
+
+        ds.read_blocks = read_blocks
+    elif spec["variant"] == "old":
+        ds._samples = lambda samples: (ds[int(s)] for s in samples)  # the former one-sample-at-a-time path
+    if docb:
+        loader = StreamingDataLoader(ds, batch_size=BATCH)
+    else:
+        loader = torch.utils.data.DataLoader(ds, batch_size=BATCH)
+    return consume(epochs(loader, spec.get("epochs", 1)), t0)
+
+
 def onthefly(spec: dict) -> dict:
     """stream_lm: JSONL text in, tokenized and packed while iterating, N loader workers, one pass."""
     import llm.data.text.stream  # noqa: F401

@@ -21,6 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--mode", choices=("append", "overwrite"), default=None, help="when the output folder is not empty")
     opt.add_argument("--compression", choices=("zstd",), default=None)
     opt.add_argument("--no-progress", action="store_true", help="no progress bar")
+    opt.add_argument("--wait", action="store_true", help="if another run is writing the output, wait for it (default: fail at once)")
 
     info = sub.add_parser("info", help="print a dataset's manifest summary as JSON")
     info.add_argument("dataset")
@@ -37,6 +38,7 @@ def _run(args: argparse.Namespace) -> None:
         summary = optimize_text(
             args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
             chunk_bytes=args.chunk_bytes, mode=args.mode, compression=args.compression, progress=not args.no_progress,
+            wait=args.wait,
         )
         if args.no_progress:  # with progress on, optimize() prints the summary itself
             print(summary.line(), file=sys.stderr)

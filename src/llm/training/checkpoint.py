@@ -11,30 +11,13 @@ from typing import Any
 
 import torch
 
+from llm.data.storage.local import fsync_dir, write_file
+
 CHECKPOINT_FILE = "checkpoint.pt"
 META_FILE = "meta.json"
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _TMP_PREFIX = ".tmp-"
-
-
-def _fsync_dir(path: Path) -> None:
-    # A rename is only durable once the directory entry itself reaches the disk.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # platforms without directory fds (Windows): best effort
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _json_default(value: Any) -> Any:
@@ -75,8 +58,8 @@ def save_checkpoint(
         f.flush()
         os.fsync(f.fileno())
     meta = {k: payload.get(k) for k in ("step", "epoch", "stream_source", "world_size", "task")}
-    _write_file(tmp / META_FILE, json.dumps(meta, indent=2, default=_json_default).encode())
-    _fsync_dir(tmp)
+    write_file(tmp / META_FILE, json.dumps(meta, indent=2, default=_json_default).encode())
+    fsync_dir(tmp)
     final = root / name
     if final.exists():  # re-saving a step: move the old copy aside, never delete it first
         old = root / f"{_TMP_PREFIX}old-{name}-{os.getpid()}"
@@ -86,9 +69,9 @@ def save_checkpoint(
     else:
         os.replace(tmp, final)
     pointer = root / f"{_TMP_PREFIX}{LATEST}-{os.getpid()}"
-    _write_file(pointer, f"{name}\n".encode())
+    write_file(pointer, f"{name}\n".encode())
     os.replace(pointer, root / LATEST)
-    _fsync_dir(root)
+    fsync_dir(root)
     if keep_last_n:
         _prune(root, keep_last_n, keep=final)
     return final

@@ -10,10 +10,10 @@ previous dataset stays the one readers see, even after a kill -9.
 from __future__ import annotations
 
 import inspect
+import math
 import multiprocessing
 import os
 import queue
-import shutil
 import sys
 import time
 import traceback
@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
-from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ShardInfo
-from llm.data.shards.format.writer import ItemShardWriter, TokenShardWriter, as_token_array
+from llm.data.shards.format.manifest import Manifest, ShardInfo
+from llm.data.shards.format.writer import (
+    ItemShardWriter,
+    TokenShardWriter,
+    as_token_array,
+    check_batch,
+)
+from llm.data.shards.output import SHARD_PREFIX, OutputFolder
 from llm.data.tokenizers import Tokenizer, token_dtype
-
-MODES = ("append", "overwrite")
-_SHARD_PREFIX = "shard-"
 
 
 @dataclass(frozen=True)
@@ -102,19 +105,23 @@ def _is_single(value: Any) -> bool:
 
 def _run_task(job: _Job, task_id: int, report: Callable[[int, int], None]) -> tuple[list[ShardInfo], dict]:
     """Write one task's shards; returns their infos and fn's counters."""
-    prefix = f"{_SHARD_PREFIX}{job.run_id}-{task_id:05d}"
+    prefix = f"{SHARD_PREFIX}{job.run_id}-{task_id:05d}"
     if job.kind == "tokens":
         writer: Any = TokenShardWriter(job.folder, prefix, job.dtype, job.chunk_bytes, job.chunk_size, job.compression)
     else:
         writer = ItemShardWriter(job.folder, prefix, job.chunk_bytes, job.chunk_size, job.compression)
-    for item in job.tasks[task_id]:
+    first = sum(len(t) for t in job.tasks[:task_id])  # index of this task's first input
+    for index, item in enumerate(job.tasks[task_id], first):
         result = job.fn(item)
-        for doc in (_documents(result) if job.kind == "tokens" else _items(result)):
+        prefix = f"optimize: input {index} ({item!r:.80})"
+        for d, doc in enumerate(_documents(result) if job.kind == "tokens" else _items(result)):
+            where = f"{prefix}, document {d}"
             if isinstance(doc, DocumentBatch):
-                writer.add_batch(doc.tokens, doc.lengths)
-                report(len(doc.lengths), len(doc.tokens))
+                tokens, lengths = check_batch(doc.tokens, doc.lengths, where)
+                writer.add_batch(tokens, lengths)
+                report(len(lengths), len(tokens))
             elif job.kind == "tokens":
-                arr = as_token_array(doc, f"optimize: fn({item!r:.80})")
+                arr = as_token_array(doc, where)
                 writer.add(arr)
                 report(1, arr.size)
             else:
@@ -182,10 +189,22 @@ def _split_tasks(inputs: Sequence[Any], num_tasks: int) -> list[list[Any]]:
     return tasks
 
 
+_MAX_CHUNK_BYTES = 1 << 40  # a shard is built in memory before it is written: 1 TiB is already absurd
+
+
 def parse_size(value: int | str | None) -> int | None:
-    """64MB, 512kb, 1GiB or a plain number of bytes."""
-    if value is None or isinstance(value, int):
-        return value
+    """64MB, 512kb, 1GiB or a plain number of bytes; between 1 byte and 1 TiB."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"chunk size {value!r} is not a size like 64MB, 512KB or 1GB")
+    size = value if isinstance(value, int) else _parse_size_text(value)
+    if not 1 <= size <= _MAX_CHUNK_BYTES:
+        raise ValueError(f"chunk size {value!r} is out of range: give between 1 byte and 1TB, e.g. 64MB")
+    return size
+
+
+def _parse_size_text(value: str) -> int:
     text = value.strip().upper().replace("IB", "B")
     for suffix, scale in (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("TB", 1 << 40), ("B", 1)):
         if text.endswith(suffix):
@@ -194,60 +213,12 @@ def parse_size(value: int | str | None) -> int | None:
     else:
         factor = 1
     try:
-        return int(float(text) * factor)
-    except ValueError:
+        number = float(text)
+        if not math.isfinite(number):
+            raise ValueError
+        return int(number * factor)
+    except (ValueError, OverflowError):
         raise ValueError(f"chunk size {value!r} is not a size like 64MB, 512KB or 1GB") from None
-
-
-class _Output:
-    """The output folder: mode checks before the run, commit or clean-up after it."""
-
-    def __init__(self, folder: Path, mode: str | None, kind: str, tokenizer: dict | None):
-        if mode is not None and mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)} or None, got {mode!r}")
-        self.folder, self.mode = folder, mode
-        self.created = not folder.exists()
-        self.previous: Manifest | None = None
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(f"output {folder} exists and is not a folder")
-        if not self.created and any(folder.iterdir()):
-            if mode is None:
-                raise ValueError(f"output folder {folder} is not empty; pass mode='append' or mode='overwrite' (CLI: --mode)")
-            if (folder / INDEX_NAME).exists():
-                self.previous = Manifest.load(folder)
-        if mode == "append" and self.previous is not None:
-            self._check_append(kind, tokenizer)
-        folder.mkdir(parents=True, exist_ok=True)
-
-    def _check_append(self, kind: str, tokenizer: dict | None) -> None:
-        prev = self.previous
-        assert prev is not None
-        if prev.kind != kind:
-            raise ValueError(f"cannot append {kind} to {self.folder}, which holds {prev.kind}")
-        if prev.tokenizer and tokenizer and prev.tokenizer != tokenizer:
-            raise ValueError(
-                f"cannot append to {self.folder}: it was tokenized with {prev.tokenizer}, this run uses {tokenizer}"
-            )
-
-    def commit(self, manifest: Manifest) -> None:
-        if self.mode == "append" and self.previous is not None:
-            manifest.shards = self.previous.shards + manifest.shards
-            manifest.sources = self.previous.sources + manifest.sources
-        manifest.save(self.folder)
-        self._remove_unlisted(manifest)
-
-    def _remove_unlisted(self, manifest: Manifest) -> None:
-        """Old shards after an overwrite, and orphans of runs that crashed before their commit."""
-        listed = {s.file for s in manifest.shards}
-        for path in self.folder.glob(f"{_SHARD_PREFIX}*.bin"):
-            if path.name not in listed:
-                path.unlink(missing_ok=True)
-
-    def abort(self, run_id: str) -> None:
-        for path in self.folder.glob(f"{_SHARD_PREFIX}{run_id}-*"):
-            path.unlink(missing_ok=True)
-        if self.created:
-            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def optimize(
@@ -264,6 +235,7 @@ def optimize(
     tokenizer: Tokenizer | None = None,
     sources: list[dict] | None = None,
     progress: bool = True,
+    wait: bool = False,
 ) -> OptimizeSummary:
     """Run `fn` over `inputs` in `num_workers` processes and write the results as a dataset.
 
@@ -272,6 +244,8 @@ def optimize(
     (any picklable object). `chunk_bytes` / `chunk_size` (tokens or items) bound
     each shard. `mode`: None (the folder must be empty), 'append' or 'overwrite'.
     `tokenizer` is recorded in the manifest (its fingerprint, EOS id, vocabulary).
+    One run at a time holds `output_dir`: another run fails at once naming the holder,
+    or with `wait=True` waits for it to finish.
     """
     started = time.perf_counter()
     inputs = list(inputs)
@@ -280,33 +254,40 @@ def optimize(
     if compression not in (None, "zstd"):
         raise ValueError(f"unknown compression {compression!r}; expected 'zstd' or None")
     kind = "tokens" if isinstance(item_loader, TokensLoader) else "items"
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0):
+        raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     workers = (os.cpu_count() or 1) if num_workers is None else num_workers
-    if workers < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    chunk = parse_size(chunk_bytes)
     tok_fp = tokenizer.fingerprint() if tokenizer is not None else None
-    output = _Output(Path(output_dir), mode, kind, tok_fp)
+    output = OutputFolder(Path(output_dir), mode, kind, tok_fp, wait=wait)
     run_id = time.strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]
     dtype = token_dtype(tokenizer.vocab_size) if tokenizer is not None else "uint16"
     job = _Job(
-        fn, _split_tasks(inputs, 4 * max(workers, 1)), output.folder, run_id, kind, dtype,
-        parse_size(chunk_bytes), chunk_size, compression,
+        fn, _split_tasks(inputs, 4 * max(workers, 1)), output.folder, run_id, kind, dtype, chunk, chunk_size, compression,
     )
     try:
         results = _run(job, workers, progress)
-    except BaseException:
+        shards = [s for task_id in range(len(job.tasks)) for s in results[task_id][0]]
+        manifest = Manifest(
+            kind=kind,
+            shards=shards,
+            dtype=_widest_dtype(shards, dtype) if kind == "tokens" else None,
+            tokenizer=tok_fp,
+            eos_id=tokenizer.eos_id if tokenizer is not None else None,
+            vocab_size=tokenizer.vocab_size if tokenizer is not None else None,
+            sources=sources or [],
+        )
+        output.commit(manifest)
+    except BaseException as e:
         output.abort(run_id)
-        raise
-    shards = [s for task_id in range(len(job.tasks)) for s in results[task_id][0]]
-    manifest = Manifest(
-        kind=kind,
-        shards=shards,
-        dtype=_widest_dtype(shards, dtype) if kind == "tokens" else None,
-        tokenizer=tok_fp,
-        eos_id=tokenizer.eos_id if tokenizer is not None else None,
-        vocab_size=tokenizer.vocab_size if tokenizer is not None else None,
-        sources=sources or [],
-    )
-    output.commit(manifest)
+        explained = output.explain(e)
+        if explained is e:
+            raise
+        raise explained from e
+    finally:
+        output.release()
     summary = OptimizeSummary(
         output_dir=str(output.folder),
         documents=sum(s.documents for s in shards),

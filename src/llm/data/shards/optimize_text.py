@@ -8,6 +8,7 @@ document.
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,6 +103,20 @@ class TokenizeText:
         return state
 
 
+def refuse_inputs_in_output(inputs: list[str], output_dir: Path) -> None:
+    """An input inside the output folder (its own index.json matched by `*.json`) would be read as text."""
+    out = output_dir.expanduser().resolve()
+    for pattern in inputs:
+        path = Path(pattern).expanduser()
+        matches = [Path(p) for p in glob.glob(str(path), recursive=True)] if any(c in pattern for c in "*?[") else [path]
+        for match in matches:
+            resolved = match.resolve()
+            if resolved == out or out in resolved.parents:
+                raise ValueError(f"input {match} is inside the output folder {output_dir}; write the dataset elsewhere or narrow the input")
+            if resolved.is_dir() and resolved in out.parents:
+                raise ValueError(f"input folder {match} contains the output folder {output_dir}; write the dataset elsewhere")
+
+
 def _range_bytes(item: TextRange) -> int:
     end = item.end if item.end is not None else os.path.getsize(item.path)
     return end - item.start
@@ -118,9 +133,11 @@ def optimize_text(
     mode: str | None = None,
     compression: str | None = None,
     progress: bool = True,
+    wait: bool = False,
 ) -> OptimizeSummary:
     """Tokenize text files (.txt, .jsonl[.gz|.zst], .parquet) into a token dataset."""
     tok = load_tokenizer(tokenizer)  # fails fast, in the parent, on a bad spec
+    refuse_inputs_in_output(inputs, Path(output_dir))
     paths = expand_inputs(inputs)
     workers = (os.cpu_count() or 1) if num_workers is None else num_workers
     ranges = plan_ranges(paths, 4 * max(workers, 1))
@@ -128,5 +145,5 @@ def optimize_text(
     return optimize(
         TokenizeText(tokenizer, text_column), ranges, output_dir,
         num_workers=num_workers, chunk_bytes=chunk_bytes, item_loader=TokensLoader(), mode=mode,
-        compression=compression, tokenizer=tok, sources=sources, progress=progress,
+        compression=compression, tokenizer=tok, sources=sources, progress=progress, wait=wait,
     )

@@ -12,16 +12,14 @@ count is the whole resume state.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
@@ -29,9 +27,6 @@ from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import ItemReader, TokenReader
 from llm.data.shards.plan import BatchSchedule, epoch_order
 from llm.data.topology import current_topology
-
-STATE_VERSION = 1
-_CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 
 
 def current_rank_world() -> tuple[int, int]:
@@ -105,7 +100,7 @@ class StreamingDataset(IterableDataset):
 
     def _init_tokens(self, verify: bool) -> None:
         block = self.item_loader.block_size
-        if not isinstance(block, int) or block < 1:
+        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
             raise ValueError(f"TokensLoader.block_size must be a positive integer to read {self.input_dir}, got {block!r}")
         self.block_size = block
         self.reader = TokenReader(self.input_dir, self.manifest, verify)
@@ -127,16 +122,17 @@ class StreamingDataset(IterableDataset):
         """Token blocks for these sample ids as int64 arrays of shape (len(ids), block_size)."""
         n, block = len(sample_ids), self.block_size
         tokens = np.empty((n, block), dtype=np.int64)
+        # Blocks inside one shard are gathered shard by shard (tokens, and positions when asked);
+        # only the few that cross a shard boundary or hit the end are read one by one.
+        starts = np.asarray(sample_ids, dtype=np.int64) * block
+        rest = self.reader.gather_blocks(starts, block, tokens)
+        positions = None
         if self.item_loader.document_boundaries:
             positions = np.empty((n, block), dtype=np.int64)
-            for row in range(n):
-                self._read_block(int(sample_ids[row]), tokens[row], positions[row])
-            return {"input_ids": tokens, "position_ids": positions}
-        # Fast path: blocks inside one shard, gathered shard by shard; the rest one by one.
-        starts = np.asarray(sample_ids, dtype=np.int64) * block
-        for row in self.reader.gather_blocks(starts, block, tokens).tolist():
-            self._read_block(int(sample_ids[row]), tokens[row], None)
-        return {"input_ids": tokens}
+            self.reader.gather_positions(starts, block, positions, rest)
+        for row in rest.tolist():
+            self._read_block(int(sample_ids[row]), tokens[row], None if positions is None else positions[row])
+        return {"input_ids": tokens} if positions is None else {"input_ids": tokens, "position_ids": positions}
 
     def _read_block(self, sample: int, out: np.ndarray, positions: np.ndarray | None) -> None:
         start = sample * self.block_size
@@ -182,8 +178,20 @@ class StreamingDataset(IterableDataset):
             if it.batched:
                 yield self.read_chunk(it, order, bounds[chunk], bounds[chunk + 1])
             else:
-                for sample in order(self._positions(it, bounds[chunk], bounds[chunk + 1])).tolist():
-                    yield self[sample]
+                yield from self._samples(order(self._positions(it, bounds[chunk], bounds[chunk + 1])))
+
+    def _samples(self, samples: np.ndarray) -> Iterator[Any]:
+        """Single samples, as `ds[i]` gives them, but read a chunk at a time (a plain DataLoader's path)."""
+        if self.manifest.kind == "items":
+            for sample in samples.tolist():
+                yield self.reader.get(sample)
+            return
+        blocks = {k: torch.from_numpy(v) for k, v in self.read_blocks(samples).items()}
+        for row in range(len(samples)):
+            if self.item_loader.document_boundaries:
+                yield {k: v[row] for k, v in blocks.items()}
+            else:
+                yield blocks["input_ids"][row]
 
     def chunk_plan(self, it: _Iteration, workers: int) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
         """The chunk boundaries (in batches) and the epoch's position -> sample map."""
@@ -210,163 +218,10 @@ class StreamingDataset(IterableDataset):
         return {"sizes": sizes, "batches": [collate(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]}
 
 
-def _split_chunk(chunk: dict[str, Any], document_boundaries: bool) -> Iterator[Any]:
-    sizes = chunk["sizes"].tolist()
-    if "batches" in chunk:
-        yield from chunk["batches"]
-        return
-    row = 0
-    for size in sizes:
-        if document_boundaries:
-            yield {"input_ids": chunk["input_ids"][row : row + size], "position_ids": chunk["position_ids"][row : row + size]}
-        else:
-            yield chunk["input_ids"][row : row + size]
-        row += size
+def __getattr__(name: str) -> Any:
+    # The loader lives in its own module (loader.py imports this one); the old path keeps working.
+    if name in ("StreamingDataLoader", "STATE_VERSION"):
+        from llm.data.shards import loader
 
-
-class StreamingDataLoader(DataLoader):
-    """A DataLoader over a StreamingDataset with an exact, tiny, topology-free `state_dict()`.
-
-    Iterating it again starts the next epoch (reshuffled by seed + epoch); iterating
-    after a `break` or a `load_state_dict` continues where the consumed batches end.
-    """
-
-    def __init__(
-        self,
-        dataset: StreamingDataset,
-        batch_size: int = 1,
-        num_workers: int = 0,
-        collate_fn: Callable[[list], Any] | None = None,
-        drop_last: bool = False,
-        worker_backend: str = "auto",
-        **kwargs: Any,
-    ):
-        if not isinstance(dataset, StreamingDataset):
-            raise TypeError(f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}")
-        for key in ("sampler", "batch_sampler", "shuffle"):
-            if kwargs.get(key) not in (None, False):
-                raise ValueError(f"StreamingDataLoader does not take {key}=; order is set by StreamingDataset(shuffle=, seed=)")
-            kwargs.pop(key, None)
-        if kwargs.get("persistent_workers"):
-            raise ValueError("StreamingDataLoader does not support persistent_workers=True: each epoch's plan is sent to fresh workers")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if collate_fn is not None and dataset.manifest.kind == "tokens":
-            raise ValueError("collate_fn is only used for item datasets; token batches are stacked arrays already")
-        if worker_backend not in ("auto", "threads", "processes"):
-            raise ValueError(f"worker_backend must be 'auto', 'threads' or 'processes', got {worker_backend!r}")
-        if worker_backend == "auto":
-            # Token blocks are memory copies that release the GIL: reader threads are faster than
-            # worker processes and cost no extra memory. Item datasets run user code: processes.
-            custom = kwargs.get("worker_init_fn") or kwargs.get("multiprocessing_context")
-            worker_backend = "threads" if dataset.manifest.kind == "tokens" and not custom else "processes"
-        self.worker_backend = worker_backend
-        prefetch = kwargs.get("prefetch_factor")
-        if worker_backend == "threads":
-            kwargs.pop("prefetch_factor", None)  # DataLoader refuses it without worker processes
-        super().__init__(
-            dataset, batch_size=None, num_workers=0 if worker_backend == "threads" else num_workers, **kwargs
-        )
-        self.reader_threads = num_workers if worker_backend == "threads" else 0
-        self.read_ahead = self.reader_threads * (prefetch or 2)
-        # DataLoader forbids setting these after __init__; ours describe the batches we yield.
-        object.__setattr__(self, "batch_size", batch_size)
-        object.__setattr__(self, "drop_last", drop_last)
-        self._collate = collate_fn
-        self._chunk_batches = self._pick_chunk_batches(dataset, batch_size)
-        self._epoch = 0
-        self._start = 0
-        self._schedule: BatchSchedule | None = None
-        self._yielded = 0
-
-    @staticmethod
-    def _pick_chunk_batches(dataset: StreamingDataset, batch_size: int) -> int:
-        if dataset.manifest.kind != "tokens":
-            return 4
-        return max(1, min(64, _CHUNK_TOKENS // (batch_size * dataset.block_size)))
-
-    def _schedule_from(self, start: int) -> BatchSchedule:
-        rank, world = current_rank_world()
-        return BatchSchedule(self.dataset.num_samples, start, self.batch_size, rank, world, self.drop_last)
-
-    def __len__(self) -> int:
-        """Batches per epoch on this rank."""
-        return len(self._schedule_from(0))
-
-    def _consumed(self) -> int:
-        return self._schedule.consumed_after(self._yielded) if self._schedule else self._start
-
-    def __iter__(self) -> Iterator[Any]:
-        self._start = self._consumed()
-        schedule = self._schedule_from(self._start)
-        self._schedule, self._yielded = schedule, 0
-        it = _Iteration(self._epoch, schedule, self._chunk_batches, self._collate)
-        if self.reader_threads:
-            chunks: Iterator[Any] = self._threaded_chunks(it)
-        else:
-            self.dataset._iteration = it
-            try:
-                chunks = super().__iter__()
-            finally:
-                self.dataset._iteration = None
-        boundaries = getattr(self.dataset.item_loader, "document_boundaries", False)
-        for chunk in chunks:
-            for batch in _split_chunk(chunk, boundaries):
-                self._yielded += 1  # counted before the caller sees it: a state saved now includes it
-                yield batch
-        if self._schedule is schedule and self._yielded == len(schedule):
-            self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
-
-    def _threaded_chunks(self, it: _Iteration) -> Iterator[Any]:
-        """Chunks read ahead by `reader_threads` threads, yielded in plan order."""
-        ds = self.dataset
-        bounds, order = ds.chunk_plan(it, self.reader_threads)
-        pool = ThreadPoolExecutor(self.reader_threads, thread_name_prefix="llm-reader")
-        pending: deque = deque()
-        try:
-            for c in range(len(bounds) - 1):
-                pending.append(pool.submit(ds.read_chunk, it, order, bounds[c], bounds[c + 1]))
-                if len(pending) >= self.read_ahead:
-                    yield self._to_tensors(pending.popleft().result())
-            while pending:
-                yield self._to_tensors(pending.popleft().result())
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
-
-    def _to_tensors(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in chunk.items()}
-        if self.pin_memory:
-            out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and k != "sizes" else v for k, v in out.items()}
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        """{version, fingerprint, seed, shuffle, epoch, samples_consumed, ...}: a few hundred bytes."""
-        epoch, consumed = self._epoch, self._consumed()
-        end = self._schedule.end if self._schedule else self._schedule_from(consumed).end
-        if consumed >= end and consumed > 0:  # a finished epoch resumes at the next one
-            epoch, consumed = epoch + 1, 0
-        ds = self.dataset
-        return {
-            "version": STATE_VERSION,
-            "fingerprint": ds.fingerprint,
-            "seed": ds.seed,
-            "shuffle": ds.shuffle,
-            "num_samples": ds.num_samples,
-            "epoch": epoch,
-            "samples_consumed": consumed,
-            "global_batch_size": self.batch_size * (self._schedule.world_size if self._schedule else current_rank_world()[1]),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue exactly after the batches counted in `state`, on any num_workers or world size."""
-        ds = self.dataset
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError(f"loader state has version {state.get('version') if isinstance(state, dict) else None!r}, expected {STATE_VERSION}")
-        for key, mine in (("fingerprint", ds.fingerprint), ("seed", ds.seed), ("shuffle", ds.shuffle), ("num_samples", ds.num_samples)):
-            if state.get(key) != mine:
-                raise ValueError(
-                    f"loader state does not match {ds.input_dir}: {key} is {state.get(key)!r} in the state "
-                    f"but {mine!r} here; resume with the same dataset and settings"
-                )
-        self._epoch, self._start = int(state["epoch"]), int(state["samples_consumed"])
-        self._schedule, self._yielded = None, 0
+        return getattr(loader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

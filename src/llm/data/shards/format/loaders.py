@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 
@@ -22,6 +23,18 @@ class TokensLoader:
     pad_id: int | None = None
 
     kind = "tokens"
+
+    def __post_init__(self) -> None:
+        # bool is an int to Python: block_size=True would silently read blocks of one token.
+        for key, lo in (("block_size", 1), ("pad_id", 0)):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
+                raise ValueError(f"TokensLoader.{key} must be an integer >= {lo}, got {value!r}")
+            object.__setattr__(self, key, int(value))
+        if not isinstance(self.document_boundaries, bool):
+            raise ValueError(f"TokensLoader.document_boundaries must be True or False, got {self.document_boundaries!r}")
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from llm.data.shards.format.validate import ManifestError, check_derived, check_manifest
+from llm.data.storage.local import atomic_write
+
+__all__ = ["FORMAT_VERSION", "INDEX_NAME", "KINDS", "Manifest", "ManifestError", "ShardInfo"]
 
 FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
 KINDS = ("tokens", "items")
-
-
-class ManifestError(ValueError):
-    """A dataset folder has no usable index.json; the message names the folder and the problem."""
 
 
 @dataclass(frozen=True)
@@ -66,29 +66,29 @@ class Manifest:
     def to_json(self) -> dict:
         data = asdict(self)
         data["fingerprint"] = self.fingerprint()
-        data["totals"] = {
+        data["totals"] = self.totals()
+        return data
+
+    def totals(self) -> dict[str, int]:
+        return {
             "shards": len(self.shards),
             "documents": self.total_documents,
             "tokens": self.total_tokens,
             "items": self.total_items,
             "bytes": sum(s.bytes for s in self.shards),
         }
-        return data
 
     def save(self, folder: Path) -> None:
         """Write index.json atomically: a reader sees the old manifest or the new one, never half."""
-        tmp = folder / f".{INDEX_NAME}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(self.to_json(), f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / INDEX_NAME)
-        _fsync_dir(folder)
+        atomic_write(folder / INDEX_NAME, json.dumps(self.to_json(), indent=1).encode())
 
     @classmethod
     def load(cls, folder: Path | str) -> Manifest:
         folder = Path(folder)
         path = folder / INDEX_NAME
+        if folder.is_file():
+            hint = f"; pass its folder {folder.parent}" if folder.name == INDEX_NAME else ""
+            raise ManifestError(f"{folder} is a file, not a dataset folder (a folder holding {INDEX_NAME}){hint}")
         if not folder.is_dir():
             raise ManifestError(f"{folder}: dataset folder does not exist")
         if not path.is_file():
@@ -104,30 +104,19 @@ class Manifest:
         if not isinstance(data, dict):
             raise ManifestError(f"{path}: malformed manifest (expected a JSON object)")
         version = data.get("format_version")
-        if version != FORMAT_VERSION:
+        if type(version) is not int or version != FORMAT_VERSION:
             raise ManifestError(f"{path}: format_version {version!r} is not supported (expected {FORMAT_VERSION})")
         if data.get("kind") not in KINDS:
             raise ManifestError(f"{path}: key 'kind' is {data.get('kind')!r}, expected one of {', '.join(KINDS)}")
         shards = data.get("shards")
         if not isinstance(shards, list):
             raise ManifestError(f"{path}: key 'shards' is missing or not a list")
-        try:
-            infos = [ShardInfo(**s) for s in shards]
-        except TypeError as e:
-            raise ManifestError(f"{path}: malformed shard entry ({e})") from None
+        # Trust nothing on disk: a wrong count would repeat data, read document ends as tokens or hang.
+        check_manifest(data, path)
+        infos = [ShardInfo(**s) for s in shards]
         known = {f for f in cls.__dataclass_fields__}
         fields = {k: v for k, v in data.items() if k in known and k != "shards"}
-        return cls(shards=infos, **fields)
+        manifest = cls(shards=infos, **fields)
+        check_derived(data, manifest.fingerprint(), manifest.totals(), path)
+        return manifest
 
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

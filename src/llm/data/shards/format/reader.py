@@ -27,13 +27,14 @@ class _ShardBytes:
     Decompressed shards are kept in a small LRU so memory stays bounded.
     """
 
-    def __init__(self, folder: Path, shards: list[ShardInfo], verify: bool = True, cache_shards: int = 4):
-        self.folder, self.shards, self.verify = folder, shards, verify
+    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, cache_shards: int = 4):
+        self.folder, self.shards, self.verify = folder, manifest.shards, verify
+        self.kind, self.dtype = manifest.kind, manifest.dtype
         self._maps: dict[int, np.ndarray] = {}
         self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_shards = cache_shards
         self._lock = threading.Lock()  # reader threads share one instance
-        for info in shards:
+        for info in self.shards:
             self._check_size(info)
 
     def _check_size(self, info: ShardInfo) -> None:
@@ -51,6 +52,33 @@ class _ShardBytes:
         if actual != info.checksum:
             raise ShardError(f"shard {path} fails its checksum ({actual} != {info.checksum}): the file is corrupt")
 
+    def _check_layout(self, info: ShardInfo, data: np.ndarray, deep: bool = False) -> None:
+        """The counts in the manifest against the shard's own offsets (the tail; all of it when deep).
+
+        The manifest's sizes were checked on load; this catches a manifest whose counts add up
+        to the right size but do not describe this file (e.g. tokens and documents both edited).
+        """
+        path = self.folder / info.file
+        if len(data) != (info.raw_bytes if info.compression else info.bytes):
+            raise ShardError(f"shard {path} holds {len(data)} bytes uncompressed, the manifest says {info.raw_bytes}")
+        if self.kind == "tokens":
+            if not info.documents:
+                return
+            start = info.tokens * np.dtype(info.dtype or self.dtype).itemsize
+            ends = data[start : start + 8 * info.documents].view("<u8")
+            bad = int(ends[-1]) != info.tokens
+            if deep and not bad:
+                bad = bool(np.any(np.diff(ends.astype(np.int64)) < 0))
+            if bad:
+                raise ShardError(f"shard {path}: its document ends do not match 'tokens' {info.tokens} and 'documents' {info.documents} in the manifest")
+            return
+        offsets = data[len(data) - 8 * (info.items + 1) :].view("<u8")
+        bad = int(offsets[0]) != 0 or int(offsets[-1]) != len(data) - 8 * (info.items + 1)
+        if deep and not bad:
+            bad = bool(np.any(np.diff(offsets.astype(np.int64)) < 0))
+        if bad:
+            raise ShardError(f"shard {path}: its item offsets do not match 'items' {info.items} in the manifest")
+
     def raw(self, i: int) -> np.ndarray:
         """The shard's uncompressed bytes as a uint8 array (a memory map when possible)."""
         data = self._maps.get(i)
@@ -59,7 +87,7 @@ class _ShardBytes:
         with self._lock:
             return self._open(i)
 
-    def _open(self, i: int) -> np.ndarray:
+    def _open(self, i: int, verify: bool = False) -> np.ndarray:
         if i in self._maps:
             return self._maps[i]
         if i in self._decompressed:
@@ -68,17 +96,22 @@ class _ShardBytes:
         info = self.shards[i]
         path = self.folder / info.file
         if info.compression is None:
-            if self.verify:
+            if self.verify or verify:
                 self._verify(info)
             data = np.memmap(path, dtype=np.uint8, mode="r") if info.bytes else np.zeros(0, np.uint8)
+            self._check_layout(info, data)
             self._maps[i] = data
             return data
         import zstandard
 
         stored = path.read_bytes()
-        if self.verify:
+        if self.verify or verify:
             self._verify(info, np.frombuffer(stored, np.uint8))
-        data = np.frombuffer(zstandard.ZstdDecompressor().decompress(stored, max_output_size=info.raw_bytes), np.uint8)
+        try:
+            data = np.frombuffer(zstandard.ZstdDecompressor().decompress(stored, max_output_size=info.raw_bytes), np.uint8)
+        except zstandard.ZstdError as e:
+            raise ShardError(f"shard {path} does not decompress to its raw_bytes {info.raw_bytes} ({e})") from None
+        self._check_layout(info, data)
         self._decompressed[i] = data
         while len(self._decompressed) > self._cache_shards:
             self._decompressed.popitem(last=False)
@@ -96,9 +129,14 @@ class _ShardBytes:
                 raw.madvise(mmap.MADV_DONTNEED)
 
     def verify_all(self) -> None:
-        for info in self.shards:
+        """Size, checksum and layout of every shard: what `llm-data verify` reports."""
+        for i, info in enumerate(self.shards):
             self._check_size(info)
-            self._verify(info)
+            with self._lock:  # reopen: the checksum is checked again even if this shard was read before
+                self._maps.pop(i, None)
+                self._decompressed.pop(i, None)
+                data = self._open(i, verify=True)
+            self._check_layout(info, data, deep=True)
 
     def __getstate__(self) -> dict:
         # Workers reopen their own maps: memory maps and caches do not cross process boundaries.
@@ -120,7 +158,7 @@ class TokenReader:
 
     def __init__(self, folder: Path, manifest: Manifest, verify: bool = True):
         self.manifest = manifest
-        self.files = _ShardBytes(folder, manifest.shards, verify)
+        self.files = _ShardBytes(folder, manifest, verify)
         counts = np.array([s.tokens for s in manifest.shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
@@ -161,6 +199,35 @@ class TokenReader:
             out[rows] = self.windows(i, width)[starts[rows] - self.starts[i]]
         self._count_read(out.size)
         return np.flatnonzero(~fits)
+
+    def gather_positions(self, starts: np.ndarray, width: int, out: np.ndarray, skip: np.ndarray) -> None:
+        """Fill out[k] with the position ids of block k (rows in `skip` are left to `read`).
+
+        Same values as `read`: 0 at the block start and at every document start inside the
+        block. Per shard: the document ends inside each block are found with two searchsorted
+        calls for all rows, marked, and turned into positions with one running maximum.
+        """
+        fits = np.ones(len(starts), dtype=bool)
+        fits[skip] = False
+        shard = np.searchsorted(self.starts, starts, side="right") - 1
+        cols = np.arange(width, dtype=np.int64)
+        for i in np.unique(shard[fits]).tolist():
+            rows = np.flatnonzero(fits & (shard == i))
+            doc_ends = self._shard(i)[1]
+            local = starts[rows] - self.starts[i]
+            lo = np.searchsorted(doc_ends, local.astype(np.uint64), side="right")
+            hi = np.searchsorted(doc_ends, (local + width).astype(np.uint64), side="left")
+            counts = (hi - lo).astype(np.int64)
+            marks = np.zeros((len(rows), width), dtype=np.int64)
+            total = int(counts.sum())
+            if total:
+                row_of = np.repeat(np.arange(len(rows)), counts)
+                first = np.repeat(np.cumsum(counts) - counts, counts)
+                ends = doc_ends[np.arange(total) - first + np.repeat(lo, counts)].astype(np.int64)
+                offsets = ends - local[row_of]
+                marks[row_of, offsets] = offsets
+            np.maximum.accumulate(marks, axis=1, out=marks)
+            out[rows] = cols - marks
 
     def _count_read(self, tokens: int) -> None:
         # Every 4M tokens read, unmap the pages read so far: RSS stays flat with data size. Each
@@ -216,7 +283,7 @@ class ItemReader:
     """Reads item i with one seek: the offsets table says where its pickled bytes are."""
 
     def __init__(self, folder: Path, manifest: Manifest, verify: bool = True):
-        self.files = _ShardBytes(folder, manifest.shards, verify)
+        self.files = _ShardBytes(folder, manifest, verify)
         counts = np.array([s.items for s in manifest.shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
@@ -236,5 +303,5 @@ class ItemReader:
 def verify_dataset(folder: Path | str) -> Manifest:
     """Check every shard of a dataset folder against its manifest (raises ShardError / ManifestError)."""
     manifest = Manifest.load(folder)
-    _ShardBytes(Path(folder), manifest.shards).verify_all()
+    _ShardBytes(Path(folder), manifest).verify_all()
     return manifest

@@ -11,7 +11,6 @@ Documents never straddle two shards; blocks may (the reader joins shards).
 
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 
@@ -19,22 +18,50 @@ import numpy as np
 
 from llm.data.shards.format.checksum import checksum_bytes
 from llm.data.shards.format.manifest import ShardInfo
+from llm.data.storage.local import write_file
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 _UINT16_MAX = (1 << 16) - 1
+_UINT32_MAX = (1 << 32) - 1
 
 
 def as_token_array(doc: object, where: str) -> np.ndarray:
     """A document from user code (numpy, torch, list) to a 1-D int64 array, with a clear error."""
     if hasattr(doc, "numpy") and hasattr(doc, "detach"):  # a torch tensor, without importing torch
         doc = doc.detach().cpu().numpy()
-    arr = np.asarray(doc)
+    try:
+        arr = np.asarray(doc)
+    except (ValueError, OverflowError) as e:
+        raise ValueError(f"{where}: expected a 1-D integer array of token ids ({e})") from None
+    if arr.dtype == object and arr.ndim == 1 and all(isinstance(v, int) for v in arr.tolist()):
+        check_token_range(np.array([min(arr.tolist()), max(arr.tolist())], dtype=object), where)
     if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
         raise ValueError(f"{where}: expected a 1-D integer array of token ids, got shape {arr.shape} dtype {arr.dtype}")
-    arr = arr.astype(np.int64, copy=False)
-    if arr.size and arr.min() < 0:
-        raise ValueError(f"{where}: token ids must be >= 0, found {int(arr.min())}")
-    return arr
+    check_token_range(arr, where)
+    return arr.astype(np.int64, copy=False)
+
+
+def check_token_range(tokens: np.ndarray, where: str) -> None:
+    """Ids must fit the widest shard dtype (uint32): a larger or negative id would wrap silently."""
+    if not tokens.size:
+        return
+    lo, hi = int(tokens.min()), int(tokens.max())
+    if lo < 0 or hi > _UINT32_MAX:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{where}: token id {bad} does not fit in a shard (ids must be in [0, {_UINT32_MAX}])")
+
+
+def check_batch(tokens: np.ndarray, lengths: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """A DocumentBatch from user code: integer ids in range, lengths >= 0 that add up to the ids."""
+    tokens, lengths = np.asarray(tokens), np.asarray(lengths)
+    if tokens.ndim != 1 or not (np.issubdtype(tokens.dtype, np.integer) or tokens.size == 0):
+        raise ValueError(f"{where}: DocumentBatch.tokens must be a 1-D integer array, got shape {tokens.shape} dtype {tokens.dtype}")
+    if lengths.ndim != 1 or not (np.issubdtype(lengths.dtype, np.integer) or lengths.size == 0):
+        raise ValueError(f"{where}: DocumentBatch.lengths must be a 1-D integer array, got dtype {lengths.dtype}")
+    check_token_range(tokens, where)
+    if lengths.size and int(lengths.min()) < 0 or int(lengths.sum()) != tokens.size:
+        raise ValueError(f"{where}: DocumentBatch.lengths add up to {int(lengths.sum())}, not to its {tokens.size} tokens (or one is negative)")
+    return tokens.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False)
 
 
 def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str | None) -> tuple[int, int, str]:
@@ -47,10 +74,7 @@ def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str |
         data = zstandard.ZstdCompressor(level=3).compress(raw)
     elif compression is not None:
         raise ValueError(f"unknown compression {compression!r}; expected 'zstd' or none")
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    write_file(path, data)
     return len(data), len(raw), checksum_bytes(data)
 
 

@@ -1,0 +1,126 @@
+"""Cross-checks of a manifest: every field typed and in range, every shard's layout consistent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from llm.data.shards.format.checksum import PREFIX
+
+TOKEN_DTYPES = {"uint16": 2, "uint32": 4}
+COMPRESSIONS = (None, "zstd")
+# Far beyond any real shard (256 Ti tokens), far below int64 overflow in the offset arithmetic.
+MAX_COUNT = 1 << 48
+SHARD_KEYS = ("file", "bytes", "checksum", "documents", "tokens", "items", "dtype", "compression", "raw_bytes")
+
+
+class ManifestError(ValueError):
+    """A dataset folder has no usable index.json; the message names the folder and the problem."""
+
+
+def _count(value: Any, where: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ManifestError(f"{where}: key '{key}' is {value!r}, expected an integer in [0, {MAX_COUNT}]")
+    return value
+
+
+def token_layout_bytes(tokens: int, documents: int, dtype: str) -> int:
+    """Uncompressed size of a token shard: the tokens, then one uint64 end offset per document."""
+    return tokens * TOKEN_DTYPES[dtype] + 8 * documents
+
+
+def check_shard_entry(entry: Any, i: int, kind: str, dtype: Any, path: Path) -> None:
+    """One shard entry alone: types, ranges, and the size its counts imply (no file access)."""
+    if not isinstance(entry, dict):
+        raise ManifestError(f"{path}: shard entry {i} is {type(entry).__name__}, expected a JSON object")
+    name = entry.get("file")
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ManifestError(f"{path}: shard entry {i} has key 'file' {name!r}, expected a file name inside the dataset folder")
+    where = f"{path}: shard {name}"
+    unknown = sorted(set(entry) - set(SHARD_KEYS))
+    if unknown:
+        raise ManifestError(f"{where}: unknown key {unknown[0]!r}")
+    for key in ("bytes", "checksum"):
+        if key not in entry:
+            raise ManifestError(f"{where}: key '{key}' is missing")
+    checksum = entry["checksum"]
+    if not isinstance(checksum, str) or not checksum.startswith(PREFIX) or len(checksum) != len(PREFIX) + 16:
+        raise ManifestError(f"{where}: key 'checksum' is {checksum!r}, expected '{PREFIX}' and 16 hex digits")
+    size = _count(entry["bytes"], where, "bytes")
+    tokens = _count(entry.get("tokens", 0), where, "tokens")
+    documents = _count(entry.get("documents", 0), where, "documents")
+    items = _count(entry.get("items", 0), where, "items")
+    raw = _count(entry.get("raw_bytes", 0), where, "raw_bytes")
+    compression = entry.get("compression")
+    if compression not in COMPRESSIONS:
+        raise ManifestError(f"{where}: key 'compression' is {compression!r}, expected null or 'zstd'")
+    if compression is None and raw not in (0, size):
+        raise ManifestError(f"{where}: key 'raw_bytes' is {raw}, but an uncompressed shard has raw_bytes = bytes = {size}")
+    raw = raw if compression else size
+    if kind == "tokens":
+        shard_dtype = entry.get("dtype") or dtype
+        if shard_dtype not in TOKEN_DTYPES:
+            raise ManifestError(f"{where}: key 'dtype' is {shard_dtype!r}, expected one of {', '.join(TOKEN_DTYPES)}")
+        if items:
+            raise ManifestError(f"{where}: key 'items' is {items}, but a token shard holds no items")
+        if tokens and not documents:
+            raise ManifestError(f"{where}: key 'documents' is 0, but the shard holds {tokens} tokens")
+        expected = token_layout_bytes(tokens, documents, shard_dtype)
+        if raw != expected:
+            raise ManifestError(
+                f"{where}: {tokens} tokens of {shard_dtype} and {documents} documents make {expected} bytes, "
+                f"but key '{'raw_bytes' if compression else 'bytes'}' is {raw}: the manifest does not match the shard"
+            )
+    else:
+        if entry.get("dtype") is not None or tokens or documents:
+            bad = "dtype" if entry.get("dtype") is not None else ("tokens" if tokens else "documents")
+            raise ManifestError(f"{where}: key '{bad}' is {entry.get(bad)!r}, but an item shard holds no tokens")
+        if raw < 8 * (items + 1):
+            raise ManifestError(f"{where}: key 'items' is {items}, but {raw} bytes cannot hold the offsets of that many items")
+
+
+def check_manifest(data: dict, path: Path) -> None:
+    """Top-level fields and every shard entry; the fingerprint and totals checks need the entries built."""
+    kind = data["kind"]
+    dtype = data.get("dtype")
+    if kind == "tokens" and dtype not in TOKEN_DTYPES:
+        raise ManifestError(f"{path}: key 'dtype' is {dtype!r}, expected one of {', '.join(TOKEN_DTYPES)}")
+    if kind == "items" and dtype is not None:
+        raise ManifestError(f"{path}: key 'dtype' is {dtype!r}, but an item dataset has no token dtype (null)")
+    tokenizer = data.get("tokenizer")
+    if tokenizer is not None and not isinstance(tokenizer, dict):
+        raise ManifestError(f"{path}: key 'tokenizer' is {tokenizer!r}, expected an object or null")
+    for key in ("eos_id", "vocab_size"):
+        value = data.get(key)
+        if value is not None:
+            _count(value, str(path), key)
+        if tokenizer and key in tokenizer and tokenizer[key] != value:
+            raise ManifestError(f"{path}: key '{key}' is {value!r}, but the tokenizer recorded says {tokenizer[key]!r}")
+    if not isinstance(data.get("sources", []), list):
+        raise ManifestError(f"{path}: key 'sources' is {data.get('sources')!r}, expected a list")
+    seen: set[str] = set()
+    for i, entry in enumerate(data["shards"]):
+        check_shard_entry(entry, i, kind, dtype, path)
+        if entry["file"] in seen:
+            raise ManifestError(f"{path}: shard {entry['file']} is listed twice")
+        seen.add(entry["file"])
+
+
+def check_derived(data: dict, fingerprint: str, totals: dict, path: Path) -> None:
+    """The stored fingerprint and totals must be what the entries give: catches dropped or edited entries."""
+    stored = data.get("fingerprint")
+    if stored is not None and stored != fingerprint:
+        raise ManifestError(
+            f"{path}: key 'fingerprint' is {stored!r}, but the shards listed give {fingerprint!r}: "
+            "an entry was added, dropped or edited"
+        )
+    stored_totals = data.get("totals")
+    if stored_totals is None:
+        return
+    if not isinstance(stored_totals, dict):
+        raise ManifestError(f"{path}: key 'totals' is {stored_totals!r}, expected an object")
+    for key, value in totals.items():
+        if stored_totals.get(key) != value:
+            raise ManifestError(
+                f"{path}: key 'totals.{key}' is {stored_totals.get(key)!r}, but the shards listed add up to {value}"
+            )

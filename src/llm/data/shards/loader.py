@@ -1,0 +1,201 @@
+"""StreamingDataLoader: batches in plan order, one iterator at a time, and the exact resume state."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from llm.data.shards.plan import BatchSchedule
+from llm.data.shards.state import STATE_VERSION, check_state
+from llm.data.shards.streaming import StreamingDataset, _Iteration, current_rank_world
+
+_CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
+
+
+def _split_chunk(chunk: dict[str, Any], document_boundaries: bool) -> Iterator[Any]:
+    sizes = chunk["sizes"].tolist()
+    if "batches" in chunk:
+        yield from chunk["batches"]
+        return
+    row = 0
+    for size in sizes:
+        if document_boundaries:
+            yield {"input_ids": chunk["input_ids"][row : row + size], "position_ids": chunk["position_ids"][row : row + size]}
+        else:
+            yield chunk["input_ids"][row : row + size]
+        row += size
+
+
+class StreamingDataLoader(DataLoader):
+    """A DataLoader over a StreamingDataset with an exact, tiny, topology-free `state_dict()`.
+
+    Iterating it again starts the next epoch (reshuffled by seed + epoch); iterating
+    after a `break` or a `load_state_dict` continues where the consumed batches end.
+    The epoch boundary is defined once (`_cursor`): when every batch of epoch e has been
+    handed out, the loader is at epoch e + 1, position 0, however the loop was left.
+    One iterator at a time: a new `iter(loader)` (or `load_state_dict`) supersedes the
+    previous iterator, which raises if used again instead of sharing the position.
+    """
+
+    def __init__(
+        self,
+        dataset: StreamingDataset,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        collate_fn: Callable[[list], Any] | None = None,
+        drop_last: bool = False,
+        worker_backend: str = "auto",
+        **kwargs: Any,
+    ):
+        if not isinstance(dataset, StreamingDataset):
+            raise TypeError(f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}")
+        for key in ("sampler", "batch_sampler", "shuffle"):
+            if kwargs.get(key) not in (None, False):
+                raise ValueError(f"StreamingDataLoader does not take {key}=; order is set by StreamingDataset(shuffle=, seed=)")
+            kwargs.pop(key, None)
+        if kwargs.get("persistent_workers"):
+            raise ValueError("StreamingDataLoader does not support persistent_workers=True: each epoch's plan is sent to fresh workers")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if collate_fn is not None and dataset.manifest.kind == "tokens":
+            raise ValueError("collate_fn is only used for item datasets; token batches are stacked arrays already")
+        if worker_backend not in ("auto", "threads", "processes"):
+            raise ValueError(f"worker_backend must be 'auto', 'threads' or 'processes', got {worker_backend!r}")
+        if worker_backend == "auto":
+            # Token blocks are memory copies that release the GIL: reader threads are faster than
+            # worker processes and cost no extra memory. Item datasets run user code: processes.
+            custom = kwargs.get("worker_init_fn") or kwargs.get("multiprocessing_context")
+            worker_backend = "threads" if dataset.manifest.kind == "tokens" and not custom else "processes"
+        self.worker_backend = worker_backend
+        prefetch = kwargs.get("prefetch_factor")
+        if worker_backend == "threads":
+            kwargs.pop("prefetch_factor", None)  # DataLoader refuses it without worker processes
+        super().__init__(
+            dataset, batch_size=None, num_workers=0 if worker_backend == "threads" else num_workers, **kwargs
+        )
+        self.reader_threads = num_workers if worker_backend == "threads" else 0
+        self.read_ahead = self.reader_threads * (prefetch or 2)
+        # DataLoader forbids setting these after __init__; ours describe the batches we yield.
+        object.__setattr__(self, "batch_size", batch_size)
+        object.__setattr__(self, "drop_last", drop_last)
+        self._collate = collate_fn
+        self._chunk_batches = self._pick_chunk_batches(dataset, batch_size)
+        self._epoch = 0
+        self._start = 0
+        self._schedule: BatchSchedule | None = None
+        self._yielded = 0
+        self._active: object | None = None  # the one live iterator's token
+
+    @staticmethod
+    def _pick_chunk_batches(dataset: StreamingDataset, batch_size: int) -> int:
+        if dataset.manifest.kind != "tokens":
+            return 4
+        return max(1, min(64, _CHUNK_TOKENS // (batch_size * dataset.block_size)))
+
+    def _schedule_from(self, start: int) -> BatchSchedule:
+        rank, world = current_rank_world()
+        return BatchSchedule(self.dataset.num_samples, start, self.batch_size, rank, world, self.drop_last)
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return len(self._schedule_from(0))
+
+    def _cursor(self) -> tuple[int, int]:
+        """(epoch, samples consumed in it): the only place that decides where an epoch ends.
+
+        A finished epoch (all its batches handed out, even if the loop was left by a break or
+        islice right after the last one) reads as the next epoch at position 0, so the next
+        pass is a full epoch and a state saved at the boundary resumes exactly there.
+        """
+        if self._schedule is None:
+            consumed, end = self._start, self._schedule_from(self._start).end
+        else:
+            consumed, end = self._schedule.consumed_after(self._yielded), self._schedule.end
+        if consumed >= end and consumed > 0:
+            return self._epoch + 1, 0
+        return self._epoch, consumed
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch, start = self._cursor()
+        schedule = self._schedule_from(start)
+        self._epoch, self._start, self._schedule, self._yielded = epoch, start, schedule, 0
+        token = self._active = object()  # supersedes any earlier iterator of this loader
+        return self._batches(token, _Iteration(epoch, schedule, self._chunk_batches, self._collate))
+
+    def _batches(self, token: object, it: _Iteration) -> Iterator[Any]:
+        self._check_live(token)
+        if self.reader_threads:
+            chunks: Iterator[Any] = self._threaded_chunks(it)
+        else:
+            self.dataset._iteration = it
+            try:
+                chunks = super().__iter__()
+            finally:
+                self.dataset._iteration = None
+        boundaries = getattr(self.dataset.item_loader, "document_boundaries", False)
+        for chunk in chunks:
+            for batch in _split_chunk(chunk, boundaries):
+                self._check_live(token)
+                self._yielded += 1  # counted before the caller sees it: a state saved now includes it
+                yield batch
+        if self._active is token and self._yielded == len(it.schedule):
+            self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
+
+    def _check_live(self, token: object) -> None:
+        if self._active is not token:
+            raise RuntimeError(
+                "this StreamingDataLoader iterator was superseded by a newer iter(loader) or load_state_dict(); "
+                "a loader has one position, so use the newest iterator only"
+            )
+
+    def _threaded_chunks(self, it: _Iteration) -> Iterator[Any]:
+        """Chunks read ahead by `reader_threads` threads, yielded in plan order."""
+        ds = self.dataset
+        bounds, order = ds.chunk_plan(it, self.reader_threads)
+        pool = ThreadPoolExecutor(self.reader_threads, thread_name_prefix="llm-reader")
+        pending: deque = deque()
+        try:
+            for c in range(len(bounds) - 1):
+                pending.append(pool.submit(ds.read_chunk, it, order, bounds[c], bounds[c + 1]))
+                if len(pending) >= self.read_ahead:
+                    yield self._to_tensors(pending.popleft().result())
+            while pending:
+                yield self._to_tensors(pending.popleft().result())
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _to_tensors(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in chunk.items()}
+        if self.pin_memory:
+            out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and k != "sizes" else v for k, v in out.items()}
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """{version, fingerprint, seed, shuffle, epoch, samples_consumed, ...}: a few hundred bytes."""
+        epoch, consumed = self._cursor()
+        ds = self.dataset
+        return {
+            "version": STATE_VERSION,
+            "fingerprint": ds.fingerprint,
+            "seed": ds.seed,
+            "shuffle": ds.shuffle,
+            "num_samples": ds.num_samples,
+            "epoch": epoch,
+            "samples_consumed": consumed,
+            "global_batch_size": self.batch_size * (self._schedule.world_size if self._schedule else current_rank_world()[1]),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly after the batches counted in `state`, on any num_workers or world size."""
+        ds = self.dataset
+        mine = {"fingerprint": ds.fingerprint, "seed": ds.seed, "shuffle": ds.shuffle, "num_samples": ds.num_samples}
+        self._epoch, self._start = check_state(state, ds.input_dir, mine)
+        self._schedule, self._yielded, self._active = None, 0, None

@@ -1,0 +1,62 @@
+"""Local paths: durable whole-file writes, write-by-rename and directory fsync."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make renames and creations inside `path` durable: a rename only survives a power cut
+    once the directory entry itself has reached the disk."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory fds (Windows): best effort
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on a directory; nothing more can be done
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_file(path: str | Path, parts: bytes | memoryview | Iterable[bytes | memoryview]) -> int:
+    """Write bytes to `path` and fsync it; returns the number of bytes written.
+
+    Goes through `os.write` in a loop (short writes happen on full or network disks), so
+    an out-of-space error surfaces here as an OSError, never as a silently short file.
+    """
+    if isinstance(parts, (bytes, bytearray, memoryview)):
+        parts = [parts]
+    total = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for part in parts:
+            view = memoryview(part).cast("B")
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+                total += n
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return total
+
+
+def atomic_write(path: str | Path, data: bytes | memoryview | Iterable[bytes | memoryview]) -> None:
+    """Replace `path` with `data` by write-to-temp, fsync, rename, directory fsync.
+
+    A reader (or a crash at any moment) sees the old file or the new one, never half;
+    a failed write (disk full) removes its temporary file and leaves the old one in place.
+    """
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    try:
+        write_file(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
