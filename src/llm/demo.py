@@ -110,8 +110,9 @@ def train_demo(out: Path) -> None:
     tree = yaml.safe_load((CONFIGS / "streaming_local_demo.yaml").read_text())
     config.write_text(yaml.safe_dump(tree))
     train = ["llm.cli.train", "--task", "stream_lm", "--config-path", str(config), "--epochs", "1", "--steps-per-epoch", "5"]
-    print("demo: llm-train --task stream_lm --config-path configs/streaming_local_demo.yaml --epochs 1 --steps-per-epoch 5")
-    print(_last_lines(_cli(train, work), 3))
+    # --overwrite: a demo run again in the same --out starts over instead of meeting its last run's checkpoints
+    print("demo: llm-train --task stream_lm --config-path configs/streaming_local_demo.yaml --epochs 1 --steps-per-epoch 5 --overwrite")
+    print(_last_lines(_cli([*train, "--overwrite"], work), 3))
     tree["checkpoint"].update(checkpoint_dir="checkpoints/demo", resume_from_checkpoint="checkpoints/demo/latest")
     config.write_text(yaml.safe_dump(tree))
     print("demo: the same, with checkpoint.resume_from_checkpoint: checkpoints/demo/latest")
@@ -119,7 +120,8 @@ def train_demo(out: Path) -> None:
     _cli(["llm.cli.data", "optimize", "data/demo.txt", "--output", "data/demo_optimized", "--tokenizer", "simple",
           "--mode", "overwrite", "--no-progress"], work)
     print("demo: llm-data optimize data/demo.txt, then llm-train on the shards (configs/optimized_demo.yaml)")
-    optimized = ["llm.cli.train", "--task", "stream_lm", "--config-path", str(CONFIGS / "optimized_demo.yaml"), "--epochs", "1"]
+    optimized = ["llm.cli.train", "--task", "stream_lm", "--config-path", str(CONFIGS / "optimized_demo.yaml"), "--epochs", "1",
+                 "--overwrite"]
     print(_last_lines(_cli(optimized, work), 3))
 
 

@@ -89,12 +89,14 @@ def test_runtime_mistakes_are_one_sentence(tmp_path: Path, capsys: pytest.Captur
 
 def test_flags_override_yaml(tmp_path: Path) -> None:
     path = _write(tmp_path, {**GOOD, "training": {"epochs": 3, "lr": 0.1, "batch_size": 4}})
-    cfg = load_config(
-        path,
-        {"training.epochs": 1, "data.steps_per_epoch": 7, "training.batch_size": None, "checkpoint.keep_last_n": 5},
-    )
+    cfg = load_config(path, {"training.epochs": 1, "data.steps_per_epoch": 7, "checkpoint.keep_last_n": 5})
     assert (cfg.training.epochs, cfg.data.steps_per_epoch, cfg.training.batch_size) == (1, 7, 4)
     assert cfg.training.lr == 0.1 and cfg.checkpoint.keep_last_n == 5
+    # None is the user's `null`: it sets the key, where the key allows it
+    cfg = load_config(path, {"checkpoint.checkpoint_dir": None, "checkpoint.keep_last_n": None})
+    assert cfg.checkpoint.checkpoint_dir is None and cfg.checkpoint.keep_last_n is None
+    with pytest.raises(ConfigError, match=r"cfg.yaml: training.batch_size cannot be null; give it a value or leave it out$"):
+        load_config(path, {"training.batch_size": None})
     with pytest.raises(ConfigError, match="cannot set 'data.dataset_path.x' because 'dataset_path' is not a section"):
         load_config(path, {"data.dataset_path.x": 1})
 
@@ -107,6 +109,11 @@ def test_shipped_configs_validate_offline(name: str) -> None:
     assert cfg.checkpoint.checkpoint_dir
     assert cfg.data.dataset_path or cfg.data.dataset_name
     assert cfg.data.steps_per_epoch or cfg.data.data_source in ("optimized", "local")
+    # every key the file sets arrives in the config with its value (not only "it parses")
+    tree = yaml.safe_load((REPO / "configs" / name).read_text())
+    for section, values in tree.items():
+        for key, value in values.items():
+            assert getattr(getattr(cfg, section), key) == value, f"{name}: {section}.{key}"
 
 
 def test_c4_config_offline_fails_with_one_line(tmp_path: Path) -> None:

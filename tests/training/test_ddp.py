@@ -149,3 +149,33 @@ def test_two_ranks_disjoint_data_and_exact_resume_after_kill(tmp_path: Path) -> 
     after = _documents(single, 0, range(5, 9))
     assert len(after) > 20 and not seen & set(after)
     assert set(load_checkpoint(tmp_path / "one" / "latest")["stream_data"]["line_index"]) == {"0"}
+
+
+@pytest.mark.timeout(400)
+def test_lm_task_two_ranks_prepare_once_then_resume_on_one_process(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "demo.txt", 200)
+    tree = tiny_tree(
+        corpus,
+        data={"steps_per_epoch": 2},
+        training={"epochs": 2},
+        checkpoint={"save_interval_steps": 2, "keep_last_n": 10},
+    )
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(tree))
+    train = [sys.executable, "-m", "llm.training.train", "--task", "lm", "--config-path", str(cfg)]
+
+    # rank 0 tokenizes the text once into <checkpoint_dir>/.data while rank 1 waits on the barrier
+    ref = _torchrun(train[1:] + ["--set", f"checkpoint.checkpoint_dir={tmp_path / 'ref'}"], tmp_path)
+    assert "2 process(es)" in ref.stdout and "step 4/4" in ref.stdout
+    assert ref.stdout.count("prepared 1 file(s) once") == 1
+    assert len(list((tmp_path / "ref" / ".data").iterdir())) == 1
+
+    # one process with the same global batch continues from the 2-rank step 2 checkpoint, from its
+    # own (another) preparation of the same text, at the same global sample position
+    one = _run([*train, "--batch-size", "8", "--set", f"checkpoint.checkpoint_dir={tmp_path / 'one'}",
+                "--set", f"checkpoint.resume_from_checkpoint={tmp_path / 'ref' / 'step_2'}"], tmp_path)
+    assert "resumed from" in one.stdout and "at step 2" in one.stdout
+    a, b = load_checkpoint(tmp_path / "ref" / "latest"), load_checkpoint(tmp_path / "one" / "latest")
+    assert a["step"] == b["step"] == 4
+    assert a["stream_source"] == b["stream_source"] and a["stream_data"] == b["stream_data"]
+    assert (a["stream_data"]["epoch"], a["stream_data"]["samples_consumed"]) == (0, 4 * 8)  # 4 global batches of 8

@@ -1,96 +1,12 @@
-"""`llm-train`: train a small language model from a YAML config; works under torchrun."""
+"""`llm-train`'s console script; the entry point itself lives in `llm.training.train` (also run by torchrun)."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-from collections.abc import Sequence
 
-from llm.data.text.readers import InputError
-from llm.training.core.loading import ConfigError, load_config, parse_override
+from llm.training.train import build_parser, main
 
-
-def build_parser() -> argparse.ArgumentParser:
-    """The `llm-train` argument parser (flags override the YAML)."""
-    parser = argparse.ArgumentParser(
-        prog="llm-train",
-        description="Train a small decoder-only LM; run under torchrun for DDP.",
-    )
-    parser.add_argument("--task", required=True, choices=["stream_lm", "lm"], help="what to train on")
-    parser.add_argument("--config-path", required=True, help="YAML file with data/model/training/checkpoint")
-    parser.add_argument("--epochs", type=int, help="overrides training.epochs")
-    parser.add_argument("--steps-per-epoch", type=int, help="overrides data.steps_per_epoch")
-    parser.add_argument("--batch-size", type=int, help="overrides training.batch_size (per process)")
-    parser.add_argument("--lr", type=float, help="overrides training.lr")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override any config key, e.g. --set checkpoint.checkpoint_dir=ckpt (repeatable)",
-    )
-    return parser
-
-
-def _distributed() -> bool:
-    if "torch.distributed" not in sys.modules:
-        return False
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
-
-
-def _fail(message: str, code: int = 2) -> int:
-    """One line on stderr; under torchrun, exit this rank at once.
-
-    A failed rank must not wait for peers that may be inside a collective (or tear
-    down a process group they still use); torchrun stops them when this rank exits.
-    """
-    rank = os.environ.get("RANK")
-    prefix = f"llm-train (rank {rank})" if rank not in (None, "0") else "llm-train"
-    print(f"{prefix}: error: {message}", file=sys.stderr)
-    if _distributed():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags, load the config, train; a user mistake is one line on stderr and exit 2."""
-    args = build_parser().parse_args(argv)
-    overrides = {
-        "training.epochs": args.epochs,
-        "data.steps_per_epoch": args.steps_per_epoch,
-        "training.batch_size": args.batch_size,
-        "training.lr": args.lr,
-    }
-    trainer = None
-    try:
-        for item in args.set:
-            key, value = parse_override(item)
-            overrides[key] = value
-        config = load_config(args.config_path, overrides)
-        from llm.training.trainer import Trainer
-
-        trainer = Trainer(config, args.task)
-        trainer.fit()
-        trainer.close()
-    except ConfigError as exc:
-        return _fail(str(exc))
-    except KeyboardInterrupt:
-        last = trainer.last_checkpoint if trainer is not None else None
-        where = f"; resume from {last}" if last else ""
-        step = trainer.step if trainer is not None else 0
-        return _fail(f"interrupted at step {step}{where}", code=130)
-    except (InputError, OSError, ValueError) as exc:
-        # OSError: missing files and unreachable hubs (datasets raises ConnectionError).
-        if os.environ.get("LLM_DEBUG"):
-            raise
-        return _fail(str(exc))
-    return 0
-
+__all__ = ["build_parser", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,7 +17,7 @@ _EXPORTS = {
     "TokensLoader": "llm.data.shards.format.loaders",
     "ItemsLoader": "llm.data.shards.format.loaders",
     "StreamingDataset": "llm.data.shards.streaming",
-    "StreamingDataLoader": "llm.data.shards.streaming",
+    "StreamingDataLoader": "llm.data.shards.loader",
     "StreamingTextDataModule": "llm.data.text.stream",
     "StreamingTextDataset": "llm.data.text.stream",
     "load_tokenizer": "llm.data.tokenizers",

@@ -37,6 +37,8 @@ class DataConfig(BaseModel):
     tokenizer_path: str | None = None
     val_dataset_path: str | None = None
     num_workers: int = Field(default=0, ge=0)
+    # where local text is tokenized once for --task lm and validation; None: <checkpoint_dir>/.data
+    cache_dir: str | None = None
 
     @field_validator("hash_algo")
     @classmethod

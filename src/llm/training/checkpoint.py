@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from llm.data.storage.local import fsync_dir, write_file
+from llm.training.core.loading import ConfigError
 
 CHECKPOINT_FILE = "checkpoint.pt"
 META_FILE = "meta.json"
@@ -81,6 +82,50 @@ def _prune(root: Path, keep_last_n: int, keep: Path) -> None:
     checkpoints = list_checkpoints(root)
     for _, path in checkpoints[: max(0, len(checkpoints) - keep_last_n)]:
         if path != keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def run_step(checkpoint_dir: str | Path) -> int | None:
+    """The step of the run `checkpoint_dir` holds (its `latest`, else its newest step_<N>); None if none."""
+    root = Path(checkpoint_dir)
+    try:
+        match = _STEP_DIR.match((root / LATEST).read_text(encoding="utf-8", errors="replace").strip())
+    except OSError:
+        match = None
+    if match:
+        return int(match.group(1))
+    found = list_checkpoints(root)
+    return found[-1][0] if found else None
+
+
+def check_run_folder(checkpoint_dir: str | Path | None, resume_from: str | Path | None, overwrite: bool) -> list[Path]:
+    """Refuse to start a run over another one in `checkpoint_dir`; the folders it may replace.
+
+    Resuming from a checkpoint inside `checkpoint_dir` continues that run. A fresh run, or
+    one resumed from elsewhere, would move `latest` and overwrite the other run's step_<N>:
+    that is a ConfigError unless `overwrite`, in which case the other run's checkpoints are
+    returned, for the caller to remove once its own first checkpoint is written.
+    """
+    if not checkpoint_dir:
+        return []
+    step = run_step(checkpoint_dir)
+    if step is None:
+        return []
+    if resume_from and resolve_checkpoint(resume_from).resolve().parent == Path(checkpoint_dir).resolve():
+        return []
+    if not overwrite:
+        raise ConfigError(
+            f"checkpoint.checkpoint_dir {checkpoint_dir} already holds a run at step {step}; resume it with "
+            f"checkpoint.resume_from_checkpoint: {Path(checkpoint_dir) / LATEST}, pass --overwrite to replace it, "
+            "or choose another checkpoint_dir"
+        )
+    return [path for _, path in list_checkpoints(checkpoint_dir)]
+
+
+def remove_checkpoints(paths: list[Path], keep: Path) -> None:
+    """Delete these step_<N> folders, except `keep` (a step the new run has just re-saved)."""
+    for path in paths:
+        if path.resolve() != keep.resolve():
             shutil.rmtree(path, ignore_errors=True)
 
 

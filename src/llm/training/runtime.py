@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,13 @@ def resolve_device(name: str, local_rank: int) -> torch.device:
     if name == "cuda":
         return torch.device(f"cuda:{local_rank}")
     return torch.device(name)
+
+
+def autocast(device: torch.device, amp_dtype: str) -> Any:
+    """The autocast context for `training.amp_dtype` on `device`: none off CUDA or in fp32."""
+    if device.type != "cuda" or amp_dtype == "fp32":
+        return nullcontext()  # bf16 autocast only pays off (and is only exact enough) on GPUs
+    return torch.autocast("cuda", dtype=torch.bfloat16 if amp_dtype == "bf16" else torch.float16)
 
 
 def gather(obj: Any, env: DistEnv) -> list[Any]:

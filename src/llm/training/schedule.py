@@ -1,8 +1,19 @@
-"""The learning-rate schedule: linear warmup, then cosine decay, restartable for extended runs."""
+"""The optimizer and learning-rate schedule: AdamW, linear warmup then cosine decay, restartable."""
 
 from __future__ import annotations
 
 import math
+
+import torch
+
+
+def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW (betas 0.9/0.95) that decays matrices only."""
+    # Decaying biases and norms' scales towards 0 hurts and helps nothing.
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
 
 
 class WarmupCosine:

@@ -7,20 +7,26 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from llm.training.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from llm.data.text.source import FINGERPRINT_MISMATCH, fingerprint_diff
+from llm.training.checkpoint import (
+    check_run_folder,
+    load_checkpoint,
+    remove_checkpoints,
+    resolve_checkpoint,
+    save_checkpoint,
+)
 from llm.training.core.loading import ConfigError
-from llm.training.model import TransformerLM, count_parameters
+from llm.training.model import TransformerLM
+from llm.training.progress import FitResult, start_line, step_line, summary_line
 from llm.training.runtime import (
+    autocast,
     gather,
     init_distributed,
     resolve_device,
@@ -28,9 +34,9 @@ from llm.training.runtime import (
     seed_all,
     set_rng_state,
 )
-from llm.training.schedule import WarmupCosine
+from llm.training.schedule import WarmupCosine, build_optimizer
 from llm.training.tasks import TrainData, build_task_data
-from llm.training.tasks.lm import TextDataset, build_val_dataset
+from llm.training.validation import ValidationSet, build_validation, evaluate
 
 Callback = Callable[["Trainer", dict, float], None]
 
@@ -39,24 +45,13 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-@dataclass
-class FitResult:
-    """What a finished `fit()` reports (the trainer also logs it)."""
-
-    steps: int
-    epochs: int
-    tokens: int
-    seconds: float
-    losses: list[float] = field(default_factory=list)
-    val_losses: list[float] = field(default_factory=list)
-    last_checkpoint: str | None = None
-
-
 class Trainer:
     """Builds model, optimizer, schedule and task data from a TrainConfig; `fit()` trains.
 
     `callbacks` are called as `cb(trainer, batch, loss)` at the end of every step, after
-    any checkpoint of that step was written.
+    any checkpoint of that step was written. A fresh run (or one resumed from elsewhere)
+    refuses a `checkpoint_dir` that holds another run unless `overwrite` is true; then that
+    run's checkpoints are removed once this run's first checkpoint is on disk.
     """
 
     def __init__(
@@ -65,6 +60,7 @@ class Trainer:
         task: str,
         callbacks: Sequence[Callback] = (),
         log: Callable[[str], None] = print,
+        overwrite: bool = False,
     ):
         self.config = config
         self.task = task
@@ -75,8 +71,11 @@ class Trainer:
             # cuBLAS needs a fixed workspace for deterministic matmuls; must be set before CUDA starts.
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
-        if config.checkpoint.resume_from_checkpoint:  # fail before the (maybe slow) data set-up
-            resolve_checkpoint(config.checkpoint.resume_from_checkpoint)
+        cc = config.checkpoint
+        if cc.resume_from_checkpoint:  # fail before the (maybe slow) data set-up
+            resolve_checkpoint(cc.resume_from_checkpoint)
+        # Checkpoints of an earlier run in checkpoint_dir that this run replaces (--overwrite).
+        self._replaced = check_run_folder(cc.checkpoint_dir, cc.resume_from_checkpoint, overwrite)
         self.env = init_distributed(device_hint)
         self.device = resolve_device(tc.device, self.env.local_rank)
         if self.device.type == "cuda":
@@ -98,12 +97,12 @@ class Trainer:
         if self.env.world_size > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.model = DistributedDataParallel(self.model, device_ids=ids)
-        self.optimizer = self._build_optimizer()
+        self.optimizer = build_optimizer(self.raw_model, tc.lr, tc.weight_decay)
         self.schedule = WarmupCosine(tc.warmup_steps, self.planned_steps, tc.min_lr_ratio)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
         use_fp16 = self.device.type == "cuda" and tc.amp_dtype == "fp16"
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_fp16)
-        self.val_dataset: TextDataset | None = build_val_dataset(config, self.tokenizer)
+        self.val: ValidationSet | None = build_validation(config, self.tokenizer)
 
         self.step = 0
         self.epoch = 0
@@ -146,17 +145,6 @@ class Trainer:
             dropout=mc.dropout,
         )
 
-    def _build_optimizer(self) -> torch.optim.Optimizer:
-        tc = self.config.training
-        # Decay matrices only: biases, norms' scales decaying towards 0 hurts and helps nothing.
-        decay = [p for p in self.raw_model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.raw_model.parameters() if p.dim() < 2]
-        groups = [
-            {"params": decay, "weight_decay": tc.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-        return torch.optim.AdamW(groups, lr=tc.lr, betas=(0.9, 0.95))
-
     def log(self, message: str) -> None:
         """Print on rank 0 only, so a DDP job logs each line once."""
         if self.env.is_main:
@@ -195,8 +183,12 @@ class Trainer:
         payload = self.state_payload()
         path = None
         if self.env.is_main:
-            path = str(save_checkpoint(cc.checkpoint_dir, self.step, payload, cc.keep_last_n))
+            saved = save_checkpoint(cc.checkpoint_dir, self.step, payload, cc.keep_last_n)
+            path = str(saved)
             self.log(f"saved checkpoint {path}")
+            if self._replaced:  # only now: until this run has a checkpoint, the old run stays whole
+                remove_checkpoints(self._replaced, keep=saved)
+                self._replaced = []
         if self.env.world_size > 1:
             dist.barrier()  # nobody runs ahead of a checkpoint that is not on disk yet
         self.last_checkpoint = path
@@ -215,9 +207,11 @@ class Trainer:
         where = ckpt.get("path", "(in memory)")
         expected, actual = ckpt.get("stream_source"), self.data.fingerprint()
         if _canonical(expected) != _canonical(actual):
+            # only what differs (`max_seq_len: 128 -> 64`), not two whole dicts
+            differs = "; ".join(fingerprint_diff(json.loads(_canonical(expected)), json.loads(_canonical(actual))))
             raise ValueError(
-                f"stream source fingerprint mismatch: checkpoint {where} was written for {_canonical(expected)} "
-                f"but this config streams {_canonical(actual)}; resume with the data config it was trained on"
+                f"{FINGERPRINT_MISMATCH}: checkpoint {where} was written for other data: {differs} "
+                "(checkpoint -> this config); resume with the data config it was trained on"
             )
         if ckpt.get("task", self.task) != self.task:
             raise ValueError(f"checkpoint {where} was written by --task {ckpt['task']}, not --task {self.task}")
@@ -270,11 +264,7 @@ class Trainer:
     # ----- training -----------------------------------------------------------------------
 
     def _autocast(self) -> Any:
-        tc = self.config.training
-        if self.device.type != "cuda" or tc.amp_dtype == "fp32":
-            return nullcontext()  # bf16 autocast only pays off (and is only exact enough) on GPUs
-        dtype = torch.bfloat16 if tc.amp_dtype == "bf16" else torch.float16
-        return torch.autocast("cuda", dtype=dtype)
+        return autocast(self.device, self.config.training.amp_dtype)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One optimizer step on one rank-local batch; returns the (unreduced) loss."""
@@ -314,12 +304,8 @@ class Trainer:
         tc, cc = self.config.training, self.config.checkpoint
         start_step, start = self.step, time.perf_counter()
         result = FitResult(steps=0, epochs=self.epoch, tokens=0, seconds=0.0)
-        if self.env.is_main and self.step == 0:
-            self.log(
-                f"task {self.task}: {count_parameters(self.raw_model):,} parameters, vocab "
-                f"{self.raw_model.vocab_size}, {self.env.world_size} process(es) on {self.device}, "
-                f"{self.total_steps} steps of {tc.batch_size} x {self.config.data.max_seq_len} tokens per rank"
-            )
+        if self.step == 0:
+            self.log(start_line(self))
         if self._batches is None:  # one iterator for the whole run: loaders keep their position
             self._batches = self.data.batches()
         batches = self._batches
@@ -344,14 +330,9 @@ class Trainer:
             if self.step % tc.log_interval_steps == 0 or epoch_end or self.step == self.total_steps:
                 mean_loss = self._mean_over_ranks(loss)
                 result.losses.append(mean_loss)
-                elapsed = max(time.perf_counter() - window_start, 1e-9)
-                self.log(
-                    f"step {self.step}/{self.total_steps} | epoch {self.epoch + (0 if epoch_end else 1)} | "
-                    f"loss {mean_loss:.4f} | lr {self.scheduler.get_last_lr()[0]:.2e} | "
-                    f"tokens/s {window_tokens / elapsed:,.0f}"
-                )
+                self.log(step_line(self, mean_loss, epoch_end, window_tokens / max(time.perf_counter() - window_start, 1e-9)))
                 window_start, window_tokens = time.perf_counter(), 0
-            if self.val_dataset is not None and (
+            if self.val is not None and (
                 epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
             ):
                 val = self.validate()
@@ -367,33 +348,15 @@ class Trainer:
         result.tokens = self.tokens_seen
         result.seconds = time.perf_counter() - start
         result.last_checkpoint = self.last_checkpoint
-        run_tokens = result.steps * tc.batch_size * self.config.data.max_seq_len * self.env.world_size
-        final = f", final loss {result.losses[-1]:.4f}" if result.losses else ""
-        saved = f", checkpoint {self.last_checkpoint}" if self.last_checkpoint else ""
-        self.log(
-            f"trained {result.steps} steps to step {self.step} ({self.epoch} epochs done), "
-            f"{run_tokens:,} tokens in {result.seconds:.1f} s "
-            f"({run_tokens / max(result.seconds, 1e-9):,.0f} tokens/s){final}{saved}"
-        )
+        self.log(summary_line(self, result))
         return result
 
-    @torch.no_grad()
     def validate(self) -> float:
-        """Mean loss over the first `val_batches` batches of the validation file, split over ranks."""
-        assert self.val_dataset is not None
-        self.model.eval()
-        bs = self.config.training.batch_size
-        n_batches = min(self.config.training.val_batches, max(1, len(self.val_dataset) // bs))
-        total = torch.zeros(2, dtype=torch.float64, device=self.device)
-        for b in range(self.env.rank, n_batches, self.env.world_size):
-            idx = np.arange(b * bs, min((b + 1) * bs, len(self.val_dataset)))
-            blocks = torch.from_numpy(self.val_dataset.block(idx)).to(self.device)
-            with self._autocast():
-                _, loss = self.raw_model(blocks[:, :-1], blocks[:, 1:])
-            total += torch.tensor([float(loss) * len(idx), len(idx)], dtype=torch.float64, device=self.device)
-        if self.env.world_size > 1:
-            dist.all_reduce(total)
-        return float(total[0] / total[1].clamp(min=1))
+        """Mean loss over the first `val_batches` batches of the validation set, split over ranks."""
+        if self.val is None:
+            raise ValueError("no validation set: set data.val_dataset_path")
+        tc = self.config.training
+        return evaluate(self.raw_model, self.val, tc.batch_size, tc.val_batches, self.env, self.device, self._autocast)
 
     def close(self) -> None:
         """Stop the data loader's workers and leave the process group this trainer joined."""

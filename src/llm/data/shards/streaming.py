@@ -1,4 +1,4 @@
-"""StreamingDataset and StreamingDataLoader: optimized shards to batches, exactly resumable on any topology.
+"""StreamingDataset: optimized shards to samples, read by a plan; `loader.py` turns them into batches.
 
 How a batch is made: the loader fixes the plan for this iteration (epoch, resume
 position, rank, world size) on the dataset before its workers start. Each worker
@@ -216,12 +216,3 @@ class StreamingDataset(IterableDataset):
         items = [self.reader.get(int(s)) for s in samples]
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         return {"sizes": sizes, "batches": [collate(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]}
-
-
-def __getattr__(name: str) -> Any:
-    # The loader lives in its own module (loader.py imports this one); the old path keeps working.
-    if name in ("StreamingDataLoader", "STATE_VERSION"):
-        from llm.data.shards import loader
-
-        return getattr(loader, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

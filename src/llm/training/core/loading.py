@@ -35,6 +35,8 @@ def _describe(error: dict[str, Any], source: str) -> str:
         return f"{source}: {message}" if named else f"{source}: {key}: {message}"
     if kind == "missing":
         return f"{source}: key {key!r} is required"
+    if "input" in error and error["input"] is None:
+        return f"{source}: {key} cannot be null; give it a value or leave it out"
     return f"{source}: {key} = {error.get('input')!r} is invalid ({message})"
 
 
@@ -89,12 +91,15 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def build_config(tree: dict[str, Any], overrides: dict[str, Any] | None = None, source: str = "config") -> TrainConfig:
-    """Validate a config tree after applying dotted `overrides` (CLI flags win over YAML)."""
+    """Validate a config tree after applying dotted `overrides` (CLI flags win over YAML).
+
+    An override of None sets the key to null (`--set checkpoint.checkpoint_dir=null`); a
+    key that cannot be null is then an error naming it. Leave a key out to keep the YAML's.
+    """
     tree = {k: (dict(v) if isinstance(v, dict) else v) for k, v in tree.items()}
     tree.setdefault("data", {})
     for dotted, value in (overrides or {}).items():
-        if value is not None:
-            _set_dotted(tree, dotted, value, source)
+        _set_dotted(tree, dotted, value, source)
     try:
         config = TrainConfig.model_validate(tree)
     except ValidationError as exc:

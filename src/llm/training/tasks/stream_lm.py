@@ -2,80 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from llm.data.tokenizers import load_tokenizer
 from llm.training.core.loading import OPTIMIZED, ConfigError
+from llm.training.tasks.optimized import OptimizedData
 
-
-def _as_batch(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    tokens = tokens.long()
-    return {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
-
-
-class OptimizedData:
-    """Blocks of a dataset made by `llm-data optimize`, via `StreamingDataLoader`.
-
-    Blocks are `max_seq_len + 1` tokens (labels are the block shifted by one), shuffled
-    by `(training.seed, epoch)`. The loader's state is topology-free, so rank 0's state is
-    the whole job's; a resume on another world size keeps the global sample position.
-    """
-
-    def __init__(self, config: Any, rank: int, world_size: int):
-        from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
-
-        data = config.data
-        self.tokenizer = load_tokenizer(data.tokenizer_spec())
-        self.dataset = StreamingDataset(
-            data.dataset_path,
-            item_loader=TokensLoader(block_size=data.max_seq_len + 1),
-            shuffle=True,
-            drop_last=True,  # no padded tail block: every position is a real next-token target
-            seed=config.training.seed,
-        )
-        made_with = self.dataset.manifest.tokenizer
-        if made_with and json.dumps(made_with, sort_keys=True) != json.dumps(self.tokenizer.fingerprint(), sort_keys=True):
-            raise ValueError(
-                f"dataset {data.dataset_path} was tokenized with {made_with}, but data.tokenizer_type/"
-                f"tokenizer_path give {self.tokenizer.fingerprint()}; train with the tokenizer used by llm-data optimize"
-            )
-        self.loader = StreamingDataLoader(
-            self.dataset, batch_size=config.training.batch_size, num_workers=data.num_workers
-        )
-        per_rank = len(self.dataset) // (config.training.batch_size * world_size)
-        if per_rank == 0:
-            raise ValueError(
-                f"dataset {data.dataset_path} holds {len(self.dataset)} blocks of {data.max_seq_len + 1} tokens, "
-                f"fewer than one global batch of {config.training.batch_size * world_size}; lower training.batch_size"
-            )
-        self.steps_per_pass: int | None = per_rank
-
-    def batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        """Endless: iterating the loader again starts its next (reshuffled) epoch."""
-        while True:
-            for batch in self.loader:
-                yield _as_batch(batch["input_ids"] if isinstance(batch, dict) else batch)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.loader.state_dict()
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        return self.loader.state_dict()  # topology-free: rank 0's state is the whole job's
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
-
-    def fingerprint(self) -> dict[str, Any]:
-        return {
-            "type": OPTIMIZED,
-            "fingerprint": self.dataset.fingerprint,
-            "block_size": self.dataset.block_size,
-            "tokenizer": self.tokenizer.fingerprint(),
-        }
+__all__ = ["OptimizedData", "StreamTextData", "build_stream_lm_data"]  # OptimizedData: its old home
 
 
 class StreamTextData:

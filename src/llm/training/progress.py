@@ -1,0 +1,53 @@
+"""What a training run reports: the start line, one line per logged step, the end summary and FitResult."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm.training.model import count_parameters
+
+
+@dataclass
+class FitResult:
+    """What a finished `fit()` reports (the trainer also logs it)."""
+
+    steps: int
+    epochs: int
+    tokens: int
+    seconds: float
+    losses: list[float] = field(default_factory=list)
+    val_losses: list[float] = field(default_factory=list)
+    last_checkpoint: str | None = None
+
+
+def start_line(trainer: Any) -> str:
+    """Model size, processes, device and the run's length."""
+    tc = trainer.config.training
+    return (
+        f"task {trainer.task}: {count_parameters(trainer.raw_model):,} parameters, vocab "
+        f"{trainer.raw_model.vocab_size}, {trainer.env.world_size} process(es) on {trainer.device}, "
+        f"{trainer.total_steps} steps of {tc.batch_size} x {trainer.config.data.max_seq_len} tokens per rank"
+    )
+
+
+def step_line(trainer: Any, mean_loss: float, epoch_end: bool, tokens_per_s: float) -> str:
+    """step, epoch (the one just finished at an epoch end), loss, lr and throughput."""
+    return (
+        f"step {trainer.step}/{trainer.total_steps} | epoch {trainer.epoch + (0 if epoch_end else 1)} | "
+        f"loss {mean_loss:.4f} | lr {trainer.scheduler.get_last_lr()[0]:.2e} | "
+        f"tokens/s {tokens_per_s:,.0f}"
+    )
+
+
+def summary_line(trainer: Any, result: FitResult) -> str:
+    """The run's one-line summary: steps, tokens, time, throughput, final loss, last checkpoint."""
+    tc = trainer.config.training
+    run_tokens = result.steps * tc.batch_size * trainer.config.data.max_seq_len * trainer.env.world_size
+    final = f", final loss {result.losses[-1]:.4f}" if result.losses else ""
+    saved = f", checkpoint {trainer.last_checkpoint}" if trainer.last_checkpoint else ""
+    return (
+        f"trained {result.steps} steps to step {trainer.step} ({trainer.epoch} epochs done), "
+        f"{run_tokens:,} tokens in {result.seconds:.1f} s "
+        f"({run_tokens / max(result.seconds, 1e-9):,.0f} tokens/s){final}{saved}"
+    )
