@@ -226,3 +226,17 @@ def test_state_without_a_seen_file_leaves_the_file_alone(tmp_path):
     persisted.load_state_dict(state)
     assert held(seen) == 2  # not truncated to the state's count of 0
     assert text_digest("o1") in persisted.source.committed and text_digest("o2") in persisted.source.committed
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_digest, max_size=200))
+def test_first_occurrences_keeps_the_first_copy_of_each(digests):
+    from llm.data.text.dedup import _pairs, first_occurrences
+
+    pairs = _pairs(b"".join(digests)) if digests else np.zeros((0, 2), dtype=np.uint64)
+    seen: set[bytes] = set()
+    expected = []
+    for d in digests:
+        expected.append(d not in seen)
+        seen.add(d)
+    assert first_occurrences(pairs).tolist() == expected

@@ -42,7 +42,7 @@ IN_MEMORY_WARNING = (
     "forgotten when it ends; set seen_hashes_path and write_seen_hashes to persist them"
 )
 FAST_HASHES = ("xxh3_128",)
-_CHUNK = 256  # records hashed and probed together
+_CHUNK = 1024  # records hashed and probed together: enough to amortise numpy's per-call cost
 _APPEND_EVERY = 1024  # standalone passes append this many digests at a time
 
 
@@ -135,33 +135,36 @@ class SeenSet:
     def update(self, digests: bytes | np.ndarray) -> None:
         """Add many digests at once (vectorised)."""
         pairs = _pairs(digests)
+        pairs = pairs[first_occurrences(pairs)]
+        self.insert_new(pairs[~self.contains_many(pairs)])
+
+    def insert_new(self, pairs: np.ndarray) -> None:
+        """Add digests known to be absent and distinct (no membership check)."""
         zero = pairs[:, 0] == 0
         for lo in pairs[zero, 1].tolist():
-            if lo not in self._zero_hi:
-                self._zero_hi.add(lo)
-                self._n += 1
-        keys = np.unique(pairs[~zero], axis=0)
-        if not len(keys):
+            self._zero_hi.add(lo)
+            self._n += 1
+        pairs = pairs[~zero]
+        if not len(pairs):
             return
-        keys = keys[~self.contains_many(keys)]
-        while 2 * (self._n + len(keys)) > len(self._hi):
+        while 2 * (self._n + len(pairs)) > len(self._hi):
             self._resize(2 * len(self._hi))
-        self._bulk_insert(keys[:, 0], keys[:, 1])
+        self._bulk_insert(pairs[:, 0], pairs[:, 1])
 
     def _bulk_insert(self, hi: np.ndarray, lo: np.ndarray) -> None:
+        """Linear probing for many distinct keys at once: each round fills free slots, the rest move on."""
         mask = np.uint64(len(self._hi) - 1)
         pos = lo & mask
         pending = np.arange(len(hi))
         while len(pending):
             p = pos[pending]
             free = self._hi[p] == 0
-            cand = pending[free]
-            _, first = np.unique(pos[cand], return_index=True)
-            winners = cand[first]
-            self._hi[pos[winners]] = hi[winners]
-            self._lo[pos[winners]] = lo[winners]
-            self._n += len(winners)
-            pending = np.setdiff1d(pending, winners, assume_unique=True)
+            # several keys may claim one free slot: the last write wins, the others probe on
+            self._hi[p[free]] = hi[pending[free]]
+            self._lo[p[free]] = lo[pending[free]]
+            placed = free & (self._hi[p] == hi[pending]) & (self._lo[p] == lo[pending])
+            self._n += int(placed.sum())
+            pending = pending[~placed]
             pos[pending] = (pos[pending] + np.uint64(1)) & mask
 
     def _resize(self, size: int) -> None:
@@ -174,6 +177,17 @@ class SeenSet:
 
     def nbytes(self) -> int:
         return self._hi.nbytes + self._lo.nbytes
+
+
+def first_occurrences(pairs: np.ndarray) -> np.ndarray:
+    """A mask of the rows of an (n, 2) array that are the first of their value (a stable sort)."""
+    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+    ordered = pairs[order]
+    starts = np.ones(len(order), dtype=bool)
+    starts[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
+    first = np.zeros(len(order), dtype=bool)
+    first[order[starts]] = True
+    return first
 
 
 def _named(fn: Callable[[str], str]) -> str:
@@ -281,10 +295,8 @@ class DedupTextSource(TextSource):
         pairs = _pairs(digests)
         before = seen.contains_many(pairs)
         repeated = local.contains_many(pairs)
-        first = np.zeros(len(pairs), dtype=bool)
-        first[np.unique(pairs, axis=0, return_index=True)[1]] = True
-        new = ~before & ~repeated & first
-        local.update(pairs[new])
+        new = ~before & ~repeated & first_occurrences(pairs)
+        local.insert_new(pairs[new])
         self.stats["read"] += len(pairs)
         self.stats["seen_before"] += int(before.sum())
         self.stats["repeated"] += int((~before & ~new).sum())
