@@ -169,5 +169,13 @@ def test_a_run_whose_every_record_was_seen_says_so(tmp_path, workers):
     seen = tmp_path / "seen.bin"
     list(source(path, seen, write=True).iter_texts())
     module = _module(path, seen, workers)
-    with pytest.raises(ValueError, match=rf"all 6 records of this rank's partitions are in the seen-hashes file {seen}"):
+    with pytest.raises(ValueError, match=rf"^all 6 records are in the seen-hashes file {seen}; nothing is left to train on"):
+        list(module.train_dataloader())
+
+
+def test_a_second_pass_of_a_dedup_stream_says_it_was_consumed(tmp_path):
+    data = DataConfig(data_source="dedup_local", dataset_path=str(corpus(tmp_path)), max_seq_len=8,
+                      seen_hashes_path=str(tmp_path / "seen.bin"), write_seen_hashes=True, steps_per_epoch=50)
+    module = StreamingTextDataModule(data, batch_size=2)
+    with pytest.raises(ValueError, match=r"^all 6 records were consumed earlier in this run"):
         list(module.train_dataloader())

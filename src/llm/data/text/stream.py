@@ -111,6 +111,7 @@ class StreamingTextDataModule:
         self._uncommitted: list[bytes] = []
         self._parts: list[Partition] | None = None
         self._pass_stats: dict[str, int] = {}
+        self._handed_over = False  # has this module handed any batch over (this run)?
 
     merge_states = staticmethod(merge_stream_states)
 
@@ -207,6 +208,7 @@ class StreamingTextDataModule:
                 if len(done) == workers:
                     return
                 continue
+            self._handed_over = True
             if "_packed" in item:
                 both = torch.from_numpy(np.frombuffer(item.pop("_packed"), dtype=np.int32).copy())
                 both = both.view(-1, 2, self.max_seq_len).long()
@@ -214,14 +216,21 @@ class StreamingTextDataModule:
             yield item
 
     def _check_not_all_seen(self) -> None:
-        """A pass that yielded nothing because the seen-hashes file already holds every record says so."""
+        """A pass that yielded nothing because every record was seen before says so."""
         read, seen = self._pass_stats.get("read", 0), self._pass_stats.get("seen_before", 0)
-        if read and seen == read:
-            path = getattr(self.source, "seen_hashes_path", None)
+        if not read or seen != read:
+            return
+        path = getattr(self.source, "seen_hashes_path", None)
+        if not self._handed_over:
             raise ValueError(
-                f"all {read} records of this rank's partitions are in the seen-hashes file {path}; nothing is "
-                "left to train on: add new data, or point data.seen_hashes_path at another (or no) file"
+                f"all {read} records are in the seen-hashes file {path}; nothing is left to train on: "
+                "add new data, or point data.seen_hashes_path at another (or no) file"
             )
+        raise ValueError(
+            f"all {read} records were consumed earlier in this run (a deduplicated stream never repeats a "
+            f"record, seen-hashes file {path}); nothing is left for another pass: lower steps_per_epoch or "
+            "epochs, or add new data"
+        )
 
     def _apply(self, st: dict) -> None:
         for k, cursor in st["cursors"].items():
