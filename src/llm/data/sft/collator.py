@@ -1,0 +1,152 @@
+"""`StreamingDataCollator`: raw records -> tokenized, truncated, padded (or packed) training batches.
+
+Axolotl's contract: tokenize on the fly, truncate to `max_length`, pad with the
+pad id (EOS when the tokenizer has none) with attention mask 0 and labels
+`label_pad_token_id` on padding, and an empty batch becomes one EOS-only sample.
+Beyond it: prompt tokens get label -100 unless `train_on_inputs`, and
+`sample_packing` puts several short samples in one row with `position_ids`
+restarting at each sample (for attention implementations that honour them).
+
+Labels are aligned with `input_ids` (Hugging Face models shift them inside);
+`llm-train --task sft` shifts them itself for its own model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from llm.data.sft.prompts import (
+    AlpacaPrompter,
+    ChatPrompter,
+    CompletionPrompter,
+    Prompter,
+    RecordError,
+)
+
+IGNORE = -100
+
+
+def infer_prompter(record: dict[str, Any], tokenizer: Any) -> Prompter:
+    """The format a record's keys say: `messages` -> chat, `instruction` -> alpaca, else completion."""
+    if "messages" in record:
+        return ChatPrompter.for_tokenizer(tokenizer)
+    if "instruction" in record:
+        return AlpacaPrompter()
+    return CompletionPrompter()
+
+
+class StreamingDataCollator:
+    """Call it on a list of raw records (dicts); returns int64 tensors `input_ids`, `attention_mask`, `labels`."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_length: int,
+        prompter: Prompter | None = None,
+        padding: bool | str = True,
+        pad_to_multiple_of: int | None = None,
+        label_pad_token_id: int = IGNORE,
+        train_on_inputs: bool = False,
+        sample_packing: bool = False,
+    ):
+        if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
+            raise ValueError(f"max_length must be a positive integer, got {max_length!r}")
+        if padding not in (True, False, "longest", "max_length"):
+            raise ValueError(f"padding must be True, False, 'longest' or 'max_length', got {padding!r}")
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.prompter = prompter
+        self.padding = padding
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.label_pad_token_id = label_pad_token_id
+        self.train_on_inputs = train_on_inputs
+        self.sample_packing = sample_packing
+        pad = getattr(tokenizer, "pad_id", None)
+        self.pad_id = tokenizer.eos_id if pad is None else pad
+
+    # -- one record ------------------------------------------------------------------------
+    def encode(self, records: Sequence[dict[str, Any]]) -> list[tuple[list[int], list[int]]]:
+        """(input_ids, labels) per record, EOS at the end, truncated to `max_length`."""
+        segments = []
+        for i, record in enumerate(records):
+            if not isinstance(record, dict):
+                raise RecordError(f"record {i} of the batch is a {type(record).__name__}, expected a dict")
+            prompter = self.prompter or infer_prompter(record, self.tokenizer)
+            try:
+                segments.append(prompter.segments(record))
+            except RecordError as e:
+                raise RecordError(f"record {i} of the batch ({prompter.name}): {e}") from None
+        texts = [text for segs in segments for text, _ in segs]
+        ids = iter(self.tokenizer.encode_batch(texts) if texts else [])
+        out = []
+        for segs in segments:
+            tokens: list[int] = []
+            labels: list[int] = []
+            for _, target in segs:
+                piece = list(next(ids))
+                tokens += piece
+                labels += piece if (target or self.train_on_inputs) else [IGNORE] * len(piece)
+            last_is_target = bool(segs) and (segs[-1][1] or self.train_on_inputs)
+            tokens.append(self.tokenizer.eos_id)
+            labels.append(self.tokenizer.eos_id if last_is_target else IGNORE)
+            out.append((tokens[: self.max_length], labels[: self.max_length]))
+        return out
+
+    # -- a batch ---------------------------------------------------------------------------
+    def __call__(self, records: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        samples = self.encode(records)
+        if not samples:  # Axolotl's contract: never an empty batch
+            eos = self.tokenizer.eos_id
+            samples = [([eos], [eos])]
+        rows = self._pack(samples) if self.sample_packing else [[s] for s in samples]
+        width = self._width(rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), self.label_pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        positions = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, row in enumerate(rows):
+            at = 0
+            for k, (ids, labs) in enumerate(row):
+                n = len(ids)
+                input_ids[r, at : at + n] = torch.tensor(ids)
+                labels[r, at : at + n] = torch.tensor(labs)
+                if k:  # nothing in a packed row predicts another sample's first token
+                    labels[r, at] = IGNORE
+                attention[r, at : at + n] = 1
+                positions[r, at : at + n] = torch.arange(n)
+                at += n
+        batch = {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+        if self.sample_packing:
+            batch["position_ids"] = positions
+        return batch
+
+    def _pack(self, samples: list[tuple[list[int], list[int]]]) -> list[list[tuple[list[int], list[int]]]]:
+        """Samples in order, greedily into rows of at most `max_length` tokens."""
+        rows: list[list[tuple[list[int], list[int]]]] = []
+        used = self.max_length
+        for sample in samples:
+            if used + len(sample[0]) > self.max_length:
+                rows.append([])
+                used = 0
+            rows[-1].append(sample)
+            used += len(sample[0])
+        return rows
+
+    def _width(self, rows: list[list[tuple[list[int], list[int]]]]) -> int:
+        lengths = [sum(len(ids) for ids, _ in row) for row in rows]
+        if self.padding == "max_length":
+            width = self.max_length
+        elif self.padding is False:
+            if len(set(lengths)) > 1:
+                raise ValueError(
+                    f"padding=False but the batch holds samples of {min(lengths)} to {max(lengths)} tokens; "
+                    "pad them (padding=True) or use batches of one"
+                )
+            width = lengths[0]
+        else:
+            width = max(lengths)
+        m = self.pad_to_multiple_of
+        return -(-width // m) * m if m else width
