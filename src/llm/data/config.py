@@ -15,6 +15,29 @@ _REQUIRED = {"local": "dataset_path", "dedup_local": "dataset_path", "optimized"
              "hf": "dataset_name", "dedup_hf": "dataset_name"}
 
 
+SFT_TYPES = ("alpaca", "chat", "completion")
+MIXING_STRATEGIES = ("round_robin", "weighted", "random")
+
+
+class DatasetEntry(BaseModel):
+    """One `datasets:` / `test_datasets:` entry, with Axolotl's keys: a local path (or glob) or a hub id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    type: str = "completion"
+    split: str = "train"
+    data_files: str | list[str] | None = None
+    name: str | None = None  # the hub dataset's subset (`load_dataset(path, name)`)
+
+    @field_validator("type")
+    @classmethod
+    def _check_type(cls, value: str) -> str:
+        if value not in SFT_TYPES:
+            raise ValueError(f"dataset type {value!r} is not known; use one of: {', '.join(SFT_TYPES)}")
+        return value
+
+
 class DataConfig(BaseModel):
     """The `data:` section: where the text comes from and how it is cut into blocks."""
 
@@ -39,6 +62,15 @@ class DataConfig(BaseModel):
     num_workers: int = Field(default=0, ge=0)
     # where local text is tokenized once for --task lm and validation; None: <checkpoint_dir>/.data
     cache_dir: str | None = None
+    # fine-tuning (--task sft), Axolotl's names
+    datasets: list[DatasetEntry] | None = None
+    test_datasets: list[DatasetEntry] | None = None
+    train_on_inputs: bool = False
+    sample_packing: bool = False
+    streaming: bool = True
+    streaming_dataset_mixing_strategy: Literal["round_robin", "weighted", "random"] = "round_robin"
+    streaming_mixing_weights: list[float] | None = None
+    streaming_buffer_per_dataset: int = Field(default=1000, gt=0)
 
     @field_validator("hash_algo")
     @classmethod
@@ -80,6 +112,8 @@ class DataConfig(BaseModel):
 
     def check_source(self) -> DataConfig:
         """Raise the guide's sentence when the source lacks its dataset (`dataset_path is required when ...`)."""
+        if self.datasets:  # fine-tuning entries name their own data
+            return self
         key = _REQUIRED.get(self.data_source)
         if key and not getattr(self, key):
             raise ValueError(f"{key} is required when data_source={self.data_source!r}")

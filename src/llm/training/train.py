@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llm-train",
         description="Train a small decoder-only LM; run under torchrun for DDP.",
     )
-    parser.add_argument("--task", required=True, choices=["stream_lm", "lm"], help="what to train on")
+    parser.add_argument("--task", required=True, choices=["stream_lm", "lm", "sft"], help="what to train on")
     parser.add_argument("--config-path", required=True, help="YAML file with data/model/training/checkpoint")
     parser.add_argument("--epochs", type=int, help="overrides training.epochs")
     parser.add_argument("--steps-per-epoch", type=int, help="overrides data.steps_per_epoch")

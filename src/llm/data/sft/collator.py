@@ -97,7 +97,10 @@ class StreamingDataCollator:
 
     # -- a batch ---------------------------------------------------------------------------
     def __call__(self, records: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        samples = self.encode(records)
+        return self.collate(self.encode(records))
+
+    def collate(self, samples: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
+        """Encoded samples (`encode`'s output) to one padded (or packed) batch."""
         if not samples:  # Axolotl's contract: never an empty batch
             eos = self.tokenizer.eos_id
             samples = [([eos], [eos])]

@@ -28,6 +28,31 @@ from llm.data.text.tokens import encode_each
 from llm.data.topology import current_topology
 
 
+class TokenBlocks:
+    """`stream_lm`'s batch format: records -> ids -> windows of max_seq_len + 1 -> shifted (input_ids, labels).
+
+    A format tells the dataset how to cut one partition (`packer`), how to turn a
+    chunk of record texts into items (`encode`) and how to make a batch of rows
+    (`batch`); fine-tuning plugs in its own (`llm.data.sft.stream.SftSamples`).
+    """
+
+    def __init__(self, tokenizer: Any, max_seq_len: int, packed: bool = False):
+        self.tokenizer, self.max_seq_len, self.packed = tokenizer, max_seq_len, packed
+
+    def packer(self, cursor: dict | None) -> PartitionPacker:
+        return PartitionPacker(self.max_seq_len, self.tokenizer.eos_id, cursor)
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        return encode_each(self.tokenizer, texts)
+
+    def batch(self, rows: list[np.ndarray]) -> dict[str, Any]:
+        pairs = [to_example(w, self.max_seq_len, self.tokenizer.eos_id) for w in rows]
+        input_ids, labels = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+        if self.packed:  # int32 bytes: pickled through the worker pipe, cheaper than tensors in shm
+            return {"_packed": np.stack([input_ids, labels], axis=1).astype(np.int32).tobytes()}
+        return {"input_ids": torch.from_numpy(input_ids), "labels": torch.from_numpy(labels)}
+
+
 def _done(worker: int) -> dict:
     """The marker a worker sends once its partitions are read (and until the loader stops it)."""
     return {"worker": worker, "done": True, "cursors": {}, "digests": b""}
@@ -55,6 +80,7 @@ class StreamingTextDataset(IterableDataset):
     cursors and is consumed by `StreamingTextDataModule`'s loader. With
     `packed=True` both arrays travel as one int32 byte string `_packed`
     (B, 2, max_seq_len): 3x faster through DataLoader workers than two tensors.
+    `batch_format` replaces the packing into blocks (fine-tuning samples).
     """
 
     def __init__(
@@ -71,6 +97,7 @@ class StreamingTextDataset(IterableDataset):
         chunk_records: int = 64,
         chunk_chars: int = 1 << 20,
         packed: bool = False,
+        batch_format: Any = None,
     ):
         self.source = source
         self.tokenizer = tokenizer
@@ -81,6 +108,7 @@ class StreamingTextDataset(IterableDataset):
         self.worker_rotation = worker_rotation
         self.chunk_records, self.chunk_chars = chunk_records, chunk_chars
         self.packed = packed
+        self.format = batch_format or TokenBlocks(tokenizer, max_seq_len, packed)
 
     def __iter__(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
@@ -104,8 +132,8 @@ class StreamingTextDataset(IterableDataset):
             yield {"_state": _done(worker)}
 
     def _batches(self, parts: list[Partition], worker: int) -> Iterator[dict]:
-        L, eos = self.max_seq_len, self.tokenizer.eos_id
-        rows: list[np.ndarray] = []
+        fmt = self.format
+        rows: list[Any] = []
         touched: dict[str, tuple[PartitionPacker, deque]] = {}
 
         def state(done: bool) -> dict:
@@ -118,14 +146,8 @@ class StreamingTextDataset(IterableDataset):
             return {"worker": worker, "done": done, "cursors": cursors, "digests": b"".join(digests)}
 
         def batch() -> dict:
-            pairs = [to_example(w, L, eos) for w in rows]
+            out: dict[str, Any] = {**fmt.batch(rows), "_state": state(False)}
             rows.clear()
-            input_ids, labels = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
-            out: dict[str, Any] = {"_state": state(False)}
-            if self.packed:  # int32 bytes: pickled through the worker pipe, cheaper than tensors in shm
-                out["_packed"] = np.stack([input_ids, labels], axis=1).astype(np.int32).tobytes()
-            else:
-                out["input_ids"], out["labels"] = torch.from_numpy(input_ids), torch.from_numpy(labels)
             for key in [k for k, (p, _) in touched.items() if p.done]:
                 del touched[key]
             return out
@@ -136,7 +158,7 @@ class StreamingTextDataset(IterableDataset):
                 cursor = self.cursors.get(part.key)
                 if cursor is not None and cursor.get("done"):
                     continue
-                live.append((part, PartitionPacker(L, eos, cursor), deque()))
+                live.append((part, fmt.packer(cursor), deque()))
                 touched[part.key] = live[-1][1:]  # type: ignore[assignment]
             if not live:
                 continue
@@ -149,7 +171,7 @@ class StreamingTextDataset(IterableDataset):
             records = self.source.iter_partition(base, start, lambda row, r=route: r(row) is not None)
             mine = (r for r in records if route(r[1]) is not None)  # sources may ignore `want`
             for chunk in _chunks(mine, self.chunk_records, self.chunk_chars):
-                for (_, after, digest), ids in zip(chunk, encode_each(self.tokenizer, [r[0] for r in chunk])):
+                for (_, after, digest), ids in zip(chunk, fmt.encode([r[0] for r in chunk])):
                     packer, queue = route(after)  # type: ignore[misc]
                     if digest is not None:
                         queue.append((packer.records + 1, digest))

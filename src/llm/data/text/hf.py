@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,7 @@ class HFStreamTextSource(TextSource):
         dataset_name: str,
         dataset_config: str | None = None,
         split: str = "train",
-        text_column: str = "text",
+        text_column: str | None = "text",
         data_files: str | list[str] | None = None,
     ):
         self.dataset_name, self.dataset_config, self.split = dataset_name, dataset_config, split
@@ -58,6 +59,13 @@ class HFStreamTextSource(TextSource):
         # .iter() rather than iter(ds): inside a DataLoader worker, iter(ds) would split the
         # shards over the workers a second time; our partitions already did that.
         for batch in ds.iter(batch_size=256):
+            if self.text_column is None:  # whole records, as JSON (fine-tuning)
+                texts = [json.dumps(dict(zip(batch, row)), ensure_ascii=False, default=str) for row in zip(*batch.values())]
+                for text in texts:
+                    row += 1
+                    if want is None or want(row):
+                        yield text, row, None
+                continue
             if self.text_column not in batch:
                 keys = ", ".join(sorted(batch))
                 raise InputError(

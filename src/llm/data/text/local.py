@@ -30,7 +30,7 @@ class LocalLineTextSource(TextSource):
     def __init__(
         self,
         dataset_path: str | Path | list[str],
-        text_column: str = "text",
+        text_column: str | None = "text",
         partition_bytes: int | None = None,
     ):
         patterns = [str(p) for p in dataset_path] if isinstance(dataset_path, list) else [str(dataset_path)]
@@ -89,7 +89,7 @@ def _default_partition_bytes(files: list[Path], sizes: list[int]) -> int:
     return partition_bytes(sum(s for f, s in zip(files, sizes) if splittable(f)))
 
 
-def _iter_lines_counted(path: Path, offset: int, column: str, want: Want = None) -> Iterator[Record]:
+def _iter_lines_counted(path: Path, offset: int, column: str | None, want: Want = None) -> Iterator[Record]:
     """Compressed line files: `offset` counts lines, skipped by reading (no seek possible)."""
     kind = input_kind(path)
     with open_binary(path) as f:

@@ -70,8 +70,12 @@ def decode_text(raw: bytes) -> tuple[str, bool]:
         return raw.decode("utf-8", errors="replace"), True
 
 
-def record_text(line: bytes, path: Path | str, line_no: int, text_column: str, kind: str) -> str | None:
-    """One line of a .txt or .jsonl file to its stripped text, None for a blank record."""
+def record_text(line: bytes, path: Path | str, line_no: int, text_column: str | None, kind: str) -> str | None:
+    """One line of a .txt or .jsonl file to its stripped text, None for a blank record.
+
+    `text_column=None` keeps a JSON record whole (its JSON text): fine-tuning reads
+    instruction and chat records, not one text field.
+    """
     if kind == "txt":
         text, _ = decode_text(line)
     else:
@@ -82,7 +86,7 @@ def record_text(line: bytes, path: Path | str, line_no: int, text_column: str, k
     return text or None
 
 
-def _json_text(line: bytes, path: Path | str, line_no: int, text_column: str) -> str:
+def _json_text(line: bytes, path: Path | str, line_no: int, text_column: str | None) -> str:
     try:
         record = json.loads(line)
     except UnicodeDecodeError:
@@ -91,6 +95,8 @@ def _json_text(line: bytes, path: Path | str, line_no: int, text_column: str) ->
         raise InputError(f"{path}:{line_no}: invalid JSON ({e.msg} at column {e.colno})") from None
     if not isinstance(record, dict):
         raise InputError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
+    if text_column is None:
+        return json.dumps(record, ensure_ascii=False)
     if text_column not in record:
         keys = ", ".join(sorted(record)) or "none"
         raise InputError(f"{path}:{line_no}: missing text column {text_column!r} (keys: {keys}); set text_column (CLI: --text-column)")
@@ -101,7 +107,7 @@ def _json_text(line: bytes, path: Path | str, line_no: int, text_column: str) ->
 
 
 def iter_line_range(
-    path: Path | str, text_column: str = "text", start: int = 0, end: int | None = None, resume: int = 0
+    path: Path | str, text_column: str | None = "text", start: int = 0, end: int | None = None, resume: int = 0
 ) -> Iterator[tuple[str, int, bool]]:
     """Records of a .txt / .jsonl file as (text, byte offset after its line, utf8_replaced).
 
@@ -154,7 +160,7 @@ def _had_invalid(line: bytes) -> bool:
     return decode_text(line)[1]
 
 
-def _parquet_file(path: Path, text_column: str):
+def _parquet_file(path: Path, text_column: str | None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -163,6 +169,8 @@ def _parquet_file(path: Path, text_column: str):
     except Exception as e:  # pyarrow raises several types for unreadable files
         raise InputError(f"{path}: cannot read parquet file ({e})") from None
     schema = pf.schema_arrow
+    if text_column is None:  # whole records
+        return pf
     if text_column not in schema.names:
         raise InputError(
             f"{path}: missing text column {text_column!r} (columns: {', '.join(schema.names)}); "
@@ -174,14 +182,19 @@ def _parquet_file(path: Path, text_column: str):
     return pf
 
 
-def parquet_row_groups(path: Path | str, text_column: str = "text") -> int:
+def _row_json(batch) -> list[str]:
+    """A record batch's rows as JSON objects (fine-tuning keeps records whole)."""
+    return [json.dumps(row, ensure_ascii=False, default=str) for row in batch.to_pylist()]
+
+
+def parquet_row_groups(path: Path | str, text_column: str | None = "text") -> int:
     """How many row groups a parquet file has (its text column checked first)."""
     return _parquet_file(Path(path), text_column).num_row_groups
 
 
 def iter_parquet_rows(
     path: Path | str,
-    text_column: str = "text",
+    text_column: str | None = "text",
     row_group: int | None = None,
     offset: int = 0,
     want: Callable[[int], bool] | None = None,
@@ -195,13 +208,14 @@ def iter_parquet_rows(
     groups = [row_group] if row_group is not None else list(range(pf.num_row_groups))
     row = 0
     for group in groups:
-        for batch in pf.iter_batches(columns=[text_column], batch_size=8192, row_groups=[group]):
-            values = batch.column(0)
+        columns = [text_column] if text_column is not None else None
+        for batch in pf.iter_batches(columns=columns, batch_size=8192, row_groups=[group]):
+            values = batch.column(0) if text_column is not None else _row_json(batch)
             n = len(values)
             if row + n <= offset:
                 row += n
                 continue
-            for text in values.to_pylist():
+            for text in values if isinstance(values, list) else values.to_pylist():
                 row += 1
                 if row <= offset or (want is not None and not want(row)):
                     continue

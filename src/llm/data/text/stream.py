@@ -182,6 +182,10 @@ class StreamingTextDataModule:
             if not self.loop:
                 return
 
+    def batch_format(self) -> Any:
+        """How records become batches; None: tokens packed into blocks (`dataset.TokenBlocks`)."""
+        return None
+
     def _one_pass(self, rank: int, world: int) -> Iterator[dict]:
         workers = max(1, self.num_workers)
         key = str(rank)
@@ -189,6 +193,7 @@ class StreamingTextDataModule:
             self.source, self.tokenizer, self.max_seq_len, self.batch_size,
             rank=rank, world_size=world, cursors=self._cursors,
             worker_rotation=self._next_worker.get(key, 0), packed=self.num_workers > 0,
+            batch_format=self.batch_format(),
         )
         if self.num_workers:
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe

@@ -26,6 +26,10 @@ def _describe(error: dict[str, Any], source: str) -> str:
         section = _section_model(loc[:-1])
         valid = ", ".join(section.model_fields) if section else ""
         where = f"section {'.'.join(loc[:-1])!r}" if len(loc) > 1 else "the top level"
+        if len(loc) == 1:
+            from llm.training.core.axolotl import AXOLOTL_KEYS
+
+            valid += " (sections) or Axolotl's " + ", ".join(AXOLOTL_KEYS)
         return f"{source}: unknown key {key!r} in {where}; valid keys are: {valid}"
     message = str(error.get("msg", "is invalid"))
     message = message.removeprefix("Value error, ")
@@ -96,7 +100,9 @@ def build_config(tree: dict[str, Any], overrides: dict[str, Any] | None = None, 
     An override of None sets the key to null (`--set checkpoint.checkpoint_dir=null`); a
     key that cannot be null is then an error naming it. Leave a key out to keep the YAML's.
     """
-    tree = {k: (dict(v) if isinstance(v, dict) else v) for k, v in tree.items()}
+    from llm.training.core.axolotl import from_axolotl
+
+    tree = from_axolotl(tree, source)  # Axolotl's top-level keys (datasets, sequence_len, ...) into sections
     tree.setdefault("data", {})
     for dotted, value in (overrides or {}).items():
         _set_dotted(tree, dotted, value, source)

@@ -39,6 +39,7 @@ class TrainData(Protocol):
 TASKS = {
     "lm": "llm.training.tasks.lm:build_lm_data",
     "stream_lm": "llm.training.tasks.stream_lm:build_stream_lm_data",
+    "sft": "llm.training.tasks.sft:build_sft_data",
 }
 
 

@@ -1,0 +1,102 @@
+"""Streaming fine-tuning data: dataset entries -> whole records -> collated samples, with the text stream's exact cursors.
+
+An SFT stream reuses `StreamingTextDataModule` whole (partitions, workers, cursors,
+resume on any topology); only the batch format differs: a record is one sample,
+tokenized and masked by `StreamingDataCollator`, instead of tokens packed into blocks.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from llm.data.sft.collator import StreamingDataCollator
+from llm.data.sft.prompts import prompter_for
+from llm.data.text.hf import HFStreamTextSource
+from llm.data.text.local import LocalLineTextSource
+from llm.data.text.source import TextSource
+from llm.data.text.stream import StreamingTextDataModule
+
+
+class SamplePacker:
+    """The cursor of one partition when each record is one sample: after the last record fed."""
+
+    def __init__(self, cursor: dict | None = None):
+        cursor = cursor or {}
+        self.offset = int(cursor.get("offset", 0))
+        self.records = int(cursor.get("records", 0))
+        self.done = bool(cursor.get("done", False))
+
+    def feed(self, sample: Any, offset_after: int) -> Iterator[Any]:
+        self.offset, self.records = offset_after, self.records + 1
+        yield sample
+
+    def finish(self) -> Iterator[Any]:
+        self.done = True
+        return iter(())
+
+    def cursor(self) -> dict:
+        return {"offset": self.offset, "records": self.records, "token_buffer": [], "skip": 0, "done": self.done}
+
+
+class SftSamples:
+    """The batch format of fine-tuning: JSON records -> (input_ids, labels) samples -> a collated batch."""
+
+    def __init__(self, collator: StreamingDataCollator):
+        self.collator = collator
+
+    def packer(self, cursor: dict | None) -> SamplePacker:
+        return SamplePacker(cursor)
+
+    def encode(self, texts: list[str]) -> list[tuple[list[int], list[int]]]:
+        return self.collator.encode([json.loads(t) for t in texts])
+
+    def batch(self, rows: list[tuple[list[int], list[int]]]) -> dict[str, Any]:
+        return self.collator.collate(rows)
+
+
+def is_local(path: str) -> bool:
+    """Axolotl's rule: a dataset `path` that exists here (file, folder or glob) is local, else a hub id."""
+    return Path(path).expanduser().exists() or bool(any(c in path for c in "*?[") and glob.glob(path))
+
+
+def record_source(entry: Any) -> TextSource:
+    """The source of whole records for one `datasets:` entry (`path`, `split`, `data_files`, `name`)."""
+    if entry.data_files:
+        files = entry.data_files if isinstance(entry.data_files, list) else [entry.data_files]
+        if all(is_local(f) for f in files):
+            return LocalLineTextSource(files, text_column=None)
+    if is_local(entry.path):
+        return LocalLineTextSource(entry.path, text_column=None)
+    return HFStreamTextSource(entry.path, entry.name, entry.split, text_column=None, data_files=entry.data_files)
+
+
+class StreamingSFTDataModule(StreamingTextDataModule):
+    """Batches `{"input_ids", "attention_mask", "labels"}` (+ `position_ids` when packing) of one dataset entry.
+
+    Labels are aligned with `input_ids` (-100 on prompt and padding); the state is
+    the text stream's (per-partition cursors), so a resume is exact with any workers.
+    """
+
+    def __init__(self, config: Any, batch_size: int, entry: Any = None, **kwargs: Any):
+        entry = entry if entry is not None else config.datasets[0]
+        self.entry = entry
+        kwargs.setdefault("source", record_source(entry))
+        super().__init__(config, batch_size, **kwargs)
+        self.collator = StreamingDataCollator(
+            self.tokenizer, self.max_seq_len, prompter=prompter_for(entry.type, self.tokenizer),
+            train_on_inputs=config.train_on_inputs, sample_packing=config.sample_packing,
+        )
+
+    def batch_format(self) -> SftSamples:
+        return SftSamples(self.collator)
+
+    def source_fingerprint(self) -> dict:
+        return {
+            **super().source_fingerprint(),
+            "sft": {"type": self.entry.type, "train_on_inputs": self.collator.train_on_inputs,
+                    "sample_packing": self.collator.sample_packing},
+        }

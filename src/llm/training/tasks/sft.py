@@ -1,0 +1,99 @@
+"""The `sft` task: instruction / chat / completion records streamed, masked and collated, resumable exactly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from llm.data.sft.stream import StreamingSFTDataModule
+from llm.training.core.loading import ConfigError
+
+IGNORE = -100
+
+
+def shift_labels(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Collator batches (labels aligned with inputs) -> our model's (label t is the target of position t)."""
+    labels = batch["labels"]
+    shifted = torch.full_like(labels, IGNORE)
+    shifted[:, :-1] = labels[:, 1:]
+    return {"input_ids": batch["input_ids"], "labels": shifted}
+
+
+class SftData:
+    """Batches of the `datasets:` entry (one today), `micro_batch_size` records each."""
+
+    def __init__(self, config: Any, rank: int, world_size: int):
+        data = config.data
+        if not data.datasets:
+            raise ConfigError("--task sft needs datasets: [{path, type}] (Axolotl's key, or data.datasets)")
+        if len(data.datasets) > 1:
+            raise ConfigError(
+                f"--task sft reads one dataset today, the config lists {len(data.datasets)}; mixing several "
+                "(streaming_dataset_mixing_strategy) is not built yet"
+            )
+        if data.streaming and not config.training.max_steps:
+            raise ConfigError("max_steps must be set when using streaming datasets")
+        steps = data.steps_per_epoch or config.training.max_steps
+        self.module = StreamingSFTDataModule(data, config.training.batch_size, steps_per_epoch=steps)
+        self.tokenizer = self.module.tokenizer
+        self.steps_per_pass: int | None = steps
+        self.config = config
+
+    def batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            empty = True
+            for batch in self.module.train_dataloader():
+                empty = False
+                yield shift_labels(batch)
+            if empty:
+                raise ValueError(f"dataset {self.config.data.datasets[0].path} yielded no record for this rank")
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.module.state_dict()
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return self.module.checkpoint_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.module.load_state_dict(state)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return self.module.source_fingerprint()
+
+    def validation(self) -> SftValidation | None:
+        """`test_datasets[0]`: its first records, collated the same way, in file order."""
+        tests = self.config.data.test_datasets
+        if not tests:
+            return None
+        return SftValidation(self.config, tests[0], self.tokenizer)
+
+
+class SftValidation:
+    """The first `val_batches` batches of a test dataset, read once and kept: the same every evaluation."""
+
+    def __init__(self, config: Any, entry: Any, tokenizer: Any):
+        tc = config.training
+        module = StreamingSFTDataModule(config.data, tc.batch_size, entry=entry, rank=0, world_size=1,
+                                        loop=False, tokenizer=tokenizer)
+        module.num_workers = 0
+        self.batches: list[dict[str, torch.Tensor]] = []
+        for batch in module.train_dataloader():
+            self.batches.append(shift_labels(batch))
+            if len(self.batches) == tc.val_batches:
+                break
+        if not self.batches:
+            raise ValueError(f"test dataset {entry.path} holds no record")
+        self.rows = sum(len(b["input_ids"]) for b in self.batches)
+        self.batch_size = tc.batch_size
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def batch(self, index: int, batch_size: int) -> dict[str, torch.Tensor]:
+        return self.batches[index]
+
+
+def build_sft_data(config: Any, rank: int, world_size: int) -> SftData:
+    return SftData(config, rank, world_size)
