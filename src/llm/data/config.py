@@ -38,6 +38,19 @@ class DatasetEntry(BaseModel):
         return value
 
 
+class SourceEntry(BaseModel):
+    """One `datasets:` entry of a `stream_lm` mixture: a text source with the `data:` section's source keys."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data_source: Literal["local", "hf"] = "local"
+    dataset_path: str = ""
+    dataset_name: str = ""
+    dataset_config: str | None = None
+    dataset_split: str = "train"
+    text_column: str = "text"
+
+
 class DataConfig(BaseModel):
     """The `data:` section: where the text comes from and how it is cut into blocks."""
 
@@ -63,7 +76,7 @@ class DataConfig(BaseModel):
     # where local text is tokenized once for --task lm and validation; None: <checkpoint_dir>/.data
     cache_dir: str | None = None
     # fine-tuning (--task sft), Axolotl's names
-    datasets: list[DatasetEntry] | None = None
+    datasets: list[DatasetEntry | SourceEntry] | None = None  # sft records, or text sources to mix
     test_datasets: list[DatasetEntry] | None = None
     train_on_inputs: bool = False
     sample_packing: bool = False
@@ -99,6 +112,10 @@ class DataConfig(BaseModel):
         if self.write_seen_hashes and not self.seen_hashes_path:
             raise ValueError("seen_hashes_path is required when write_seen_hashes is true")
         self._check_extra_keys(SOURCE_REGISTRY.declared_keys(self.data_source))
+        if self.datasets and len(self.datasets) > 1:
+            from llm.data.text.mixing import check_weights
+
+            check_weights(self.streaming_mixing_weights, len(self.datasets), self.streaming_dataset_mixing_strategy)
         return self
 
     def _check_extra_keys(self, allowed: frozenset[str] | None) -> None:

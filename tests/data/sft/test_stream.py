@@ -64,3 +64,34 @@ def test_records_are_whole_json_from_jsonl_and_parquet(tmp_path):
 def test_a_hub_id_is_not_taken_for_a_local_path():
     source = record_source(DatasetEntry(path="tatsu-lab/alpaca", type="alpaca"))
     assert source.source_fingerprint()["dataset_name"] == "tatsu-lab/alpaca"  # lazy: nothing downloads
+
+
+def write_chat(path: Path, n: int = 40) -> Path:
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                             {"role": "assistant", "content": f"a{i}"}]}) + "\n")
+    return path
+
+
+def run_mixed(config: dict, state: dict | None, steps: int | None):
+    multiprocessing.set_start_method("fork", force=True)
+    data = DataConfig(datasets=[DatasetEntry(path=config["alpaca"], type="alpaca"),
+                                DatasetEntry(path=config["chat"], type="chat")],
+                      max_seq_len=256, num_workers=config["workers"],
+                      streaming_dataset_mixing_strategy="weighted", streaming_mixing_weights=[0.7, 0.3])
+    module = StreamingSFTDataModule(data, batch_size=3, loop=False)
+    if state is not None:
+        module.load_state_dict(state)
+    return take_steps(module.train_dataloader(), steps), module.state_dict()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_mixture_of_formats_resumes_exactly(tmp_path, workers):
+    config = {"alpaca": str(write_alpaca(tmp_path / "a.jsonl", 90)), "chat": str(write_chat(tmp_path / "c.jsonl")),
+              "workers": workers}
+    ref = check_resume(run_mixed, config, stops=[5, 20], fresh_process=False)
+    targets = [bytes(int(t) for t, lab in zip(ids, labels) if lab != -100 and t < 256).decode()
+               for step in ref for ids, labels in zip(step["input_ids"], step["labels"])]
+    chats = [t for t in targets if t.startswith("<|assistant|>")]
+    assert len(targets) == 130 and len(chats) == 40  # every record once, each in its own format

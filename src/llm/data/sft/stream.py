@@ -17,6 +17,7 @@ from llm.data.sft.collator import StreamingDataCollator
 from llm.data.sft.prompts import prompter_for
 from llm.data.text.hf import HFStreamTextSource
 from llm.data.text.local import LocalLineTextSource
+from llm.data.text.mixing import MixedTextSource
 from llm.data.text.source import TextSource
 from llm.data.text.stream import StreamingTextDataModule
 
@@ -43,19 +44,28 @@ class SamplePacker:
 
 
 class SftSamples:
-    """The batch format of fine-tuning: JSON records -> (input_ids, labels) samples -> a collated batch."""
+    """The batch format of fine-tuning: JSON records -> (input_ids, labels) samples -> a collated batch.
 
-    def __init__(self, collator: StreamingDataCollator):
-        self.collator = collator
+    One collator per dataset of a mixture (each has its own prompt format); they share
+    the tokenizer and the padding settings, so the first one collates the batch.
+    """
+
+    def __init__(self, collators: list[StreamingDataCollator]):
+        self.collators = collators
 
     def packer(self, cursor: dict | None) -> SamplePacker:
         return SamplePacker(cursor)
 
-    def encode(self, texts: list[str]) -> list[tuple[list[int], list[int]]]:
-        return self.collator.encode([json.loads(t) for t in texts])
+    def encode(self, texts: list[str], sources: list[int]) -> list[tuple[list[int], list[int]]]:
+        out: list[Any] = [None] * len(texts)
+        for s in sorted(set(sources)):
+            at = [i for i, src in enumerate(sources) if src == s]
+            for i, sample in zip(at, self.collators[s].encode([json.loads(texts[i]) for i in at])):
+                out[i] = sample
+        return out
 
     def batch(self, rows: list[tuple[list[int], list[int]]]) -> dict[str, Any]:
-        return self.collator.collate(rows)
+        return self.collators[0].collate(rows)
 
 
 def is_local(path: str) -> bool:
@@ -82,21 +92,31 @@ class StreamingSFTDataModule(StreamingTextDataModule):
     """
 
     def __init__(self, config: Any, batch_size: int, entry: Any = None, **kwargs: Any):
-        entry = entry if entry is not None else config.datasets[0]
-        self.entry = entry
-        kwargs.setdefault("source", record_source(entry))
+        self.entries = [entry] if entry is not None else list(config.datasets)
+        sources = [record_source(e) for e in self.entries]
+        if len(sources) == 1:
+            kwargs.setdefault("source", sources[0])
+        else:
+            kwargs.setdefault("source", MixedTextSource(
+                sources, config.streaming_dataset_mixing_strategy, config.streaming_mixing_weights,
+                seed=getattr(config, "mixing_seed", 0), buffer=config.streaming_buffer_per_dataset,
+            ))
         super().__init__(config, batch_size, **kwargs)
-        self.collator = StreamingDataCollator(
-            self.tokenizer, self.max_seq_len, prompter=prompter_for(entry.type, self.tokenizer),
-            train_on_inputs=config.train_on_inputs, sample_packing=config.sample_packing,
-        )
+        self.collators = [
+            StreamingDataCollator(
+                self.tokenizer, self.max_seq_len, prompter=prompter_for(e.type, self.tokenizer),
+                train_on_inputs=config.train_on_inputs, sample_packing=config.sample_packing,
+            )
+            for e in self.entries
+        ]
+        self.collator = self.collators[0]
 
     def batch_format(self) -> SftSamples:
-        return SftSamples(self.collator)
+        return SftSamples(self.collators)
 
     def source_fingerprint(self) -> dict:
         return {
             **super().source_fingerprint(),
-            "sft": {"type": self.entry.type, "train_on_inputs": self.collator.train_on_inputs,
+            "sft": {"types": [e.type for e in self.entries], "train_on_inputs": self.collator.train_on_inputs,
                     "sample_packing": self.collator.sample_packing},
         }

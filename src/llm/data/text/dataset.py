@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from llm.data.text.mixing import choose
 from llm.data.text.packing import PartitionPacker, to_example
 from llm.data.text.partitions import assign_partitions, stripe_partitions
 from llm.data.text.readers import InputError
@@ -42,7 +43,7 @@ class TokenBlocks:
     def packer(self, cursor: dict | None) -> PartitionPacker:
         return PartitionPacker(self.max_seq_len, self.tokenizer.eos_id, cursor)
 
-    def encode(self, texts: list[str]) -> list[np.ndarray]:
+    def encode(self, texts: list[str], sources: list[int]) -> list[np.ndarray]:
         return encode_each(self.tokenizer, texts)
 
     def batch(self, rows: list[np.ndarray]) -> dict[str, Any]:
@@ -56,20 +57,6 @@ class TokenBlocks:
 def _done(worker: int) -> dict:
     """The marker a worker sends once its partitions are read (and until the loader stops it)."""
     return {"worker": worker, "done": True, "cursors": {}, "digests": b""}
-
-
-def _chunks(records: Iterator[Record], max_records: int, max_chars: int) -> Iterator[list[Record]]:
-    """Groups of records for one batched tokenizer call, bounded in count and characters."""
-    chunk: list[Record] = []
-    chars = 0
-    for record in records:
-        chunk.append(record)
-        chars += len(record[0])
-        if len(chunk) >= max_records or chars >= max_chars:
-            yield chunk
-            chunk, chars = [], 0
-    if chunk:
-        yield chunk
 
 
 class StreamingTextDataset(IterableDataset):
@@ -118,8 +105,9 @@ class StreamingTextDataset(IterableDataset):
         begin = getattr(self.source, "begin", None)
         if begin is not None:
             begin()
+        self._consumer = rank * n_workers + worker  # seeds a random mixture's draws
         parts = assign_partitions(
-            stripe_partitions(self.source.partitions()), rank * n_workers + worker, world * n_workers
+            stripe_partitions(self.source.partitions()), self._consumer, world * n_workers
         )
         try:
             yield from self._batches(parts, worker)
@@ -134,7 +122,7 @@ class StreamingTextDataset(IterableDataset):
     def _batches(self, parts: list[Partition], worker: int) -> Iterator[dict]:
         fmt = self.format
         rows: list[Any] = []
-        touched: dict[str, tuple[PartitionPacker, deque]] = {}
+        touched: dict[str, tuple[Any, deque]] = {}
 
         def state(done: bool) -> dict:
             cursors, digests = {}, []
@@ -152,14 +140,78 @@ class StreamingTextDataset(IterableDataset):
                 del touched[key]
             return out
 
+        chunk: list[tuple[Record, Any, int]] = []
+
+        def flush() -> Iterator[dict]:
+            items = fmt.encode([r[0] for r, _, _ in chunk], [i for _, _, i in chunk])
+            for ((_, after, digest), (packer, queue), _), item in zip(chunk, items):
+                if digest is not None:
+                    queue.append((packer.records + 1, digest))
+                for window in packer.feed(item, after):
+                    rows.append(window)
+                    if len(rows) == self.batch_size:
+                        yield batch()
+            chunk.clear()
+
+        chars = 0
+        for event in self._events(parts, touched):
+            if event[0] == "end":  # a group is read to its end: its last, short windows
+                yield from flush()
+                chars = 0
+                for packer in event[1]:
+                    for window in packer.finish():
+                        rows.append(window)
+                        if len(rows) == self.batch_size:
+                            yield batch()
+                continue
+            _, record, route, source = event
+            chunk.append((record, route, source))
+            chars += len(record[0])
+            if len(chunk) >= self.chunk_records or chars >= self.chunk_chars:
+                yield from flush()
+                chars = 0
+        yield from flush()
+        if rows:
+            yield batch()
+        yield {"_state": {**state(True), "stats": dict(getattr(self.source, "stats", {}))}}
+
+    def _events(self, parts: list[Partition], touched: dict) -> Iterator[tuple]:
+        """("record", record, (packer, queue), source) and ("end", packers) events, the sources mixed."""
+        by_source: dict[int, list[Partition]] = {}
+        for p in parts:
+            by_source.setdefault(p.source, []).append(p)
+        streams = {i: self._source_events(ps, touched, i) for i, ps in sorted(by_source.items())}
+        mixing = getattr(self.source, "strategy", None)
+        if mixing is None or len(streams) == 1:
+            for stream in streams.values():
+                yield from stream
+            return
+        counts = [0] * len(self.source.sources)  # type: ignore[attr-defined]
+        for p in parts:
+            counts[p.source] += int(self.cursors.get(p.key, {}).get("records", 0))
+        consumer = getattr(self, "_consumer", 0)
+        live = sorted(streams)
+        while live:
+            i = choose(mixing, live, counts, self.source.weights, self.source.seed, consumer)  # type: ignore[attr-defined]
+            for event in streams[i]:
+                yield event
+                if event[0] == "record":
+                    counts[i] += 1
+                    break
+            else:
+                live.remove(i)
+
+    def _source_events(self, parts: list[Partition], touched: dict, source: int) -> Iterator[tuple]:
+        """One source's events: its groups in order, each group's records then its end."""
+        fmt = self.format
         for group in _groups(parts):
-            live: list[tuple[Partition, PartitionPacker, deque]] = []
+            live: list[tuple[Partition, Any, deque]] = []
             for part in group:
                 cursor = self.cursors.get(part.key)
                 if cursor is not None and cursor.get("done"):
                     continue
                 live.append((part, fmt.packer(cursor), deque()))
-                touched[part.key] = live[-1][1:]  # type: ignore[assignment]
+                touched[part.key] = live[-1][1:]
             if not live:
                 continue
             # stripes of one base are read together: one pass over the base serves them all
@@ -169,24 +221,11 @@ class StreamingTextDataset(IterableDataset):
             if base.base is not None:
                 base = replace(base, key=base.base, stripe=None, stripes=1, base=None)
             records = self.source.iter_partition(base, start, lambda row, r=route: r(row) is not None)
-            mine = (r for r in records if route(r[1]) is not None)  # sources may ignore `want`
-            for chunk in _chunks(mine, self.chunk_records, self.chunk_chars):
-                for (_, after, digest), ids in zip(chunk, fmt.encode([r[0] for r in chunk])):
-                    packer, queue = route(after)  # type: ignore[misc]
-                    if digest is not None:
-                        queue.append((packer.records + 1, digest))
-                    for window in packer.feed(ids, after):
-                        rows.append(window)
-                        if len(rows) == self.batch_size:
-                            yield batch()
-            for _, packer, _ in live:
-                for window in packer.finish():
-                    rows.append(window)
-                    if len(rows) == self.batch_size:
-                        yield batch()
-        if rows:
-            yield batch()
-        yield {"_state": {**state(True), "stats": dict(getattr(self.source, "stats", {}))}}
+            for record in records:
+                target = route(record[1])
+                if target is not None:  # sources may ignore `want`
+                    yield ("record", record, target, source)
+            yield ("end", [packer for _, packer, _ in live])
 
 
 def _groups(parts: list[Partition]) -> list[list[Partition]]:

@@ -12,6 +12,7 @@ from typing import Any
 from llm.data.text.dedup import DedupTextSource
 from llm.data.text.hf import HFStreamTextSource
 from llm.data.text.local import LocalLineTextSource
+from llm.data.text.mixing import MixedTextSource
 from llm.data.text.source import TextSource
 
 SourceFactory = Callable[[Any], TextSource]
@@ -67,7 +68,13 @@ class SourceRegistry:
         return self._keys.get(name, frozenset())
 
     def build(self, cfg: Any) -> TextSource:
-        """The source named by `cfg.data_source`; a missing or unknown key is a ValueError naming it."""
+        """The source named by `cfg.data_source`; a missing or unknown key is a ValueError naming it.
+
+        A config listing text sources in `datasets` is their mixture (`mixing.py`).
+        """
+        entries = getattr(cfg, "datasets", None)
+        if entries:
+            return self._mixture(cfg, entries)
         name = cfg.data_source
         factory = self._factories.get(name)
         if factory is None:
@@ -84,6 +91,25 @@ class SourceRegistry:
                 f"unknown data key {unread[0]!r}: data_source {name!r} does not read it (it reads: {read})"
             )
         return source
+
+
+    def _mixture(self, cfg: Any, entries: list[Any]) -> TextSource:
+        sources = []
+        for i, entry in enumerate(entries):
+            if not hasattr(entry, "data_source"):
+                raise ValueError(
+                    f"datasets[{i}] has fine-tuning keys (path, type): use --task sft, or give text sources "
+                    "(data_source, dataset_path / dataset_name) to mix them for stream_lm"
+                )
+            one = cfg.model_copy(update={**entry.model_dump(), "datasets": None})
+            try:
+                sources.append(self.build(one))
+            except ValueError as e:
+                raise ValueError(f"datasets[{i}]: {e}") from None
+        return MixedTextSource(
+            sources, cfg.streaming_dataset_mixing_strategy, cfg.streaming_mixing_weights,
+            seed=getattr(cfg, "mixing_seed", 0), buffer=cfg.streaming_buffer_per_dataset,
+        )
 
 
 class _KeyRecorder:

@@ -33,6 +33,7 @@ class Partition:
     stripe: int | None = None  # rows r with (r - 1) % stripes == stripe of the base partition
     stripes: int = 1
     base: str | None = None  # key of the partition this stripe cuts
+    source: int = 0  # which source of a mixture (`mixing.MixedTextSource`) it belongs to
 
     @property
     def group(self) -> str:

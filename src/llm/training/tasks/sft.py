@@ -22,17 +22,15 @@ def shift_labels(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 class SftData:
-    """Batches of the `datasets:` entry (one today), `micro_batch_size` records each."""
+    """Batches of the `datasets:` entries (mixed by `streaming_dataset_mixing_strategy`), `micro_batch_size` records each."""
 
     def __init__(self, config: Any, rank: int, world_size: int):
         data = config.data
         if not data.datasets:
             raise ConfigError("--task sft needs datasets: [{path, type}] (Axolotl's key, or data.datasets)")
-        if len(data.datasets) > 1:
-            raise ConfigError(
-                f"--task sft reads one dataset today, the config lists {len(data.datasets)}; mixing several "
-                "(streaming_dataset_mixing_strategy) is not built yet"
-            )
+        for i, entry in enumerate(data.datasets):
+            if not hasattr(entry, "type"):
+                raise ConfigError(f"datasets[{i}] is a text source (data_source ...); --task sft takes {{path, type}} entries")
         if data.streaming and not config.training.max_steps:
             raise ConfigError("max_steps must be set when using streaming datasets")
         steps = data.steps_per_epoch or config.training.max_steps
@@ -48,7 +46,8 @@ class SftData:
                 empty = False
                 yield shift_labels(batch)
             if empty:
-                raise ValueError(f"dataset {self.config.data.datasets[0].path} yielded no record for this rank")
+                paths = ", ".join(e.path for e in self.config.data.datasets)
+                raise ValueError(f"datasets {paths} yielded no record for this rank")
 
     def state_dict(self) -> dict[str, Any]:
         return self.module.state_dict()

@@ -1,0 +1,121 @@
+"""Mixing several text sources (`data.datasets`): round_robin, weighted or random, resumable from counts alone.
+
+Each consumer (rank x worker) draws its records from its own partitions of every
+source. Which source the next record comes from is a pure function of how many
+records this consumer has drawn from each source in the current pass (and, for
+`random`, the seed and the consumer): those counts are the sums of the
+partitions' cursors, so the mixture resumes exactly with no state of its own.
+
+* `round_robin` (the default): the live source with the fewest draws, lowest index first.
+* `weighted`: the live source furthest behind its weight (a low-discrepancy schedule:
+  the realised shares stay within one record of the weights at every point).
+* `random`: a seeded draw by weight, from a hash of (seed, consumer, draw number).
+
+A source whose partitions this consumer has read to the end drops out; the others go on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import replace
+
+from llm.data.text.source import Partition, Record, TextSource, Want
+
+STRATEGIES = ("round_robin", "weighted", "random")
+_PREFIX = "d{}:"
+
+
+def check_weights(weights: list[float] | None, n: int, strategy: str) -> list[float]:
+    """Weights for `n` sources: the given ones (same length, >= 0, summing to 1) or equal ones."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"streaming_dataset_mixing_strategy {strategy!r} is not known; use one of: {', '.join(STRATEGIES)}")
+    if weights is None:
+        if strategy == "weighted":
+            raise ValueError("streaming_mixing_weights is required when streaming_dataset_mixing_strategy is weighted")
+        return [1.0 / n] * n
+    if len(weights) != n:
+        raise ValueError(f"streaming_mixing_weights has {len(weights)} weights but datasets lists {n} datasets")
+    if any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in weights):
+        raise ValueError(f"streaming_mixing_weights must be non-negative numbers, got {weights}")
+    total = float(sum(weights))
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"streaming_mixing_weights must sum to 1 (within 1e-6), but they sum to {total:.9g}")
+    return [float(w) for w in weights]
+
+
+def choose(strategy: str, live: list[int], counts: list[int], weights: list[float], seed: int, consumer: int) -> int:
+    """The source of the next draw, from the draws so far (`counts`, per source) and the live sources."""
+    if strategy == "round_robin":
+        return min(live, key=lambda i: (counts[i], i))
+    total_w = sum(weights[i] for i in live)
+    if total_w <= 0:  # only zero-weight sources left: they are drawn in turn
+        return min(live, key=lambda i: (counts[i], i))
+    if strategy == "weighted":
+        drawn = sum(counts[i] for i in live) + 1
+        return max(live, key=lambda i: (weights[i] / total_w * drawn - counts[i], -i))
+    k = sum(counts)
+    digest = hashlib.blake2b(f"{seed}:{consumer}:{k}".encode(), digest_size=8).digest()
+    u = int.from_bytes(digest, "little") / 2**64 * total_w
+    for i in live:
+        u -= weights[i]
+        if u < 0:
+            return i
+    return live[-1]
+
+
+class MixedTextSource(TextSource):
+    """Several sources as one: partitions keyed `d<i>:<key>`, read by the dataset source by source and mixed."""
+
+    def __init__(self, sources: list[TextSource], strategy: str = "round_robin",
+                 weights: list[float] | None = None, seed: int = 0, buffer: int = 1000):
+        if not sources:
+            raise ValueError("datasets is empty; list at least one source to mix")
+        self.sources = sources
+        self.strategy = strategy
+        self.weights = check_weights(weights, len(sources), strategy)
+        self.seed = seed
+        self.buffer = buffer  # records read ahead per source, at most
+
+    def source_fingerprint(self) -> dict:
+        # the strategy and weights may change on resume: the cursors stay valid, the new
+        # mixture applies from the resume point
+        return {"type": "mixture", "sources": [s.source_fingerprint() for s in self.sources]}
+
+    def partitions(self) -> list[Partition]:
+        out = []
+        for i, source in enumerate(self.sources):
+            prefix = _PREFIX.format(i)
+            for p in source.partitions():
+                out.append(replace(p, key=prefix + p.key, base=prefix + p.base if p.base else None, source=i))
+        return out
+
+    def _inner(self, part: Partition) -> Partition:
+        prefix = _PREFIX.format(part.source)
+        return replace(part, key=part.key[len(prefix):], base=part.base[len(prefix):] if part.base else None, source=0)
+
+    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+        yield from self.sources[part.source].iter_partition(self._inner(part), offset, want)
+
+    def iter_texts(self, skip: int = 0) -> Iterator[str]:
+        """Every source's records one after another (the mixing happens per consumer, in the dataset)."""
+        for source in self.sources:
+            for text in source.iter_texts():
+                if skip:
+                    skip -= 1
+                    continue
+                yield text
+
+    # dedup sources inside a mixture keep their own seen-sets
+    def begin(self) -> None:
+        for s in self.sources:
+            if hasattr(s, "begin"):
+                s.begin()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.sources:
+            for k, v in getattr(s, "stats", {}).items():
+                out[k] = out.get(k, 0) + v
+        return out

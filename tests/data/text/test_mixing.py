@@ -1,0 +1,130 @@
+"""Mixing text sources: each strategy's schedule, weight errors, and exact resume with 0 and 2 workers."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from llm.data.config import DataConfig
+from llm.data.text.mixing import choose
+from llm.data.text.stream import StreamingTextDataModule
+from tests.resume import check_resume, take_steps
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 50), min_size=2, max_size=4).filter(lambda w: sum(w) > 0), st.integers(50, 400))
+def test_weighted_stays_within_one_record_of_its_weights(raw, n):
+    weights = [w / sum(raw) for w in raw]
+    counts = [0] * len(weights)
+    live = list(range(len(weights)))
+    for drawn in range(1, n + 1):
+        counts[choose("weighted", live, counts, weights, 0, 0)] += 1
+        assert all(abs(c - w * drawn) <= 1 for c, w in zip(counts, weights)), (counts, weights, drawn)
+
+
+def test_round_robin_and_random():
+    counts = [0, 0, 0]
+    order = []
+    for _ in range(6):
+        i = choose("round_robin", [0, 1, 2], counts, [1 / 3] * 3, 0, 0)
+        order.append(i)
+        counts[i] += 1
+    assert order == [0, 1, 2, 0, 1, 2]
+    assert choose("round_robin", [0, 2], [5, 9, 3], [1 / 3] * 3, 0, 0) == 2  # an exhausted source is skipped
+    draws = []
+    counts = [0, 0]
+    for _ in range(4000):
+        i = choose("random", [0, 1], counts, [0.8, 0.2], seed=7, consumer=0)
+        draws.append(i)
+        counts[i] += 1
+    assert 0.77 < counts[0] / 4000 < 0.83  # seeded draws by weight
+    again, counts = [], [0, 0]
+    for _ in range(4000):
+        i = choose("random", [0, 1], counts, [0.8, 0.2], seed=7, consumer=0)
+        again.append(i)
+        counts[i] += 1
+    assert again == draws  # reproducible
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"streaming_mixing_weights": [0.5, 0.3, 0.2]}, "has 3 weights but datasets lists 2 datasets"),
+        ({"streaming_mixing_weights": [1.2, -0.2]}, "must be non-negative numbers"),
+        ({"streaming_mixing_weights": [0.5, 0.4]}, "must sum to 1 \\(within 1e-6\\), but they sum to 0.9"),
+        ({"streaming_dataset_mixing_strategy": "weighted"}, "streaming_mixing_weights is required"),
+    ],
+)
+def test_weight_mistakes_are_one_sentence(kwargs, message):
+    entries = [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}]
+    with pytest.raises(ValidationError, match=message):
+        DataConfig(datasets=entries, **kwargs)
+
+
+def write_sources(folder: Path) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, n in (("big", 300), ("small", 60)):
+        path = folder / f"{name}.txt"
+        path.write_text("".join(f"{name} record {i} " + "z" * (i % 7) + "\n" for i in range(n)))
+        paths.append(str(path))
+    return paths
+
+
+def make(config: dict) -> StreamingTextDataModule:
+    entries = [{"dataset_path": p} for p in config["paths"]]
+    data = DataConfig(datasets=entries, max_seq_len=16, num_workers=config["workers"],
+                      streaming_dataset_mixing_strategy=config["strategy"],
+                      streaming_mixing_weights=config.get("weights"))
+    return StreamingTextDataModule(data, batch_size=4, loop=False)
+
+
+def run_mix(config: dict, state: dict | None, steps: int | None):
+    multiprocessing.set_start_method("fork", force=True)
+    module = make(config)
+    if state is not None:
+        module.load_state_dict(state)
+    return take_steps(module.train_dataloader(), steps), module.state_dict()
+
+
+@pytest.mark.parametrize(
+    "strategy, weights, workers",
+    [("round_robin", None, 0), ("weighted", [0.75, 0.25], 0), ("random", [0.5, 0.5], 0), ("weighted", [0.75, 0.25], 2)],
+)
+def test_exact_resume_of_a_mixture(tmp_path, strategy, weights, workers):
+    config = {"paths": write_sources(tmp_path), "strategy": strategy, "weights": weights, "workers": workers}
+    ref = check_resume(run_mix, config, stops=[0, 9, 30], fresh_process=False)
+    # every record of both sources arrives once (one EOS each), and the sources interleave
+    assert sum(int((s["labels"] == 256).sum()) for s in ref) == 360
+    text = bytes(int(t) for s in ref for row in s["labels"] for t in row if 0 <= t < 256).decode()
+    firsts = [text.find("small record"), text.find("big record 299")]
+    assert 0 <= firsts[0] < firsts[1]  # the small source was mixed in, not read after the big one
+
+
+def test_a_mixture_is_refused_for_dedup_and_sft_entries():
+    with pytest.raises(ValidationError, match="data_source"):
+        DataConfig(datasets=[{"data_source": "dedup_local", "dataset_path": "a"}, {"dataset_path": "b"}])
+    cfg = DataConfig(datasets=[{"path": "a.jsonl", "type": "alpaca"}], max_seq_len=8, steps_per_epoch=2)
+    with pytest.raises(ValueError, match="datasets\\[0\\] has fine-tuning keys"):
+        StreamingTextDataModule(cfg, batch_size=2)
+
+
+def test_weighted_shares_of_the_records_a_consumer_reads(tmp_path):
+    from llm.data.text.dataset import StreamingTextDataset
+    from llm.data.text.partitions import stripe_partitions
+
+    config = {"paths": write_sources(tmp_path), "strategy": "weighted", "weights": [0.8, 0.2], "workers": 0}
+    module = make(config)
+    ds = StreamingTextDataset(module.source, module.tokenizer, 16, 4, rank=0, world_size=1)
+    events = ds._events(stripe_partitions(module.source.partitions()), {})
+    sources = [e[3] for e in events if e[0] == "record"]
+    assert Counter(sources) == {0: 300, 1: 60}  # every record of both, once
+    # until the small source runs out (its 60 records are 20% of 300), the shares follow the weights
+    for n in range(1, 300):
+        assert abs(sources[:n].count(1) - 0.2 * n) <= 1
