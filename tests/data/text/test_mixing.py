@@ -7,14 +7,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from llm.data.config import DataConfig
 from llm.data.text.mixing import choose
-from llm.data.text.stream import StreamingTextDataModule
-from tests.resume import check_resume, take_steps
+from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
+from tests.resume import check_resume
 
 
 @settings(max_examples=60, deadline=None)
@@ -77,20 +78,30 @@ def write_sources(folder: Path) -> list[str]:
     return paths
 
 
-def make(config: dict) -> StreamingTextDataModule:
+def make(config: dict, rank: int | None = None, world: int | None = None) -> StreamingTextDataModule:
     entries = [{"dataset_path": p} for p in config["paths"]]
     data = DataConfig(datasets=entries, max_seq_len=16, num_workers=config["workers"],
                       streaming_dataset_mixing_strategy=config["strategy"],
                       streaming_mixing_weights=config.get("weights"))
-    return StreamingTextDataModule(data, batch_size=4, loop=False)
+    return StreamingTextDataModule(data, batch_size=4, rank=rank, world_size=world, loop=False)
 
 
 def run_mix(config: dict, state: dict | None, steps: int | None):
+    """resume.py protocol; `world` ranks simulated in one process, their batches stacked per step."""
     multiprocessing.set_start_method("fork", force=True)
-    module = make(config)
-    if state is not None:
-        module.load_state_dict(state)
-    return take_steps(module.train_dataloader(), steps), module.state_dict()
+    world = config.get("world", 1)
+    modules = [make(config, r, world) for r in range(world)]
+    for m in modules:
+        if state is not None:
+            m.load_state_dict(state)
+    iters = [iter(m.train_dataloader()) for m in modules]
+    out = []
+    while steps is None or len(out) < steps:
+        live = [b for b in (next(it, None) for it in iters) if b is not None]
+        if not live:
+            break
+        out.append({k: torch.cat([b[k] for b in live]).numpy() for k in ("input_ids", "labels")})
+    return out, merge_stream_states([m.state_dict() for m in modules])
 
 
 @pytest.mark.parametrize(
@@ -105,6 +116,17 @@ def test_exact_resume_of_a_mixture(tmp_path, strategy, weights, workers):
     text = bytes(int(t) for s in ref for row in s["labels"] for t in row if 0 <= t < 256).decode()
     firsts = [text.find("small record"), text.find("big record 299")]
     assert 0 <= firsts[0] < firsts[1]  # the small source was mixed in, not read after the big one
+
+
+def rows(step: dict) -> list[bytes]:
+    return [a.tobytes() + b.tobytes() for a, b in zip(step["input_ids"], step["labels"])]
+
+
+def test_a_mixture_resumes_on_other_topologies_losing_nothing(tmp_path):
+    config = {"paths": write_sources(tmp_path), "strategy": "weighted", "weights": [0.75, 0.25], "workers": 0}
+    others = [{**config, "world": 2}, {**config, "workers": 2}]
+    check_resume(run_mix, config, stops=[11, 40], resume_configs=others, exact=False, split_records=rows,
+                 fresh_process=False)
 
 
 def test_a_mixture_is_refused_for_dedup_and_sft_entries():

@@ -194,6 +194,8 @@ class StreamingTextDataModule:
             rank=rank, world_size=world, cursors=self._cursors,
             worker_rotation=self._next_worker.get(key, 0), packed=self.num_workers > 0,
             batch_format=self.batch_format(),
+            # a mixture reads at most `streaming_buffer_per_dataset` records ahead before encoding
+            chunk_records=min(64, getattr(self.source, "buffer", 64)),
         )
         if self.num_workers:
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
