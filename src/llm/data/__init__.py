@@ -17,6 +17,7 @@ _EXPORTS = {
     "TokensLoader": "llm.data.shards.format.loaders",
     "ItemsLoader": "llm.data.shards.format.loaders",
     "StreamingDataset": "llm.data.shards.streaming",
+    "CombinedStreamingDataset": "llm.data.shards.mixing",
     "StreamingDataLoader": "llm.data.shards.loader",
     "StreamingTextDataModule": "llm.data.text.stream",
     "StreamingTextDataset": "llm.data.text.stream",

@@ -191,11 +191,14 @@ class StreamingDataLoader(DataLoader):
             "epoch": epoch,
             "samples_consumed": consumed,
             "global_batch_size": self.batch_size * (self._schedule.world_size if self._schedule else current_rank_world()[1]),
+            **({"mixture": ds.mixture_state(epoch, consumed)} if hasattr(ds, "mixture_state") else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly after the batches counted in `state`, on any num_workers or world size."""
         ds = self.dataset
+        if hasattr(ds, "load_mixture_state"):  # a mixture may re-anchor (other weights on resume)
+            state = ds.load_mixture_state(state)
         mine = {"fingerprint": ds.fingerprint, "seed": ds.seed, "shuffle": ds.shuffle, "num_samples": ds.num_samples}
         self._epoch, self._start = check_state(state, ds.input_dir, mine)
         self._schedule, self._yielded, self._active = None, 0, None

@@ -1,0 +1,239 @@
+"""`CombinedStreamingDataset`: several optimized datasets mixed by a schedule that is a pure function of position.
+
+Which source global position P comes from is a periodic, low-discrepancy pattern:
+each block of `PERIOD` positions holds exactly `quota[s]` samples of source s
+(largest-remainder rounding of its weight), interleaved smoothly and rotated by
+the seed. So any window of `PERIOD` consecutive samples holds each source's
+quota exactly (within 0.05% of its weight), and the number of samples source s
+gave before P is a closed form: `(P // PERIOD) * quota[s] + prefix[s][P % PERIOD]`.
+Source s's q-th sample is sample `q % n_s` of its own epoch `q // n_s`
+(reshuffled by its own seed + epoch), so a source that runs out starts its next
+epoch while the others go on. Nothing depends on what was read: the loader's
+position is the whole state, resume is O(1) and exact on any topology.
+
+A combined epoch is `num_samples` positions: until the first source has given all
+its samples (`iterate_over_all=False`) or until every source has (`True`).
+Changing the weights on resume re-anchors the schedule at the saved per-source
+counts: nothing consumed is repeated, the new mixture applies from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from llm.data.shards.plan import epoch_order
+from llm.data.shards.streaming import StreamingDataset, _Iteration, chunk_bounds
+
+PERIOD = 1000
+
+
+def quotas(weights: Sequence[float], period: int = PERIOD) -> list[int]:
+    """Integer samples per period for each weight (largest remainder), summing to `period`."""
+    exact = [w * period for w in weights]
+    base = [int(x) for x in exact]
+    for i in sorted(range(len(exact)), key=lambda i: (base[i] - exact[i], i))[: period - sum(base)]:
+        base[i] += 1
+    return base
+
+
+def slot_table(quota: list[int], seed: int, period: int = PERIOD) -> np.ndarray:
+    """Source of each slot of a period: smooth weighted round robin, rotated by the seed."""
+    slots = np.empty(period, dtype=np.int64)
+    credit = [0] * len(quota)
+    for k in range(period):
+        for i, q in enumerate(quota):
+            credit[i] += q
+        pick = max(range(len(quota)), key=lambda i: (credit[i], -i))
+        credit[pick] -= period
+        slots[k] = pick
+    return np.roll(slots, seed % period)
+
+
+class CombinedStreamingDataset(StreamingDataset):
+    """Mix several `StreamingDataset`s (same kind, same block size) by weight, with an exact resume."""
+
+    def __init__(
+        self,
+        datasets: Sequence[StreamingDataset],
+        weights: Sequence[float] | None = None,
+        seed: int = 42,
+        iterate_over_all: bool = True,
+        batching: str = "stratified",
+    ):
+        self.datasets = list(datasets)
+        self._check_sources()
+        if batching != "stratified":
+            raise ValueError(
+                f"batching={batching!r} is not available: only 'stratified' (sources mixed within each "
+                "batch by the weights) is built; 'per_batch' (one source per batch) is not yet"
+            )
+        self.batching = batching
+        self.seed, self.iterate_over_all = seed, iterate_over_all
+        first = self.datasets[0]
+        self.manifest, self.item_loader = first.manifest, first.item_loader
+        self.block_size = getattr(first, "block_size", None)
+        self.pad_id = getattr(first, "pad_id", None)
+        self.shuffle, self.drop_last, self.epoch = True, False, 0
+        self.input_dir = "CombinedStreamingDataset(" + ", ".join(str(d.input_dir) for d in self.datasets) + ")"
+        self._iteration: _Iteration | None = None
+        self.sizes = np.array([d.num_samples for d in self.datasets], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
+        self.fingerprint = hashlib.sha256(
+            json.dumps([d.fingerprint for d in self.datasets] + [seed]).encode()
+        ).hexdigest()
+        self.set_weights(weights, np.zeros(len(self.datasets), dtype=np.int64))
+
+    def _check_sources(self) -> None:
+        if not self.datasets:
+            raise ValueError("CombinedStreamingDataset needs at least one dataset")
+        for i, d in enumerate(self.datasets):
+            if not isinstance(d, StreamingDataset) or isinstance(d, CombinedStreamingDataset):
+                raise TypeError(f"datasets[{i}] is a {type(d).__name__}, expected a StreamingDataset")
+            if d.manifest.kind != self.datasets[0].manifest.kind:
+                raise ValueError(f"datasets[{i}] holds {d.manifest.kind} but datasets[0] holds {self.datasets[0].manifest.kind}; mix datasets of one kind")
+            if getattr(d, "block_size", None) != getattr(self.datasets[0], "block_size", None):
+                raise ValueError(f"datasets[{i}] has block_size {d.block_size} but datasets[0] has {self.datasets[0].block_size}; use one TokensLoader block size")
+
+    def set_weights(self, weights: Sequence[float] | None, counts: np.ndarray) -> None:
+        """Mixture weights (None: proportional to sizes) from an anchor where source s had given counts[s]."""
+        n = len(self.datasets)
+        if weights is None:
+            weights = (self.sizes / self.sizes.sum()).tolist()
+        weights = list(weights)
+        if len(weights) != n:
+            raise ValueError(f"weights has {len(weights)} entries but there are {n} datasets")
+        if any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 or w != w for w in weights):
+            raise ValueError(f"weights must be non-negative numbers, got {weights}")
+        if sum(weights) <= 0:
+            raise ValueError(f"weights are all zero ({weights}); give at least one dataset a positive weight")
+        self.weights = [w / sum(weights) for w in weights]
+        self.quota = np.array(quotas(self.weights), dtype=np.int64)
+        self.slots = slot_table(self.quota.tolist(), self.seed)
+        # prefix[s, k]: samples of source s in slots [0, k)
+        self.prefix = np.zeros((n, PERIOD + 1), dtype=np.int64)
+        for s in range(n):
+            self.prefix[s, 1:] = np.cumsum(self.slots == s)
+        self.anchor = np.asarray(counts, dtype=np.int64)
+        self.num_samples = self._epoch_length()
+
+    def _counts(self, positions: np.ndarray) -> np.ndarray:
+        """Samples each source gave before each position: shape (sources, len(positions))."""
+        full, rest = np.divmod(positions, PERIOD)
+        return self.anchor[:, None] + full[None, :] * self.quota[:, None] + self.prefix[:, rest]
+
+    def _epoch_length(self) -> int:
+        """Positions until the first (or every) weighted source has given all its samples once."""
+        ends = []
+        for s in np.flatnonzero(self.quota):
+            need = int(self.sizes[s])
+            periods = max(0, (need - 1) // int(self.quota[s]))
+            within = int(np.searchsorted(self.prefix[s], need - periods * self.quota[s]))
+            ends.append(periods * PERIOD + within)
+        return int(max(ends) if self.iterate_over_all else min(ends))
+
+    def mixture_state(self, epoch: int, consumed: int) -> dict[str, Any]:
+        """Weights, anchor and per-source counts at the loader's position (a few numbers per source)."""
+        absolute = np.array([epoch * self.num_samples + consumed], dtype=np.int64)
+        return {"weights": self.weights, "anchor": self.anchor.tolist(), "counts": self._counts(absolute)[:, 0].tolist()}
+
+    def load_mixture_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The loader state to resume from: as saved, or re-anchored when the mixture changed.
+
+        With other weights (or a state saved after such a change) the schedule restarts at
+        the saved per-source counts: epoch 0, position 0 of the new mixture, nothing repeated.
+        """
+        mixture = state.get("mixture") if isinstance(state, dict) else None
+        if not mixture:
+            return state
+        n = len(self.datasets)
+        try:
+            weights = [float(w) for w in mixture["weights"]]
+            anchor = np.asarray(mixture["anchor"], dtype=np.int64)
+            counts = np.asarray(mixture["counts"], dtype=np.int64)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("loader state key 'mixture' must hold weights, anchor and counts lists") from None
+        if len(weights) != n or anchor.shape != (n,) or counts.shape != (n,) or (counts < 0).any():
+            raise ValueError(f"loader state key 'mixture' does not describe {n} datasets: {mixture!r}")
+        if np.allclose(weights, self.weights) and (anchor == self.anchor).all():
+            return state
+        if np.allclose(weights, self.weights) and not (anchor == 0).all():
+            self.set_weights(self.weights, anchor)  # the same re-anchored mixture as when it was saved
+            return {**state, "num_samples": self.num_samples}
+        self.set_weights(self.weights, counts)
+        return {**state, "epoch": 0, "samples_consumed": 0, "num_samples": self.num_samples}
+
+    # ---- the plan --------------------------------------------------------------------------
+
+    def global_ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """Combined sample ids (source offset + its own sample) of epoch positions."""
+        absolute = epoch * self.num_samples + np.asarray(positions, dtype=np.int64)
+        src = self.slots[absolute % PERIOD]
+        q = self._counts(absolute)[src, np.arange(len(absolute))]
+        out = np.empty(len(absolute), dtype=np.int64)
+        for s, d in enumerate(self.datasets):
+            mine = np.flatnonzero(src == s)
+            if not len(mine):
+                continue
+            own_epoch, index = np.divmod(q[mine], self.sizes[s])
+            for e in np.unique(own_epoch).tolist():
+                at = mine[own_epoch == e]
+                order = epoch_order(int(self.sizes[s]), d.seed, int(e), d.shuffle, d.shuffle_algorithm)
+                out[at] = self.offsets[s] + order(index[own_epoch == e])
+        return out
+
+    def chunk_plan(self, it: _Iteration, workers: int) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
+        return chunk_bounds(len(it.schedule), workers, it.chunk_batches), lambda p: self.global_ids(it.epoch, p)
+
+    def sources_of(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.offsets, ids, side="right") - 1
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def read_blocks(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        src = self.sources_of(ids)
+        out: dict[str, np.ndarray] = {}
+        for s in np.unique(src).tolist():
+            at = np.flatnonzero(src == s)
+            part = self.datasets[s].read_blocks(ids[at] - self.offsets[s])
+            for k, v in part.items():
+                out.setdefault(k, np.empty((len(ids), v.shape[1]), dtype=v.dtype))[at] = v
+        return out
+
+    def _item(self, gid: int) -> Any:
+        s = int(self.sources_of(np.array([gid]))[0])
+        return self.datasets[s].reader.get(int(gid - self.offsets[s]))
+
+    def _chunk(self, samples: np.ndarray, sizes: np.ndarray, collate: Callable | None) -> dict[str, Any]:
+        if self.manifest.kind == "tokens":
+            return {"sizes": sizes, **self.read_blocks(samples)}
+        from torch.utils.data._utils.collate import default_collate
+
+        collate = collate or default_collate
+        items = [self._item(int(s)) for s in samples]
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        return {"sizes": sizes, "batches": [collate(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]}
+
+    def _samples(self, samples: np.ndarray):
+        if self.manifest.kind == "items":
+            for s in samples.tolist():
+                yield self._item(s)
+            return
+        blocks = {k: torch.from_numpy(v) for k, v in self.read_blocks(samples).items()}
+        for row in range(len(samples)):
+            yield {k: v[row] for k, v in blocks.items()} if len(blocks) > 1 else blocks["input_ids"][row]
+
+    def __getitem__(self, index: int) -> Any:
+        index = self._check_index(int(index))
+        gid = int(self.global_ids(self.epoch, np.array([index]))[0])
+        return next(iter(self._samples(np.array([gid]))))
+
+    def verify(self) -> None:
+        for d in self.datasets:
+            d.verify()

@@ -1,0 +1,165 @@
+"""CombinedStreamingDataset: the schedule hits its weights in every window, sources run their own epochs,
+resume is exact on other worker counts and world sizes (also after a source's second epoch), weights may change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llm.data import (
+    CombinedStreamingDataset,
+    StreamingDataLoader,
+    StreamingDataset,
+    TokensLoader,
+    optimize,
+)
+from llm.data.shards.mixing import PERIOD, quotas, slot_table
+from tests.resume import check_resume
+
+
+def make_source(folder, tag: int, n_docs: int):
+    """A token dataset whose every token says which source and which document it came from."""
+    def fn(i):
+        return np.full(7, tag * 10_000 + i, dtype=np.int64)
+
+    optimize(fn, list(range(n_docs)), str(folder), chunk_bytes="2KB", num_workers=0, progress=False,
+             item_loader=TokensLoader())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mix")
+    return str(make_source(root / "big", 1, 400)), str(make_source(root / "small", 2, 60))
+
+
+def combined(paths, weights=(0.5, 0.5), seed=3, over_all=False, block=7):
+    ds = [StreamingDataset(p, item_loader=TokensLoader(block_size=block), shuffle=True, seed=11 + i)
+          for i, p in enumerate(paths)]
+    return CombinedStreamingDataset(ds, weights=list(weights) if weights else None, seed=seed, iterate_over_all=over_all)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 20), min_size=2, max_size=5).filter(lambda w: sum(w) > 0), st.integers(0, 10**6),
+       st.integers(0, 5 * PERIOD))
+def test_every_window_of_a_period_holds_each_weight_within_one_percent(raw, seed, start):
+    weights = [w / sum(raw) for w in raw]
+    quota = quotas(weights)
+    assert sum(quota) == PERIOD
+    slots = np.tile(slot_table(quota, seed), 7)
+    window = slots[start : start + PERIOD]
+    for s, w in enumerate(weights):
+        assert abs((window == s).mean() - w) <= 0.01
+
+
+def samples(ds: CombinedStreamingDataset, epochs: int = 1) -> np.ndarray:
+    return np.concatenate([ds.global_ids(e, np.arange(ds.num_samples)) for e in range(epochs)])
+
+
+def test_sources_keep_their_own_epochs(sources):
+    ds = combined(sources, (0.5, 0.5))
+    ids = samples(ds, 3)
+    src = ds.sources_of(ids)
+    small = ids[src == 1] - ds.offsets[1]
+    n_small = int(ds.sizes[1])
+    # the small source is exhausted first: each of its epochs is a permutation, reshuffled
+    first, second = small[:n_small], small[n_small : 2 * n_small]
+    assert sorted(first) == list(range(n_small)) and sorted(second) == list(range(n_small))
+    assert list(first) != list(second)
+    assert ds.num_samples == pytest.approx(2 * n_small, abs=2)  # iterate_over_all=False: ends with the small one
+    assert combined(sources, (0.5, 0.5), over_all=True).num_samples >= 2 * int(ds.sizes[0]) - 2
+    proportional = combined(sources, None)
+    assert proportional.weights == pytest.approx((ds.sizes / ds.sizes.sum()).tolist())
+
+
+def run_combined(config: dict, state: dict | None, steps: int | None):
+    """resume.py protocol: `world` ranks in lockstep in one process, a step is the global batch."""
+    import os
+
+    ds = combined(config["paths"], config["weights"])
+    world = config.get("world", 1)
+    loaders = []
+    for r in range(world):
+        os.environ["RANK"], os.environ["WORLD_SIZE"] = str(r), str(world)
+        loader = StreamingDataLoader(ds, batch_size=config["batch"] // world, num_workers=config["workers"])
+        if state is not None:
+            loader.load_state_dict(state)
+        loaders.append((r, loader, iter(loader)))
+    out: list[np.ndarray] = []
+    epochs = config.get("epochs", 2)
+    done = 0
+    while steps is None or len(out) < steps:
+        parts = []
+        for r, _, it in loaders:
+            os.environ["RANK"] = str(r)
+            parts.append(next(it, None))
+        if any(p is None for p in parts):
+            done += 1
+            if done + (state or {}).get("epoch", 0) >= epochs:
+                break
+            fresh = []
+            for r, lo, _ in loaders:
+                os.environ["RANK"] = str(r)  # a loader reads its rank when an epoch starts
+                fresh.append((r, lo, iter(lo)))
+            loaders = fresh
+            continue
+        out.append(np.concatenate([p.numpy() for p in parts]))
+    os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", str(world)
+    state_out = loaders[0][1].state_dict()
+    os.environ.pop("RANK"), os.environ.pop("WORLD_SIZE")
+    return out, state_out
+
+
+def test_exact_resume_across_a_sources_second_epoch(sources):
+    config = {"paths": sources, "weights": [0.7, 0.3], "batch": 4, "workers": 0, "epochs": 2}
+    others = [{**config, "workers": 2}, {**config, "world": 2}]
+    ref = check_resume(run_combined, config, stops=[3, 25, 50], resume_configs=others, fresh_process=False)
+    tokens = np.concatenate(ref)
+    small_docs = tokens[(tokens // 10_000) == 2]
+    assert len(np.unique(small_docs)) == 60  # the small source came round at least once fully
+    assert len(small_docs) // 7 > 60  # and into its second epoch within the run
+
+
+def test_changing_the_weights_on_resume_repeats_nothing(sources):
+    paths = sources
+    ds = combined(paths, (0.5, 0.5), over_all=True)
+    loader = StreamingDataLoader(ds, batch_size=4)
+    it = iter(loader)
+    head = [next(it).numpy() for _ in range(20)]
+    state = loader.state_dict()
+    assert state["mixture"]["counts"] == [40, 40]
+    new = combined(paths, (0.9, 0.1), over_all=True)
+    resumed = StreamingDataLoader(new, batch_size=4)
+    resumed.load_state_dict(state)
+    tail = [b.numpy() for b in resumed]
+    seen_big = {int(b[0]) for batch in head for b in batch if b[0] // 10_000 == 1}
+    later_big = [int(b[0]) for batch in tail for b in batch if b[0] // 10_000 == 1]
+    n_big = 400
+    # the big source continues its own epoch: none of its first-epoch documents comes again early
+    assert not seen_big & set(later_big[: n_big - len(seen_big)])
+    shares = np.mean([b[0] // 10_000 == 1 for batch in tail[:100] for b in batch])
+    assert abs(shares - 0.9) < 0.02
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"weights": [0.5]}, "weights has 1 entries but there are 2 datasets"),
+        ({"weights": [1.0, -0.5]}, "weights must be non-negative numbers"),
+        ({"weights": [0, 0]}, "weights are all zero"),
+        ({"weights": [0.5, 0.5], "batching": "per_batch"}, "batching='per_batch' is not available"),
+    ],
+)
+def test_bad_input_is_one_sentence(sources, kwargs, message):
+    ds = [StreamingDataset(p, item_loader=TokensLoader(block_size=7)) for p in sources]
+    with pytest.raises(ValueError, match=message):
+        CombinedStreamingDataset(ds, **kwargs)
+
+
+def test_other_block_sizes_are_refused(sources):
+    a = StreamingDataset(sources[0], item_loader=TokensLoader(block_size=7))
+    b = StreamingDataset(sources[1], item_loader=TokensLoader(block_size=9))
+    with pytest.raises(ValueError, match="datasets\\[1\\] has block_size 9 but datasets\\[0\\] has 7"):
+        CombinedStreamingDataset([a, b])
