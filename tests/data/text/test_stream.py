@@ -241,7 +241,7 @@ def test_resume_seeks_instead_of_rereading(tmp_path):
             raw[lo : c["offset"] - 1] = b"#" * (c["offset"] - 1 - lo)
     stat = path.stat()
     path.write_bytes(bytes(raw))  # same size, yet another file: a resume is refused, naming it
-    with pytest.raises(ValueError, match=r"fingerprint mismatch: content.big.jsonl: "):
+    with pytest.raises(ValueError, match=r"fingerprint mismatch: .*stamps.big.jsonl: "):
         run_stream(config, state, None)
     # a change the stamp cannot see (same size and mtime, the state's stamp forged): the resume
     # must still never read the lines before its cursors

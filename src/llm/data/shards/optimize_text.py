@@ -19,6 +19,7 @@ from llm.data.shards.optimize import DocumentBatch, OptimizeSummary, optimize
 from llm.data.text.partitions import byte_ranges
 from llm.data.text.readers import (
     FileStamp,
+    InputError,
     expand_inputs,
     iter_line_range,
     iter_texts,
@@ -76,9 +77,14 @@ class TokenizeText:
             records = iter_texts(item.path, self.text_column)
         else:
             records = ((text, replaced) for text, _, replaced in iter_line_range(item.path, self.text_column, item.start, item.end))
-        for text, replaced in records:
-            self._stats["invalid_utf8_records"] += replaced
-            yield text
+        try:
+            for text, replaced in records:
+                self._stats["invalid_utf8_records"] += replaced
+                yield text
+        except InputError:
+            if item.stamp is not None:  # a line cut by a writer is a changed file, not a bad record
+                item.stamp.check(item.path)
+            raise
         if item.stamp is not None:  # every record of the range came from one version of the file
             item.stamp.check(item.path)
 

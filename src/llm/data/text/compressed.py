@@ -15,7 +15,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from llm.data.text.errors import InputError
+from llm.data.text.errors import InputError, one_line
 
 _ZSTD_MAGIC = 0xFD2FB528
 _SKIPPABLE = range(0x184D2A50, 0x184D2A60)
@@ -23,7 +23,7 @@ _FIX = "the file is incomplete or damaged: re-create or re-download it"
 
 
 def _broken(path: Path, kind: str, where: str, detail: str = "") -> InputError:
-    detail = f" ({detail})" if detail else ""
+    detail = f" ({one_line(detail)})" if detail else ""
     return InputError(f"{path}: truncated or corrupt {kind} stream {where}{detail}; {_FIX}")
 
 
@@ -82,7 +82,7 @@ class _Guarded:
             at = f"at byte {self._raw.tell()} of {Path(self._path).stat().st_size}"
         except (OSError, ValueError):
             at = "while reading"
-        return _broken(self._path, self._kind, f"{at}, in line {self._lines + 1}", str(e) or type(e).__name__)
+        return _broken(self._path, self._kind, f"{at}, in line {self._lines + 1}", one_line(e))
 
     def readline(self, size: int | None = -1) -> bytes:
         try:

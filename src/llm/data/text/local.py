@@ -8,6 +8,7 @@ from pathlib import Path
 from llm.data.text.partitions import byte_ranges, partition_bytes
 from llm.data.text.readers import (
     FileStamp,
+    InputError,
     expand_inputs,
     input_kind,
     iter_line_range,
@@ -59,7 +60,7 @@ class LocalLineTextSource(TextSource):
             "partition_bytes": self.partition_bytes,
             # per file, "mtime_ns:hash of the first and last 64 KiB": a file rewritten at the same
             # size would otherwise resume mid-line at an old byte offset
-            "content": {k: f"{s.mtime_ns}:{s.edges}" for k, s in zip(keys, self.stamps.values())},
+            "stamps": {k: f"{s.mtime_ns}:{s.edges}" for k, s in zip(keys, self.stamps.values())},
         }
 
     def partitions(self) -> list[Partition]:
@@ -81,6 +82,16 @@ class LocalLineTextSource(TextSource):
         stamp = self.stamps.get(str(path))
         if stamp is not None:
             stamp.check(path, "since the source was opened")
+        try:
+            yield from self._records(path, part, offset, want)
+        except InputError:
+            if stamp is not None:  # a line cut by a writer is a changed file, not a bad record
+                stamp.check(path)
+            raise
+        if stamp is not None:  # the whole partition was read: were its records all from one version?
+            stamp.check(path)
+
+    def _records(self, path: Path, part: Partition, offset: int, want: Want) -> Iterator[Record]:
         if part.shard is not None:
             for text, row in iter_parquet_rows(path, self.text_column, part.shard, offset, want):
                 yield text, row, None
@@ -90,8 +101,6 @@ class LocalLineTextSource(TextSource):
         else:
             for text, row, _ in iter_records(path, self.text_column, offset, want):
                 yield text, row, None
-        if stamp is not None:  # the whole partition was read: were its records all from one version?
-            stamp.check(path)
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         for part in self.partitions():

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from llm.data.text.compressed import open_compressed
-from llm.data.text.errors import InputError
+from llm.data.text.errors import InputError, one_line
 from llm.data.text.records import decode_text, iter_json_array, record_text, starts_json_array
 
 __all__ = ["InputError", "decode_text", "record_text"]  # their old home: importers keep working
@@ -186,9 +186,9 @@ def _parquet_file(path: Path, text_column: str):
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, page_checksum_verification=True)  # pages written with CRCs are checked
     except Exception as e:  # pyarrow raises several types for unreadable files
-        raise InputError(f"{path}: cannot read parquet file ({e}); the file is incomplete or damaged") from None
+        raise InputError(f"{path}: cannot read parquet file ({one_line(e)}); the file is incomplete or damaged") from None
     schema = pf.schema_arrow
     if text_column not in schema.names:
         raise InputError(
@@ -216,7 +216,7 @@ def _batches(pf, path: Path, text_column: str, group: int) -> Iterator:
             return
         except Exception as e:  # ArrowInvalid, OSError, ...: the bytes on disk are not what the footer says
             raise InputError(
-                f"{path}: cannot read parquet row group {group} ({e}); the file is incomplete or damaged"
+                f"{path}: cannot read parquet row group {group} ({one_line(e)}); the file is incomplete or damaged"
             ) from None
         yield batch
 

@@ -42,7 +42,7 @@ def record_text(line: bytes, path: Path | str, line_no: int, text_column: str, k
         if not line.strip():
             return None, False
         text, replaced = _decode_json(line, path, line_no)
-        text, fixed = object_text(text, path, line_no, text_column)
+        text, fixed = object_text(text, f"{path}:{line_no}", text_column)
         replaced = replaced or fixed
     text = text.strip()
     return text or None, replaced
@@ -61,16 +61,16 @@ def _decode_json(line: bytes, path: Path | str, line_no: int) -> tuple[object, b
         raise InputError(f"{path}:{line_no}: JSON nested too deeply to read") from None
 
 
-def object_text(record: object, path: Path | str, where: int | str, text_column: str) -> tuple[str, bool]:
-    """The text column of one JSON record as (text, lone_surrogates_replaced); anything else names file and line."""
+def object_text(record: object, at: str, text_column: str) -> tuple[str, bool]:
+    """The text column of one JSON record as (text, lone_surrogates_replaced); `at` names file and line."""
     if not isinstance(record, dict):
-        raise InputError(f"{path}:{where}: expected a JSON object with a {text_column!r} key, got {json_type(record)}")
+        raise InputError(f"{at}: expected a JSON object with a {text_column!r} key, got {json_type(record)}")
     if text_column not in record:
         keys = ", ".join(sorted(record)) or "none"
-        raise InputError(f"{path}:{where}: missing text column {text_column!r} (keys: {keys}); set text_column (CLI: --text-column)")
+        raise InputError(f"{at}: missing text column {text_column!r} (keys: {keys}); set text_column (CLI: --text-column)")
     text = record[text_column]
     if not isinstance(text, str):
-        raise InputError(f"{path}:{where}: column {text_column!r} is {json_type(text)}, expected a string")
+        raise InputError(f"{at}: column {text_column!r} is {json_type(text)}, expected a string")
     if _SURROGATE.search(text):  # "\ud800" escapes decode to lone surrogates, which no encoder takes
         return _SURROGATE.sub("\ufffd", text), True
     return text, False
@@ -134,7 +134,7 @@ def iter_json_array(f: BinaryIO, path: Path | str, text_column: str) -> Iterator
             except RecursionError:
                 raise InputError(f"{path}: element {n + 1}: JSON nested too deeply to read") from None
         n, pos = n + 1, end
-        text, replaced = object_text(record, path, f"element {n}", text_column)
+        text, replaced = object_text(record, f"{path}: element {n}", text_column)
         yield text.strip() or None, n, replaced or "\ufffd" in text
         c = skip_blank()
         if c == "]":
