@@ -144,18 +144,18 @@ def run_once(folder: Path, cfg: Path, ranks: int, out: Path, kill: int, mode: st
     args = [str(script), str(cfg), str(folder / "ckpt"), str(out), str(kill), mode, resume]
     if ranks > 1:
         args = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *args]
-    with subprocess.Popen([sys.executable, *args], cwd=folder, env=_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+    log = out / "log.txt"
+    # output to a file, not a pipe: DataLoader workers orphaned by the kill would hold a pipe open
+    with open(log, "w") as sink, subprocess.Popen([sys.executable, *args], cwd=folder, env=_env(), stdout=sink,
+                                                  stderr=subprocess.STDOUT, start_new_session=True) as proc:
         try:
-            _, err = proc.communicate(timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            proc.communicate(timeout=30)
             raise AssertionError(f"run {out.name} hung (kill at {kill}, resume {resume})") from None
         finally:
             _kill_group(proc.pid)
     if kill == 0 and proc.returncode != 0:
-        raise AssertionError(f"run {out.name} failed:\n{err[-3000:]}")
+        raise AssertionError(f"run {out.name} failed:\n{log.read_text()[-3000:]}")
     return proc.returncode
 
 
