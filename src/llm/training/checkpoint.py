@@ -53,14 +53,19 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
     name = f"step_{step}"
     tmp = root / f"{_TMP_PREFIX}{name}-{os.getpid()}"
-    tmp.mkdir()
-    with open(tmp / CHECKPOINT_FILE, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    meta = {k: payload.get(k) for k in ("step", "epoch", "stream_source", "world_size", "task")}
-    write_file(tmp / META_FILE, json.dumps(meta, indent=2, default=_json_default).encode())
-    fsync_dir(tmp)
+    try:
+        tmp.mkdir()
+        _write_payload(tmp / CHECKPOINT_FILE, payload)
+        meta = {k: payload.get(k) for k in ("step", "epoch", "stream_source", "world_size", "task")}
+        write_file(tmp / META_FILE, json.dumps(meta, indent=2, default=_json_default).encode())
+        fsync_dir(tmp)
+    except OSError as e:  # disk full, quota, read-only: this save is dropped whole, the last one stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = run_step(root)
+        kept = f"the previous checkpoint step_{previous} is intact" if previous is not None else "no earlier checkpoint exists"
+        error = OSError(f"cannot write checkpoint {root / name} ({e.strerror or e}); {kept}: free space in {root} and resume")
+        error.errno = e.errno
+        raise error from e
     final = root / name
     if final.exists():  # re-saving a step: move the old copy aside, never delete it first
         old = root / f"{_TMP_PREFIX}old-{name}-{os.getpid()}"
@@ -76,6 +81,89 @@ def save_checkpoint(
     if keep_last_n:
         _prune(root, keep_last_n, keep=final)
     return final
+
+
+class _FdWriter:
+    """What torch.save writes to: every byte through os.write in a loop, so a full disk raises ENOSPC here."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data).cast("B")
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError as e:
+            self.error = e  # torch's zip writer re-raises it as a RuntimeError about positions
+            raise
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _write_payload(path: Path, payload: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    writer = _FdWriter(fd)
+    try:
+        torch.save(payload, writer)  # type: ignore[arg-type]
+        os.fsync(fd)
+    except Exception:
+        if writer.error is not None:
+            raise writer.error from None
+        raise
+    finally:
+        os.close(fd)
+
+
+# Keys that may change when a run is resumed: how long it runs, what it logs and
+# validates, where it saves, and how one machine reads (topology). `training.batch_size`
+# may change only together with the world size (elastic resume); every other key
+# changes the run and is refused.
+RESUMABLE_KEYS = (
+    "training.epochs", "training.max_steps", "training.log_interval_steps", "training.val_interval_steps",
+    "training.val_batches", "training.device", "training.compile", "data.num_workers",
+    "data.val_dataset_path", "data.cache_dir",
+)
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}{key}."))
+    return out
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any], saved_world: Any, world: int) -> list[str]:
+    """The config keys that differ from a checkpoint's, as `key: saved -> current`, minus RESUMABLE_KEYS."""
+    a, b = _flat(saved), _flat(current)
+    changes = []
+    for key in sorted(set(a) | set(b)):
+        if key in RESUMABLE_KEYS or key.startswith("checkpoint."):
+            continue
+        if key == "training.batch_size" and saved_world not in (None, world):
+            continue
+        if a.get(key) != b.get(key):
+            changes.append(f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}")
+    return changes
+
+
+def check_resume_config(ckpt: dict[str, Any], current: dict[str, Any], world: int) -> None:
+    """Refuse to resume a checkpoint under a config that changes the run (one sentence naming the keys)."""
+    saved = ckpt.get("config")
+    if not isinstance(saved, dict):  # written before checkpoints stored their config
+        return
+    changes = config_changes(saved, current, ckpt.get("world_size"), world)
+    if changes:
+        raise ConfigError(
+            f"checkpoint {ckpt.get('path', '(in memory)')} was trained with another config: {'; '.join(changes)} "
+            "(checkpoint -> this config); resume with the config it was saved with (only epochs, max_steps, "
+            "logging, validation, device, compile, num_workers and checkpoint settings may change), or start a fresh run"
+        )
 
 
 def _prune(root: Path, keep_last_n: int, keep: Path) -> None:

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from llm.data.text.source import FINGERPRINT_MISMATCH, fingerprint_diff
 from llm.training.checkpoint import (
+    check_resume_config,
     check_run_folder,
     load_checkpoint,
     remove_checkpoints,
@@ -218,6 +219,7 @@ class Trainer:
             )
         if ckpt.get("task", self.task) != self.task:
             raise ValueError(f"checkpoint {where} was written by --task {ckpt['task']}, not --task {self.task}")
+        check_resume_config(ckpt, self.config.model_dump(mode="json"), self.env.world_size)
         try:
             self.raw_model.load_state_dict(ckpt["model_state_dict"])
         except RuntimeError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import random
 from collections import Counter
 from pathlib import Path
@@ -238,7 +239,14 @@ def test_resume_seeks_instead_of_rereading(tmp_path):
         lo = 0 if start == 0 else raw.find(b"\n", start - 1) + 1  # the partition's first line
         if c["offset"] > lo:
             raw[lo : c["offset"] - 1] = b"#" * (c["offset"] - 1 - lo)
-    path.write_bytes(bytes(raw))  # same size: same fingerprint
+    stat = path.stat()
+    path.write_bytes(bytes(raw))  # same size, yet another file: a resume is refused, naming it
+    with pytest.raises(ValueError, match=r"fingerprint mismatch: .*stamps.big.jsonl: "):
+        run_stream(config, state, None)
+    # a change the stamp cannot see (same size and mtime, the state's stamp forged): the resume
+    # must still never read the lines before its cursors
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    state["fingerprint"] = make_module(config).source_fingerprint()
     tail, _ = run_stream(config, state, None)
     assert_same_steps(head + tail, ref, "resume after the read lines were overwritten")
 

@@ -18,10 +18,12 @@ from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.optimize import DocumentBatch, OptimizeSummary, optimize
 from llm.data.text.partitions import byte_ranges
 from llm.data.text.readers import (
+    FileStamp,
+    InputError,
     expand_inputs,
-    input_kind,
     iter_line_range,
-    iter_parquet_rows,
+    iter_texts,
+    require_records,
     splittable,
 )
 from llm.data.text.tokens import tokenize_documents
@@ -38,18 +40,19 @@ class TextRange:
     path: str
     start: int = 0
     end: int | None = None
+    stamp: FileStamp | None = None  # the file as planned: checked after the range is read
 
 
 def plan_ranges(paths: list[Path], pieces: int) -> list[TextRange]:
     """Cut inputs into about `pieces` ranges of similar size, in input order."""
-    sizes = [p.stat().st_size for p in paths]
-    target = max(1 << 20, sum(sizes) // max(pieces, 1))
+    stamps = [FileStamp.of(p) for p in paths]
+    target = max(1 << 20, sum(s.size for s in stamps) // max(pieces, 1))
     ranges: list[TextRange] = []
-    for path, size in zip(paths, sizes):
-        if not splittable(path) or size <= target:
-            ranges.append(TextRange(str(path)))
+    for path, stamp in zip(paths, stamps):
+        if not splittable(path) or stamp.size <= target:
+            ranges.append(TextRange(str(path), stamp=stamp))
             continue
-        ranges.extend(TextRange(str(path), a, b) for a, b in byte_ranges(size, target))
+        ranges.extend(TextRange(str(path), a, b, stamp) for a, b in byte_ranges(stamp.size, target))
     return ranges
 
 
@@ -68,13 +71,22 @@ class TokenizeText:
         return self._tokenizer
 
     def _records(self, item: TextRange) -> Iterator[str]:
-        if input_kind(item.path) == "parquet":
-            for text, _ in iter_parquet_rows(item.path, self.text_column):
+        if item.stamp is not None:
+            item.stamp.check(item.path, "since optimize listed it")
+        if item.start == 0 and item.end is None:  # a whole file of any kind
+            records = iter_texts(item.path, self.text_column)
+        else:
+            records = ((text, replaced) for text, _, replaced in iter_line_range(item.path, self.text_column, item.start, item.end))
+        try:
+            for text, replaced in records:
+                self._stats["invalid_utf8_records"] += replaced
                 yield text
-            return
-        for text, _, replaced in iter_line_range(item.path, self.text_column, item.start, item.end):
-            self._stats["invalid_utf8_records"] += replaced
-            yield text
+        except InputError:
+            if item.stamp is not None:  # a line cut by a writer is a changed file, not a bad record
+                item.stamp.check(item.path)
+            raise
+        if item.stamp is not None:  # every record of the range came from one version of the file
+            item.stamp.check(item.path)
 
     def __call__(self, item: TextRange) -> Iterator[DocumentBatch]:
         batch: list[str] = []
@@ -118,7 +130,7 @@ def refuse_inputs_in_output(inputs: list[str], output_dir: Path) -> None:
 
 
 def _range_bytes(item: TextRange) -> int:
-    end = item.end if item.end is not None else os.path.getsize(item.path)
+    end = item.end if item.end is not None else (item.stamp.size if item.stamp else os.path.getsize(item.path))
     return end - item.start
 
 
@@ -134,11 +146,18 @@ def optimize_text(
     compression: str | None = None,
     progress: bool = True,
     wait: bool = False,
+    allow_empty: bool = False,
 ) -> OptimizeSummary:
-    """Tokenize text files (.txt, .jsonl[.gz|.zst], .parquet) into a token dataset."""
+    """Tokenize text files (.txt, .jsonl[.gz|.zst], .json arrays, .parquet) into a token dataset.
+
+    Inputs that hold no record at all are an InputError naming them, unless `allow_empty`
+    (then an empty dataset is written).
+    """
     tok = load_tokenizer(tokenizer)  # fails fast, in the parent, on a bad spec
     refuse_inputs_in_output(inputs, Path(output_dir))
     paths = expand_inputs(inputs)
+    if not allow_empty:
+        require_records(paths, text_column, "pass allow_empty=True (CLI: --allow-empty) to write an empty dataset")
     workers = (os.cpu_count() or 1) if num_workers is None else num_workers
     ranges = plan_ranges(paths, 4 * max(workers, 1))
     sources = [{"path": str(p), "bytes": p.stat().st_size, "text_column": text_column} for p in paths]

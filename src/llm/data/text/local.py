@@ -1,4 +1,4 @@
-"""Local text files as a source: byte ranges of plain files, whole compressed files, parquet row groups."""
+"""Local text files as a source: byte ranges of plain files, whole compressed files / JSON arrays, parquet row groups."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from pathlib import Path
 
 from llm.data.text.partitions import byte_ranges, partition_bytes
 from llm.data.text.readers import (
+    FileStamp,
+    InputError,
     expand_inputs,
     input_kind,
     iter_line_range,
     iter_parquet_rows,
-    open_binary,
+    iter_records,
     parquet_row_groups,
-    record_text,
     splittable,
 )
 from llm.data.text.source import Partition, Record, TextSource, Want
@@ -23,8 +24,13 @@ class LocalLineTextSource(TextSource):
     """A file, glob or folder of text files; any file that is not .jsonl/.json/.parquet is a record per line.
 
     Plain or .gz/.zst. Uncompressed line files are cut into byte ranges (a resume
-    seeks); compressed files are one partition each (a resume re-reads the lines
-    before its cursor); parquet files are one partition per row group.
+    seeks); compressed files and JSON arrays are one partition each (a resume
+    re-reads the rows before its cursor); parquet files are one partition per row
+    group. Each file is stamped (size, mtime, first and last 64 KiB) when the
+    source is made: the stamp is in the fingerprint (a resume on a changed file is
+    refused) and is checked again after every partition read (a file changed while
+    read is an error, never a mix of old and new records). An input with no record
+    at all is an error (`StreamingTextDataModule` says so after its first pass).
     """
 
     def __init__(
@@ -38,17 +44,23 @@ class LocalLineTextSource(TextSource):
         self.patterns = patterns
         self.text_column = text_column
         self.files = expand_inputs(patterns)
-        self.sizes = [f.stat().st_size for f in self.files]
+        self.stamps = {str(f): FileStamp.of(f) for f in self.files}
+        self.sizes = [self.stamps[str(f)].size for f in self.files]
         self.partition_bytes = partition_bytes or _default_partition_bytes(self.files, self.sizes)
 
     def source_fingerprint(self) -> dict:
+        names = [f.name for f in self.files]
+        keys = names if len(set(names)) == len(names) else [str(f) for f in self.files]
         return {
             "type": "local",
             "dataset_path": self.dataset_path,
-            "files": [f.name for f in self.files],
+            "files": names,
             "bytes": self.sizes,
             "text_column": self.text_column,
             "partition_bytes": self.partition_bytes,
+            # per file, "mtime_ns:hash of the first and last 64 KiB": a file rewritten at the same
+            # size would otherwise resume mid-line at an old byte offset
+            "stamps": {k: f"{s.mtime_ns}:{s.edges}" for k, s in zip(keys, self.stamps.values())},
         }
 
     def partitions(self) -> list[Partition]:
@@ -67,6 +79,19 @@ class LocalLineTextSource(TextSource):
 
     def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
         path = Path(part.path or "")
+        stamp = self.stamps.get(str(path))
+        if stamp is not None:
+            stamp.check(path, "since the source was opened")
+        try:
+            yield from self._records(path, part, offset, want)
+        except InputError:
+            if stamp is not None:  # a line cut by a writer is a changed file, not a bad record
+                stamp.check(path)
+            raise
+        if stamp is not None:  # the whole partition was read: were its records all from one version?
+            stamp.check(path)
+
+    def _records(self, path: Path, part: Partition, offset: int, want: Want) -> Iterator[Record]:
         if part.shard is not None:
             for text, row in iter_parquet_rows(path, self.text_column, part.shard, offset, want):
                 yield text, row, None
@@ -74,7 +99,8 @@ class LocalLineTextSource(TextSource):
             for text, after, _ in iter_line_range(path, self.text_column, part.start, part.end, offset):
                 yield text, after, None
         else:
-            yield from _iter_lines_counted(path, offset, self.text_column, want)
+            for text, row, _ in iter_records(path, self.text_column, offset, want):
+                yield text, row, None
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         for part in self.partitions():
@@ -87,15 +113,3 @@ class LocalLineTextSource(TextSource):
 
 def _default_partition_bytes(files: list[Path], sizes: list[int]) -> int:
     return partition_bytes(sum(s for f, s in zip(files, sizes) if splittable(f)))
-
-
-def _iter_lines_counted(path: Path, offset: int, column: str | None, want: Want = None) -> Iterator[Record]:
-    """Compressed line files: `offset` counts lines, skipped by reading (no seek possible)."""
-    kind = input_kind(path)
-    with open_binary(path) as f:
-        for line_no, line in enumerate(f, start=1):
-            if line_no <= offset or (want is not None and not want(line_no)):
-                continue
-            text = record_text(line, path, line_no, column, kind)
-            if text is not None:
-                yield text, line_no, None

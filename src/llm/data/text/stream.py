@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from llm.data.text.dataset import StreamingTextDataset
 from llm.data.text.packing import new_cursor
 from llm.data.text.partitions import STRIPES, owned_partitions, stripe_partitions
-from llm.data.text.readers import InputError
+from llm.data.text.readers import InputError, require_records
 from llm.data.text.registry import build_text_source
 from llm.data.text.source import (
     FINGERPRINT_MISMATCH,
@@ -179,6 +179,7 @@ class StreamingTextDataModule:
             passes_without_data = int(steps == before)
             if passes_without_data:
                 self._check_not_all_seen()
+                self._check_not_empty(own)
             if not self.loop:
                 return
 
@@ -238,6 +239,13 @@ class StreamingTextDataModule:
             f"record, seen-hashes file {path}); nothing is left for another pass: lower steps_per_epoch or "
             "epochs, or add new data"
         )
+
+    def _check_not_empty(self, own: list[Partition]) -> None:
+        """Local files that yielded no record at all (read whole by this rank) are named, not trained on."""
+        files = getattr(self.source, "files", None) or getattr(getattr(self.source, "inner", None), "files", None)
+        read = sum(self._cursors.get(p.key, {}).get("records", 0) for p in own)
+        if files and not read and len(own) == len(self.partitions()):
+            require_records(files, self.config.text_column)
 
     def _apply(self, st: dict) -> None:
         for k, cursor in st["cursors"].items():
