@@ -13,7 +13,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     """
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False or "default:" in (action.help or ""):
+        if action.default in (None, False, []) or "default:" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
