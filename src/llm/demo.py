@@ -134,11 +134,10 @@ def train_demo(out: Path) -> dict[str, Path]:
                  "--overwrite"]
     print(_last_lines(_cli(optimized, work), 3))
     run = work / "checkpoints" / "demo"
-    written = {"training run (checkpoints)": run}
+    written = {"training run (checkpoints)": run, "its metrics.jsonl": run / "metrics.jsonl"}
     if importlib.util.find_spec("matplotlib") is not None:
         print("demo: llm-train plot checkpoints/demo  (loss and throughput curves)")
         _cli(["llm.training.train", "plot", "checkpoints/demo"], work)
-        written["its metrics.jsonl"] = run / "metrics.jsonl"
         written["its curves (PNG)"] = run / "metrics.png"
     print('demo: llm-generate --checkpoint checkpoints/demo/latest --prompt "sample line" --top-k 5 --temperature 0.8'
           " (a 10-step model: expect near-words)")
