@@ -122,3 +122,15 @@ def test_generate_from_the_checkpoint(trained: Path) -> None:
     assert first_error(run("llm-generate", *args, "--temperature", "0", cwd=trained)).startswith(
         "llm-generate: error: --temperature must be above 0"
     )
+
+
+def test_generate_finds_a_relative_tokenizer_from_the_runs_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llm.training.generate import _tokenizer_spec
+
+    step = tmp_path / "work" / "runs" / "a" / "step_4"
+    step.mkdir(parents=True)
+    (tmp_path / "work" / "tok.json").write_text("{}")
+    config = {"data": {"tokenizer_type": "hf", "tokenizer_path": "tok.json"}, "checkpoint": {"checkpoint_dir": "runs/a"}}
+    monkeypatch.chdir(tmp_path)  # not the folder the run was started in
+    assert _tokenizer_spec(config, step) == str(tmp_path / "work" / "tok.json")
+    assert _tokenizer_spec({"data": {"tokenizer_type": "simple"}}, step) == "simple"
