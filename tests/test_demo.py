@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 def test_demo_runs_and_checks_exactly_once(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "llm.demo", "--out", "demo_out", "--corpus-mb", "0.5"],  # relative, as in `make demo`

@@ -75,9 +75,12 @@ def test_append_of_an_input_already_in_the_dataset_warns(tmp_path: Path, text: P
     assert fresh.returncode == 0 and "warning" not in fresh.stderr
     again = run("llm-data", "optimize", "notes.txt", "--output", "ds", "--mode", "append", *args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert again.stderr.splitlines()[0] == (
-        f"llm-data: warning: {text} is already in ds (same name and size); appending it again doubles its documents"
+    assert again.stderr.splitlines()[-1] == (
+        f"llm-data: warning: {text} was already in ds (same name and size): its documents are now there twice; "
+        "rebuild with --mode overwrite if that is not what you meant"
     )
+    info = run("llm-data", "info", "ds", cwd=tmp_path).stdout
+    assert "documents    121" in info  # 60 + 1 + 60: appended as asked, and said
 
 
 def test_missing_tokenizer_file_and_wrong_kinds_of_paths(tmp_path: Path, text: Path) -> None:

@@ -103,8 +103,8 @@ def _source_key(source: dict) -> tuple[str, int]:
     return Path(str(source.get("path", ""))).name, int(source.get("bytes", -1))
 
 
-def warn_doubled_inputs(inputs: list[str], output: str, text_column: str) -> list[Path]:
-    """`--mode append` of files the dataset already holds: warn that their documents will be doubled."""
+def doubled_inputs(inputs: list[str], output: str, text_column: str) -> list[tuple[Path, str]]:
+    """Inputs the dataset in `output` already holds, each with why we think so (for `--mode append`)."""
     from llm.data.shards.format.manifest import INDEX_NAME, Manifest
     from llm.data.text.readers import expand_inputs
 
@@ -129,10 +129,7 @@ def warn_doubled_inputs(inputs: list[str], output: str, text_column: str) -> lis
             ):
                 doubled.append((path, "same name and size"))
                 break
-    for path, why in doubled:
-        print(f"llm-data: warning: {path} is already in {output} ({why}); appending it again "
-              "doubles its documents", file=sys.stderr)
-    return [path for path, _ in doubled]
+    return doubled
 
 
 def _content_digest(path: Path) -> str:
@@ -149,8 +146,8 @@ def _optimize(args: argparse.Namespace) -> None:
     from llm.data.shards.optimize_text import optimize_text
 
     expect_folder(args.output, "--output")
-    if args.mode == "append":
-        warn_doubled_inputs(args.inputs, args.output, args.text_column)
+    # Found before the append (which records them again), said after it: a refused run stays one sentence.
+    doubled = doubled_inputs(args.inputs, args.output, args.text_column) if args.mode == "append" else []
     summary = optimize_text(
         args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
         chunk_bytes=args.chunk_bytes, mode=args.mode, compression=args.compression, progress=not args.no_progress,
@@ -161,6 +158,9 @@ def _optimize(args: argparse.Namespace) -> None:
     if isinstance(args.tokenizer, _Default):
         print("optimize: tokenizer simple (byte-level, the default: ids 0-255 are UTF-8 bytes, EOS 256); "
               "pass --tokenizer tokenizer.json for a BPE", file=sys.stderr)
+    for path, why in doubled:
+        print(f"llm-data: warning: {path} was already in {args.output} ({why}): its documents are now there "
+              "twice; rebuild with --mode overwrite if that is not what you meant", file=sys.stderr)
 
 
 def info_lines(manifest, folder: str) -> list[str]:

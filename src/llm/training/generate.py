@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from llm.cli.common import HelpFormatter, add_version
+from llm.training.cli_help import HelpFormatter, add_version
 
 EPILOG = """examples:
   llm-generate --checkpoint checkpoints/demo/latest --prompt "sample line"

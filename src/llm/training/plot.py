@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llm.cli.common import HelpFormatter
+from llm.training.cli_help import HelpFormatter
 from llm.training.metrics import METRICS_FILE, read_metrics
 
 EPILOG = """examples:

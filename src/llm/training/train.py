@@ -7,8 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from llm.cli.common import HelpFormatter, add_version
 from llm.data.text.readers import InputError
+from llm.training.cli_help import HelpFormatter, add_version
 from llm.training.core.loading import ConfigError, load_config, parse_override
 
 
