@@ -1,27 +1,55 @@
-# Two entry points for a fresh clone: `make demo` and `make test`.
+# Entry points for a fresh clone: `make demo`, `make test` (quick) and `make test-all` (everything, as CI).
 # Each creates .venv (if missing) and installs the package into it first.
+#   make setup TORCH=cuda     # the CUDA build of PyTorch (default TORCH=cpu: small, works everywhere)
+# Switching TORCH replaces the PyTorch in .venv; `make setup` prints which build it installed.
 PY ?= python3
+TORCH ?= cpu
+TORCH_VERSION ?= 2.13.0
+# The CUDA wheel index TORCH=cuda installs from (https://download.pytorch.org/whl/<this>).
+TORCH_CUDA ?= cu126
+# 1: a PyTorch of the other build is installed (and is replaced); 0: none, or the wanted build.
+OTHER_TORCH = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('torch') is None else int(bool(__import__('torch').version.cuda) != $(1)))"
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+STAMP := $(VENV)/.installed-$(TORCH)
+PYTEST_ARGS := -ra --durations=10 -o console_output_style=progress
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test test-all lint bench
 
 $(STAMP): pyproject.toml
+	@echo "setup: [1/4] creating $(VENV) with $(PY) (once)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "setup: [2/4] upgrading pip"
 	$(BIN)/pip install -q --upgrade pip
+ifeq ($(TORCH),cuda)
+	@echo "setup: [3/4] installing PyTorch $(TORCH_VERSION), CUDA build from whl/$(TORCH_CUDA) (a few GB; needs the network)"
+	$(BIN)/python -c $(call OTHER_TORCH,True) || $(BIN)/pip uninstall -q -y torch
+	$(BIN)/pip install -q torch==$(TORCH_VERSION) --index-url https://download.pytorch.org/whl/$(TORCH_CUDA) || $(BIN)/pip install -q 'torch>=2.3' --index-url https://download.pytorch.org/whl/$(TORCH_CUDA)
+else
+	@echo "setup: [3/4] installing PyTorch $(TORCH_VERSION), CPU build (make setup TORCH=cuda for the CUDA one)"
 	# CPU torch first: a plain `torch` requirement would fetch a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q 'torch>=2.3' --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/python -c $(call OTHER_TORCH,False) || $(BIN)/pip uninstall -q -y torch
+	$(BIN)/pip install -q torch==$(TORCH_VERSION) || $(BIN)/pip install -q 'torch>=2.3' --index-url https://download.pytorch.org/whl/cpu
+endif
+	@echo "setup: [4/4] installing llm and its dev tools (pip install -e '.[dev]')"
 	$(BIN)/pip install -q -e '.[dev]'
+	@$(BIN)/python -c "import torch; b = 'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'; print(f'setup: PyTorch {torch.__version__} ({b} build)')"
+	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 demo: $(STAMP)
+	@echo "demo: running python -m llm.demo (about a minute on a laptop CPU)"
 	$(BIN)/python -m llm.demo
 
+# Quick: everything but the end-to-end tests marked slow (a few minutes on 2 cores).
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -m "not slow" $(PYTEST_ARGS)
+
+# Everything, as CI runs it (.ci/run).
+test-all: $(STAMP)
+	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -12,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 @pytest.mark.timeout(180)
 def test_bench_runs_end_to_end_on_a_tiny_corpus(tmp_path: Path) -> None:
     out = tmp_path / "results.json"

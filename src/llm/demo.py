@@ -7,12 +7,16 @@
 2. The guide's sequence: `llm-train --task stream_lm` on data/demo.txt, then the
    same command resumed from `checkpoints/demo/latest`, then a short run on
    optimized shards (`data_source: optimized`).
+3. Something to look at: the run's loss and throughput curves (`llm-train plot`,
+   a PNG) and text the model wrote (`llm-generate`); then a summary of what was
+   written where, and the next commands to try.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -99,7 +103,13 @@ def _last_lines(text: str, n: int) -> str:
     return "\n".join("   " + line for line in text.strip().splitlines()[-n:])
 
 
-def train_demo(out: Path) -> None:
+def _tool(name: str) -> str:
+    """How to call a console script: next to this Python when installed there, else by its bare name."""
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else name
+
+
+def train_demo(out: Path) -> dict[str, Path]:
     """The guide's sequence, verbatim but for --set instead of editing the YAML by hand."""
     import yaml
 
@@ -123,6 +133,43 @@ def train_demo(out: Path) -> None:
     optimized = ["llm.cli.train", "--task", "stream_lm", "--config-path", str(CONFIGS / "optimized_demo.yaml"), "--epochs", "1",
                  "--overwrite"]
     print(_last_lines(_cli(optimized, work), 3))
+    run = work / "checkpoints" / "demo"
+    written = {"training run (checkpoints)": run, "its metrics.jsonl": run / "metrics.jsonl"}
+    if importlib.util.find_spec("matplotlib") is not None:
+        print("demo: llm-train plot checkpoints/demo  (loss and throughput curves)")
+        _cli(["llm.training.train", "plot", "checkpoints/demo"], work)
+        written["its curves (PNG)"] = run / "metrics.png"
+    print('demo: llm-generate --checkpoint checkpoints/demo/latest --prompt "sample line" --top-k 5 --temperature 0.8'
+          " (a 10-step model: expect near-words)")
+    text = subprocess.run(
+        [sys.executable, "-m", "llm.training.generate", "--checkpoint", "checkpoints/demo/latest", "--prompt",
+         "sample line", "--max-new-tokens", "48", "--top-k", "5", "--temperature", "0.8"],
+        cwd=work, capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    print(f"   {text!r}")
+    return written
+
+
+def summary(out: Path, dataset: Path, tokenizer: Path, trained: dict[str, Path]) -> str:
+    """What the demo showed, where its files are, and three commands to try next."""
+    lines = [
+        "demo: done. It showed: text -> token shards -> a shuffled epoch stopped, resumed in a fresh process, "
+        "every block exactly once" + ("; llm-train trained, resumed, read optimized shards, and wrote text" if trained else ""),
+        "demo: written (absolute paths):",
+        f"   dataset (llm-data optimize)   {dataset}",
+        f"   BPE tokenizer                 {tokenizer}",
+    ]
+    lines += [f"   {what:<30}{path}" for what, path in trained.items()]
+    lines.append("demo: try next:")
+    lines.append(f"   {_tool('llm-data')} info {dataset}")
+    if trained:
+        run = next(iter(trained.values()))
+        lines.append(f"   {_tool('llm-train')} plot {run}")
+        lines.append(f'   {_tool("llm-generate")} --checkpoint {run / "latest"} --prompt "sample line" --max-new-tokens 60')
+    else:
+        lines.append(f"   {_tool('llm-data')} verify {dataset}")
+        lines.append(f"   {_tool('llm-train')} --help")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not exact:
         return 1
-    if not args.skip_training:
-        train_demo(out)
+    trained = {} if args.skip_training else train_demo(out)
+    print(summary(out, dataset, tokenizer, trained))
     return 0
 
 

@@ -91,6 +91,7 @@ _SAVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 def test_kill_9_during_save_leaves_previous_checkpoint_loadable(tmp_path: Path) -> None:
     script = tmp_path / "saver.py"
     script.write_text(_SAVER)

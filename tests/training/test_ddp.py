@@ -94,6 +94,7 @@ def _documents(out_dir: Path, rank: int, steps: range) -> list[bytes]:
     return docs
 
 
+@pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 @pytest.mark.timeout(560)
 def test_two_ranks_disjoint_data_and_exact_resume_after_kill(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "demo.txt", 400)
@@ -151,6 +152,7 @@ def test_two_ranks_disjoint_data_and_exact_resume_after_kill(tmp_path: Path) -> 
     assert set(load_checkpoint(tmp_path / "one" / "latest")["stream_data"]["line_index"]) == {"0"}
 
 
+@pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 @pytest.mark.timeout(400)
 def test_lm_task_two_ranks_prepare_once_then_resume_on_one_process(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "demo.txt", 200)

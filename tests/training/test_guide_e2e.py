@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from llm.training.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +28,7 @@ def losses(out: str) -> list[float]:
     return [float(x) for x in re.findall(r"\| loss ([0-9.]+)", out)]
 
 
+@pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 def test_guide_sequence(tmp_path: Path) -> None:
     shutil.copytree(REPO / "configs", tmp_path / "configs")
     sh("mkdir -p data", tmp_path)

@@ -33,6 +33,7 @@ def test_resume_is_exact_with_dropout_across_epochs(tmp_path: Path) -> None:
     assert len(reference) == 10
 
 
+@pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 def test_kill_9_between_checkpoints_with_two_workers(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "demo.txt", 300)
     tree = tiny_tree(
@@ -61,6 +62,7 @@ def test_stream_fingerprint_mismatch_names_both(tmp_path: Path) -> None:
     assert "max_seq_len" not in str(info.value) and "tokenizer" not in str(info.value)
 
 
+@pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 def test_c4_shaped_config_dedup_hf_on_local_files_resumes_exactly(tmp_path: Path, monkeypatch) -> None:
     """configs/streaming_c4.yaml's pipeline (dedup_hf, persisted seen-set) on local JSON shards."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # nothing may come from the hub

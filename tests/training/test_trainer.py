@@ -176,6 +176,7 @@ def _without_paths(state: dict) -> dict:
     return {k: ({**v, "path": None} if k == "seen_hashes" else v) for k, v in state.items()}
 
 
+@pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 def test_kill_9_between_checkpoints_then_resume_reaches_same_weights_lm(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "demo.txt", 200)
     tree = tiny_tree(corpus, data={"steps_per_epoch": 4}, training={"epochs": 2}, checkpoint={"save_interval_steps": 2})

@@ -1,58 +1,257 @@
-"""`llm-data`: prepare and inspect datasets (optimize, info, verify)."""
+"""`llm-data`: prepare and inspect datasets (optimize, info, verify, train-tokenizer)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from llm.cli.common import HelpFormatter, add_version, expect_folder
+
+
+class _Default(str):
+    """A default value that is told apart from the same value typed by the user."""
+
+
+DEFAULT_TOKENIZER = _Default("simple")
+
+_TOP_EPILOG = """examples:
+  llm-data optimize 'corpus/*.jsonl.zst' --output data/ds --tokenizer tokenizer.json
+  llm-data info data/ds
+  llm-data train-tokenizer corpus/ --vocab-size 8192 --output tokenizer.json
+
+A dataset made by `optimize` is read by StreamingDataset / StreamingDataLoader, and by
+`llm-train` with `data_source: optimized` (configs/optimized_demo.yaml). Run
+`llm-data COMMAND --help` for each command's flags."""
+
+_OPTIMIZE_EPILOG = """examples:
+  llm-data optimize notes.txt --output data/notes                      # byte-level `simple` tokenizer
+  llm-data optimize 'corpus/*.jsonl.zst' --output data/ds --tokenizer tokenizer.json --num-workers 8
+  llm-data optimize more.jsonl --output data/ds --tokenizer tokenizer.json --mode append
+
+Tokenizer: `simple` (bytes, EOS 256, no download), a tokenizer.json (or a folder holding
+one) or a .tiktoken file you already have; `llm-data train-tokenizer` makes a BPE one.
+Train on the result with `llm-train --task stream_lm` and `data_source: optimized`."""
+
+_INFO_EPILOG = """examples:
+  llm-data info data/ds          # a readable summary
+  llm-data info data/ds --json   # the manifest's totals and fields as JSON (no shard list)"""
+
+_VERIFY_EPILOG = """example:
+  llm-data verify data/ds        # exit 0: every shard's size and checksum match the manifest"""
+
+_TOKENIZER_EPILOG = """examples:
+  llm-data train-tokenizer 'corpus/*.jsonl' --vocab-size 8192 --output tokenizer.json
+  llm-data optimize 'corpus/*.jsonl' --output data/ds --tokenizer tokenizer.json
+
+A byte-level BPE (GPT-2 style) with <|endoftext|> as EOS, trained offline on your text.
+Already have one? Pass its tokenizer.json or .tiktoken file to --tokenizer directly."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="llm-data", description="Prepare and inspect llm datasets.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="llm-data", description="Prepare and inspect llm datasets (token shards).", epilog=_TOP_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    add_version(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    opt = sub.add_parser("optimize", help="tokenize text files into checksummed token shards")
+    def add(name: str, help: str, epilog: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=epilog,
+                              formatter_class=HelpFormatter)
+
+    opt = add("optimize", "tokenize text files into checksummed token shards", _OPTIMIZE_EPILOG)
     opt.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
     opt.add_argument("--output", "-o", required=True, help="dataset folder to write")
-    opt.add_argument("--tokenizer", default="simple", help="simple | path/to/tokenizer.json | folder | file.tiktoken")
+    opt.add_argument("--tokenizer", default=DEFAULT_TOKENIZER,
+                     help="simple (byte-level) | path/to/tokenizer.json | folder holding one | file.tiktoken")
     opt.add_argument("--num-workers", type=int, default=None, help="worker processes (default: all cores)")
     opt.add_argument("--text-column", default="text", help="JSON key / parquet column holding the text")
-    opt.add_argument("--chunk-bytes", default="64MB", help="target shard size, e.g. 64MB")
-    opt.add_argument("--mode", choices=("append", "overwrite"), default=None, help="when the output folder is not empty")
-    opt.add_argument("--compression", choices=("zstd",), default=None)
+    opt.add_argument("--chunk-bytes", default="64MB", help="target shard size")
+    opt.add_argument("--mode", choices=("append", "overwrite"), default=None,
+                     help="when the output folder already holds a dataset (default: refuse)")
+    opt.add_argument("--compression", choices=("zstd",), default=None, help="compress shards (default: none)")
     opt.add_argument("--no-progress", action="store_true", help="no progress bar")
     opt.add_argument("--wait", action="store_true", help="if another run is writing the output, wait for it (default: fail at once)")
 
-    info = sub.add_parser("info", help="print a dataset's manifest summary as JSON")
-    info.add_argument("dataset")
+    info = add("info", "summarize a dataset: kind, shards, tokens, documents, sizes, tokenizer", _INFO_EPILOG)
+    info.add_argument("dataset", metavar="DIR", help="a folder made by `llm-data optimize`")
+    info.add_argument("--json", action="store_true", help="print the manifest summary as JSON instead")
 
-    verify = sub.add_parser("verify", help="check every shard's size and checksum")
-    verify.add_argument("dataset")
+    verify = add("verify", "check every shard's size and checksum against the manifest", _VERIFY_EPILOG)
+    verify.add_argument("dataset", metavar="DIR", help="a folder made by `llm-data optimize`")
+
+    tok = add("train-tokenizer", "train a byte-level BPE tokenizer on text files", _TOKENIZER_EPILOG)
+    tok.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
+    tok.add_argument("--vocab-size", type=int, default=8192, help="vocabulary size, including 256 byte tokens and EOS")
+    tok.add_argument("--output", "-o", required=True, help="tokenizer.json to write (or a folder to write it in)")
+    tok.add_argument("--text-column", default="text", help="JSON key / parquet column holding the text")
+    tok.add_argument("--overwrite", action="store_true", help="replace an existing tokenizer file")
     return parser
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def _source_key(source: dict) -> tuple[str, int]:
+    return Path(str(source.get("path", ""))).name, int(source.get("bytes", -1))
+
+
+def doubled_inputs(inputs: list[str], output: str, text_column: str) -> list[tuple[Path, str]]:
+    """Inputs the dataset in `output` already holds, each with why we think so (for `--mode append`)."""
+    from llm.data.shards.format.manifest import INDEX_NAME, Manifest
+    from llm.data.text.readers import expand_inputs
+
+    if not (Path(output) / INDEX_NAME).is_file():
+        return []
+    try:
+        sources = Manifest.load(output).sources
+    except ValueError:
+        return []  # a damaged dataset: optimize itself says what is wrong
+    doubled: list[tuple[Path, str]] = []
+    for path in expand_inputs(inputs):
+        size = path.stat().st_size
+        for source in sources:
+            if source.get("text_column", text_column) != text_column:
+                continue
+            if "content_xxh3_128" in source:
+                if source["content_xxh3_128"] == _content_digest(path):
+                    doubled.append((path, "same content"))
+                    break
+            elif _source_key(source) == (path.name, size) or (
+                Path(str(source.get("path", ""))).resolve() == path.resolve() and int(source.get("bytes", -1)) == size
+            ):
+                doubled.append((path, "same name and size"))
+                break
+    return doubled
+
+
+def _content_digest(path: Path) -> str:
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _optimize(args: argparse.Namespace) -> None:
+    from llm.data.shards.optimize_text import optimize_text
+
+    expect_folder(args.output, "--output")
+    # Found before the append (which records them again), said after it: a refused run stays one sentence.
+    doubled = doubled_inputs(args.inputs, args.output, args.text_column) if args.mode == "append" else []
+    summary = optimize_text(
+        args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
+        chunk_bytes=args.chunk_bytes, mode=args.mode, compression=args.compression, progress=not args.no_progress,
+        wait=args.wait,
+    )
+    if args.no_progress:  # with progress on, optimize() prints the summary itself
+        print(summary.line(), file=sys.stderr)
+    if isinstance(args.tokenizer, _Default):
+        print("optimize: tokenizer simple (byte-level, the default: ids 0-255 are UTF-8 bytes, EOS 256); "
+              "pass --tokenizer tokenizer.json for a BPE", file=sys.stderr)
+    for path, why in doubled:
+        print(f"llm-data: warning: {path} was already in {args.output} ({why}): its documents are now there "
+              "twice; rebuild with --mode overwrite if that is not what you meant", file=sys.stderr)
+
+
+def info_lines(manifest, folder: str) -> list[str]:
+    """`llm-data info`'s readable summary of a loaded Manifest."""
+    totals = manifest.totals()
+    on_disk = totals["bytes"]
+    raw = sum(s.raw_bytes or s.bytes for s in manifest.shards)
+    codecs = sorted({s.compression for s in manifest.shards if s.compression})
+    if codecs:
+        compression = f"{', '.join(codecs)}, {raw / max(on_disk, 1):.2f}x ({_size(raw)} raw)"
+    else:
+        compression = "none"
+    rows = [("kind", f"{manifest.kind} (format v{manifest.format_version})"), ("shards", f"{totals['shards']:,}")]
+    if manifest.kind == "tokens":
+        rows += [("documents", f"{totals['documents']:,}"), ("tokens", f"{totals['tokens']:,}")]
+    else:
+        rows += [("items", f"{totals['items']:,}")]
+    rows += [("on disk", _size(on_disk)), ("compression", compression)]
+    if manifest.dtype:
+        rows.append(("dtype", manifest.dtype))
+    if manifest.tokenizer:
+        tok = dict(manifest.tokenizer)
+        kind = tok.pop("type", "?")
+        detail = ", ".join(f"{k} {v}" for k, v in tok.items())
+        rows.append(("tokenizer", f"{kind} ({detail})" if detail else kind))
+    if manifest.sources:
+        text = sum(int(s.get("bytes", 0)) for s in manifest.sources)
+        rows.append(("sources", f"{len(manifest.sources):,} file(s), {_size(text)} of text"))
+    rows.append(("fingerprint", manifest.fingerprint()))
+    width = max(len(k) for k, _ in rows)
+    return [f"dataset {folder}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+
+
+def _train_tokenizer(args: argparse.Namespace) -> None:
+    from llm.data.text.readers import expand_inputs, iter_texts
+    from llm.data.tokenizers import train_bpe_tokenizer
+
+    if args.vocab_size < 258:
+        raise ValueError(f"--vocab-size {args.vocab_size} is too small: at least 258 (256 byte tokens, EOS and one merge)")
+    out = Path(args.output).expanduser()
+    target = out if out.suffix == ".json" else out / "tokenizer.json"
+    if out.suffix == ".json" and out.is_dir():
+        raise ValueError(f"--output {args.output} is a folder, not a file")
+    if out.suffix != ".json" and out.exists() and not out.is_dir():
+        raise ValueError(f"--output {args.output} is a file but not a .json file; name it tokenizer.json")
+    if target.exists() and not args.overwrite:
+        raise ValueError(f"{target} already exists; pass --overwrite to replace it (datasets tokenized with it "
+                         "would no longer match it)")
+    paths = expand_inputs(args.inputs)
+    stats = {"documents": 0, "chars": 0}
+
+    def texts():
+        for path in paths:
+            for text, _ in iter_texts(path, args.text_column):
+                if text.strip():
+                    stats["documents"] += 1
+                    stats["chars"] += len(text)
+                    yield text
+
+    written = train_bpe_tokenizer(texts(), args.vocab_size, target)
+    if not stats["documents"]:
+        written.unlink(missing_ok=True)
+        raise ValueError(f"no text in {', '.join(args.inputs)}: nothing to train a tokenizer on")
+    from llm.data.tokenizers import load_tokenizer
+
+    vocab = load_tokenizer(str(written)).vocab_size
+    print(f"train-tokenizer: {vocab:,} tokens learned from {stats['documents']:,} documents "
+          f"({stats['chars']:,} characters) -> {written}", file=sys.stderr)
+    print(f"next: llm-data optimize {' '.join(args.inputs)} --output DATASET --tokenizer {written}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> None:
     if args.command == "optimize":
-        from llm.data.shards.optimize_text import optimize_text
-
-        summary = optimize_text(
-            args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
-            chunk_bytes=args.chunk_bytes, mode=args.mode, compression=args.compression, progress=not args.no_progress,
-            wait=args.wait,
-        )
-        if args.no_progress:  # with progress on, optimize() prints the summary itself
-            print(summary.line(), file=sys.stderr)
+        _optimize(args)
     elif args.command == "info":
         from llm.data.shards.format.manifest import Manifest
 
-        data = Manifest.load(args.dataset).to_json()
-        data.pop("shards")
-        print(json.dumps(data, indent=1))
+        manifest = Manifest.load(args.dataset)
+        if args.json:
+            data = manifest.to_json()
+            data.pop("shards")
+            print(json.dumps(data, indent=1))
+        else:
+            print("\n".join(info_lines(manifest, args.dataset)))
     elif args.command == "verify":
         from llm.data.shards.format.reader import verify_dataset
 
         manifest = verify_dataset(args.dataset)
         print(f"verify: {len(manifest.shards)} shards OK in {args.dataset}")
+    elif args.command == "train-tokenizer":
+        _train_tokenizer(args)
 
 
 def main(argv: list[str] | None = None) -> int:

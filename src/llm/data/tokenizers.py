@@ -154,6 +154,12 @@ def load_tokenizer(spec: str) -> Tokenizer:
         return HFTokenizer(path)
     if path.is_file() and path.suffix == ".tiktoken":
         return TiktokenTokenizer(path)
+    if path.is_dir():
+        raise ValueError(f"tokenizer folder {spec} holds no tokenizer.json; pass the tokenizer.json or .tiktoken file itself")
+    if path.is_file():
+        raise ValueError(f"tokenizer file {spec} is neither a tokenizer.json (.json) nor a .tiktoken file")
+    if os.sep in spec or "/" in spec or path.suffix in (".json", ".tiktoken") or spec.startswith("~"):
+        raise ValueError(f"tokenizer file not found: {spec}")
     raise ValueError(
         f"unknown tokenizer spec {spec!r}: expected 'simple', a tokenizer.json file, "
         "a folder holding tokenizer.json, or a .tiktoken file"

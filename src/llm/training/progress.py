@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm.training.metrics import clock
 from llm.training.model import count_parameters
 
 
@@ -31,23 +32,26 @@ def start_line(trainer: Any) -> str:
     )
 
 
-def step_line(trainer: Any, mean_loss: float, epoch_end: bool, tokens_per_s: float) -> str:
-    """step, epoch (the one just finished at an epoch end), loss, lr and throughput."""
+def step_line(trainer: Any, mean_loss: float, epoch_end: bool, stats: dict[str, float]) -> str:
+    """step, epoch (the one just finished at an epoch end), loss, lr, throughput, data wait, elapsed and ETA.
+
+    tokens/s is this run's tokens over its time so far, so the last line agrees with the summary.
+    """
     return (
         f"step {trainer.step}/{trainer.total_steps} | epoch {trainer.epoch + (0 if epoch_end else 1)} | "
         f"loss {mean_loss:.4f} | lr {trainer.scheduler.get_last_lr()[0]:.2e} | "
-        f"tokens/s {tokens_per_s:,.0f}"
+        f"tokens/s {stats['tokens_per_s']:,.0f} | data wait {stats['data_wait']:.0%} | "
+        f"elapsed {clock(stats['elapsed_s'])} | eta {clock(stats['eta_s'])}"
     )
 
 
-def summary_line(trainer: Any, result: FitResult) -> str:
+def summary_line(trainer: Any, result: FitResult, run_tokens: int) -> str:
     """The run's one-line summary: steps, tokens, time, throughput, final loss, last checkpoint."""
-    tc = trainer.config.training
-    run_tokens = result.steps * tc.batch_size * trainer.config.data.max_seq_len * trainer.env.world_size
     final = f", final loss {result.losses[-1]:.4f}" if result.losses else ""
     saved = f", checkpoint {trainer.last_checkpoint}" if trainer.last_checkpoint else ""
+    metrics = f", metrics {trainer.metrics_path}" if trainer.metrics_path else ""
     return (
         f"trained {result.steps} steps to step {trainer.step} ({trainer.epoch} epochs done), "
-        f"{run_tokens:,} tokens in {result.seconds:.1f} s "
-        f"({run_tokens / max(result.seconds, 1e-9):,.0f} tokens/s){final}{saved}"
+        f"{run_tokens:,} tokens in {clock(result.seconds)} ({result.seconds:.1f} s, "
+        f"{run_tokens / max(result.seconds, 1e-9):,.0f} tokens/s){final}{saved}{metrics}"
     )

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from llm.data.text.readers import InputError
+from llm.training.cli_help import HelpFormatter, add_version
 from llm.training.core.loading import ConfigError, load_config, parse_override
 
 
@@ -15,10 +16,19 @@ def build_parser() -> argparse.ArgumentParser:
     """The `llm-train` argument parser (flags override the YAML)."""
     parser = argparse.ArgumentParser(
         prog="llm-train",
-        description="Train a small decoder-only LM; run under torchrun for DDP.",
+        description="Train a small decoder-only LM; run under torchrun for DDP. "
+        "`llm-train plot RUN_DIR` draws a run's loss and throughput curves.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
     )
-    parser.add_argument("--task", required=True, choices=["stream_lm", "lm", "sft"], help="what to train on")
-    parser.add_argument("--config-path", required=True, help="YAML file with data/model/training/checkpoint")
+    add_version(parser)
+    parser.add_argument(
+        "--task", required=True, choices=["stream_lm", "lm", "sft"],
+        help="stream_lm: text streamed from data.data_source (local files, hf, dedup_*, a data.datasets mixture), "
+        "tokenized and packed on the fly, or optimized shards; lm: local text files tokenized once into cached "
+        "shards; sft: instruction/chat records streamed and masked (Axolotl-style keys, docs/sft.md)",
+    )
+    parser.add_argument("--config-path", required=True, help="YAML file with data/model/training/checkpoint sections")
     parser.add_argument("--epochs", type=int, help="overrides training.epochs")
     parser.add_argument("--steps-per-epoch", type=int, help="overrides data.steps_per_epoch")
     parser.add_argument("--batch-size", type=int, help="overrides training.batch_size (per process)")
@@ -36,6 +46,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="start over in a checkpoint_dir that holds another run (its checkpoints are replaced)",
     )
     return parser
+
+
+EPILOG = """examples:
+  llm-train --task stream_lm --config-path configs/streaming_local_demo.yaml --epochs 1 --steps-per-epoch 5
+  llm-train --task lm --config-path configs/lm_local_demo.yaml --set checkpoint.checkpoint_dir=runs/a
+  llm-train --task sft --config-path configs/sft_local_demo.yaml
+  llm-train plot checkpoints/demo          # loss and throughput curves of a run, as a PNG
+  llm-generate --checkpoint checkpoints/demo/latest --prompt "sample line"
+
+tasks:
+  stream_lm  pre-training on a stream: records from data.data_source (local, hf, dedup_local,
+             dedup_hf) or a data.datasets mixture, tokenized and packed on the fly;
+             data.steps_per_epoch is required
+  lm         pre-training on local .txt/.jsonl/.parquet files, tokenized once into a cache
+  sft        fine-tuning on instruction / chat / completion records (Axolotl-style keys:
+             datasets, sequence_len, micro_batch_size, max_steps); prompts are not trained on
+  stream_lm and lm also read `data_source: optimized`: token shards made by `llm-data optimize`
+  (fastest, exact resume on any world size); see configs/optimized_demo.yaml.
+
+Each run writes checkpoints and metrics.jsonl to checkpoint.checkpoint_dir; resume with
+checkpoint.resume_from_checkpoint: DIR/latest. torchrun -m llm.training.train for DDP."""
 
 
 def _distributed() -> bool:
@@ -64,6 +95,11 @@ def _fail(message: str, code: int = 2) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, load the config, train; a user mistake is one line on stderr and exit 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["plot"]:  # `llm-train plot RUN_DIR`: a subcommand beside the (flag-only) training command
+        from llm.training.plot import main as plot_main
+
+        return plot_main(argv[1:])
     args = build_parser().parse_args(argv)
     flags = {
         "training.epochs": args.epochs,
@@ -77,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for item in args.set:
             key, value = parse_override(item)
             overrides[key] = value  # None here is the user's `null`
+        if os.path.isdir(args.config_path):
+            raise ConfigError(f"--config-path {args.config_path} is a folder, not a file; pass a YAML file such as "
+                              "configs/streaming_local_demo.yaml")
         config = load_config(args.config_path, overrides)
         from llm.training.trainer import Trainer
 

@@ -24,6 +24,7 @@ from llm.training.checkpoint import (
     save_checkpoint,
 )
 from llm.training.core.loading import ConfigError
+from llm.training.metrics import METRICS_FILE, RunMeter
 from llm.training.model import TransformerLM
 from llm.training.progress import FitResult, start_line, step_line, summary_line
 from llm.training.runtime import (
@@ -296,6 +297,12 @@ class Trainer:
         return float(value)
 
     @property
+    def metrics_path(self) -> str | None:
+        """`<checkpoint_dir>/metrics.jsonl`, where the run's log is recorded (None: checkpoint_dir is null)."""
+        cc = self.config.checkpoint
+        return str(Path(cc.checkpoint_dir) / METRICS_FILE) if cc.checkpoint_dir else None
+
+    @property
     def total_steps(self) -> int:
         """The step at which this run stops."""
         return self.schedule.total
@@ -307,27 +314,28 @@ class Trainer:
         train in slices from a notebook; a later `fit()` continues where it stopped.
         """
         tc, cc = self.config.training, self.config.checkpoint
-        start_step, start = self.step, time.perf_counter()
+        start_step = self.step
         result = FitResult(steps=0, epochs=self.epoch, tokens=0, seconds=0.0)
         if self.step == 0:
             self.log(start_line(self))
         if self._batches is None:  # one iterator for the whole run: loaders keep their position
             self._batches = self.data.batches()
         batches = self._batches
-        window_start, window_tokens = time.perf_counter(), 0
+        meter = RunMeter(cc.checkpoint_dir, self.step, self.total_steps, write=self.env.is_main)
         end = self.total_steps if stop_after is None else min(self.total_steps, self.step + stop_after)
         while self.step < end:
             # Data loading must not consume the training RNG: a DataLoader draws its base seed
             # from torch's global generator whenever it starts, at points that move with resumes.
-            rng = torch.get_rng_state()
+            rng, waiting = torch.get_rng_state(), time.perf_counter()
             batch = next(batches)
+            meter.waited(time.perf_counter() - waiting)
             torch.set_rng_state(rng)
             loss = self.train_step(batch)
             tokens = batch["input_ids"].numel() * self.env.world_size
             self.step += 1
             self.step_in_epoch += 1
             self.tokens_seen += tokens
-            window_tokens += tokens
+            meter.add_tokens(tokens)
             epoch_end = self.step_in_epoch >= self.steps_per_epoch
             if epoch_end:
                 self.epoch += 1
@@ -335,14 +343,18 @@ class Trainer:
             if self.step % tc.log_interval_steps == 0 or epoch_end or self.step == self.total_steps:
                 mean_loss = self._mean_over_ranks(loss)
                 result.losses.append(mean_loss)
-                self.log(step_line(self, mean_loss, epoch_end, window_tokens / max(time.perf_counter() - window_start, 1e-9)))
-                window_start, window_tokens = time.perf_counter(), 0
+                stats = meter.window(self.step)
+                self.log(step_line(self, mean_loss, epoch_end, stats))
+                lr = self.scheduler.get_last_lr()[0]
+                meter.record(self.step, epoch=self.epoch, loss=mean_loss, lr=lr, tokens=self.tokens_seen,
+                             **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"})
             if self.val is not None and (
                 epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
             ):
                 val = self.validate()
                 result.val_losses.append(val)
                 self.log(f"step {self.step} | val_loss {val:.4f}")
+                meter.record(self.step, val_loss=val)
             interval = cc.save_interval_steps and self.step % cc.save_interval_steps == 0
             if interval or epoch_end or self.step == self.total_steps:
                 self.save()
@@ -351,9 +363,10 @@ class Trainer:
         result.steps = self.step - start_step
         result.epochs = self.epoch
         result.tokens = self.tokens_seen
-        result.seconds = time.perf_counter() - start
+        result.seconds = meter.elapsed
         result.last_checkpoint = self.last_checkpoint
-        self.log(summary_line(self, result))
+        meter.close()
+        self.log(summary_line(self, result, meter.tokens))
         return result
 
     def validate(self) -> float:

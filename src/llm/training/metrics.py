@@ -1,0 +1,115 @@
+"""A run's meter: elapsed time, ETA, tokens/s, data wait; `metrics.jsonl` in the run folder (+ TensorBoard).
+
+`metrics.jsonl` holds one JSON object per logged step (`step`, `epoch`, `loss`, `lr`, `tokens`,
+`tokens_per_s` (this call's tokens over its time, as in the log and the summary),
+`tokens_per_s_window` (since the previous record), `data_wait` (share of the step time spent
+waiting for the next batch), `elapsed_s`, `time`) and one per validation (`step`, `val_loss`).
+A fresh run starts the file over; a resumed run drops the records after its checkpoint's step
+and appends. With `tensorboard` installed (`pip install -e '.[tensorboard]'`) the same scalars
+go to `<run folder>/tensorboard` too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def clock(seconds: float) -> str:
+    """`h:mm:ss` for a log line."""
+    s = int(round(max(seconds, 0.0)))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of `run_dir/metrics.jsonl` (a torn last line, from a kill, is skipped)."""
+    path = Path(run_dir) / METRICS_FILE
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            records.append(record)
+    return records
+
+
+def _tensorboard(run_dir: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # the optional extra is not installed: metrics.jsonl only
+        return None
+    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+
+class RunMeter:
+    """Times one `fit()` call and records what it logs (rank 0 writes; others only time)."""
+
+    def __init__(self, run_dir: str | Path | None, start_step: int, total_steps: int, write: bool = True):
+        self.start_step, self.total_steps = start_step, total_steps
+        self.started = self._window_start = time.perf_counter()
+        self.tokens = self._window_tokens = 0
+        self._waited = 0.0
+        self._file = self._tb = None
+        if run_dir is None or not write:
+            return
+        folder = Path(run_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / METRICS_FILE
+        if start_step == 0:
+            path.write_text("")
+        elif path.exists():  # a resumed run: the records after its checkpoint are from a run that was cut short
+            kept = [json.dumps(r) + "\n" for r in read_metrics(folder) if r["step"] <= start_step]
+            path.write_text("".join(kept))
+        self._file = open(path, "a", encoding="utf-8")
+        self._tb = _tensorboard(folder)
+
+    def waited(self, seconds: float) -> None:
+        """Time spent waiting for the next batch."""
+        self._waited += seconds
+
+    def add_tokens(self, tokens: int) -> None:
+        self.tokens += tokens
+        self._window_tokens += tokens
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def window(self, step: int) -> dict[str, float]:
+        """Throughput, data wait, elapsed and ETA at `step`; starts a new window."""
+        now = time.perf_counter()
+        elapsed, span = now - self.started, max(now - self._window_start, 1e-9)
+        done = max(step - self.start_step, 1)
+        stats = {
+            "tokens_per_s": self.tokens / max(elapsed, 1e-9),
+            "tokens_per_s_window": self._window_tokens / span,
+            "data_wait": min(self._waited / span, 1.0),
+            "elapsed_s": elapsed,
+            "eta_s": elapsed / done * max(self.total_steps - step, 0),
+        }
+        self._window_start, self._window_tokens, self._waited = now, 0, 0.0
+        return stats
+
+    def record(self, step: int, **values: Any) -> None:
+        if self._file is None:
+            return
+        self._file.write(json.dumps({"step": step, **values, "time": round(time.time(), 3)}) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and key not in ("epoch",):
+                    self._tb.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None

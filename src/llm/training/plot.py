@@ -1,0 +1,92 @@
+"""`llm-train plot RUN_DIR`: a PNG of a run's loss and throughput curves, from its metrics.jsonl."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from llm.training.cli_help import HelpFormatter
+from llm.training.metrics import METRICS_FILE, read_metrics
+
+EPILOG = """examples:
+  llm-train plot checkpoints/demo                    # writes checkpoints/demo/metrics.png
+  llm-train plot checkpoints/demo --output run.png
+
+RUN_DIR is a run's checkpoint.checkpoint_dir: llm-train writes metrics.jsonl there.
+Needs matplotlib (pip install matplotlib, or the [dev] extra)."""
+
+
+def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """Step -> value for `key`, the last record of a step winning (a resumed run rewrites its steps)."""
+    by_step = {r["step"]: r[key] for r in records if isinstance(r.get(key), (int, float))}
+    steps = sorted(by_step)
+    return steps, [by_step[s] for s in steps]
+
+
+def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
+    """Draw loss (and val loss) and tokens/s against step; return the PNG's path."""
+    run = Path(run_dir)
+    if run.is_file():
+        raise ValueError(f"RUN_DIR {run_dir} is a file, not a folder; pass the run's checkpoint_dir")
+    if not run.is_dir():
+        raise ValueError(f"RUN_DIR {run_dir} does not exist; pass the run's checkpoint.checkpoint_dir")
+    if not (run / METRICS_FILE).is_file():
+        raise ValueError(f"{run_dir} holds no {METRICS_FILE}; is it the checkpoint_dir of a run by llm-train?")
+    records = read_metrics(run)
+    steps, loss = _series(records, "loss")
+    if not steps:
+        raise ValueError(f"{run / METRICS_FILE} holds no logged step yet")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("plotting needs matplotlib: pip install matplotlib (or pip install -e '.[dev]')") from None
+    fig, (ax_loss, ax_speed) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    ax_loss.plot(steps, loss, label="train loss")
+    val_steps, val = _series(records, "val_loss")
+    if val_steps:
+        ax_loss.plot(val_steps, val, "o-", label="val loss")
+    ax_loss.set_ylabel("loss")
+    ax_loss.legend()
+    ax_loss.grid(alpha=0.3)
+    ax_loss.set_title(f"{run.resolve().name}: {steps[-1]} steps")
+    for key, label, style in (("tokens_per_s_window", "since previous log", "-"), ("tokens_per_s", "run average", "--")):
+        s, v = _series(records, key)
+        if s:
+            ax_speed.plot(s, v, style, label=label)
+    ax_speed.set_ylabel("tokens/s")
+    ax_speed.set_xlabel("step")
+    ax_speed.legend()
+    ax_speed.grid(alpha=0.3)
+    out = Path(output) if output else run / "metrics.png"
+    if out.is_dir():
+        raise ValueError(f"--output {output} is a folder, not a file")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="llm-train plot", description="Draw a run's loss and throughput curves as a PNG.", epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's checkpoint_dir (holds metrics.jsonl)")
+    parser.add_argument("--output", "-o", default=None, help="PNG to write (default: RUN_DIR/metrics.png)")
+    args = parser.parse_args(argv)
+    try:
+        out = plot_run(args.run_dir, args.output)
+    except (ValueError, OSError) as exc:
+        print(f"llm-train plot: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"plot: wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

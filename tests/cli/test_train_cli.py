@@ -1,0 +1,136 @@
+"""`llm-train`, `llm-train plot` and `llm-generate` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli.helpers import first_error, run
+from tests.training.test_trainer import tiny_tree, write_corpus
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny `lm` run of 2 epochs x 3 steps with validation, in its own folder (shared by the tests below)."""
+    work = tmp_path_factory.mktemp("run")
+    corpus = write_corpus(work / "demo.txt", 200)
+    val = work / "val.txt"
+    val.write_text("\n".join(f"sample line {i} says c" for i in range(40)) + "\n")
+    tree = tiny_tree(corpus, data={"steps_per_epoch": 3, "val_dataset_path": str(val)},
+                     checkpoint={"checkpoint_dir": "ck"}, training={"epochs": 2, "val_batches": 1})
+    (work / "cfg.yaml").write_text(yaml.safe_dump(tree))
+    proc = run("llm-train", "--task", "lm", "--config-path", "cfg.yaml", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    (work / "stdout.txt").write_text(proc.stdout)
+    return work
+
+
+def test_help_names_tasks_examples_and_defaults(tmp_path: Path) -> None:
+    proc = run("llm-train", "--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    for needle in ("stream_lm", "lm ", "sft", "coming", "data_source: optimized", "examples:", "llm-train plot",
+                   "llm-generate --checkpoint"):
+        assert needle in proc.stdout, needle
+    assert "{stream_lm,lm}" in proc.stdout, "sft is described, not offered as a choice"
+    gen = run("llm-generate", "--help", cwd=tmp_path)
+    assert gen.returncode == 0 and "(default: 100)" in gen.stdout and "examples:" in gen.stdout
+    plot = run("llm-train", "plot", "--help", cwd=tmp_path)
+    assert plot.returncode == 0 and "RUN_DIR" in plot.stdout
+
+
+def test_version(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    for command in ("llm-train", "llm-generate"):
+        proc = run(command, "--version", cwd=tmp_path)
+        assert proc.returncode == 0 and proc.stdout.strip() == f"{command} {version('llm')}"
+
+
+def test_config_path_of_the_wrong_kind(tmp_path: Path) -> None:
+    (tmp_path / "configs").mkdir()
+    proc = run("llm-train", "--task", "lm", "--config-path", "configs", cwd=tmp_path)
+    assert first_error(proc) == (
+        "llm-train: error: --config-path configs is a folder, not a file; pass a YAML file such as "
+        "configs/streaming_local_demo.yaml"
+    )
+    missing = run("llm-train", "--task", "lm", "--config-path", "nope.yaml", cwd=tmp_path)
+    assert first_error(missing).startswith("llm-train: error: config file nope.yaml does not exist")
+
+
+def test_log_lines_and_metrics_file_agree(trained: Path) -> None:
+    out = (trained / "stdout.txt").read_text().splitlines()
+    steps = [line for line in out if line.startswith("step ") and "| loss" in line]
+    assert len(steps) == 6
+    for line in steps:
+        assert "| data wait " in line and "| elapsed " in line and "| eta " in line
+    summary = out[-1]
+    assert summary.startswith("trained 6 steps to step 6") and summary.endswith("metrics ck/metrics.jsonl")
+    records = [json.loads(line) for line in (trained / "ck" / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in records if "loss" in r]
+    assert [r["step"] for r in logged] == [1, 2, 3, 4, 5, 6]
+    for record, line in zip(logged, steps):
+        assert f"loss {record['loss']:.4f}" in line
+        assert f"tokens/s {record['tokens_per_s']:,.0f}" in line
+        assert 0.0 <= record["data_wait"] <= 1.0 and record["lr"] > 0
+    assert logged[-1]["tokens"] == 6 * 4 * 32
+    assert [r["step"] for r in records if "val_loss" in r] == [3, 6]
+
+
+def test_resume_rewrites_the_metrics_after_its_checkpoint(trained: Path, tmp_path: Path) -> None:
+    import shutil
+
+    work = tmp_path / "copy"
+    shutil.copytree(trained, work)
+    (work / "ck" / "latest").write_text("step_3\n")  # as if killed after step 6 was logged but before it was saved
+    shutil.rmtree(work / "ck" / "step_6")
+    proc = run("llm-train", "--task", "lm", "--config-path", "cfg.yaml", "--set",
+               "checkpoint.resume_from_checkpoint=ck/latest", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in (work / "ck" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_plot_writes_a_png(trained: Path) -> None:
+    pytest.importorskip("matplotlib")
+    proc = run("llm-train", "plot", "ck", cwd=trained)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "plot: wrote ck/metrics.png"
+    assert (trained / "ck" / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert first_error(run("llm-train", "plot", "cfg.yaml", cwd=trained)) == (
+        "llm-train plot: error: RUN_DIR cfg.yaml is a file, not a folder; pass the run's checkpoint_dir"
+    )
+    assert first_error(run("llm-train", "plot", ".", cwd=trained)) == (
+        "llm-train plot: error: . holds no metrics.jsonl; is it the checkpoint_dir of a run by llm-train?"
+    )
+
+
+def test_generate_from_the_checkpoint(trained: Path) -> None:
+    args = ["--checkpoint", "ck/latest", "--prompt", "sample line", "--max-new-tokens", "12", "--seed", "3"]
+    first, second = run("llm-generate", *args, cwd=trained), run("llm-generate", *args, cwd=trained)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout, "the same seed gives the same text"
+    assert first.stdout.startswith("sample line")
+    assert first.stderr.splitlines()[0].startswith("generate: ") and "(step 6)" in first.stderr
+    greedy = run("llm-generate", "--checkpoint", "ck", "--prompt", "sample", "--greedy", "--max-new-tokens", "5", cwd=trained)
+    assert greedy.returncode == 0 and greedy.stdout.startswith("sample")
+    assert first_error(run("llm-generate", "--checkpoint", "nope", "--prompt", "x", cwd=trained)).startswith(
+        "llm-generate: error: checkpoint nope does not exist"
+    )
+    assert first_error(run("llm-generate", *args, "--temperature", "0", cwd=trained)).startswith(
+        "llm-generate: error: --temperature must be above 0"
+    )
+
+
+def test_generate_finds_a_relative_tokenizer_from_the_runs_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llm.training.generate import _tokenizer_spec
+
+    step = tmp_path / "work" / "runs" / "a" / "step_4"
+    step.mkdir(parents=True)
+    (tmp_path / "work" / "tok.json").write_text("{}")
+    config = {"data": {"tokenizer_type": "hf", "tokenizer_path": "tok.json"}, "checkpoint": {"checkpoint_dir": "runs/a"}}
+    monkeypatch.chdir(tmp_path)  # not the folder the run was started in
+    assert _tokenizer_spec(config, step) == str(tmp_path / "work" / "tok.json")
+    assert _tokenizer_spec({"data": {"tokenizer_type": "simple"}}, step) == "simple"
