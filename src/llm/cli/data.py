@@ -13,7 +13,7 @@ def _parser() -> argparse.ArgumentParser:
 
     opt = sub.add_parser("optimize", help="tokenize text files into checksummed token shards")
     opt.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
-    opt.add_argument("--output", "-o", required=True, help="dataset folder to write")
+    opt.add_argument("--output", "-o", required=True, help="dataset folder or s3://bucket/prefix to write")
     opt.add_argument("--tokenizer", default="simple", help="simple | path/to/tokenizer.json | folder | file.tiktoken")
     opt.add_argument("--num-workers", type=int, default=None, help="worker processes (default: all cores)")
     opt.add_argument("--text-column", default="text", help="JSON key / parquet column holding the text")
@@ -43,15 +43,15 @@ def _run(args: argparse.Namespace) -> None:
         if args.no_progress:  # with progress on, optimize() prints the summary itself
             print(summary.line(), file=sys.stderr)
     elif args.command == "info":
-        from llm.data.shards.format.manifest import Manifest
+        from llm.data.shards.format.remote import load_any
 
-        data = Manifest.load(args.dataset).to_json()
+        data = load_any(args.dataset).to_json()
         data.pop("shards")
         print(json.dumps(data, indent=1))
     elif args.command == "verify":
-        from llm.data.shards.format.reader import verify_dataset
+        from llm.data.shards.format.remote import verify_any
 
-        manifest = verify_dataset(args.dataset)
+        manifest = verify_any(args.dataset)
         print(f"verify: {len(manifest.shards)} shards OK in {args.dataset}")
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.optimize import DocumentBatch, OptimizeSummary, optimize
+from llm.data.storage.paths import parse_location
 from llm.data.text.partitions import byte_ranges
 from llm.data.text.readers import (
     expand_inputs,
@@ -134,10 +135,13 @@ def optimize_text(
     compression: str | None = None,
     progress: bool = True,
     wait: bool = False,
+    storage_options: dict | None = None,
 ) -> OptimizeSummary:
-    """Tokenize text files (.txt, .jsonl[.gz|.zst], .parquet) into a token dataset."""
+    """Tokenize text files (.txt, .jsonl[.gz|.zst], .parquet) into a token dataset (a folder or s3://)."""
     tok = load_tokenizer(tokenizer)  # fails fast, in the parent, on a bad spec
-    refuse_inputs_in_output(inputs, Path(output_dir))
+    location = parse_location(output_dir)
+    if location.kind != "s3":
+        refuse_inputs_in_output(inputs, location.local_path())
     paths = expand_inputs(inputs)
     workers = (os.cpu_count() or 1) if num_workers is None else num_workers
     ranges = plan_ranges(paths, 4 * max(workers, 1))
@@ -146,4 +150,5 @@ def optimize_text(
         TokenizeText(tokenizer, text_column), ranges, output_dir,
         num_workers=num_workers, chunk_bytes=chunk_bytes, item_loader=TokensLoader(), mode=mode,
         compression=compression, tokenizer=tok, sources=sources, progress=progress, wait=wait,
+        storage_options=storage_options,
     )
