@@ -150,7 +150,9 @@ class ShardCache:
                 if self._checked(pin, i):
                     return pin
                 continue
-            self._download(i, demand=True)
+            pin = self._download(i, demand=True)
+            if pin is not None:
+                return pin
         raise StorageError(f"cache {self.folder}: shard {info.file} keeps disappearing while opened; is another program deleting it?")
 
     def _try_pin(self, path: Path) -> Pin | None:
@@ -222,27 +224,34 @@ class ShardCache:
 
     # ---- downloading --------------------------------------------------------------------
 
-    def _download(self, i: int, demand: bool) -> None:
+    def _download(self, i: int, demand: bool) -> Pin | None:
+        """Fetch shard i unless present; a demand fetch returns it pinned (no eviction in between)."""
         info = self.shards[i]
         path = self.folder / info.file
         try:
             dl = _FileLock(self.folder / f".dl-{info.file}", block=demand)
         except BlockingIOError:
-            return  # another thread or process is fetching it
+            return None  # another thread or process is fetching it
         with dl:
             if path.exists():
-                return
+                return None
             part = self._reserve(info, demand, self._upcoming.get(i, 0))
             if part is None:
-                return
+                return None
             try:
                 self._fetch(info, part)
+                fd = os.open(part, os.O_RDONLY)
+                fcntl.flock(fd, fcntl.LOCK_SH)  # held across the rename: the new file is pinned at once
                 os.rename(part, path)
-                st = os.stat(path)
-                self._verified.add((st.st_ino, st.st_size, st.st_mtime_ns))
             finally:
                 if part.exists():
                     part.unlink(missing_ok=True)
+            st = os.fstat(fd)
+            self._verified.add((st.st_ino, st.st_size, st.st_mtime_ns))
+            if demand:
+                return Pin(path, fd)
+            os.close(fd)
+            return None
 
     def _fetch(self, info: Any, part: Path) -> None:
         """Download into `part`, checking size and checksum; a mismatch is downloaded once more."""
