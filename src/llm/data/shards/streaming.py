@@ -235,7 +235,11 @@ class StreamingDataset(IterableDataset):
         self._hint(it, order, lo, hi)
         positions = [it.schedule.positions(k) for k in range(lo, hi)]
         sizes = np.array([len(p) for p in positions], dtype=np.int64)
-        return self._chunk(order(np.concatenate(positions)), sizes, it.collate)
+        try:
+            return self._chunk(order(np.concatenate(positions)), sizes, it.collate)
+        finally:
+            if self.cache is not None:  # this thread's pin: an idle reader must not hold cache room
+                self.reader.files.release()
 
     def _chunk(self, samples: np.ndarray, sizes: np.ndarray, collate: Callable | None) -> dict[str, Any]:
         """Several consecutive batches at once: one hand-off from a worker instead of one per batch."""

@@ -20,8 +20,6 @@ from llm.data.storage.objects import open_objects
 from llm.data.storage.paths import Location, parse_location
 from llm.data.storage.s3 import ObjectNotFound
 
-_PINS_PER_THREAD = 2
-
 
 def load_manifest(location: Location, storage_options: dict | None = None) -> tuple[Manifest, Any]:
     """(manifest, objects) of a remote dataset; a missing index.json is a ManifestError naming it."""
@@ -48,8 +46,9 @@ def open_cache(location: Location, manifest: Manifest, objects: Any, cache_dir: 
 
 
 class RemoteShardBytes(_ShardBytes):
-    """Shard bytes from the cache: each reading thread pins the last few shards it used, no more,
-    so shards it has moved past can be evicted while the run goes on."""
+    """Shard bytes from the cache: each reading thread pins the one shard it reads, and only while
+    it reads (released before the next shard and at the end of each chunk), so shards it has moved
+    past can be evicted while the run goes on."""
 
     keep_views = False
 
@@ -75,14 +74,15 @@ class RemoteShardBytes(_ShardBytes):
             held.move_to_end(i)
             return held[i][1]
         info = self.shards[i]
+        # A reader copies out of one shard at a time: unpin the previous one *before* asking for the
+        # next, so a reader waiting for room in a full cache never holds a pin itself (no deadlock).
+        self.release()
         if info.compression is not None:
             return self._compressed(i)
         pin = self.cache.open(i)  # downloaded and verified; cannot be evicted while pinned
         data = _map(pin.path) if info.bytes else np.zeros(0, np.uint8)
         self._check_layout(info, data)
         held[i] = (pin, data)
-        while len(held) > _PINS_PER_THREAD:
-            held.popitem(last=False)[1][0].close()
         return data
 
     def _compressed(self, i: int) -> np.ndarray:
