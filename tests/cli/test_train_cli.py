@@ -31,10 +31,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_help_names_tasks_examples_and_defaults(tmp_path: Path) -> None:
     proc = run("llm-train", "--help", cwd=tmp_path)
     assert proc.returncode == 0
-    for needle in ("stream_lm", "lm ", "sft", "coming", "data_source: optimized", "examples:", "llm-train plot",
-                   "llm-generate --checkpoint"):
+    for needle in ("stream_lm", "lm ", "sft", "Axolotl-style", "data_source: optimized", "examples:", "llm-train plot",
+                   "llm-generate --checkpoint", "configs/sft_local_demo.yaml"):
         assert needle in proc.stdout, needle
-    assert "{stream_lm,lm}" in proc.stdout, "sft is described, not offered as a choice"
+    assert "{stream_lm,lm,sft}" in proc.stdout
     gen = run("llm-generate", "--help", cwd=tmp_path)
     assert gen.returncode == 0 and "(default: 100)" in gen.stdout and "examples:" in gen.stdout
     plot = run("llm-train", "plot", "--help", cwd=tmp_path)

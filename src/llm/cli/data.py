@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
 
     opt = add("optimize", "tokenize text files into checksummed token shards", _OPTIMIZE_EPILOG)
     opt.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
-    opt.add_argument("--output", "-o", required=True, help="dataset folder to write")
+    opt.add_argument("--output", "-o", required=True, help="dataset folder, or s3://bucket/prefix, to write")
     opt.add_argument("--tokenizer", default=DEFAULT_TOKENIZER,
                      help="simple (byte-level) | path/to/tokenizer.json | folder holding one | file.tiktoken")
     opt.add_argument("--num-workers", type=int, default=None, help="worker processes (default: all cores)")
@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--compression", choices=("zstd",), default=None, help="compress shards (default: none)")
     opt.add_argument("--no-progress", action="store_true", help="no progress bar")
     opt.add_argument("--wait", action="store_true", help="if another run is writing the output, wait for it (default: fail at once)")
+    opt.add_argument("--allow-empty", action="store_true",
+                     help="write an empty dataset when the inputs hold no record (default: an error naming them)")
 
     info = add("info", "summarize a dataset: kind, shards, tokens, documents, sizes, tokenizer", _INFO_EPILOG)
     info.add_argument("dataset", metavar="DIR", help="a folder made by `llm-data optimize`")
@@ -151,7 +153,7 @@ def _optimize(args: argparse.Namespace) -> None:
     summary = optimize_text(
         args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
         chunk_bytes=args.chunk_bytes, mode=args.mode, compression=args.compression, progress=not args.no_progress,
-        wait=args.wait,
+        wait=args.wait, allow_empty=args.allow_empty,
     )
     if args.no_progress:  # with progress on, optimize() prints the summary itself
         print(summary.line(), file=sys.stderr)
@@ -236,9 +238,9 @@ def _run(args: argparse.Namespace) -> None:
     if args.command == "optimize":
         _optimize(args)
     elif args.command == "info":
-        from llm.data.shards.format.manifest import Manifest
+        from llm.data.shards.format.remote import load_any
 
-        manifest = Manifest.load(args.dataset)
+        manifest = load_any(args.dataset)  # a folder, local:, or s3://
         if args.json:
             data = manifest.to_json()
             data.pop("shards")
@@ -246,9 +248,9 @@ def _run(args: argparse.Namespace) -> None:
         else:
             print("\n".join(info_lines(manifest, args.dataset)))
     elif args.command == "verify":
-        from llm.data.shards.format.reader import verify_dataset
+        from llm.data.shards.format.remote import verify_any
 
-        manifest = verify_dataset(args.dataset)
+        manifest = verify_any(args.dataset)
         print(f"verify: {len(manifest.shards)} shards OK in {args.dataset}")
     elif args.command == "train-tokenizer":
         _train_tokenizer(args)

@@ -75,6 +75,10 @@ class StreamingDataLoader(DataLoader):
             custom = kwargs.get("worker_init_fn") or kwargs.get("multiprocessing_context")
             worker_backend = "threads" if dataset.manifest.kind == "tokens" and not custom else "processes"
         self.worker_backend = worker_backend
+        if worker_backend == "processes" and num_workers and dataset.cache is not None:
+            # The object-store client's runtime does not survive fork(): remote datasets start
+            # their worker processes from a fresh forkserver instead.
+            kwargs.setdefault("multiprocessing_context", "forkserver")
         prefetch = kwargs.get("prefetch_factor")
         if worker_backend == "threads":
             kwargs.pop("prefetch_factor", None)  # DataLoader refuses it without worker processes

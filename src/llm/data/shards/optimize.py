@@ -31,7 +31,7 @@ from llm.data.shards.format.writer import (
     as_token_array,
     check_batch,
 )
-from llm.data.shards.output import SHARD_PREFIX, OutputFolder
+from llm.data.shards.output import SHARD_PREFIX, open_output
 from llm.data.tokenizers import Tokenizer, token_dtype
 
 
@@ -236,6 +236,7 @@ def optimize(
     sources: list[dict] | None = None,
     progress: bool = True,
     wait: bool = False,
+    storage_options: dict | None = None,
 ) -> OptimizeSummary:
     """Run `fn` over `inputs` in `num_workers` processes and write the results as a dataset.
 
@@ -245,7 +246,8 @@ def optimize(
     each shard. `mode`: None (the folder must be empty), 'append' or 'overwrite'.
     `tokenizer` is recorded in the manifest (its fingerprint, EOS id, vocabulary).
     One run at a time holds `output_dir`: another run fails at once naming the holder,
-    or with `wait=True` waits for it to finish.
+    or with `wait=True` waits for it to finish. `output_dir` may be `s3://bucket/prefix`
+    (credentials from the AWS environment or `storage_options`, see docs/storage.md).
     """
     started = time.perf_counter()
     inputs = list(inputs)
@@ -261,14 +263,14 @@ def optimize(
     workers = (os.cpu_count() or 1) if num_workers is None else num_workers
     chunk = parse_size(chunk_bytes)
     tok_fp = tokenizer.fingerprint() if tokenizer is not None else None
-    output = OutputFolder(Path(output_dir), mode, kind, tok_fp, wait=wait)
+    output = open_output(output_dir, mode, kind, tok_fp, wait=wait, storage_options=storage_options)
     run_id = time.strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]
     dtype = token_dtype(tokenizer.vocab_size) if tokenizer is not None else "uint16"
     job = _Job(
         fn, _split_tasks(inputs, 4 * max(workers, 1)), output.folder, run_id, kind, dtype, chunk, chunk_size, compression,
     )
     try:
-        results = _run(job, workers, progress)
+        results = _run(job, workers, progress, getattr(output, "upload", None))
         shards = [s for task_id in range(len(job.tasks)) for s in results[task_id][0]]
         manifest = Manifest(
             kind=kind,
@@ -289,7 +291,7 @@ def optimize(
     finally:
         output.release()
     summary = OptimizeSummary(
-        output_dir=str(output.folder),
+        output_dir=getattr(output, "display", str(output.folder)),
         documents=sum(s.documents for s in shards),
         tokens=sum(s.tokens for s in shards),
         items=sum(s.items for s in shards),
@@ -315,7 +317,7 @@ def _progress_bar(total: int, enabled: bool) -> Any:
     return tqdm(total=total, unit="task", desc="optimize", disable=not enabled, dynamic_ncols=True, file=sys.stderr)
 
 
-def _run(job: _Job, workers: int, progress: bool) -> dict[int, tuple[list[ShardInfo], dict]]:
+def _run(job: _Job, workers: int, progress: bool, on_done: Callable | None = None) -> dict[int, tuple[list[ShardInfo], dict]]:
     bar = _progress_bar(len(job.tasks), progress)
     counts = [0, 0]
 
@@ -328,15 +330,17 @@ def _run(job: _Job, workers: int, progress: bool) -> dict[int, tuple[list[ShardI
             results = {}
             for task_id in range(len(job.tasks)):
                 results[task_id] = _run_task(job, task_id, report)
+                if on_done is not None:  # remote output: upload the task's shards now
+                    on_done(results[task_id][0])
                 bar.update(1)
                 bar.set_postfix(docs=counts[0], tokens=counts[1], refresh=False)
             return results
-        return _run_parallel(job, workers, bar)
+        return _run_parallel(job, workers, bar, on_done)
     finally:
         bar.close()
 
 
-def _run_parallel(job: _Job, workers: int, bar: Any) -> dict[int, tuple[list[ShardInfo], dict]]:
+def _run_parallel(job: _Job, workers: int, bar: Any, on_done: Callable | None) -> dict[int, tuple[list[ShardInfo], dict]]:
     # fork where available: fn need not be picklable and workers start in milliseconds.
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     task_queue, result_queue = ctx.Queue(), ctx.Queue()
@@ -364,6 +368,8 @@ def _run_parallel(job: _Job, workers: int, bar: Any) -> dict[int, tuple[list[Sha
                 bar.set_postfix(docs=docs, tokens=tokens, refresh=False)
             elif message[0] == "done":
                 results[message[1]] = (message[2], message[3])
+                if on_done is not None:  # in this process: the object-store client does not survive fork
+                    on_done(message[2])
                 bar.update(1)
             else:
                 _, task_id, error, trace = message

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.optimize import DocumentBatch, OptimizeSummary, optimize
+from llm.data.storage.paths import parse_location
 from llm.data.text.partitions import byte_ranges
 from llm.data.text.readers import (
     FileStamp,
@@ -147,14 +148,17 @@ def optimize_text(
     progress: bool = True,
     wait: bool = False,
     allow_empty: bool = False,
+    storage_options: dict | None = None,
 ) -> OptimizeSummary:
-    """Tokenize text files (.txt, .jsonl[.gz|.zst], .json arrays, .parquet) into a token dataset.
+    """Tokenize text files (.txt, .jsonl[.gz|.zst], .json arrays, .parquet) into a token dataset (a folder or s3://).
 
     Inputs that hold no record at all are an InputError naming them, unless `allow_empty`
     (then an empty dataset is written).
     """
     tok = load_tokenizer(tokenizer)  # fails fast, in the parent, on a bad spec
-    refuse_inputs_in_output(inputs, Path(output_dir))
+    location = parse_location(output_dir)
+    if location.kind != "s3":
+        refuse_inputs_in_output(inputs, location.local_path())
     paths = expand_inputs(inputs)
     if not allow_empty:
         require_records(paths, text_column, "pass allow_empty=True (CLI: --allow-empty) to write an empty dataset")
@@ -165,4 +169,5 @@ def optimize_text(
         TokenizeText(tokenizer, text_column), ranges, output_dir,
         num_workers=num_workers, chunk_bytes=chunk_bytes, item_loader=TokensLoader(), mode=mode,
         compression=compression, tokenizer=tok, sources=sources, progress=progress, wait=wait,
+        storage_options=storage_options,
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from llm.data.shards.format.manifest import INDEX_NAME, Manifest
 from llm.data.storage.lock import LOCK_NAME, FolderLock
+from llm.data.storage.paths import parse_location
 
 MODES = ("append", "overwrite")
 SHARD_PREFIX = "shard-"
@@ -96,3 +97,18 @@ class OutputFolder:
 
     def release(self) -> None:
         self.lock.release()
+
+
+def open_output(output_dir: str | Path, mode: str | None, kind: str, tokenizer: dict | None,
+                wait: bool = False, storage_options: dict | None = None):
+    """The output of optimize(): a local folder (also for local:) or an s3:// prefix."""
+    location = parse_location(output_dir)
+    if location.kind == "s3":
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)} or None, got {mode!r}")
+        from llm.data.shards.remote_output import RemoteOutput
+
+        return RemoteOutput(location, mode, kind, tokenizer, wait=wait, storage_options=storage_options)
+    if storage_options:
+        raise ValueError(f"storage_options apply to s3:// outputs only, not {output_dir}")
+    return OutputFolder(location.local_path(), mode, kind, tokenizer, wait=wait)

@@ -26,6 +26,7 @@ from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import ItemReader, TokenReader
 from llm.data.shards.plan import BatchSchedule, epoch_order
+from llm.data.storage.paths import parse_location
 from llm.data.topology import current_topology
 
 
@@ -73,9 +74,24 @@ class StreamingDataset(IterableDataset):
         seed: int = 42,
         verify_checksums: bool = True,
         shuffle_algorithm: str = "feistel",
+        cache_dir: str | Path | None = None,
+        max_cache_size: int | str | None = "50GB",
+        storage_options: dict | None = None,
     ):
-        self.input_dir = Path(input_dir)
-        self.manifest = Manifest.load(self.input_dir)
+        """`input_dir`: a folder, `local:/network/folder` or `s3://bucket/prefix`. Remote shards are
+        downloaded ahead of use into `cache_dir/<fingerprint>` (default: the user cache dir), verified,
+        and evicted to keep that folder under `max_cache_size`; see docs/storage.md."""
+        location = parse_location(input_dir)
+        self.cache = None
+        if location.is_remote:
+            from llm.data.shards.format.remote import load_manifest, open_cache
+
+            self.input_dir: Path | str = location.url()
+            self.manifest, objects = load_manifest(location, storage_options)
+            self.cache = open_cache(location, self.manifest, objects, cache_dir, max_cache_size)
+        else:
+            self.input_dir = location.local_path()
+            self.manifest = Manifest.load(self.input_dir)
         self.item_loader = item_loader or self._default_loader()
         if self.item_loader.kind != self.manifest.kind:
             raise ValueError(
@@ -90,8 +106,15 @@ class StreamingDataset(IterableDataset):
         if self.manifest.kind == "tokens":
             self._init_tokens(verify_checksums)
         else:
-            self.reader = ItemReader(self.input_dir, self.manifest, verify_checksums)
+            self.reader = ItemReader(self.input_dir, self.manifest, verify_checksums, self._remote_files(verify_checksums))
             self.num_samples = self.reader.total
+
+    def _remote_files(self, verify: bool) -> Any:
+        if self.cache is None:
+            return None
+        from llm.data.shards.format.remote import RemoteShardBytes
+
+        return RemoteShardBytes(self.cache, self.manifest, verify)
 
     def _default_loader(self) -> TokensLoader | ItemsLoader:
         if self.manifest.kind == "items":
@@ -103,7 +126,7 @@ class StreamingDataset(IterableDataset):
         if isinstance(block, bool) or not isinstance(block, int) or block < 1:
             raise ValueError(f"TokensLoader.block_size must be a positive integer to read {self.input_dir}, got {block!r}")
         self.block_size = block
-        self.reader = TokenReader(self.input_dir, self.manifest, verify)
+        self.reader = TokenReader(self.input_dir, self.manifest, verify, self._remote_files(verify))
         total = self.reader.total
         self.num_samples = total // block if self.drop_last else math.ceil(total / block)
         pad = self.item_loader.pad_id
@@ -174,11 +197,16 @@ class StreamingDataset(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         bounds, order = self.chunk_plan(it, workers)
-        for chunk in range(worker, len(bounds) - 1, workers):
-            if it.batched:
-                yield self.read_chunk(it, order, bounds[chunk], bounds[chunk + 1])
-            else:
-                yield from self._samples(order(self._positions(it, bounds[chunk], bounds[chunk + 1])))
+        try:
+            for chunk in range(worker, len(bounds) - 1, workers):
+                if it.batched:
+                    yield self.read_chunk(it, order, bounds[chunk], bounds[chunk + 1])
+                else:
+                    self._hint(it, order, bounds[chunk], bounds[chunk + 1])
+                    yield from self._samples(order(self._positions(it, bounds[chunk], bounds[chunk + 1])))
+        finally:
+            if self.cache is not None:
+                self.reader.files.release()
 
     def _samples(self, samples: np.ndarray) -> Iterator[Any]:
         """Single samples, as `ds[i]` gives them, but read a chunk at a time (a plain DataLoader's path)."""
@@ -204,9 +232,14 @@ class StreamingDataset(IterableDataset):
 
     def read_chunk(self, it: _Iteration, order: Callable, lo: int, hi: int) -> dict[str, Any]:
         """Batches [lo, hi) of this rank's schedule, read at once (safe to call from threads)."""
+        self._hint(it, order, lo, hi)
         positions = [it.schedule.positions(k) for k in range(lo, hi)]
         sizes = np.array([len(p) for p in positions], dtype=np.int64)
-        return self._chunk(order(np.concatenate(positions)), sizes, it.collate)
+        try:
+            return self._chunk(order(np.concatenate(positions)), sizes, it.collate)
+        finally:
+            if self.cache is not None:  # this thread's pin: an idle reader must not hold cache room
+                self.reader.files.release()
 
     def _chunk(self, samples: np.ndarray, sizes: np.ndarray, collate: Callable | None) -> dict[str, Any]:
         """Several consecutive batches at once: one hand-off from a worker instead of one per batch."""
@@ -216,3 +249,22 @@ class StreamingDataset(IterableDataset):
         items = [self.reader.get(int(s)) for s in samples]
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         return {"sizes": sizes, "batches": [collate(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]}
+
+    def _hint(self, it: _Iteration, order: Callable, lo: int, hi: int) -> None:
+        """Remote data: tell the cache which shards batches [lo, hi + a few chunks) read, in order."""
+        if self.cache is None:
+            return
+        ahead = min(len(it.schedule), hi + 4 * max(hi - lo, 1))
+        if ahead <= lo:
+            return
+        samples = order(self._positions(it, lo, ahead))
+        starts = self.reader.starts
+        if self.manifest.kind == "tokens":
+            first = samples * self.block_size
+            last = np.minimum(first + self.block_size, self.reader.total) - 1
+            ids = np.stack([first, last], axis=1).reshape(-1)
+        else:
+            ids = samples
+        shards = np.searchsorted(starts, ids, side="right") - 1
+        _, where = np.unique(shards, return_index=True)
+        self.cache.hint(shards[np.sort(where)].tolist())

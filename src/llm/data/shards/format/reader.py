@@ -27,6 +27,8 @@ class _ShardBytes:
     Decompressed shards are kept in a small LRU so memory stays bounded.
     """
 
+    keep_views = True  # token views may be cached for the reader's lifetime (not for cached remote shards)
+
     def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, cache_shards: int = 4):
         self.folder, self.shards, self.verify = folder, manifest.shards, verify
         self.kind, self.dtype = manifest.kind, manifest.dtype
@@ -156,9 +158,9 @@ _RELEASE_EVERY_TOKENS = 4 << 20
 class TokenReader:
     """Reads any token range [start, stop) of the concatenation of all shards."""
 
-    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True):
+    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, files: _ShardBytes | None = None):
         self.manifest = manifest
-        self.files = _ShardBytes(folder, manifest, verify)
+        self.files = files if files is not None else _ShardBytes(folder, manifest, verify)
         counts = np.array([s.tokens for s in manifest.shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
@@ -175,7 +177,7 @@ class TokenReader:
             tokens = raw[:n_bytes].view(f"<{np.dtype(info.dtype or self.manifest.dtype).str[1:]}")
             doc_ends = raw[n_bytes : n_bytes + 8 * info.documents].view("<u8")
             views = (tokens, doc_ends)
-            if info.compression is None:
+            if info.compression is None and self.files.keep_views:
                 self._views[i] = views
         return views
 
@@ -282,8 +284,8 @@ class TokenReader:
 class ItemReader:
     """Reads item i with one seek: the offsets table says where its pickled bytes are."""
 
-    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True):
-        self.files = _ShardBytes(folder, manifest, verify)
+    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, files: _ShardBytes | None = None):
+        self.files = files if files is not None else _ShardBytes(folder, manifest, verify)
         counts = np.array([s.items for s in manifest.shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])

@@ -1,0 +1,191 @@
+"""Remote datasets (s3://, local:): the manifest from the store, shards through the shard cache."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ManifestError
+from llm.data.shards.format.reader import ShardError, _ShardBytes
+from llm.data.storage.cache import CorruptObject, ShardCache, default_cache_root, parse_cache_size
+from llm.data.storage.objects import open_objects
+from llm.data.storage.paths import Location, parse_location
+from llm.data.storage.s3 import ObjectNotFound
+
+
+def load_manifest(location: Location, storage_options: dict | None = None) -> tuple[Manifest, Any]:
+    """(manifest, objects) of a remote dataset; a missing index.json is a ManifestError naming it."""
+    objects = open_objects(location, storage_options)
+    url = objects.url(INDEX_NAME)
+    try:
+        raw = objects.get(INDEX_NAME)
+    except ObjectNotFound as e:
+        if "bucket" in str(e):
+            raise
+        raise ManifestError(f"{location}: no {INDEX_NAME} ({url} does not exist); is this a dataset made by `llm-data optimize`?") from None
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{url}: malformed manifest ({e})") from None
+    return Manifest.from_json(data, url), objects  # type: ignore[arg-type]
+
+
+def open_cache(location: Location, manifest: Manifest, objects: Any, cache_dir: str | Path | None,
+               max_cache_size: int | str | None) -> ShardCache:
+    """The cache folder `cache_dir/<fingerprint>` (default: the user cache dir)."""
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
+    return ShardCache(objects, manifest.shards, root / manifest.fingerprint(), parse_cache_size(max_cache_size))
+
+
+class RemoteShardBytes(_ShardBytes):
+    """Shard bytes from the cache: each reading thread pins the one shard it reads, and only while
+    it reads (released before the next shard and at the end of each chunk), so shards it has moved
+    past can be evicted while the run goes on."""
+
+    keep_views = False
+
+    def __init__(self, cache: ShardCache, manifest: Manifest, verify: bool = True):
+        self.cache = cache
+        self.folder, self.shards, self.verify = cache.folder, manifest.shards, verify
+        self.kind, self.dtype = manifest.kind, manifest.dtype
+        self._maps: dict = {}
+        self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache_shards = 4
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _held(self) -> OrderedDict:
+        held = getattr(self._local, "held", None)
+        if held is None:
+            held = self._local.held = OrderedDict()
+        return held
+
+    def raw(self, i: int) -> np.ndarray:
+        held = self._held()
+        if i in held:
+            held.move_to_end(i)
+            return held[i][1]
+        info = self.shards[i]
+        # A reader copies out of one shard at a time: unpin the previous one *before* asking for the
+        # next, so a reader waiting for room in a full cache never holds a pin itself (no deadlock).
+        self.release()
+        if info.compression is not None:
+            return self._compressed(i)
+        pin = self.cache.open(i)  # downloaded and verified; cannot be evicted while pinned
+        data = _map(pin.path) if info.bytes else np.zeros(0, np.uint8)
+        self._check_layout(info, data)
+        held[i] = (pin, data)
+        return data
+
+    def _compressed(self, i: int) -> np.ndarray:
+        import zstandard
+
+        with self._lock:
+            if i in self._decompressed:
+                self._decompressed.move_to_end(i)
+                return self._decompressed[i]
+        info = self.shards[i]
+        pin = self.cache.open(i)
+        try:
+            stored = pin.path.read_bytes()
+        finally:
+            pin.close()
+        try:
+            data = np.frombuffer(zstandard.ZstdDecompressor().decompress(stored, max_output_size=info.raw_bytes), np.uint8)
+        except zstandard.ZstdError as e:
+            raise ShardError(f"shard {self.cache.objects.url(info.file)} does not decompress to its raw_bytes {info.raw_bytes} ({e})") from None
+        self._check_layout(info, data)
+        with self._lock:
+            self._decompressed[i] = data
+            while len(self._decompressed) > self._cache_shards:
+                self._decompressed.popitem(last=False)
+        return data
+
+    def release(self) -> None:
+        """Unpin every shard this thread holds (end of an iteration)."""
+        held = self._held()
+        while held:
+            held.popitem(last=False)[1][0].close()
+
+    def release_pages(self) -> None:
+        pass
+
+    def verify_all(self) -> None:
+        for i, info in enumerate(self.shards):
+            pin = self.cache.open(i)
+            try:
+                data = self.raw(i) if info.compression is None else self._compressed(i)
+                self._check_layout(info, data, deep=True)
+            finally:
+                pin.close()
+        self.release()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_maps"], state["_decompressed"] = {}, OrderedDict()
+        del state["_lock"], state["_local"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+
+def _map(path: Path) -> np.ndarray:
+    # Its own file description: the pin's shared lock ends when the pin closes, not with the map.
+    # A map that outlives its pin stays readable even if the file is then evicted (Linux keeps the inode).
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), np.uint8)
+    finally:
+        os.close(fd)
+
+
+def verify_remote(location: Location, storage_options: dict | None = None) -> Manifest:
+    """Stream every shard of a remote dataset and check its size and checksum (nothing is cached)."""
+    manifest, objects = load_manifest(location, storage_options)
+    present = objects.list()
+    for info in manifest.shards:
+        if info.file not in present:
+            raise ObjectNotFound(f"shard {objects.url(info.file)} is missing (listed in {objects.url(INDEX_NAME)})")
+        if present[info.file] != info.bytes:
+            raise CorruptObject(f"shard {objects.url(info.file)} has {present[info.file]} bytes, the manifest says {info.bytes}")
+    for info in manifest.shards:
+        h = xxhash.xxh3_64()
+
+        def sink(_attempt: int, h: Any = h) -> Any:
+            h.reset()
+            return h.update
+
+        objects.get_into(info.file, sink)
+        actual = "xxh3_64:" + h.hexdigest()
+        if actual != info.checksum:
+            raise CorruptObject(f"shard {objects.url(info.file)} fails its checksum ({actual} != {info.checksum}): the object is corrupt")
+    return manifest
+
+
+def load_any(dataset: str | Path, storage_options: dict | None = None) -> Manifest:
+    """The manifest of a dataset anywhere: a folder, local:/... or s3://..."""
+    location = parse_location(dataset)
+    if location.is_remote:
+        return load_manifest(location, storage_options)[0]
+    return Manifest.load(location.local_path())
+
+
+def verify_any(dataset: str | Path, storage_options: dict | None = None) -> Manifest:
+    """`llm-data verify`: every shard's size and checksum, wherever the dataset lives."""
+    from llm.data.shards.format.reader import verify_dataset
+
+    location = parse_location(dataset)
+    if location.is_remote:
+        return verify_remote(location, storage_options)
+    return verify_dataset(location.local_path())

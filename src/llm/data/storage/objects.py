@@ -1,0 +1,80 @@
+"""One interface over the places a dataset's files can live: an s3:// prefix or a network folder (local:).
+
+Both give `get`, `get_into` (streamed, restartable), `put` (optionally create-only), `delete`,
+`list` and `url`; the shard cache and remote writers use nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from llm.data.storage.paths import Location, parse_location
+from llm.data.storage.s3 import ObjectNotFound, S3Objects, resolve_config
+
+_BLOCK = 8 << 20
+
+
+class LocalObjects:
+    """Files of a folder on a (network) drive, by name."""
+
+    def __init__(self, folder: str | Path, scheme: str = "local:"):
+        self.folder, self.scheme = Path(folder), scheme
+
+    def url(self, name: str = "") -> str:
+        return f"{self.scheme}{self.folder / name if name else self.folder}"
+
+    def _path(self, name: str) -> Path:
+        return self.folder / name
+
+    def _missing(self, name: str) -> ObjectNotFound:
+        return ObjectNotFound(f"{self.url(name)} does not exist: check the path and that the drive is mounted")
+
+    def get(self, name: str) -> bytes:
+        try:
+            return self._path(name).read_bytes()
+        except FileNotFoundError:
+            raise self._missing(name) from None
+
+    def get_into(self, name: str, sink: Callable[[int], Any]) -> None:
+        try:
+            with open(self._path(name), "rb") as f:
+                write = sink(1)
+                while block := f.read(_BLOCK):
+                    write(memoryview(block))
+        except FileNotFoundError:
+            raise self._missing(name) from None
+
+    def put(self, name: str, data: bytes | Path, create: bool = False) -> None:
+        from llm.data.storage.local import atomic_write
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if create:
+            try:
+                fd = os.open(self._path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                raise FileExistsError(f"{self.url(name)} already exists") from None
+            with os.fdopen(fd, "wb") as f:
+                f.write(data.read_bytes() if isinstance(data, Path) else data)
+            return
+        atomic_write(self._path(name), data.read_bytes() if isinstance(data, Path) else data)
+
+    def delete(self, name: str) -> None:
+        self._path(name).unlink(missing_ok=True)
+
+    def list(self) -> dict[str, int]:
+        if not self.folder.is_dir():
+            return {}
+        return {p.name: p.stat().st_size for p in self.folder.iterdir() if p.is_file()}
+
+
+def open_objects(location: str | Path | Location, storage_options: dict | None = None) -> S3Objects | LocalObjects:
+    """The objects of a remote dataset location (s3:// or local:)."""
+    loc = parse_location(location)
+    if loc.kind == "s3":
+        return S3Objects(resolve_config(loc.bucket, storage_options), loc.path)
+    if storage_options:
+        raise ValueError(f"storage_options apply to s3:// locations only, not {loc}")
+    return LocalObjects(loc.path, "local:" if loc.kind == "local" else "")

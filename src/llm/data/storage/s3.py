@@ -1,0 +1,265 @@
+"""S3-compatible object storage through obstore: configuration the AWS way, retries with
+backoff and jitter, and every failure as one sentence naming the endpoint, bucket and key.
+
+obstore's own retries are off: this module decides what is retried (5xx, 429, resets,
+timeouts, refused connections) and what fails at once (403, 404, 412, other 4xx).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from llm.data.storage.awsconfig import aws_settings
+
+T = TypeVar("T")
+
+OPTION_KEYS = (
+    "endpoint", "region", "access_key_id", "secret_access_key", "session_token", "profile",
+    "retries", "backoff", "max_backoff", "timeout", "connect_timeout",
+)
+_ALIASES = {"endpoint_url": "endpoint", "aws_access_key_id": "access_key_id",
+            "aws_secret_access_key": "secret_access_key", "aws_session_token": "session_token", "region_name": "region"}
+
+
+class StorageError(OSError):
+    """Object storage failed; the message is one sentence naming the endpoint, bucket and key."""
+
+
+class ObjectNotFound(StorageError, FileNotFoundError):
+    """The bucket or the object does not exist."""
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """Everything needed to reach one bucket; picklable, so worker processes rebuild the client."""
+
+    bucket: str
+    endpoint: str | None = None
+    region: str = "us-east-1"
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    retries: int = 6
+    backoff: float = 0.2
+    max_backoff: float = 10.0
+    timeout: float = 300.0
+    connect_timeout: float = 10.0
+
+    @property
+    def where(self) -> str:
+        return self.endpoint or f"AWS S3 ({self.region})"
+
+
+def resolve_config(bucket: str, storage_options: dict | None = None) -> S3Config:
+    """storage_options, then AWS_* environment variables, then ~/.aws/credentials and ~/.aws/config."""
+    opts: dict[str, Any] = {}
+    for key, value in (storage_options or {}).items():
+        key = _ALIASES.get(key, key)
+        if key not in OPTION_KEYS:
+            raise ValueError(f"unknown storage option {key!r}; expected one of {', '.join(OPTION_KEYS)}")
+        opts[key] = value
+    aws = aws_settings(opts.get("profile"))
+    config = S3Config(bucket=bucket)
+    values = {k: opts.get(k) or aws.get(k) for k in ("endpoint", "region", "access_key_id", "secret_access_key", "session_token")}
+    config = replace(config, **{k: v for k, v in values.items() if v})
+    env_retries = os.environ.get("LLM_STORAGE_RETRIES")
+    numbers = {"retries": opts.get("retries", env_retries)}
+    for key in ("backoff", "max_backoff", "timeout", "connect_timeout"):
+        numbers[key] = opts.get(key)
+    for key, value in numbers.items():
+        if value is None:
+            continue
+        try:
+            number = int(value) if key == "retries" else float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"storage option {key!r} is {value!r}, expected a number") from None
+        if number < 0:
+            raise ValueError(f"storage option {key!r} is {value!r}, expected a number >= 0")
+        config = replace(config, **{key: number})
+    return config
+
+
+_STORES: dict[tuple[int, S3Config], Any] = {}
+
+
+def _client(config: S3Config) -> Any:
+    """One obstore client per process and config (a client made before a fork is not reused after it)."""
+    key = (os.getpid(), config)
+    store = _STORES.get(key)
+    if store is None:
+        from obstore.store import S3Store
+
+        kwargs: dict[str, Any] = {"region": config.region}
+        if config.endpoint:
+            kwargs["endpoint"] = config.endpoint
+        for name in ("access_key_id", "secret_access_key", "session_token"):
+            if getattr(config, name):
+                kwargs[name] = getattr(config, name)
+        store = S3Store(
+            config.bucket,
+            client_options={
+                "allow_http": bool(config.endpoint and config.endpoint.startswith("http://")),
+                "timeout": f"{max(config.timeout, 0.001)}s",
+                "connect_timeout": f"{max(config.connect_timeout, 0.001)}s",
+            },
+            retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=max(config.timeout, 1))},
+            **kwargs,
+        )
+        _STORES[key] = store
+    return store
+
+
+_STATUS = re.compile(r"status code: (\d{3})")
+_CODE = re.compile(r"<Code>([^<]+)</Code>")
+
+
+def _summary(error: BaseException) -> str:
+    text = str(error)
+    status, code = _STATUS.search(text), _CODE.search(text)
+    if status:
+        return f"HTTP {status.group(1)}" + (f" {code.group(1)}" if code else "")
+    for kind in ("Connect", "Timeout", "Request", "Body", "Decode"):
+        if f"kind: {kind}" in text:
+            return {"Connect": "connection failed", "Timeout": "timed out"}.get(kind, f"{kind.lower()} error")
+    return text.splitlines()[0][:200] if text else type(error).__name__
+
+
+def is_transient(error: BaseException) -> bool:
+    """Worth another try: server errors, throttling, resets and timeouts; never 403/404/412."""
+    from obstore import exceptions as ox
+
+    final = (ox.NotFoundError, ox.PermissionDeniedError, ox.UnauthenticatedError, ox.AlreadyExistsError,
+             ox.PreconditionError, ox.NotSupportedError, ox.InvalidPathError, ox.UnknownConfigurationKeyError)
+    if isinstance(error, final):
+        return False
+    if not isinstance(error, ox.BaseError):
+        return isinstance(error, (ConnectionError, TimeoutError))
+    status = _STATUS.search(str(error))
+    if status:
+        code = int(status.group(1))
+        return code >= 500 or code in (408, 429)
+    return True  # no status: the connection failed, was reset or timed out
+
+
+def explain(error: BaseException, config: S3Config, key: str, action: str, attempts: int = 1) -> StorageError:
+    """The one sentence a user sees for a failed request."""
+    from obstore import exceptions as ox
+
+    url = f"s3://{config.bucket}/{key}"
+    what = _summary(error)
+    if isinstance(error, (ox.PermissionDeniedError, ox.UnauthenticatedError)):
+        return StorageError(
+            f"access denied ({what}) to {url} at {config.where}: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+            "(or AWS_PROFILE, ~/.aws/credentials, storage_options) and the bucket's permissions"
+        )
+    if isinstance(error, ox.NotFoundError) or "HTTP 404" in what:
+        if "NoSuchBucket" in str(error):
+            return ObjectNotFound(
+                f"bucket {config.bucket!r} does not exist at {config.where} (while reading {url}): "
+                "check the bucket name and the endpoint (AWS_ENDPOINT_URL)"
+            )
+        return ObjectNotFound(f"{url} does not exist at {config.where}: check the path")
+    if attempts > 1:
+        hint = "check that the endpoint is up and reachable (AWS_ENDPOINT_URL)" if "connection" in what else \
+            "the store kept failing; try again later or raise storage_options['retries']"
+        return StorageError(f"{action} {url} at {config.where} failed after {attempts} attempts ({what}): {hint}")
+    return StorageError(f"{action} {url} at {config.where} failed ({what})")
+
+
+def with_retries(config: S3Config, key: str, action: str, fn: Callable[[], T]) -> T:
+    """Run `fn`, retrying transient failures with exponential backoff and full jitter."""
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except (StorageError, FileExistsError):
+            raise
+        except Exception as e:  # obstore raises its own exception types
+            attempt += 1
+            if not is_transient(e):
+                raise explain(e, config, key, action) from None
+            if attempt > config.retries:
+                raise explain(e, config, key, action, attempt) from None
+            delay = min(config.max_backoff, config.backoff * (2 ** (attempt - 1)))
+            time.sleep(random.uniform(delay / 2, delay))
+
+
+class S3Objects:
+    """The objects under one s3:// prefix, by name relative to it."""
+
+    def __init__(self, config: S3Config, prefix: str):
+        self.config, self.prefix = config, prefix
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def url(self, name: str = "") -> str:
+        return f"s3://{self.config.bucket}/{self.key(name) if name else self.prefix}".rstrip("/")
+
+    def get(self, name: str) -> bytes:
+        import obstore
+
+        key = self.key(name)
+        return with_retries(self.config, key, "reading", lambda: bytes(obstore.get(_client(self.config), key).bytes()))
+
+    def get_into(self, name: str, sink: Callable[[int], Any]) -> None:
+        """Stream the object into `sink(attempt)`'s writer; the sink restarts on each retry."""
+        import obstore
+
+        key = self.key(name)
+        attempts = [0]
+
+        def fetch() -> None:
+            attempts[0] += 1
+            write = sink(attempts[0])
+            for chunk in obstore.get(_client(self.config), key).stream(min_chunk_size=1 << 20):
+                write(memoryview(chunk))
+
+        with_retries(self.config, key, "reading", fetch)
+
+    def put(self, name: str, data: bytes | Path, create: bool = False) -> None:
+        """Write an object (a file is sent in parts); `create=True` fails if it exists (AlreadyExists)."""
+        import obstore
+        from obstore import exceptions as ox
+
+        key = self.key(name)
+        payload = Path(data) if isinstance(data, Path) else data
+
+        def send() -> None:
+            try:
+                obstore.put(_client(self.config), key, payload, mode="create" if create else "overwrite")
+            except (ox.AlreadyExistsError, ox.PreconditionError):
+                raise FileExistsError(f"{self.url(name)} already exists") from None
+
+        with_retries(self.config, key, "writing", send)
+
+    def delete(self, name: str) -> None:
+        import obstore
+
+        key = self.key(name)
+        with_retries(self.config, key, "deleting", lambda: obstore.delete(_client(self.config), key))
+
+    def list(self) -> dict[str, int]:
+        """name -> size of every object directly under the prefix."""
+        import obstore
+
+        prefix = self.prefix + "/" if self.prefix else ""
+
+        def run() -> dict[str, int]:
+            out = {}
+            for batch in obstore.list(_client(self.config), prefix or None):
+                for meta in batch:
+                    name = meta["path"][len(prefix):]
+                    if "/" not in name:
+                        out[name] = int(meta["size"])
+            return out
+
+        return with_retries(self.config, prefix, "listing", run)
