@@ -202,7 +202,10 @@ def kill_chain(
             raise AssertionError(f"run {k} was to be killed at step {kill} but finished")
         if kill and mode == "save":  # the half-written save is never `latest`; the previous one loads
             assert list((chain / "ckpt").glob(".tmp-step_*")), "the kill missed the checkpoint write"
-            assert load_checkpoint(latest)["step"] <= kill
+            if kill >= 2:  # the first checkpoint is at step 2: before it there is nothing to load
+                assert load_checkpoint(latest)["step"] <= kill
+            else:
+                assert not latest.exists()
         for f in sorted(out.glob("rank*_step*.npy")):
             rank, step = (int(x) for x in f.stem[4:].split("_step"))
             before = owner.get((rank, step))
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         kills = seeded_kills(args.seed + 100 + chain, total, min(2, args.rank_points - chain))
         plans.append((2, 0, kills, ["step"] * len(kills)))
     for chain in range(args.save_points):
-        plans.append((1, 2, seeded_kills(args.seed + 200 + chain, total - 2, 1), ["save"]))
+        plans.append((1, 2, [1 + seeded_kills(args.seed + 200 + chain, total - 2, 1)[0]], ["save"]))  # in [2, 10]
     for i, (ranks, workers, kills, modes) in enumerate(plans):
         folder = work / f"chain{i}"
         shutil.rmtree(folder, ignore_errors=True)
