@@ -20,7 +20,7 @@ def test_bench_runs_end_to_end_on_a_tiny_corpus(tmp_path: Path) -> None:
            "--contestants", "ours,limit", "--only", "prepare,stream,integrity,resume", "--resume-at", "50",
            "--cache-dir", str(tmp_path / "cache"), "--results", str(out),
            "--docs-dir", str(tmp_path / "docs"), "--quiet"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=420)  # a busy 2-core machine is slow, not wrong
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert set(res["scenarios"]) == {"prepare", "stream", "integrity", "resume"}

@@ -119,6 +119,8 @@ def test_cli_writes_to_s3_and_reads_it_back(s3_env, tmp_path, capsys, monkeypatc
     assert not (tmp_path / "s3:").exists()
     capsys.readouterr()
     assert main(["info", url]) == 0
+    assert url in capsys.readouterr().out  # the readable summary names the dataset
+    assert main(["info", url, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["totals"]["shards"] > 1 and info["totals"]["tokens"] > 0
     assert main(["verify", url]) == 0
@@ -127,7 +129,7 @@ def test_cli_writes_to_s3_and_reads_it_back(s3_env, tmp_path, capsys, monkeypatc
     assert "is not empty; pass mode=" in capsys.readouterr().err
     assert main(["optimize", str(src), "--output", url, "--no-progress", "--num-workers", "0", "--mode", "append"]) == 0
     capsys.readouterr()
-    main(["info", url])
+    main(["info", url, "--json"])
     assert json.loads(capsys.readouterr().out)["totals"]["tokens"] == 2 * info["totals"]["tokens"]
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     assert main(["info", url]) == 2

@@ -82,6 +82,7 @@ class CombinedStreamingDataset(StreamingDataset):
         self.shuffle, self.drop_last, self.epoch = True, False, 0
         self.input_dir = "CombinedStreamingDataset(" + ", ".join(str(d.input_dir) for d in self.datasets) + ")"
         self._iteration: _Iteration | None = None
+        self.cache = None  # remote sources keep their own caches
         self.sizes = np.array([d.num_samples for d in self.datasets], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         self.fingerprint = hashlib.sha256(
@@ -189,6 +190,14 @@ class CombinedStreamingDataset(StreamingDataset):
 
     def chunk_plan(self, it: _Iteration, workers: int) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
         return chunk_bounds(len(it.schedule), workers, it.chunk_batches), lambda p: self.global_ids(it.epoch, p)
+
+    def read_chunk(self, it: _Iteration, order: Callable, lo: int, hi: int) -> dict[str, Any]:
+        try:
+            return super().read_chunk(it, order, lo, hi)
+        finally:  # a remote source's pin must not outlive the chunk that read it
+            for d in self.datasets:
+                if d.cache is not None:
+                    d.reader.files.release()
 
     def sources_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, ids, side="right") - 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm.training.core.errors import ConfigError
+
 # Axolotl key -> our dotted key
 AXOLOTL_KEYS = {
     "datasets": "data.datasets",
@@ -35,8 +37,6 @@ AXOLOTL_KEYS = {
 
 def from_axolotl(tree: dict[str, Any], source: str) -> dict[str, Any]:
     """A config tree with Axolotl's top-level keys moved into our sections (a key set both ways is an error)."""
-    from llm.training.core.loading import ConfigError
-
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in tree.items() if k not in AXOLOTL_KEYS}
     for key, dotted in AXOLOTL_KEYS.items():
         if key not in tree:

@@ -8,13 +8,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from llm.training.core.axolotl import AXOLOTL_KEYS, from_axolotl
 from llm.training.core.config import TrainConfig
+from llm.training.core.errors import ConfigError
+
+__all__ = ["OPTIMIZED", "ConfigError", "build_config", "load_config", "parse_override", "read_yaml"]
 
 OPTIMIZED = "optimized"  # data_source of token shards made by `llm-data optimize`
-
-
-class ConfigError(ValueError):
-    """A user's config file or flag is wrong; the message is one sentence naming file and key."""
 
 
 def _describe(error: dict[str, Any], source: str) -> str:
@@ -27,8 +27,6 @@ def _describe(error: dict[str, Any], source: str) -> str:
         valid = ", ".join(section.model_fields) if section else ""
         where = f"section {'.'.join(loc[:-1])!r}" if len(loc) > 1 else "the top level"
         if len(loc) == 1:
-            from llm.training.core.axolotl import AXOLOTL_KEYS
-
             valid += " (sections) or Axolotl's " + ", ".join(AXOLOTL_KEYS)
         return f"{source}: unknown key {key!r} in {where}; valid keys are: {valid}"
     message = str(error.get("msg", "is invalid"))
@@ -100,8 +98,6 @@ def build_config(tree: dict[str, Any], overrides: dict[str, Any] | None = None, 
     An override of None sets the key to null (`--set checkpoint.checkpoint_dir=null`); a
     key that cannot be null is then an error naming it. Leave a key out to keep the YAML's.
     """
-    from llm.training.core.axolotl import from_axolotl
-
     tree = from_axolotl(tree, source)  # Axolotl's top-level keys (datasets, sequence_len, ...) into sections
     tree.setdefault("data", {})
     for dotted, value in (overrides or {}).items():
