@@ -107,6 +107,7 @@ def test_plot_writes_a_png(trained: Path) -> None:
     )
 
 
+@pytest.mark.slow  # end to end; `make test-all` and CI run it
 def test_generate_from_the_checkpoint(trained: Path) -> None:
     args = ["--checkpoint", "ck/latest", "--prompt", "sample line", "--max-new-tokens", "12", "--seed", "3"]
     first, second = run("llm-generate", *args, cwd=trained), run("llm-generate", *args, cwd=trained)

@@ -12,6 +12,7 @@ from bench.soak import kill_chain, seeded_kills
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow  # end to end; `make test-all` and CI run it
 def test_kill_9_with_two_workers_at_seeded_steps_and_inside_a_save(tmp_path: Path) -> None:
     kills = seeded_kills(seed=3, steps=12, count=3)
     modes = ["step", "save", "step"]  # the middle kill lands inside a checkpoint write
@@ -22,6 +23,7 @@ def test_kill_9_with_two_workers_at_seeded_steps_and_inside_a_save(tmp_path: Pat
 
 
 @pytest.mark.timeout(500)
+@pytest.mark.slow  # end to end; `make test-all` and CI run it
 def test_kill_9_with_two_ranks_at_seeded_steps(tmp_path: Path) -> None:
     result = kill_chain(tmp_path, seeded_kills(seed=5, steps=12, count=2), ranks=2, workers=0)
     assert len(result.resumed_at) == 2 and result.steps == 12

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from llm.training.checkpoint import list_checkpoints, load_checkpoint
@@ -34,6 +35,7 @@ def _first_error_line(proc: subprocess.CompletedProcess) -> str:
     return proc.stderr.splitlines()[0]
 
 
+@pytest.mark.slow  # end to end; `make test-all` and CI run it
 def test_fresh_run_into_a_folder_holding_a_run_is_refused_until_overwrite(tmp_path: Path) -> None:
     args = _setup(tmp_path)
     first = llm_train([*args, "--epochs", "3"], tmp_path)
@@ -65,6 +67,7 @@ def test_fresh_run_into_a_folder_holding_a_run_is_refused_until_overwrite(tmp_pa
     assert list((tmp_path / "ck" / ".data").iterdir()), "the prepared text is kept for the next run"
 
 
+@pytest.mark.slow  # end to end; `make test-all` and CI run it
 def test_resuming_another_folder_into_a_folder_holding_a_run_is_refused(tmp_path: Path) -> None:
     args = _setup(tmp_path)
     assert llm_train(args, tmp_path).returncode == 0

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from llm.training.core.loading import build_config, load_config
@@ -83,6 +84,7 @@ def test_config_mistakes_are_one_sentence(tmp_path):
         assert proc.returncode == 2 and message in proc.stderr.splitlines()[0], proc.stderr
 
 
+@pytest.mark.slow  # end to end; `make test-all` and CI run it
 def test_kill_9_and_resume_is_exact(tmp_path):
     tree = axolotl_tree(write_alpaca(tmp_path / "a.jsonl"), tmp_path / "unused")
     tree.pop("output_dir")
