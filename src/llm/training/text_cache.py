@@ -23,6 +23,7 @@ import torch.distributed as dist
 import xxhash
 
 from llm.data.shards.optimize_text import optimize_text
+from llm.data.storage.local import pid_alive
 from llm.data.text.readers import InputError, expand_inputs
 from llm.data.tokenizers import load_tokenizer
 
@@ -161,18 +162,8 @@ def _remove_stale(root: Path, name: str) -> None:
     """Temporary folders of this entry left by killed preparations (on this machine)."""
     for tmp in root.glob(f"{_TMP_PREFIX}{name}-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read_entry(folder: Path) -> PreparedText:

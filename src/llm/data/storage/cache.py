@@ -28,6 +28,7 @@ from typing import Any
 
 import xxhash
 
+from llm.data.storage.local import pid_alive
 from llm.data.storage.s3 import StorageError
 
 LOCK = ".lock"
@@ -94,16 +95,6 @@ class Pin:
 
     def __del__(self) -> None:
         self.close()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ShardCache:
@@ -299,7 +290,7 @@ class ShardCache:
                     size, pid = int(parts[1]), int(parts[2].split("-")[0])
                 except (IndexError, ValueError):
                     continue
-                if pid != os.getpid() and not _pid_alive(pid):
+                if pid != os.getpid() and not pid_alive(pid):
                     os.unlink(entry.path)  # left by a killed process
                     continue
                 used += size

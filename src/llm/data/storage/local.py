@@ -60,3 +60,14 @@ def atomic_write(path: str | Path, data: bytes | memoryview | Iterable[bytes | m
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs on this machine (owned by anyone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True

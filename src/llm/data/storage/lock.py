@@ -12,6 +12,8 @@ import time
 import warnings
 from pathlib import Path
 
+from llm.data.storage.local import pid_alive
+
 LOCK_NAME = ".llm-data.lock"
 
 
@@ -35,16 +37,6 @@ if hasattr(os, "register_at_fork"):
 
 class LockHeld(OSError):
     """Another live process holds the folder's lock; the message names it."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def _describe(holder: dict, path: Path) -> str:
@@ -93,7 +85,7 @@ class FolderLock:
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
             holder = _read(fd)
-            if not holder or holder.get("host") != socket.gethostname() or not _pid_alive(int(holder.get("pid", 0))):
+            if not holder or holder.get("host") != socket.gethostname() or not pid_alive(int(holder.get("pid", 0))):
                 return True
         holder = _read(fd)
         if not self.wait:

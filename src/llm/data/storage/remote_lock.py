@@ -11,7 +11,8 @@ import uuid
 import warnings
 from typing import Any
 
-from llm.data.storage.lock import LOCK_NAME, LockHeld, _describe, _pid_alive
+from llm.data.storage.local import pid_alive
+from llm.data.storage.lock import LOCK_NAME, LockHeld, _describe
 from llm.data.storage.s3 import ObjectNotFound
 
 
@@ -38,7 +39,7 @@ class RemoteLock:
             holder = self._holder()
             if holder is None:
                 continue  # released meanwhile: try again
-            if holder.get("host") == socket.gethostname() and not _pid_alive(int(holder.get("pid", 0) or 0)):
+            if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", 0) or 0)):
                 warnings.warn(
                     f"taking over the stale lock of {self.objects.url()} left by "
                     f"{_describe(holder, self.objects.url(LOCK_NAME))}, which is no longer running",

@@ -9,6 +9,7 @@ import torch
 
 from llm.data.sft.stream import StreamingSFTDataModule
 from llm.training.core.loading import ConfigError
+from llm.training.tasks.stream_lm import StreamTextData
 
 IGNORE = -100
 
@@ -21,8 +22,11 @@ def shift_labels(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {"input_ids": batch["input_ids"], "labels": shifted}
 
 
-class SftData:
-    """Batches of the `datasets:` entries (mixed by `streaming_dataset_mixing_strategy`), `micro_batch_size` records each."""
+class SftData(StreamTextData):
+    """Batches of the `datasets:` entries (mixed by `streaming_dataset_mixing_strategy`), `micro_batch_size` records each.
+
+    The state methods are `StreamTextData`'s: an SFT stream is a text stream with another batch format.
+    """
 
     def __init__(self, config: Any, rank: int, world_size: int):
         data = config.data
@@ -34,10 +38,10 @@ class SftData:
         if data.streaming and not config.training.max_steps:
             raise ConfigError("max_steps must be set when using streaming datasets")
         steps = data.steps_per_epoch or config.training.max_steps
+        self.config, self.rank = config, rank
         self.module = StreamingSFTDataModule(data, config.training.batch_size, steps_per_epoch=steps)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = steps
-        self.config = config
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:
@@ -48,18 +52,6 @@ class SftData:
             if empty:
                 paths = ", ".join(e.path for e in self.config.data.datasets)
                 raise ValueError(f"datasets {paths} yielded no record for this rank")
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.module.state_dict()
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        return self.module.checkpoint_state()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.module.load_state_dict(state)
-
-    def fingerprint(self) -> dict[str, Any]:
-        return self.module.source_fingerprint()
 
     def validation(self) -> SftValidation | None:
         """`test_datasets[0]`: its first records, collated the same way, in file order."""
