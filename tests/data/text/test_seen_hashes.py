@@ -179,3 +179,25 @@ def test_a_second_pass_of_a_dedup_stream_says_it_was_consumed(tmp_path):
     module = StreamingTextDataModule(data, batch_size=2)
     with pytest.raises(ValueError, match=r"^all 6 records were consumed earlier in this run"):
         list(module.train_dataloader())
+
+
+def _append_many(path: str, tag: int) -> None:
+    from llm.data.text.seen_file import append_digests
+
+    for k in range(40):
+        append_digests(path, text_digest(f"writer {tag} commit {k} a") + text_digest(f"writer {tag} commit {k} b"), "sha256")
+
+
+def test_two_writers_of_one_seen_file_lose_no_commit(tmp_path):
+    import multiprocessing
+
+    seen = tmp_path / "seen.bin"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(str(seen), t)) for t in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    parsed = read_seen_file(seen, "sha256")
+    assert parsed.count == 2 * 40 * 2 and len(parsed.ends) == 80  # every commit whole, none cut

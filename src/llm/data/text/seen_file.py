@@ -158,18 +158,24 @@ def truncate_to(seen: SeenFile, count: int) -> None:
 
 
 def append_digests(path: str | Path, digests: bytes, algo: str) -> int:
-    """Append one commit of digests durably, in the file's own layout; returns the digest count now in it."""
+    """Append one commit of digests durably, in the file's own layout; returns the digest count now in it.
+
+    Writers of one file take turns (an exclusive `flock` for the whole append), so a
+    writer cutting off a crashed run's torn tail never cuts another live writer's commit.
+    """
+    import fcntl
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    seen = read_seen_file(path, algo)
-    if seen is not None:  # a torn append of a crashed run is cut off before adding to the file
-        truncate_to(seen, seen.count)
     with open(path, "ab") as f:
-        if seen is None or (seen.layout == "v2" and f.tell() == 0):
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        fresh = os.fstat(f.fileno()).st_size == 0
+        seen = None if fresh else read_seen_file(path, algo)
+        if seen is not None:  # a torn append of a crashed run is cut off before adding to the file
+            truncate_to(seen, seen.count)
+        layout = "v2" if seen is None else seen.layout
+        if fresh:
             f.write(_HEADER.pack(MAGIC, VERSION, DIGEST_BYTES, algo.encode("ascii")[:20]))
-            layout = "v2"
-        else:
-            layout = seen.layout
         if layout == "v2":
             f.write(_BLOCK.pack(len(digests) // DIGEST_BYTES, xxhash.xxh3_64_intdigest(digests)) + digests)
         elif layout == "hex":
