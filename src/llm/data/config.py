@@ -43,12 +43,25 @@ class SourceEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    data_source: Literal["local", "hf"] = "local"
+    # dedup_*: deduplicated against the mixture's one seen-set (the data: section's dedup keys)
+    data_source: Literal["local", "hf", "dedup_local", "dedup_hf"] = "local"
     dataset_path: str = ""
     dataset_name: str = ""
     dataset_config: str | None = None
     dataset_split: str = "train"
     text_column: str = "text"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shared_dedup_keys(cls, value: object) -> object:
+        if isinstance(value, dict):
+            for key in ("seen_hashes_path", "write_seen_hashes", "hash_algo"):
+                if key in value:
+                    raise ValueError(
+                        f"{key} is not a datasets entry key: every dedup_* entry of a mixture shares one "
+                        f"seen-set, set {key} in the data: section"
+                    )
+        return value
 
 
 class DataConfig(BaseModel):

@@ -35,10 +35,11 @@ def sources(tmp_path_factory):
     return str(make_source(root / "big", 1, 400)), str(make_source(root / "small", 2, 60))
 
 
-def combined(paths, weights=(0.5, 0.5), seed=3, over_all=False, block=7):
+def combined(paths, weights=(0.5, 0.5), seed=3, over_all=False, block=7, batching="stratified"):
     ds = [StreamingDataset(p, item_loader=TokensLoader(block_size=block), shuffle=True, seed=11 + i)
           for i, p in enumerate(paths)]
-    return CombinedStreamingDataset(ds, weights=list(weights) if weights else None, seed=seed, iterate_over_all=over_all)
+    return CombinedStreamingDataset(ds, weights=list(weights) if weights else None, seed=seed,
+                                    iterate_over_all=over_all, batching=batching)
 
 
 @settings(max_examples=40, deadline=None)
@@ -78,7 +79,7 @@ def run_combined(config: dict, state: dict | None, steps: int | None):
     """resume.py protocol: `world` ranks in lockstep in one process, a step is the global batch."""
     import os
 
-    ds = combined(config["paths"], config["weights"])
+    ds = combined(config["paths"], config["weights"], batching=config.get("batching", "stratified"))
     world = config.get("world", 1)
     loaders = []
     for r in range(world):
@@ -149,7 +150,7 @@ def test_changing_the_weights_on_resume_repeats_nothing(sources):
         ({"weights": [0.5]}, "weights has 1 entries but there are 2 datasets"),
         ({"weights": [1.0, -0.5]}, "weights must be non-negative numbers"),
         ({"weights": [0, 0]}, "weights are all zero"),
-        ({"weights": [0.5, 0.5], "batching": "per_batch"}, "batching='per_batch' is not available"),
+        ({"weights": [0.5, 0.5], "batching": "per_step"}, "batching='per_step' is not known"),
     ],
 )
 def test_bad_input_is_one_sentence(sources, kwargs, message):
@@ -163,3 +164,54 @@ def test_other_block_sizes_are_refused(sources):
     b = StreamingDataset(sources[1], item_loader=TokensLoader(block_size=9))
     with pytest.raises(ValueError, match="datasets\\[1\\] has block_size 9 but datasets\\[0\\] has 7"):
         CombinedStreamingDataset([a, b])
+
+
+def test_document_boundaries_give_each_source_its_own_position_ids(sources):
+    """Blocks (and their position ids) are gathered from each source straight into the batch rows."""
+    loaders = [TokensLoader(block_size=5, document_boundaries=True) for _ in sources]
+    ds = [StreamingDataset(p, item_loader=lo, shuffle=True, seed=11 + i) for i, (p, lo) in enumerate(zip(sources, loaders))]
+    mix = CombinedStreamingDataset(ds, weights=[0.7, 0.3], seed=5)
+    ids = mix.global_ids(0, np.arange(64))
+    got = mix.read_blocks(ids)
+    src = mix.sources_of(ids)
+    for row, (gid, s) in enumerate(zip(ids.tolist(), src.tolist())):
+        own = ds[s].read_blocks(np.array([gid - mix.offsets[s]]))
+        assert (got["input_ids"][row] == own["input_ids"][0]).all()
+        assert (got["position_ids"][row] == own["position_ids"][0]).all()
+    assert set(src.tolist()) == {0, 1}
+
+
+def test_sources_with_and_without_document_boundaries_are_refused(sources):
+    a = StreamingDataset(sources[0], item_loader=TokensLoader(block_size=5, document_boundaries=True))
+    b = StreamingDataset(sources[1], item_loader=TokensLoader(block_size=5))
+    with pytest.raises(ValueError, match=r"datasets\[1\] has document_boundaries=False"):
+        CombinedStreamingDataset([a, b])
+
+
+def test_per_batch_takes_every_global_batch_from_one_source_in_proportion(sources):
+    ds = combined(sources, (0.7, 0.3), over_all=True, batching="per_batch")
+    loader = StreamingDataLoader(ds, batch_size=4)
+    batches = [b.numpy() for _ in range(3) for b in loader]  # three combined epochs
+    kinds = [set((b[:, 0] // 10_000).tolist()) for b in batches]
+    assert all(len(k) == 1 for k in kinds)
+    first = np.array([k.pop() for k in kinds])
+    assert abs((first == 1).mean() - 0.7) < 0.01
+    small = np.concatenate([b[:, 0] for b in batches if b[0, 0] // 10_000 == 2])
+    assert set((small % 10_000).tolist()) == set(range(60))  # the small source went round, and on
+
+
+def test_per_batch_resumes_exactly_across_workers_and_ranks(sources):
+    config = {"paths": sources, "weights": [0.6, 0.4], "batch": 4, "workers": 0, "epochs": 2, "batching": "per_batch"}
+    others = [{**config, "workers": 2}, {**config, "world": 2}]
+    ref = check_resume(run_combined, config, stops=[5, 40], resume_configs=others, fresh_process=False)
+    assert all(len(set((step[:, 0] // 10_000).tolist())) == 1 for step in ref)
+
+
+def test_per_batch_refuses_a_state_with_another_global_batch(sources):
+    ds = combined(sources, batching="per_batch")
+    loader = StreamingDataLoader(ds, batch_size=4)
+    next(iter(loader))
+    state = loader.state_dict()
+    other = StreamingDataLoader(combined(sources, batching="per_batch"), batch_size=8)
+    with pytest.raises(ValueError, match="4 samples per schedule slot, but this mixture has batching='per_batch' and 8"):
+        other.load_state_dict(state)

@@ -129,9 +129,10 @@ def test_a_mixture_resumes_on_other_topologies_losing_nothing(tmp_path):
                  fresh_process=False)
 
 
-def test_a_mixture_is_refused_for_dedup_and_sft_entries():
-    with pytest.raises(ValidationError, match="data_source"):
-        DataConfig(datasets=[{"data_source": "dedup_local", "dataset_path": "a"}, {"dataset_path": "b"}])
+def test_a_mixture_is_refused_for_per_entry_dedup_keys_and_sft_entries():
+    with pytest.raises(ValidationError, match="seen_hashes_path is not a datasets entry key: every dedup_"):
+        DataConfig(datasets=[{"data_source": "dedup_local", "dataset_path": "a", "seen_hashes_path": "s"},
+                             {"dataset_path": "b"}])
     cfg = DataConfig(datasets=[{"path": "a.jsonl", "type": "alpaca"}], max_seq_len=8, steps_per_epoch=2)
     with pytest.raises(ValueError, match="datasets\\[0\\] has fine-tuning keys"):
         StreamingTextDataModule(cfg, batch_size=2)
@@ -150,3 +151,58 @@ def test_weighted_shares_of_the_records_a_consumer_reads(tmp_path):
     # until the small source runs out (its 60 records are 20% of 300), the shares follow the weights
     for n in range(1, 300):
         assert abs(sources[:n].count(1) - 0.2 * n) <= 1
+
+
+def write_overlapping(folder: Path) -> list[str]:
+    """Two corpora sharing records (and repeating some inside), and a third, plain one with repeats."""
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = {
+        "a.txt": [f"shared {i}" for i in range(40)] + [f"only a {i}" for i in range(20)] + ["shared 3"] * 3,
+        "b.txt": [f"only b {i}" for i in range(20)] + [f"shared {i}" for i in range(40)],
+        "c.txt": ["plain repeat"] * 5 + [f"plain {i}" for i in range(10)],
+    }
+    for name, lines in texts.items():
+        (folder / name).write_text("".join(line + "\n" for line in lines))
+    return [str(folder / name) for name in texts]
+
+
+def dedup_module(config: dict, seen: Path) -> StreamingTextDataModule:
+    a, b, c = config["paths"]
+    entries = [{"data_source": "dedup_local", "dataset_path": a}, {"data_source": "dedup_local", "dataset_path": b},
+               {"dataset_path": c}]
+    data = DataConfig(datasets=entries, max_seq_len=16, num_workers=config["workers"], seen_hashes_path=str(seen),
+                      write_seen_hashes=True, streaming_dataset_mixing_strategy="round_robin")
+    return StreamingTextDataModule(data, batch_size=4, loop=False)
+
+
+def run_dedup_mix(config: dict, state: dict | None, steps: int | None):
+    """resume.py protocol; each run gets its own copy of the seen-hashes file, committed at the checkpoint."""
+    import shutil
+    import uuid
+
+    multiprocessing.set_start_method("fork", force=True)
+    seen = Path(config["dir"]) / f"seen-{uuid.uuid4().hex}.bin"
+    if state is not None and Path(state["seen_hashes"]["path"]).exists():
+        shutil.copy(state["seen_hashes"]["path"], seen)
+    module = dedup_module(config, seen)
+    if state is not None:
+        module.load_state_dict(state)
+    out, batches = [], iter(module.train_dataloader())
+    while steps is None or len(out) < steps:
+        batch = next(batches, None)
+        if batch is None:
+            break
+        out.append({k: batch[k].numpy() for k in ("input_ids", "labels")})
+    return out, module.checkpoint_state()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_dedup_entries_share_one_seen_set_and_resume_exactly(tmp_path):
+    config = {"paths": write_overlapping(tmp_path / "text"), "dir": str(tmp_path), "workers": 0}
+    ref = check_resume(run_dedup_mix, config, stops=[0, 4, 9], fresh_process=False)
+    # counted by EOS: 40 shared + 20 + 20 distinct dedup records, and all 15 plain ones (repeats kept)
+    assert sum(int((s["labels"] == 256).sum()) for s in ref) == 40 + 20 + 20 + 15
+    # a standalone pass (iter_texts) keeps the same records, in source order
+    texts = list(dedup_module(config, tmp_path / "standalone.bin").source.iter_texts())
+    assert Counter(texts)["plain repeat"] == 5 and Counter(texts)["shared 3"] == 1
+    assert len(texts) == 95 and texts.index("only b 0") == 60 and texts[-1] == "plain 9"

@@ -91,6 +91,8 @@ class StreamingDataLoader(DataLoader):
         object.__setattr__(self, "batch_size", batch_size)
         object.__setattr__(self, "drop_last", drop_last)
         self._collate = collate_fn
+        if hasattr(dataset, "set_global_batch"):  # a per_batch mixture: one source per global batch
+            dataset.set_global_batch(batch_size * current_rank_world()[1])
         self._chunk_batches = self._pick_chunk_batches(dataset, batch_size)
         self._epoch = 0
         self._start = 0

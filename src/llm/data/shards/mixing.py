@@ -11,6 +11,11 @@ Source s's q-th sample is sample `q % n_s` of its own epoch `q // n_s`
 epoch while the others go on. Nothing depends on what was read: the loader's
 position is the whole state, resume is O(1) and exact on any topology.
 
+With `batching="per_batch"` a slot is one global batch (`unit` = batch_size x world
+size, set by the loader) instead of one sample: every global batch comes from one
+source, and the counts are the same closed form times `unit` plus the position
+inside the current slot.
+
 A combined epoch is `num_samples` positions: until the first source has given all
 its samples (`iterate_over_all=False`) or until every source has (`True`).
 Changing the weights on resume re-anchors the schedule at the saved per-source
@@ -31,6 +36,8 @@ from llm.data.shards.plan import epoch_order
 from llm.data.shards.streaming import StreamingDataset, _Iteration, chunk_bounds
 
 PERIOD = 1000
+BATCHING = ("stratified", "per_batch")
+_MATERIALISE = 1 << 20  # samples: sources up to this size keep their epoch order as an array
 
 
 def quotas(weights: Sequence[float], period: int = PERIOD) -> list[int]:
@@ -68,12 +75,13 @@ class CombinedStreamingDataset(StreamingDataset):
     ):
         self.datasets = list(datasets)
         self._check_sources()
-        if batching != "stratified":
+        if batching not in BATCHING:
             raise ValueError(
-                f"batching={batching!r} is not available: only 'stratified' (sources mixed within each "
-                "batch by the weights) is built; 'per_batch' (one source per batch) is not yet"
+                f"batching={batching!r} is not known; use 'stratified' (sources mixed within each batch by "
+                "the weights) or 'per_batch' (each global batch from one source, sources by the weights)"
             )
         self.batching = batching
+        self.unit = 1  # samples per schedule slot: 1, or the global batch with per_batch
         self.seed, self.iterate_over_all = seed, iterate_over_all
         first = self.datasets[0]
         self.manifest, self.item_loader = first.manifest, first.item_loader
@@ -82,6 +90,7 @@ class CombinedStreamingDataset(StreamingDataset):
         self.shuffle, self.drop_last, self.epoch = True, False, 0
         self.input_dir = "CombinedStreamingDataset(" + ", ".join(str(d.input_dir) for d in self.datasets) + ")"
         self._iteration: _Iteration | None = None
+        self._orders: dict[tuple[int, int], Callable[[np.ndarray], np.ndarray]] = {}
         self.cache = None  # remote sources keep their own caches
         self.sizes = np.array([d.num_samples for d in self.datasets], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
@@ -100,6 +109,9 @@ class CombinedStreamingDataset(StreamingDataset):
                 raise ValueError(f"datasets[{i}] holds {d.manifest.kind} but datasets[0] holds {self.datasets[0].manifest.kind}; mix datasets of one kind")
             if getattr(d, "block_size", None) != getattr(self.datasets[0], "block_size", None):
                 raise ValueError(f"datasets[{i}] has block_size {d.block_size} but datasets[0] has {self.datasets[0].block_size}; use one TokensLoader block size")
+            bounds = getattr(d.item_loader, "document_boundaries", False)
+            if bounds != getattr(self.datasets[0].item_loader, "document_boundaries", False):
+                raise ValueError(f"datasets[{i}] has document_boundaries={bounds} but datasets[0] does not; use one TokensLoader setting")
 
     def set_weights(self, weights: Sequence[float] | None, counts: np.ndarray) -> None:
         """Mixture weights (None: proportional to sizes) from an anchor where source s had given counts[s]."""
@@ -123,25 +135,35 @@ class CombinedStreamingDataset(StreamingDataset):
         self.anchor = np.asarray(counts, dtype=np.int64)
         self.num_samples = self._epoch_length()
 
+    def set_global_batch(self, global_batch: int) -> None:
+        """Called by StreamingDataLoader: with per_batch, one slot of the schedule is one global batch."""
+        if self.batching == "per_batch" and global_batch != self.unit:
+            self.unit = int(global_batch)
+            self.set_weights(self.weights, self.anchor)
+
     def _counts(self, positions: np.ndarray) -> np.ndarray:
         """Samples each source gave before each position: shape (sources, len(positions))."""
-        full, rest = np.divmod(positions, PERIOD)
-        return self.anchor[:, None] + full[None, :] * self.quota[:, None] + self.prefix[:, rest]
+        slot, within = np.divmod(positions, self.unit)
+        full, rest = np.divmod(slot, PERIOD)
+        before = full[None, :] * self.quota[:, None] + self.prefix[:, rest]
+        current = self.slots[rest][None, :] == np.arange(len(self.datasets))[:, None]
+        return self.anchor[:, None] + before * self.unit + current * within[None, :]
 
     def _epoch_length(self) -> int:
         """Positions until the first (or every) weighted source has given all its samples once."""
         ends = []
         for s in np.flatnonzero(self.quota):
-            need = int(self.sizes[s])
+            need = -(-int(self.sizes[s]) // self.unit)  # slots, each `unit` samples
             periods = max(0, (need - 1) // int(self.quota[s]))
             within = int(np.searchsorted(self.prefix[s], need - periods * self.quota[s]))
             ends.append(periods * PERIOD + within)
-        return int(max(ends) if self.iterate_over_all else min(ends))
+        return int(max(ends) if self.iterate_over_all else min(ends)) * self.unit
 
     def mixture_state(self, epoch: int, consumed: int) -> dict[str, Any]:
         """Weights, anchor and per-source counts at the loader's position (a few numbers per source)."""
         absolute = np.array([epoch * self.num_samples + consumed], dtype=np.int64)
-        return {"weights": self.weights, "anchor": self.anchor.tolist(), "counts": self._counts(absolute)[:, 0].tolist()}
+        return {"weights": self.weights, "anchor": self.anchor.tolist(), "counts": self._counts(absolute)[:, 0].tolist(),
+                "batching": self.batching, "unit": self.unit}
 
     def load_mixture_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The loader state to resume from: as saved, or re-anchored when the mixture changed.
@@ -161,6 +183,13 @@ class CombinedStreamingDataset(StreamingDataset):
             raise ValueError("loader state key 'mixture' must hold weights, anchor and counts lists") from None
         if len(weights) != n or anchor.shape != (n,) or counts.shape != (n,) or (counts < 0).any():
             raise ValueError(f"loader state key 'mixture' does not describe {n} datasets: {mixture!r}")
+        saved = (mixture.get("batching", "stratified"), mixture.get("unit", 1))
+        if saved != (self.batching, self.unit):
+            raise ValueError(
+                f"loader state key 'mixture' was saved with batching={saved[0]!r} and {saved[1]} samples per "
+                f"schedule slot, but this mixture has batching={self.batching!r} and {self.unit}; a per_batch "
+                "mixture resumes with the same batching and global batch (batch_size x world size)"
+            )
         if np.allclose(weights, self.weights) and (anchor == self.anchor).all():
             return state
         if np.allclose(weights, self.weights) and not (anchor == 0).all():
@@ -174,19 +203,38 @@ class CombinedStreamingDataset(StreamingDataset):
     def global_ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         """Combined sample ids (source offset + its own sample) of epoch positions."""
         absolute = epoch * self.num_samples + np.asarray(positions, dtype=np.int64)
-        src = self.slots[absolute % PERIOD]
+        src = self.slots[(absolute // self.unit) % PERIOD]
         q = self._counts(absolute)[src, np.arange(len(absolute))]
         out = np.empty(len(absolute), dtype=np.int64)
-        for s, d in enumerate(self.datasets):
+        for s in range(len(self.datasets)):
             mine = np.flatnonzero(src == s)
             if not len(mine):
                 continue
             own_epoch, index = np.divmod(q[mine], self.sizes[s])
             for e in np.unique(own_epoch).tolist():
                 at = mine[own_epoch == e]
-                order = epoch_order(int(self.sizes[s]), d.seed, int(e), d.shuffle, d.shuffle_algorithm)
-                out[at] = self.offsets[s] + order(index[own_epoch == e])
+                out[at] = self.offsets[s] + self._source_order(s, int(e))(index[own_epoch == e])
         return out
+
+    def _source_order(self, s: int, epoch: int) -> Callable[[np.ndarray], np.ndarray]:
+        """Source s's position -> sample map for its own epoch; small sources' maps are kept as arrays.
+
+        A chunk asks each source for a few dozen samples, where the keyed permutation's fixed
+        cost per call dominates; for a source of up to 2^20 samples (8 MB) the whole epoch's
+        map is computed once and indexed (the same values: a cache, not another order).
+        """
+        key = (s, epoch)
+        cached = self._orders.get(key)
+        if cached is None:
+            d = self.datasets[s]
+            order = epoch_order(int(self.sizes[s]), d.seed, epoch, d.shuffle, d.shuffle_algorithm)
+            if self.sizes[s] <= _MATERIALISE:
+                table = order(np.arange(self.sizes[s], dtype=np.int64))
+                order = table.__getitem__
+            if len(self._orders) >= 2 * len(self.datasets):
+                self._orders.pop(next(iter(self._orders)), None)  # threads share this dict
+            self._orders[key] = cached = order
+        return cached
 
     def chunk_plan(self, it: _Iteration, workers: int) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
         return chunk_bounds(len(it.schedule), workers, it.chunk_batches), lambda p: self.global_ids(it.epoch, p)
@@ -207,12 +255,13 @@ class CombinedStreamingDataset(StreamingDataset):
     def read_blocks(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         ids = np.asarray(sample_ids, dtype=np.int64)
         src = self.sources_of(ids)
-        out: dict[str, np.ndarray] = {}
+        first = self.datasets[0]
+        out = {"input_ids": np.empty((len(ids), self.block_size), dtype=np.int64)}
+        if first.item_loader.document_boundaries:
+            out["position_ids"] = np.empty_like(out["input_ids"])
         for s in np.unique(src).tolist():
-            at = np.flatnonzero(src == s)
-            part = self.datasets[s].read_blocks(ids[at] - self.offsets[s])
-            for k, v in part.items():
-                out.setdefault(k, np.empty((len(ids), v.shape[1]), dtype=v.dtype))[at] = v
+            at = np.flatnonzero(src == s)  # each source gathers straight into its rows of the batch
+            self.datasets[s].fill_blocks(ids[at] - self.offsets[s], out, at)
         return out
 
     def _item(self, gid: int) -> Any:

@@ -144,18 +144,24 @@ class StreamingDataset(IterableDataset):
     def read_blocks(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         """Token blocks for these sample ids as int64 arrays of shape (len(ids), block_size)."""
         n, block = len(sample_ids), self.block_size
-        tokens = np.empty((n, block), dtype=np.int64)
+        out = {"input_ids": np.empty((n, block), dtype=np.int64)}
+        if self.item_loader.document_boundaries:
+            out["position_ids"] = np.empty((n, block), dtype=np.int64)
+        self.fill_blocks(sample_ids, out, np.arange(n))
+        return out
+
+    def fill_blocks(self, sample_ids: np.ndarray, out: dict[str, np.ndarray], dest: np.ndarray) -> None:
+        """Write the blocks of these sample ids into rows `dest` of the arrays in `out`."""
         # Blocks inside one shard are gathered shard by shard (tokens, and positions when asked);
         # only the few that cross a shard boundary or hit the end are read one by one.
-        starts = np.asarray(sample_ids, dtype=np.int64) * block
-        rest = self.reader.gather_blocks(starts, block, tokens)
-        positions = None
-        if self.item_loader.document_boundaries:
-            positions = np.empty((n, block), dtype=np.int64)
-            self.reader.gather_positions(starts, block, positions, rest)
-        for row in rest.tolist():
-            self._read_block(int(sample_ids[row]), tokens[row], None if positions is None else positions[row])
-        return {"input_ids": tokens} if positions is None else {"input_ids": tokens, "position_ids": positions}
+        tokens, positions = out["input_ids"], out.get("position_ids")
+        starts = np.asarray(sample_ids, dtype=np.int64) * self.block_size
+        rest = self.reader.gather_blocks(starts, self.block_size, tokens, dest)
+        if positions is not None:
+            self.reader.gather_positions(starts, self.block_size, positions, rest, dest)
+        for k in rest.tolist():
+            row = int(dest[k])
+            self._read_block(int(sample_ids[k]), tokens[row], None if positions is None else positions[row])
 
     def _read_block(self, sample: int, out: np.ndarray, positions: np.ndarray | None) -> None:
         start = sample * self.block_size

@@ -328,19 +328,28 @@ class DedupTextSource(TextSource):
         With `write_seen_hashes`, the digests of the records yielded are appended to the
         seen-hashes file as the pass goes (rank 0 only), the last ones when it ends or stops.
         """
+        return self._standalone_pass(((text, True) for text in self.inner.iter_texts()), skip)
+
+    def _standalone_pass(self, texts: Iterator[tuple[str, bool]], skip: int) -> Iterator[str]:
+        """(text, deduplicate?) pairs to the texts kept; the others pass through untouched."""
         baseline, local = SeenSet(), SeenSet()
         baseline.update(self._baseline)
         writer = self.writes and current_topology()[0] == 0
         pending: list[bytes] = []
         try:
-            for chunk in _chunked((text, 0, None) for text in self.inner.iter_texts()):
-                digests = b"".join(self.digest(text) for text, _, _ in chunk)
-                for i in np.flatnonzero(self._new_mask(digests, baseline, local)).tolist():
+            for chunk in _chunked((text, 0, flag) for text, flag in texts):
+                checked = [i for i, (_, _, flag) in enumerate(chunk) if flag]
+                digests = b"".join(self.digest(chunk[i][0]) for i in checked)
+                keep = np.ones(len(chunk), dtype=bool)
+                new = self._new_mask(digests, baseline, local) if checked else np.zeros(0, dtype=bool)
+                keep[checked] = new
+                digest_of = {i: digests[k * DIGEST_BYTES : (k + 1) * DIGEST_BYTES] for k, i in enumerate(checked)}
+                for i in np.flatnonzero(keep).tolist():
                     if skip:
                         skip -= 1
                         continue
-                    if writer:
-                        pending.append(digests[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES])
+                    if writer and i in digest_of:
+                        pending.append(digest_of[i])
                         if len(pending) >= _APPEND_EVERY:
                             self.commit(b"".join(pending))
                             pending = []

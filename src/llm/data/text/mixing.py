@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import replace
 
+from llm.data.text.dedup import DedupTextSource
 from llm.data.text.source import Partition, Record, TextSource, Want
 
 STRATEGIES = ("round_robin", "weighted", "random")
@@ -119,3 +120,36 @@ class MixedTextSource(TextSource):
             for k, v in getattr(s, "stats", {}).items():
                 out[k] = out.get(k, 0) + v
         return out
+
+
+class DedupMixture(DedupTextSource):
+    """A mixture whose `dedup_local` / `dedup_hf` entries share one seen-set (the `data:` section's
+    `seen_hashes_path`, `hash_algo`, `write_seen_hashes`); the other entries pass through.
+
+    One seen-set for the whole mixture: a document in two deduplicated corpora is trained on
+    once, and the checkpoint commits one seen-hashes file, as with a single dedup source.
+    """
+
+    def __init__(self, mixture: MixedTextSource, dedup_sources: set[int], **dedup: object):
+        super().__init__(mixture, **dedup)  # type: ignore[arg-type]
+        self.dedup_sources = frozenset(dedup_sources)
+
+    # the dataset mixes by these, as for a plain mixture
+    strategy = property(lambda self: self.inner.strategy)
+    sources = property(lambda self: self.inner.sources)
+    weights = property(lambda self: self.inner.weights)
+    seed = property(lambda self: self.inner.seed)
+    buffer = property(lambda self: self.inner.buffer)
+
+    def source_fingerprint(self) -> dict:
+        return {**super().source_fingerprint(), "deduplicated": sorted(self.dedup_sources)}
+
+    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+        if part.source in self.dedup_sources:
+            yield from super().iter_partition(part, offset, want)
+        else:
+            yield from self.inner.iter_partition(part, offset, want)
+
+    def iter_texts(self, skip: int = 0) -> Iterator[str]:
+        tagged = ((text, i in self.dedup_sources) for i, s in enumerate(self.inner.sources) for text in s.iter_texts())
+        return self._standalone_pass(tagged, skip)

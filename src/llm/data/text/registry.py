@@ -12,7 +12,7 @@ from typing import Any
 from llm.data.text.dedup import DedupTextSource
 from llm.data.text.hf import HFStreamTextSource
 from llm.data.text.local import LocalLineTextSource
-from llm.data.text.mixing import MixedTextSource
+from llm.data.text.mixing import DedupMixture, MixedTextSource
 from llm.data.text.source import TextSource
 
 SourceFactory = Callable[[Any], TextSource]
@@ -94,21 +94,31 @@ class SourceRegistry:
 
 
     def _mixture(self, cfg: Any, entries: list[Any]) -> TextSource:
-        sources = []
+        sources, deduplicated = [], set()
         for i, entry in enumerate(entries):
             if not hasattr(entry, "data_source"):
                 raise ValueError(
                     f"datasets[{i}] has fine-tuning keys (path, type): use --task sft, or give text sources "
                     "(data_source, dataset_path / dataset_name) to mix them for stream_lm"
                 )
-            one = cfg.model_copy(update={**entry.model_dump(), "datasets": None})
+            keys = entry.model_dump()
+            if keys["data_source"].startswith("dedup_"):  # deduplicated by the mixture's one seen-set
+                deduplicated.add(i)
+                keys["data_source"] = keys["data_source"][len("dedup_"):]
+            one = cfg.model_copy(update={**keys, "datasets": None})
             try:
                 sources.append(self.build(one))
             except ValueError as e:
                 raise ValueError(f"datasets[{i}]: {e}") from None
-        return MixedTextSource(
+        mixture = MixedTextSource(
             sources, cfg.streaming_dataset_mixing_strategy, cfg.streaming_mixing_weights,
             seed=getattr(cfg, "mixing_seed", 0), buffer=cfg.streaming_buffer_per_dataset,
+        )
+        if not deduplicated:
+            return mixture
+        return DedupMixture(
+            mixture, deduplicated, hash_algo=cfg.hash_algo, seen_hashes_path=cfg.seen_hashes_path,
+            write_seen_hashes=cfg.write_seen_hashes,
         )
 
 

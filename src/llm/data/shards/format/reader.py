@@ -188,22 +188,26 @@ class TokenReader:
             return tokens[:0].reshape(0, width)
         return np.lib.stride_tricks.sliding_window_view(tokens, width)
 
-    def gather_blocks(self, starts: np.ndarray, width: int, out: np.ndarray) -> np.ndarray:
-        """Fill out[k] with tokens [starts[k], starts[k] + width) where that range lies in one shard.
+    def gather_blocks(self, starts: np.ndarray, width: int, out: np.ndarray, dest: np.ndarray | None = None) -> np.ndarray:
+        """Fill out[dest[k]] (dest: k itself by default) with tokens [starts[k], starts[k] + width)
+        where that range lies in one shard.
 
-        One fancy-indexing gather per shard instead of a Python call per block; returns
-        the rows it could not serve (ranges crossing a shard boundary or the end).
+        One fancy-indexing gather per shard instead of a Python call per block, straight into
+        the caller's rows (a mixture fills one batch from several readers without a temporary);
+        returns the k it could not serve (ranges crossing a shard boundary or the end).
         """
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         fits = starts + width <= self.starts[np.minimum(shard + 1, len(self.starts) - 1)]
         for i in np.unique(shard[fits]).tolist():
             rows = np.flatnonzero(fits & (shard == i))
-            out[rows] = self.windows(i, width)[starts[rows] - self.starts[i]]
-        self._count_read(out.size)
+            out[rows if dest is None else dest[rows]] = self.windows(i, width)[starts[rows] - self.starts[i]]
+        self._count_read(len(starts) * width)
         return np.flatnonzero(~fits)
 
-    def gather_positions(self, starts: np.ndarray, width: int, out: np.ndarray, skip: np.ndarray) -> None:
-        """Fill out[k] with the position ids of block k (rows in `skip` are left to `read`).
+    def gather_positions(
+        self, starts: np.ndarray, width: int, out: np.ndarray, skip: np.ndarray, dest: np.ndarray | None = None
+    ) -> None:
+        """Fill out[dest[k]] with the position ids of block k (k in `skip` are left to `read`).
 
         Same values as `read`: 0 at the block start and at every document start inside the
         block. Per shard: the document ends inside each block are found with two searchsorted
@@ -229,7 +233,7 @@ class TokenReader:
                 offsets = ends - local[row_of]
                 marks[row_of, offsets] = offsets
             np.maximum.accumulate(marks, axis=1, out=marks)
-            out[rows] = cols - marks
+            out[rows if dest is None else dest[rows]] = cols - marks
 
     def _count_read(self, tokens: int) -> None:
         # Every 4M tokens read, unmap the pages read so far: RSS stays flat with data size. Each
