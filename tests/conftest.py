@@ -1,7 +1,14 @@
 """Suite-wide settings: hypothesis without per-example deadlines (CI machines are small and shared), a clean source registry per test."""
 
+import os
+import tempfile
+
 import pytest
 from hypothesis import settings
+
+# The suite never writes to the user's cache: remote shard caches and the verified-shards
+# store go to a folder of this run (subprocesses inherit it).
+os.environ.setdefault("LLM_CACHE_DIR", tempfile.mkdtemp(prefix="llm-test-cache-"))
 
 settings.register_profile("llm", deadline=None, max_examples=60)
 settings.load_profile("llm")

@@ -72,7 +72,7 @@ class StreamingDataset(IterableDataset):
         shuffle: bool = False,
         drop_last: bool = False,
         seed: int = 42,
-        verify_checksums: bool = True,
+        verify_checksums: bool | str = True,
         shuffle_algorithm: str = "feistel",
         cache_dir: str | Path | None = None,
         max_cache_size: int | str | None = "50GB",
@@ -80,7 +80,11 @@ class StreamingDataset(IterableDataset):
     ):
         """`input_dir`: a folder, `local:/network/folder` or `s3://bucket/prefix`. Remote shards are
         downloaded ahead of use into `cache_dir/<fingerprint>` (default: the user cache dir), verified,
-        and evicted to keep that folder under `max_cache_size`; see docs/storage.md."""
+        and evicted to keep that folder under `max_cache_size`; see docs/storage.md.
+        `verify_checksums`: True checks each shard's checksum on first use unless this machine
+        already verified that very file (format/verified.py); "always" hashes regardless."""
+        if verify_checksums not in (True, False, "always"):
+            raise ValueError(f"verify_checksums must be True, False or 'always', got {verify_checksums!r}")
         location = parse_location(input_dir)
         self.cache = None
         if location.is_remote:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
 from llm.data.shards.format.manifest import Manifest, ShardInfo
 
@@ -48,11 +49,16 @@ class _ShardBytes:
         if size != info.bytes:
             raise ShardError(f"shard {path} has {size} bytes, the manifest says {info.bytes}: the file is corrupt")
 
-    def _verify(self, info: ShardInfo, data: np.ndarray | None = None) -> None:
+    def _verify(self, info: ShardInfo, data: np.ndarray | None = None, force: bool = False) -> None:
+        """The shard's checksum, unless this machine verified this very file before (verified.py)."""
         path = self.folder / info.file
+        if not force and self.verify != "always" and verified.is_verified(path, info.checksum):
+            return
+        before = verified.identity(path)
         actual = checksum_bytes(data) if data is not None else checksum_file(path)
         if actual != info.checksum:
             raise ShardError(f"shard {path} fails its checksum ({actual} != {info.checksum}): the file is corrupt")
+        verified.remember(path, actual, before)
 
     def _check_layout(self, info: ShardInfo, data: np.ndarray, deep: bool = False) -> None:
         """The counts in the manifest against the shard's own offsets (the tail; all of it when deep).
@@ -99,7 +105,7 @@ class _ShardBytes:
         path = self.folder / info.file
         if info.compression is None:
             if self.verify or verify:
-                self._verify(info)
+                self._verify(info, force=verify)
             data = np.memmap(path, dtype=np.uint8, mode="r") if info.bytes else np.zeros(0, np.uint8)
             self._check_layout(info, data)
             self._maps[i] = data
@@ -108,7 +114,7 @@ class _ShardBytes:
 
         stored = path.read_bytes()
         if self.verify or verify:
-            self._verify(info, np.frombuffer(stored, np.uint8))
+            self._verify(info, np.frombuffer(stored, np.uint8), force=verify)
         try:
             data = np.frombuffer(zstandard.ZstdDecompressor().decompress(stored, max_output_size=info.raw_bytes), np.uint8)
         except zstandard.ZstdError as e:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes
 from llm.data.shards.format.manifest import ShardInfo
 from llm.data.storage.local import write_file
@@ -75,7 +76,9 @@ def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str |
     elif compression is not None:
         raise ValueError(f"unknown compression {compression!r}; expected 'zstd' or none")
     write_file(path, data)
-    return len(data), len(raw), checksum_bytes(data)
+    checksum = checksum_bytes(data)
+    verified.remember_written(path, checksum)
+    return len(data), len(raw), checksum
 
 
 class TokenShardWriter:

@@ -1,0 +1,113 @@
+"""Remembered verification: a shard this machine hashed is not hashed again, unless it changed in any way."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from llm.data import StreamingDataset, TokensLoader, optimize
+from llm.data.shards.format import reader as reader_module
+from llm.data.shards.format import verified
+from llm.data.shards.format.reader import ShardError
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "verified-shards"
+
+
+@pytest.fixture()
+def dataset(tmp_path):
+    out = tmp_path / "ds"
+    optimize(lambda i: np.arange(i, i + 500, dtype=np.int64), list(range(40)), str(out), chunk_bytes="8KB",
+             num_workers=0, progress=False, item_loader=TokensLoader())
+    time.sleep(0.06)  # older than the quiet window: these files may be remembered
+    return out
+
+
+def read_all(path, **kw) -> np.ndarray:
+    ds = StreamingDataset(str(path), item_loader=TokensLoader(block_size=100), **kw)
+    return ds.read_blocks(np.arange(len(ds)))["input_ids"]
+
+
+def count_hashes(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    real = reader_module.checksum_file
+
+    def spy(path, *a, **kw):
+        calls.append(str(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(reader_module, "checksum_file", spy)
+    return calls
+
+
+def test_a_shard_verified_by_another_process_is_not_hashed_again(store, dataset, monkeypatch):
+    code = ("import sys, numpy as np; from llm.data import StreamingDataset, TokensLoader; "
+            "ds = StreamingDataset(sys.argv[1], item_loader=TokensLoader(block_size=100)); "
+            "ds.read_blocks(np.arange(len(ds)))")
+    store.unlink()  # forget what optimize recorded: the other process hashes and remembers
+    subprocess.run([sys.executable, "-c", code, str(dataset)], check=True, env=os.environ.copy())
+    shards = len(list(dataset.glob("shard-*.bin")))
+    assert shards > 3 and len(store.read_text().splitlines()) == shards
+    verified._known = None  # this process reads the store afresh, as a restarted run would
+    calls = count_hashes(monkeypatch)
+    first = read_all(dataset)
+    assert calls == []
+    assert (read_all(dataset, verify_checksums="always") == first).all()
+    assert len(calls) == shards  # "always" hashes every shard regardless
+
+
+@pytest.mark.parametrize("restore_mtime", [False, True])
+def test_a_shard_changed_after_it_was_remembered_is_hashed_and_refused(store, dataset, restore_mtime):
+    read_all(dataset)
+    shard = sorted(dataset.glob("shard-*.bin"))[1]
+    stat = os.stat(shard)
+    data = bytearray(shard.read_bytes())
+    data[10] ^= 0xFF  # same size, one byte flipped
+    shard.write_bytes(bytes(data))
+    if restore_mtime:  # even with its mtime set back: the ctime moved
+        os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(ShardError, match=f"shard {shard} fails its checksum"):
+        read_all(dataset)
+
+
+def test_shards_optimize_wrote_are_not_hashed_by_readers_on_this_machine(store, dataset, monkeypatch):
+    calls = count_hashes(monkeypatch)
+    read_all(dataset)
+    assert calls == []
+
+
+def test_a_file_changed_within_the_quiet_window_is_not_remembered(store, tmp_path):
+    path = tmp_path / "fresh.bin"
+    path.write_bytes(b"x" * 100)
+    verified.remember(path, "xxh3_64:1", verified.identity(path))  # changed just now: not kept
+    assert not verified.is_verified(path, "xxh3_64:1")
+    time.sleep(0.06)
+    verified.remember(path, "xxh3_64:1", verified.identity(path))
+    assert verified.is_verified(path, "xxh3_64:1") and not verified.is_verified(path, "xxh3_64:2")
+
+
+def test_switched_off_and_torn_lines(store, dataset, monkeypatch):
+    monkeypatch.setenv("LLM_REMEMBER_VERIFIED", "0")
+    store.unlink()
+    read_all(dataset)
+    assert not store.exists()
+    monkeypatch.delenv("LLM_REMEMBER_VERIFIED")
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text("garbage line\n1 2 3\n")  # a foreign or torn line is skipped
+    verified._known = None
+    calls = count_hashes(monkeypatch)
+    read_all(dataset)
+    assert len(calls) == len(list(dataset.glob("shard-*.bin")))
+
+
+def test_a_bad_verify_checksums_value_is_refused(dataset):
+    with pytest.raises(ValueError, match="verify_checksums must be True, False or 'always', got 'yes'"):
+        StreamingDataset(str(dataset), item_loader=TokensLoader(block_size=4), verify_checksums="yes")
