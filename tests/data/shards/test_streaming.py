@@ -139,3 +139,21 @@ def test_resume_exact_on_another_world_size(resume_config):
     one_rank = {**resume_config, "world": 1, "batch": 4, "workers": 1}
     check_resume(run_loader, two_ranks, stops=[5, 17], resume_configs=[one_rank])
     check_resume(run_loader, one_rank, stops=[9], resume_configs=[two_ranks])
+
+
+@pytest.mark.parametrize("dtype, expected", [(torch.int32, torch.int32), ("int32", torch.int32), (None, torch.uint16),
+                                             (torch.int64, torch.int64)])
+def test_token_dtype_of_the_batches(dataset, dtype, expected):
+    reference = StreamingDataset(str(dataset), item_loader=TokensLoader(block_size=33), shuffle=True)
+    ds = StreamingDataset(str(dataset), item_loader=TokensLoader(block_size=33, dtype=dtype), shuffle=True)
+    want = [b for b in StreamingDataLoader(reference, batch_size=4, num_workers=2)]
+    got = [b for b in StreamingDataLoader(ds, batch_size=4, num_workers=2)]
+    assert all(g.dtype == expected for g in got)
+    assert all(torch.equal(g.long(), w) for g, w in zip(got, want)) and len(got) == len(want)
+
+
+def test_a_token_dtype_that_cannot_hold_the_ids_is_refused(dataset):
+    with pytest.raises(ValueError, match="TokensLoader.dtype must be torch.int64, torch.int32 or None"):
+        TokensLoader(block_size=4, dtype=torch.float32)
+    with pytest.raises(ValueError, match="TokensLoader.dtype uint16 cannot hold the token ids of .* \\(up to 70000"):
+        StreamingDataset(str(dataset), item_loader=TokensLoader(block_size=4, dtype=None, pad_id=70000))

@@ -109,6 +109,8 @@ class CombinedStreamingDataset(StreamingDataset):
                 raise ValueError(f"datasets[{i}] holds {d.manifest.kind} but datasets[0] holds {self.datasets[0].manifest.kind}; mix datasets of one kind")
             if getattr(d, "block_size", None) != getattr(self.datasets[0], "block_size", None):
                 raise ValueError(f"datasets[{i}] has block_size {d.block_size} but datasets[0] has {self.datasets[0].block_size}; use one TokensLoader block size")
+            if getattr(d, "token_dtype", None) != getattr(self.datasets[0], "token_dtype", None):
+                raise ValueError(f"datasets[{i}] gives {d.token_dtype} tokens but datasets[0] gives {self.datasets[0].token_dtype}; pass one TokensLoader dtype")
             bounds = getattr(d.item_loader, "document_boundaries", False)
             if bounds != getattr(self.datasets[0].item_loader, "document_boundaries", False):
                 raise ValueError(f"datasets[{i}] has document_boundaries={bounds} but datasets[0] does not; use one TokensLoader setting")
@@ -256,7 +258,7 @@ class CombinedStreamingDataset(StreamingDataset):
         ids = np.asarray(sample_ids, dtype=np.int64)
         src = self.sources_of(ids)
         first = self.datasets[0]
-        out = {"input_ids": np.empty((len(ids), self.block_size), dtype=np.int64)}
+        out = {"input_ids": np.empty((len(ids), self.block_size), dtype=first.token_dtype)}
         if first.item_loader.document_boundaries:
             out["position_ids"] = np.empty_like(out["input_ids"])
         for s in np.unique(src).tolist():

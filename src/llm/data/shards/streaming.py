@@ -135,6 +135,21 @@ class StreamingDataset(IterableDataset):
         self.num_samples = total // block if self.drop_last else math.ceil(total / block)
         pad = self.item_loader.pad_id
         self.pad_id = pad if pad is not None else (self.manifest.eos_id or 0)
+        self.token_dtype = self._token_dtype()
+
+    def _token_dtype(self) -> np.dtype:
+        """The batches' token dtype: TokensLoader.dtype, or the widest stored one; ids must fit it."""
+        stored = max((np.dtype(s.dtype or self.manifest.dtype) for s in self.manifest.shards),
+                     key=lambda d: d.itemsize, default=np.dtype(self.manifest.dtype))
+        wanted = np.dtype(self.item_loader.dtype) if self.item_loader.dtype else stored
+        vocab = (self.manifest.tokenizer or {}).get("vocab_size")
+        largest = max(int(vocab) - 1 if isinstance(vocab, int) else np.iinfo(stored).max, self.pad_id)
+        if largest > np.iinfo(wanted).max:
+            raise ValueError(
+                f"TokensLoader.dtype {wanted} cannot hold the token ids of {self.input_dir} (up to {largest}, stored as "
+                f"{stored}); use torch.int64"
+            )
+        return wanted
 
     def __len__(self) -> int:
         return self.num_samples
@@ -148,7 +163,7 @@ class StreamingDataset(IterableDataset):
     def read_blocks(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         """Token blocks for these sample ids as int64 arrays of shape (len(ids), block_size)."""
         n, block = len(sample_ids), self.block_size
-        out = {"input_ids": np.empty((n, block), dtype=np.int64)}
+        out = {"input_ids": np.empty((n, block), dtype=self.token_dtype)}
         if self.item_loader.document_boundaries:
             out["position_ids"] = np.empty((n, block), dtype=np.int64)
         self.fill_blocks(sample_ids, out, np.arange(n))
