@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm.data.shards.plan import epoch_order
 from llm.data.shards.streaming import StreamingDataset, _Iteration, chunk_bounds
 
 PERIOD = 1000
@@ -83,6 +82,8 @@ class CombinedStreamingDataset(StreamingDataset):
         self.input_dir = "CombinedStreamingDataset(" + ", ".join(str(d.input_dir) for d in self.datasets) + ")"
         self._iteration: _Iteration | None = None
         self.cache = None  # remote sources keep their own caches
+        windows = [d.shuffle_window for d in self.datasets]  # each source's own order; in the state
+        self.shuffle_window = windows if any(w is not None for w in windows) else None
         self.sizes = np.array([d.num_samples for d in self.datasets], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         self.fingerprint = hashlib.sha256(
@@ -184,7 +185,7 @@ class CombinedStreamingDataset(StreamingDataset):
             own_epoch, index = np.divmod(q[mine], self.sizes[s])
             for e in np.unique(own_epoch).tolist():
                 at = mine[own_epoch == e]
-                order = epoch_order(int(self.sizes[s]), d.seed, int(e), d.shuffle, d.shuffle_algorithm)
+                order = d.epoch_permutation(int(e))
                 out[at] = self.offsets[s] + order(index[own_epoch == e])
         return out
 
