@@ -32,6 +32,13 @@ def caches(tmp_path: Path) -> tuple[Path, list[StreamingDataset]]:
     return cache, [_read_all(_dataset(tmp_path / f"ds{i}", i), cache) for i in range(2)]
 
 
+@pytest.mark.parametrize("sub", [["cache"], ["cache", "ls"], ["cache", "clear"]])
+def test_help_shows_examples(tmp_path: Path, sub: list[str]) -> None:
+    proc = run("llm-data", *sub, "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "llm-data cache clear --all" in proc.stdout.split("example", 1)[1]
+
+
 def _ls(cwd: Path, *args: str) -> list[list[str]]:
     proc = run("llm-data", "cache", "ls", *args, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
