@@ -194,3 +194,16 @@ def test_a_mixture_of_windowed_sources_reads_them_in_their_windows(dataset, resu
     assert np.array_equal(torch.cat(batches).numpy(), mix.read_blocks(ids)["input_ids"])
     firsts = ids[ids < mix.offsets[1]][:10]  # source a's first samples: a's own windowed order
     assert np.array_equal(firsts, a.epoch_permutation(0)(np.arange(10)))
+
+
+def test_items_are_windowed_by_the_shard_that_holds_them(tmp_path):
+    from llm.data import ItemsLoader, optimize
+
+    optimize(lambda i: {"id": i}, list(range(120)), tmp_path / "items", num_workers=0, chunk_size=10, progress=False)
+    ds = StreamingDataset(tmp_path / "items", item_loader=ItemsLoader(), shuffle=True, shuffle_window=3)
+    assert len(ds.manifest.shards) == 12 and ds.shuffle_window == 3
+    loader = StreamingDataLoader(ds, batch_size=5, collate_fn=lambda items: [x["id"] for x in items])
+    ids = [i for batch in loader for i in batch]
+    assert sorted(ids) == list(range(120)) and ids != sorted(ids)
+    for w in range(4):  # 30 positions per window, all from its 3 shards of 10 items
+        assert {i // 10 for i in ids[30 * w : 30 * (w + 1)]} == set(ds.epoch_permutation(0).window_shards(w).tolist())
