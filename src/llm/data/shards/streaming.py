@@ -251,10 +251,11 @@ class StreamingDataset(IterableDataset):
 
     def epoch_permutation(self, epoch: int) -> Callable[[np.ndarray], np.ndarray]:
         """Epoch position -> sample id: global or windowed shuffle (or storage order), by seed + epoch."""
+        key = (epoch, self.seed, self.shuffle, self.shuffle_algorithm, self.shuffle_window)
         cached = getattr(self, "_order", None)  # a windowed order costs O(shards) to set up: keep the last
-        if cached is None or cached[0] != epoch:
-            cached = self._order = (epoch, epoch_order(self.num_samples, self.seed, epoch, self.shuffle,
-                                                       self.shuffle_algorithm, self.shuffle_window, self.sample_starts))
+        if cached is None or cached[0] != key:
+            cached = self._order = (key, epoch_order(self.num_samples, self.seed, epoch, self.shuffle,
+                                                     self.shuffle_algorithm, self.shuffle_window, self.sample_starts))
         return cached[1]
 
     @staticmethod
