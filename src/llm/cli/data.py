@@ -1,10 +1,11 @@
-"""`llm-data`: prepare and inspect datasets (optimize, info, verify, train-tokenizer)."""
+"""`llm-data`: prepare and inspect datasets (optimize, info, verify, train-tokenizer, cache)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from llm.cli.common import HelpFormatter, add_version, expect_folder
@@ -48,6 +49,15 @@ _TOKENIZER_EPILOG = """examples:
 A byte-level BPE (GPT-2 style) with <|endoftext|> as EOS, trained offline on your text.
 Already have one? Pass its tokenizer.json or .tiktoken file to --tokenizer directly."""
 
+_CACHE_EPILOG = """examples:
+  llm-data cache ls                               # every cache folder: fingerprint, URL, shards, bytes, last used
+  llm-data cache clear s3://my-bucket/datasets/c4 # by URL, or by fingerprint (or its first 8+ characters)
+  llm-data cache clear --all --cache-dir /scratch/cache
+
+Remote datasets (s3://, local:) are read through cache_dir/<fingerprint> (default $LLM_CACHE_DIR/shards,
+else ~/.cache/llm/shards). `clear` never removes a shard a running reader is reading: what is in
+use is kept and listed."""
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -83,6 +93,17 @@ def _parser() -> argparse.ArgumentParser:
 
     verify = add("verify", "check every shard's size and checksum against the manifest", _VERIFY_EPILOG)
     verify.add_argument("dataset", metavar="DIR", help="a folder made by `llm-data optimize`")
+
+    cache = add("cache", "list or clear the local shard cache of remote datasets", _CACHE_EPILOG)
+    actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
+    root_help = "cache root, the cache_dir given to StreamingDataset (default: $LLM_CACHE_DIR/shards, else ~/.cache/llm/shards)"
+    ls = actions.add_parser("ls", help="list cache folders", formatter_class=HelpFormatter, epilog=_CACHE_EPILOG)
+    ls.add_argument("--cache-dir", default=None, help=root_help)
+    clear = actions.add_parser("clear", help="remove cache folders (never a shard in use)", formatter_class=HelpFormatter,
+                               epilog=_CACHE_EPILOG)
+    clear.add_argument("targets", nargs="*", metavar="FINGERPRINT|URL", help="what to remove, as `cache ls` shows it")
+    clear.add_argument("--all", action="store_true", help="remove every cache folder under the cache root")
+    clear.add_argument("--cache-dir", default=None, help=root_help)
 
     tok = add("train-tokenizer", "train a byte-level BPE tokenizer on text files", _TOKENIZER_EPILOG)
     tok.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
@@ -234,8 +255,42 @@ def _train_tokenizer(args: argparse.Namespace) -> None:
     print(f"next: llm-data optimize {' '.join(args.inputs)} --output DATASET --tokenizer {written}", file=sys.stderr)
 
 
+def _cache(args: argparse.Namespace) -> None:
+    from llm.data.storage import cache_admin
+
+    root = cache_admin.check_root(args.cache_dir)
+    folders = cache_admin.list_caches(root)
+    if args.action == "ls":
+        for f in folders:
+            used = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_used)) if f.last_used else "never"
+            print(f"{f.fingerprint}  {f.url or '(url unknown)'}  {f.shards:,} shards  {_size(f.bytes)}  last used {used}")
+        print(f"cache: {len(folders)} folder(s), {_size(sum(f.bytes for f in folders))} under {root}", file=sys.stderr)
+        return
+    if args.all == bool(args.targets):
+        raise ValueError("cache clear needs either FINGERPRINT or URL arguments (as `llm-data cache ls` shows them) "
+                         "or --all, not both" if args.all else
+                         "cache clear needs what to remove: FINGERPRINT or URL arguments (as `llm-data cache ls` "
+                         "shows them), or --all for every cache folder")
+    chosen = folders if args.all else cache_admin.select(folders, args.targets, root)
+    freed = kept = 0
+    for f in chosen:
+        done = cache_admin.clear(f)
+        freed += done.freed
+        what = f"{f.fingerprint} ({f.url or 'url unknown'})"
+        if done.gone:
+            print(f"removed {what}: {done.removed:,} shards, {_size(done.freed)}")
+            continue
+        kept += 1
+        why = f"{len(done.kept)} file(s) in use ({', '.join(done.kept[:3])})" if done.kept else "open by a running reader"
+        print(f"kept {what}: {why}; removed {done.removed:,} shards, {_size(done.freed)}")
+    print(f"cache clear: freed {_size(freed)} in {len(chosen)} folder(s)"
+          + (f"; {kept} kept because a running reader uses them" if kept else ""), file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> None:
-    if args.command == "optimize":
+    if args.command == "cache":
+        _cache(args)
+    elif args.command == "optimize":
         _optimize(args)
     elif args.command == "info":
         from llm.data.shards.format.remote import load_any

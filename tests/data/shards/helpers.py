@@ -57,7 +57,8 @@ def all_tokens(dataset_dir: Path) -> np.ndarray:
 def run_loader(config: dict, state: dict | None, steps: int | None) -> tuple[list[np.ndarray], dict]:
     """check_resume's `run`: world_size ranks in lockstep in one process; a step is the global batch."""
     ds = StreamingDataset(
-        config["path"], item_loader=TokensLoader(block_size=config["block"]), shuffle=config.get("shuffle", True), seed=7
+        config["path"], item_loader=TokensLoader(block_size=config["block"]), shuffle=config.get("shuffle", True), seed=7,
+        shuffle_window=config.get("window"),
     )
     world, workers = config.get("world", 1), config.get("workers", 0)
     loaders = [

@@ -185,7 +185,7 @@ class StreamingDataLoader(DataLoader):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """{version, fingerprint, seed, shuffle, epoch, samples_consumed, ...}: a few hundred bytes."""
+        """{version, fingerprint, seed, shuffle, shuffle_window, epoch, samples_consumed, ...}: a few hundred bytes."""
         epoch, consumed = self._cursor()
         ds = self.dataset
         return {
@@ -193,6 +193,7 @@ class StreamingDataLoader(DataLoader):
             "fingerprint": ds.fingerprint,
             "seed": ds.seed,
             "shuffle": ds.shuffle,
+            "shuffle_window": ds.shuffle_window,
             "num_samples": ds.num_samples,
             "epoch": epoch,
             "samples_consumed": consumed,
@@ -205,6 +206,7 @@ class StreamingDataLoader(DataLoader):
         ds = self.dataset
         if hasattr(ds, "load_mixture_state"):  # a mixture may re-anchor (other weights on resume)
             state = ds.load_mixture_state(state)
-        mine = {"fingerprint": ds.fingerprint, "seed": ds.seed, "shuffle": ds.shuffle, "num_samples": ds.num_samples}
+        mine = {"fingerprint": ds.fingerprint, "seed": ds.seed, "shuffle": ds.shuffle, "num_samples": ds.num_samples,
+                "shuffle_window": ds.shuffle_window}
         self._epoch, self._start = check_state(state, ds.input_dir, mine)
         self._schedule, self._yielded, self._active = None, 0, None

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm.data.shards.plan import epoch_order
 from llm.data.shards.streaming import StreamingDataset, _Iteration, chunk_bounds
 
 PERIOD = 1000
@@ -92,6 +91,8 @@ class CombinedStreamingDataset(StreamingDataset):
         self._iteration: _Iteration | None = None
         self._orders: dict[tuple[int, int], Callable[[np.ndarray], np.ndarray]] = {}
         self.cache = None  # remote sources keep their own caches
+        windows = [d.shuffle_window for d in self.datasets]  # each source's own order; in the state
+        self.shuffle_window = windows if any(w is not None for w in windows) else None
         self.sizes = np.array([d.num_samples for d in self.datasets], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         self.fingerprint = hashlib.sha256(
@@ -228,8 +229,7 @@ class CombinedStreamingDataset(StreamingDataset):
         key = (s, epoch)
         cached = self._orders.get(key)
         if cached is None:
-            d = self.datasets[s]
-            order = epoch_order(int(self.sizes[s]), d.seed, epoch, d.shuffle, d.shuffle_algorithm)
+            order = self.datasets[s].epoch_permutation(epoch)
             if self.sizes[s] <= _MATERIALISE:
                 table = order(np.arange(self.sizes[s], dtype=np.int64))
                 order = table.__getitem__

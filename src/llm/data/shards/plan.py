@@ -1,9 +1,11 @@
 """The global order as pure functions: (fingerprint, seed, epoch) -> which sample each rank reads when.
 
-Position p of an epoch is sample `permutation(seed + epoch)(p)`. Global batch k
-after a resume point `start` covers positions [start + k*G, start + (k+1)*G)
-with G = batch_size * world_size; rank r reads its `batch_size` slice of it, and
-DataLoader worker w serves the chunks of batches c with c % num_workers == w.
+Position p of an epoch is sample `permutation(seed + epoch)(p)`: global, or windowed
+over shards (`shuffle/windowed.py`) so that a remote reader's working set fits its
+cache. Global batch k after a resume point `start` covers positions
+[start + k*G, start + (k+1)*G) with G = batch_size * world_size; rank r reads its
+`batch_size` slice of it, and DataLoader worker w serves the chunks of batches c with
+c % num_workers == w.
 Nothing here depends on what was read before, so a resume is O(1) and exact on
 any topology.
 """
@@ -11,15 +13,33 @@ any topology.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from llm.data.shards.shuffle import make_permutation
+from llm.data.shards.shuffle import make_permutation, make_windowed
 
 
-def epoch_order(num_samples: int, seed: int, epoch: int, shuffle: bool, algorithm: str = "feistel"):
-    """position -> sample id for one epoch (reshuffled by seed + epoch)."""
+def epoch_order(
+    num_samples: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    algorithm: str = "feistel",
+    window: int | None = None,
+    sample_starts: np.ndarray | None = None,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """position -> sample id for one epoch (reshuffled by seed + epoch).
+
+    `window=None`: a global shuffle over all samples. `window=W`: shards in a seeded order,
+    samples shuffled within each window of W shards of it; `sample_starts` (first sample of
+    each shard, then num_samples) says which samples each shard owns (shuffle/windowed.py).
+    """
+    if shuffle and window is not None:
+        if sample_starts is None or int(sample_starts[-1]) != num_samples:
+            raise ValueError("a windowed shuffle needs sample_starts ending at num_samples")
+        return make_windowed(sample_starts, window, seed + epoch, algorithm)
     return make_permutation(algorithm if shuffle else "none", num_samples, seed + epoch)
 
 

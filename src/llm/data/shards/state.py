@@ -6,6 +6,8 @@ from typing import Any
 
 STATE_VERSION = 1
 STATE_KEYS = ("version", "fingerprint", "seed", "shuffle", "num_samples", "epoch", "samples_consumed", "global_batch_size")
+# Keys added after version 1 shipped: a state saved without one reads as this default.
+OPTIONAL_KEYS = {"shuffle_window": None}  # shards per shuffle window; None: a global shuffle
 _MAX_EPOCH = 1 << 62  # far beyond any run; keeps seed + epoch an ordinary integer
 
 
@@ -23,11 +25,12 @@ def _int(state: dict, key: str, lo: int, hi: int, hint: str) -> int:
 def check_state(state: Any, input_dir: object, mine: dict[str, Any]) -> tuple[int, int]:
     """(epoch, samples_consumed) of a state saved by `StreamingDataLoader.state_dict()`, or a StateError.
 
-    `mine` holds this loader's fingerprint, seed, shuffle and num_samples: a state from another
+    `mine` holds this loader's fingerprint, seed, shuffle, num_samples and shuffle_window: a state from another
     dataset or other settings would resume somewhere else, so it is refused, not reinterpreted.
     """
     if not isinstance(state, dict):
         raise StateError(f"loader state is a {type(state).__name__}, expected the dict returned by StreamingDataLoader.state_dict()")
+    state = {**OPTIONAL_KEYS, **state}
     missing = [k for k in STATE_KEYS if k not in state]
     if missing:
         raise StateError(f"loader state has no key '{missing[0]}'; pass the dict returned by StreamingDataLoader.state_dict()")
@@ -35,6 +38,12 @@ def check_state(state: Any, input_dir: object, mine: dict[str, Any]) -> tuple[in
         raise StateError(f"loader state key 'version' is {state['version']!r}, expected {STATE_VERSION}")
     for key, value in mine.items():
         if state[key] != value or isinstance(state[key], bool) != isinstance(value, bool):
+            if key == "shuffle_window" and not isinstance(value, list) and not isinstance(state[key], list):
+                saved = "'global'" if state[key] is None else repr(state[key])
+                raise StateError(
+                    f"loader state does not match {input_dir}: shuffle_window is {state[key]!r} in the state "
+                    f"but {value!r} here; pass StreamingDataset(shuffle_window={saved}) to resume this state"
+                )
             raise StateError(
                 f"loader state does not match {input_dir}: {key} is {state[key]!r} in the state "
                 f"but {value!r} here; resume with the same dataset and settings"

@@ -26,6 +26,7 @@ from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import ItemReader, TokenReader
 from llm.data.shards.plan import BatchSchedule, epoch_order
+from llm.data.shards.shuffle.windowed import shard_sample_starts
 from llm.data.storage.paths import parse_location
 from llm.data.topology import current_topology
 
@@ -77,10 +78,16 @@ class StreamingDataset(IterableDataset):
         cache_dir: str | Path | None = None,
         max_cache_size: int | str | None = "50GB",
         storage_options: dict | None = None,
+        shuffle_window: int | str | None = None,
     ):
         """`input_dir`: a folder, `local:/network/folder` or `s3://bucket/prefix`. Remote shards are
         downloaded ahead of use into `cache_dir/<fingerprint>` (default: the user cache dir), verified,
         and evicted to keep that folder under `max_cache_size`; see docs/storage.md.
+
+        `shuffle_window`: shuffle samples within windows of this many shards (in a seeded shard
+        order) instead of globally, so the working set is that many shards. None / "auto": a
+        remote dataset with a bounded cache gets the window that fits half of `max_cache_size`,
+        anything else a global shuffle; "global" forces the global one.
         `verify_checksums`: True checks each shard's checksum on first use unless this machine
         already verified that very file (format/verified.py); "always" hashes regardless."""
         if verify_checksums not in (True, False, "always"):
@@ -112,6 +119,23 @@ class StreamingDataset(IterableDataset):
         else:
             self.reader = ItemReader(self.input_dir, self.manifest, verify_checksums, self._remote_files(verify_checksums))
             self.num_samples = self.reader.total
+        block = self.block_size if self.manifest.kind == "tokens" else None
+        self.sample_starts = shard_sample_starts(self.reader.starts, block, self.num_samples)
+        self.shuffle_window = self._resolve_window(shuffle_window)
+
+    def _resolve_window(self, value: int | str | None) -> int | None:
+        """The window in shards that the order uses; None for a global shuffle (or none at all)."""
+        shards = len(self.manifest.shards)
+        if value is None or (isinstance(value, str) and value in ("auto", "global")):
+            if value == "global" or not self.shuffle or self.cache is None or self.cache.max_bytes is None:
+                return None
+            largest = max((s.bytes for s in self.manifest.shards), default=1)
+            value = max(1, (self.cache.max_bytes // 2) // max(largest, 1))  # leaves half for prefetch and spill
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"shuffle_window must be a number of shards >= 1, 'auto', 'global' or None, got {value!r}")
+        elif not self.shuffle:
+            raise ValueError(f"shuffle_window={value} needs shuffle=True; drop shuffle_window or pass shuffle=True")
+        return None if value >= shards else int(value)  # a window of every shard is the global shuffle
 
     def _remote_files(self, verify: bool) -> Any:
         if self.cache is None:
@@ -248,8 +272,16 @@ class StreamingDataset(IterableDataset):
 
     def chunk_plan(self, it: _Iteration, workers: int) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
         """The chunk boundaries (in batches) and the epoch's position -> sample map."""
-        order = epoch_order(self.num_samples, self.seed, it.epoch, self.shuffle, self.shuffle_algorithm)
-        return chunk_bounds(len(it.schedule), workers, it.chunk_batches), order
+        return chunk_bounds(len(it.schedule), workers, it.chunk_batches), self.epoch_permutation(it.epoch)
+
+    def epoch_permutation(self, epoch: int) -> Callable[[np.ndarray], np.ndarray]:
+        """Epoch position -> sample id: global or windowed shuffle (or storage order), by seed + epoch."""
+        key = (epoch, self.seed, self.shuffle, self.shuffle_algorithm, self.shuffle_window)
+        cached = getattr(self, "_order", None)  # a windowed order costs O(shards) to set up: keep the last
+        if cached is None or cached[0] != key:
+            cached = self._order = (key, epoch_order(self.num_samples, self.seed, epoch, self.shuffle,
+                                                     self.shuffle_algorithm, self.shuffle_window, self.sample_starts))
+        return cached[1]
 
     @staticmethod
     def _positions(it: _Iteration, lo: int, hi: int) -> np.ndarray:

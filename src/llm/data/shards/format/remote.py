@@ -40,9 +40,19 @@ def load_manifest(location: Location, storage_options: dict | None = None) -> tu
 
 def open_cache(location: Location, manifest: Manifest, objects: Any, cache_dir: str | Path | None,
                max_cache_size: int | str | None) -> ShardCache:
-    """The cache folder `cache_dir/<fingerprint>` (default: the user cache dir)."""
+    """The cache folder `cache_dir/<fingerprint>` (default: the user cache dir).
+
+    The folder records the dataset's URL (`.source.json`, for `llm-data cache ls`) and is held
+    in use (a shared lock on that file) while the cache lives, so `llm-data cache clear` leaves it.
+    """
+    from llm.data.storage.cache_admin import register
+
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-    return ShardCache(objects, manifest.shards, root / manifest.fingerprint(), parse_cache_size(max_cache_size))
+    folder = root / manifest.fingerprint()
+    registration = register(folder, location.url())
+    cache = ShardCache(objects, manifest.shards, folder, parse_cache_size(max_cache_size))
+    cache.registration = registration  # type: ignore[attr-defined]  # not pickled: the opening process holds it
+    return cache
 
 
 class RemoteShardBytes(_ShardBytes):

@@ -8,6 +8,7 @@ import numpy as np
 
 from llm.data.shards.shuffle.feistel import FeistelPermutation
 from llm.data.shards.shuffle.identity import IdentityPermutation
+from llm.data.shards.shuffle.windowed import WindowedPermutation
 
 Permutation = Callable[[np.ndarray], np.ndarray]
 
@@ -23,3 +24,9 @@ def make_permutation(name: str, n: int, seed: int) -> Permutation:
         return SHUFFLES[name](n, seed)
     except KeyError:
         raise ValueError(f"unknown shuffle {name!r}; valid names: {', '.join(sorted(SHUFFLES))}") from None
+
+
+def make_windowed(sample_starts: np.ndarray, window: int, seed: int, algorithm: str = "feistel") -> WindowedPermutation:
+    """Shards in a seeded order, samples shuffled within windows of `window` shards (see windowed.py)."""
+    make_permutation(algorithm, 0, seed)  # an unknown name fails here, naming the valid ones
+    return WindowedPermutation(sample_starts, window, seed, make_permutation, algorithm)

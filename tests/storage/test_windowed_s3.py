@@ -1,0 +1,79 @@
+"""Windowed shuffle over s3://: the default window fits the cache, so an epoch fetches each shard once or twice, not 50 times."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import llm.data.storage.cache as cache_module
+from llm.data.shards.format.loaders import TokensLoader
+from llm.data.shards.loader import StreamingDataLoader
+from llm.data.shards.streaming import StreamingDataset
+from tests.storage.helpers import docs, write
+
+BLOCK = 32
+
+
+@pytest.fixture
+def downloads(monkeypatch):
+    """Names of the objects the shard cache downloads (every attempt), counted in this process."""
+    names: list[str] = []
+    lock = threading.Lock()
+    original = cache_module._download_to
+
+    def counting(objects, name, part):
+        with lock:
+            names.append(name)
+        return original(objects, name, part)
+
+    monkeypatch.setattr(cache_module, "_download_to", counting)
+    return names
+
+
+def _epoch(ds: StreamingDataset, workers: int = 2) -> np.ndarray:
+    loader = StreamingDataLoader(ds, batch_size=2, num_workers=workers, worker_backend="threads")
+    return np.concatenate([b.numpy() for b in loader])
+
+
+def test_default_window_fits_the_cache_and_an_epoch_fetches_each_shard_about_once(s3_env, tmp_path, downloads):
+    documents = docs(3200, seed=4)
+    url = s3_env.url()
+    write(url, documents, chunk_bytes="16KB")
+    limit = 8 * 16 * 1024
+    ds = StreamingDataset(url, item_loader=TokensLoader(block_size=BLOCK), shuffle=True, cache_dir=tmp_path / "w",
+                          max_cache_size=limit)
+    shards = len(ds.manifest.shards)
+    largest = max(s.bytes for s in ds.manifest.shards)
+    assert sum(s.bytes for s in ds.manifest.shards) > 4 * limit, "the dataset must not fit in the cache"
+    assert ds.shuffle_window == (limit // 2) // largest and 1 < ds.shuffle_window < shards
+
+    tokens = np.concatenate(documents)
+    blocks = np.full((len(ds), BLOCK), ds.pad_id, dtype=np.int64)
+    blocks.reshape(-1)[: tokens.size] = tokens
+    everything = sorted(map(tuple, blocks.tolist()))
+    rows = _epoch(ds, workers=0)
+    assert sorted(map(tuple, rows.tolist())) == everything, "every block exactly once"
+    assert not np.array_equal(rows, blocks), "shuffled"
+    assert set(downloads) == {s.file for s in ds.manifest.shards}
+    # One reader: each shard once for its own window, plus once more for each storage boundary
+    # whose two shards fall in different windows (the block straddling it reads both).
+    order = ds.epoch_permutation(0)
+    window_of = {int(k): w for w in range(order.num_windows) for k in order.window_shards(w)}
+    crossing = sum(window_of[k] != window_of[k + 1] for k in range(shards - 1))
+    assert len(downloads) <= shards + crossing + 2, f"{len(downloads)} downloads, {shards} shards, {crossing} crossings"
+
+    downloads.clear()  # two reader threads: a few more where their chunks straddle two windows
+    again = StreamingDataset(url, item_loader=TokensLoader(block_size=BLOCK), shuffle=True, cache_dir=tmp_path / "w2",
+                             max_cache_size=limit)
+    assert sorted(map(tuple, _epoch(again).tolist())) == everything
+    windowed = len(downloads)
+    assert windowed <= 2.5 * shards, f"{windowed} downloads for {shards} shards"
+
+    downloads.clear()
+    everywhere = StreamingDataset(url, item_loader=TokensLoader(block_size=BLOCK), shuffle=True,
+                                  cache_dir=tmp_path / "g", max_cache_size=limit, shuffle_window="global")
+    assert everywhere.shuffle_window is None
+    assert sorted(map(tuple, _epoch(everywhere).tolist())) == everything
+    assert len(downloads) > 5 * windowed, f"global shuffle: {len(downloads)} downloads, windowed: {windowed}"
