@@ -115,6 +115,7 @@ def s3_env(s3_server, monkeypatch, tmp_path) -> S3Server:
         monkeypatch.delenv(name, raising=False)
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)
+    monkeypatch.delenv("LLM_CACHE_DIR", raising=False)  # the default cache root comes from XDG_CACHE_HOME here
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     return s3_server
