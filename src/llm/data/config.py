@@ -77,6 +77,10 @@ class DataConfig(BaseModel):
     dataset_config: str | None = None
     dataset_split: str = "train"
     text_column: str = "text"
+    # s3:// dataset_path: endpoint, keys, retries (docs/storage.md). Left out of dumps, so keys never
+    # land in a checkpoint and new keys or another endpoint do not block a resume (the
+    # source's fingerprint names the objects and their ETags)
+    storage_options: dict[str, Any] | None = Field(default=None, exclude=True)
     max_seq_len: int = Field(default=512, gt=0)
     steps_per_epoch: int | None = Field(default=None, gt=0)
     seen_hashes_path: str | None = None

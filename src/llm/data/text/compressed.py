@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import zlib
 from pathlib import Path
 from typing import BinaryIO
@@ -78,9 +79,9 @@ class _Guarded:
     _errors: tuple[type[BaseException], ...] = ()
 
     def _fail(self, e: BaseException) -> InputError:
-        try:
-            at = f"at byte {self._raw.tell()} of {Path(self._path).stat().st_size}"
-        except (OSError, ValueError):
+        try:  # the open file's size: the path may name an object in storage, downloaded to a temporary file
+            at = f"at byte {self._raw.tell()} of {os.fstat(self._raw.fileno()).st_size}"
+        except (OSError, ValueError, AttributeError):
             at = "while reading"
         return _broken(self._path, self._kind, f"{at}, in line {self._lines + 1}", one_line(e))
 

@@ -1,15 +1,22 @@
-"""Local text files as a source: byte ranges of plain files, whole compressed files / JSON arrays, parquet row groups."""
+"""Text files as a source: byte ranges of plain files, whole compressed files / JSON arrays, parquet row groups.
+
+The files are local, or objects in s3:// storage read the same way (ranged GETs where a
+local file would seek, so cursors and order are the same).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
-from llm.data.text.partitions import byte_ranges, partition_bytes
+from llm.data.storage.object_files import RemoteObject
+from llm.data.storage.s3 import StorageError
+from llm.data.text.partitions import byte_ranges
+from llm.data.text.partitions import partition_bytes as partition_bytes_for
 from llm.data.text.readers import (
     FileStamp,
     InputError,
-    expand_inputs,
+    expand_sources,
     input_kind,
     iter_line_range,
     iter_parquet_rows,
@@ -18,6 +25,13 @@ from llm.data.text.readers import (
     splittable,
 )
 from llm.data.text.source import Partition, Record, TextSource, Want
+
+
+class RemoteReadError(InputError, StorageError):
+    """Reading an object failed (after the retries) or it changed: one sentence naming bucket and key.
+
+    An InputError too, so DataLoader workers pass the sentence on like any bad input.
+    """
 
 
 class LocalLineTextSource(TextSource):
@@ -31,6 +45,11 @@ class LocalLineTextSource(TextSource):
     refused) and is checked again after every partition read (a file changed while
     read is an error, never a mix of old and new records). An input with no record
     at all is an error (`StreamingTextDataModule` says so after its first pass).
+
+    `s3://bucket/prefix/*.jsonl` (a key, a prefix or a glob; `storage_options` or the AWS
+    environment reach it) lists objects, stamped by ETag: each GET asks for that version
+    (`If-Match`), so a replaced object is an error, and a resume fetches from its cursor.
+    `local:/mnt/...` is a local path.
     """
 
     def __init__(
@@ -38,15 +57,27 @@ class LocalLineTextSource(TextSource):
         dataset_path: str | Path | list[str],
         text_column: str | None = "text",
         partition_bytes: int | None = None,
+        storage_options: dict | None = None,
     ):
         patterns = [str(p) for p in dataset_path] if isinstance(dataset_path, list) else [str(dataset_path)]
         self.dataset_path = patterns[0] if len(patterns) == 1 else patterns
         self.patterns = patterns
         self.text_column = text_column
-        self.files = expand_inputs(patterns)
-        self.stamps = {str(f): FileStamp.of(f) for f in self.files}
-        self.sizes = [self.stamps[str(f)].size for f in self.files]
-        self.partition_bytes = partition_bytes or _default_partition_bytes(self.files, self.sizes)
+        self.files = expand_sources(patterns, storage_options)
+        self._by_path = {str(f): f for f in self.files}
+        self.stamps = {str(f): FileStamp.of(f) for f in self.files if not isinstance(f, RemoteObject)}
+        self.sizes = [f.size if isinstance(f, RemoteObject) else self.stamps[str(f)].size for f in self.files]
+        # one probe per file (a ranged GET for an object): partitions() reuses it, in every worker
+        self._splittable = [splittable(f) for f in self.files]
+        self._parts: list[Partition] | None = None
+        self.partition_bytes = partition_bytes or partition_bytes_for(
+            sum(s for s, split in zip(self.sizes, self._splittable) if split)
+        )
+
+    @property
+    def uses_object_store(self) -> bool:
+        """Whether some input is in object storage (its client does not survive fork())."""
+        return any(isinstance(f, RemoteObject) for f in self.files)
 
     def source_fingerprint(self) -> dict:
         names = [f.name for f in self.files]
@@ -59,15 +90,21 @@ class LocalLineTextSource(TextSource):
             "text_column": self.text_column,
             "partition_bytes": self.partition_bytes,
             # per file, "mtime_ns:hash of the first and last 64 KiB": a file rewritten at the same
-            # size would otherwise resume mid-line at an old byte offset
-            "stamps": {k: f"{s.mtime_ns}:{s.edges}" for k, s in zip(keys, self.stamps.values())},
+            # size would otherwise resume mid-line at an old byte offset; per object, its ETag
+            # (else its last-modified time), so a replaced object is refused the same way
+            "stamps": {k: _stamp(f, self.stamps) for k, f in zip(keys, self.files)},
         }
 
     def partitions(self) -> list[Partition]:
+        if self._parts is None:
+            self._parts = self._partitions()
+        return list(self._parts)
+
+    def _partitions(self) -> list[Partition]:
         parts: list[Partition] = []
-        for i, (f, size) in enumerate(zip(self.files, self.sizes)):
+        for i, (f, size, split) in enumerate(zip(self.files, self.sizes, self._splittable)):
             name = f"{i:05d}:{f.name}"
-            if splittable(f):
+            if split:
                 for start, end in byte_ranges(size, self.partition_bytes):
                     parts.append(Partition(f"{name}[{start}:{end}]", str(f), start, end, seekable=True))
             elif input_kind(f) == "parquet":
@@ -78,7 +115,13 @@ class LocalLineTextSource(TextSource):
         return parts
 
     def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
-        path = Path(part.path or "")
+        path = self._by_path.get(part.path or "") or Path(part.path or "")
+        if isinstance(path, RemoteObject):  # no stamp to check: every GET names the listed ETag
+            try:
+                yield from self._records(path, part, offset, want)
+            except StorageError as e:
+                raise RemoteReadError(str(e)) from None
+            return
         stamp = self.stamps.get(str(path))
         if stamp is not None:
             stamp.check(path, "since the source was opened")
@@ -91,7 +134,7 @@ class LocalLineTextSource(TextSource):
         if stamp is not None:  # the whole partition was read: were its records all from one version?
             stamp.check(path)
 
-    def _records(self, path: Path, part: Partition, offset: int, want: Want) -> Iterator[Record]:
+    def _records(self, path: Path | RemoteObject, part: Partition, offset: int, want: Want) -> Iterator[Record]:
         if part.shard is not None:
             for text, row in iter_parquet_rows(path, self.text_column, part.shard, offset, want):
                 yield text, row, None
@@ -111,5 +154,8 @@ class LocalLineTextSource(TextSource):
                 yield text
 
 
-def _default_partition_bytes(files: list[Path], sizes: list[int]) -> int:
-    return partition_bytes(sum(s for f, s in zip(files, sizes) if splittable(f)))
+def _stamp(f: Path | RemoteObject, stamps: dict[str, FileStamp]) -> str:
+    if isinstance(f, RemoteObject):
+        return f.stamp()
+    s = stamps[str(f)]
+    return f"{s.mtime_ns}:{s.edges}"

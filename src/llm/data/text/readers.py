@@ -8,58 +8,88 @@ so is an input that holds no record at all. The UTF-8 policy is `records.py`'s.
 
 from __future__ import annotations
 
-import glob
-import hashlib
+import io
 import json
-import os
+import tempfile
+import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from llm.data.storage.object_files import RangedReader, RemoteObject, download, read_range
 from llm.data.text.compressed import open_compressed
 from llm.data.text.errors import InputError, one_line
+from llm.data.text.inputs import (
+    FileStamp,
+    Input,
+    compression_of,
+    expand_inputs,
+    expand_sources,
+    input_kind,
+)
 from llm.data.text.records import decode_text, iter_json_array, record_text, starts_json_array
 
-__all__ = ["InputError", "decode_text", "record_text"]  # their old home: importers keep working
+# their old home: importers keep working
+__all__ = ["FileStamp", "InputError", "compression_of", "decode_text", "expand_inputs", "expand_sources",
+           "input_kind", "record_text"]
 
-_KINDS = {".txt": "txt", ".text": "txt", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
-_COMPRESSIONS = (".gz", ".zst")
-_STAMP_BLOCK = 1 << 16
-
-
-def compression_of(path: Path) -> str | None:
-    """'gz', 'zst' or None, from the file name."""
-    suffix = path.suffix.lower()
-    return suffix[1:] if suffix in _COMPRESSIONS else None
+_PROBE = 4096  # bytes enough to tell a JSON array from JSON Lines
 
 
-def input_kind(path: Path | str) -> str:
-    """'jsonl', 'parquet' or 'txt', from the file name (compression suffix ignored).
-
-    Anything that is not .jsonl/.json/.ndjson/.parquet is text with one record per
-    line, whatever its extension (.txt, .csv, .py, none).
-    """
-    path = Path(path)
-    name = path.with_suffix("") if compression_of(path) else path
-    return _KINDS.get(name.suffix.lower(), "txt")
-
-
-def is_json_array(path: Path | str) -> bool:
+def is_json_array(path: Input) -> bool:
     """Whether a JSON input holds one JSON array (read element by element) rather than JSON Lines."""
     if input_kind(path) != "jsonl":
         return False
+    if isinstance(path, RemoteObject):  # one small ranged GET, not the whole object
+        return starts_json_array(io.BytesIO(_remote_head(path)))
     with open_binary(path) as f:
         return starts_json_array(f)
 
 
-def splittable(path: Path | str) -> bool:
+def splittable(path: Input) -> bool:
     """Whether byte ranges of the file can be read alone: uncompressed line files only (not JSON arrays)."""
-    return compression_of(Path(path)) is None and input_kind(path) != "parquet" and not is_json_array(path)
+    return compression_of(path) is None and input_kind(path) != "parquet" and not is_json_array(path)
 
 
-def open_binary(path: Path | str) -> BinaryIO:
+def _remote_head(obj: RemoteObject) -> bytes:
+    """The first bytes of an object's content (decompressed as far as its first 64 KiB go)."""
+    compression = compression_of(obj)
+    raw = read_range(obj, 0, min(obj.size, _PROBE if compression is None else 16 * _PROBE)) if obj.size else b""
+    try:
+        if compression == "gz":
+            return zlib.decompressobj(wbits=31).decompress(raw, _PROBE)
+        if compression == "zst":
+            import zstandard
+
+            return zstandard.ZstdDecompressor().decompressobj().decompress(raw)[:_PROBE]
+    except Exception:  # a damaged start: the full read says where and how
+        return b""
+    return raw
+
+
+def _open_remote(obj: RemoteObject, end: int | None = None) -> BinaryIO:
+    """An object opened like a file: ranged reads up to `end`, or downloaded whole when compressed.
+
+    A compressed stream is checked and decoded like a local file (zstd frame headers are walked
+    with seeks), so it is first downloaded to an unnamed temporary file, gone once closed.
+    """
+    compression = compression_of(obj)
+    if compression is None:
+        return RangedReader(obj, obj.size if end is None else end)  # type: ignore[return-value]
+    tmp = tempfile.TemporaryFile(prefix="llm-text-")  # noqa: SIM115 - returned to the caller, who closes it
+    try:
+        download(obj, tmp)
+        tmp.seek(0)
+    except BaseException:
+        tmp.close()
+        raise
+    return open_compressed(tmp, obj, compression)  # type: ignore[arg-type]
+
+
+def open_binary(path: Input) -> BinaryIO:
     """Open a file for reading bytes, decompressing .gz / .zst, checked (a cut or damaged stream is an InputError)."""
+    if isinstance(path, RemoteObject):
+        return _open_remote(path)
     path = Path(path)
     try:
         raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
@@ -69,52 +99,22 @@ def open_binary(path: Path | str) -> BinaryIO:
     return open_compressed(raw, path, compression) if compression else raw
 
 
-@dataclass(frozen=True)
-class FileStamp:
-    """What a file looked like when it was listed: size, mtime, and a hash of its first and last 64 KiB."""
-
-    size: int
-    mtime_ns: int
-    edges: str
-
-    @classmethod
-    def of(cls, path: Path | str) -> FileStamp:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            digest = hashlib.blake2b(f.read(_STAMP_BLOCK), digest_size=8)
-            if st.st_size > _STAMP_BLOCK:
-                f.seek(max(_STAMP_BLOCK, st.st_size - _STAMP_BLOCK))
-                digest.update(f.read(_STAMP_BLOCK))
-        return cls(st.st_size, st.st_mtime_ns, digest.hexdigest())
-
-    def check(self, path: Path | str, when: str = "while it was read") -> None:
-        """Raise when the file's size or mtime moved since the stamp: it changed under us."""
-        try:
-            st = os.stat(path)
-        except OSError as e:
-            raise InputError(f"{path}: input file disappeared {when} ({e.strerror or e})") from None
-        if (st.st_size, st.st_mtime_ns) != (self.size, self.mtime_ns):
-            raise InputError(
-                f"{path}: input file changed {when} (size {self.size} -> {st.st_size} bytes, mtime moved: "
-                f"{st.st_mtime_ns != self.mtime_ns}); the records read would mix old and new content: "
-                "re-run once nothing writes to it"
-            )
-
 
 def iter_line_range(
-    path: Path | str, text_column: str | None = "text", start: int = 0, end: int | None = None, resume: int = 0
+    path: Input, text_column: str | None = "text", start: int = 0, end: int | None = None, resume: int = 0
 ) -> Iterator[tuple[str, int, bool]]:
     """Records of a .txt / .jsonl file as (text, byte offset after its line, utf8_replaced).
 
     Blank records are skipped. With a byte range [start, end) of an uncompressed
     file, yields exactly the lines that *start* inside it, so consecutive ranges
     cover every line once. `resume` > 0 is a byte offset where a line starts (a
-    cursor): reading seeks there and nothing before it is read again. A file that
+    cursor): reading seeks there and nothing before it is read again (an object in
+    storage is fetched from there: ranged GETs up to just past `end`). A file that
     ends before `end` has shrunk since the range was planned: an InputError.
     """
-    path = Path(path)
     kind = input_kind(path)
-    with open_binary(path) as f:
+    remote = isinstance(path, RemoteObject)
+    with RangedReader(path, end if end is not None else path.size) if remote else open_binary(path) as f:
         if resume > 0:
             f.seek(resume)
         elif start > 0:
@@ -145,14 +145,13 @@ def iter_line_range(
 
 
 def iter_records(
-    path: Path | str, text_column: str | None = "text", offset: int = 0, want: Callable[[int], bool] | None = None
+    path: Input, text_column: str | None = "text", offset: int = 0, want: Callable[[int], bool] | None = None
 ) -> Iterator[tuple[str, int, bool]]:
     """A whole line file (any compression) or JSON array as (text, row number, utf8_replaced).
 
     Rows are lines (or array elements) counted from 1; rows up to `offset` and rows
     for which `want(row)` is false are skipped unparsed (a compressed file cannot seek).
     """
-    path = Path(path)
     kind = input_kind(path)
     if is_json_array(path):
         with open_binary(path) as f:
@@ -169,10 +168,10 @@ def iter_records(
                 yield text, row, replaced
 
 
-def line_number_at(path: Path | str, offset: int) -> int:
+def line_number_at(path: Input, offset: int) -> int:
     """1-based number of the line starting at byte `offset` of an uncompressed file."""
     count, done = 0, 0
-    with open(path, "rb") as f:
+    with RangedReader(path, offset) if isinstance(path, RemoteObject) else open(path, "rb") as f:
         while done < offset:
             block = f.read(min(8 << 20, offset - done))
             if not block:
@@ -182,12 +181,14 @@ def line_number_at(path: Path | str, offset: int) -> int:
     return count + 1
 
 
-def _parquet_file(path: Path, text_column: str | None):
+def _parquet_file(path: Input, text_column: str | None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    # an object is read by ranged GETs: the footer, then only the row groups asked for
+    source = RangedReader(path) if isinstance(path, RemoteObject) else path
     try:
-        pf = pq.ParquetFile(path, page_checksum_verification=True)  # pages written with CRCs are checked
+        pf = pq.ParquetFile(source, page_checksum_verification=True)  # pages written with CRCs are checked
     except Exception as e:  # pyarrow raises several types for unreadable files
         raise InputError(f"{path}: cannot read parquet file ({one_line(e)}); the file is incomplete or damaged") from None
     schema = pf.schema_arrow
@@ -209,12 +210,12 @@ def _row_json(batch) -> list[str]:
     return [json.dumps(row, ensure_ascii=False, default=str) for row in batch.to_pylist()]
 
 
-def parquet_row_groups(path: Path | str, text_column: str | None = "text") -> int:
+def parquet_row_groups(path: Input, text_column: str | None = "text") -> int:
     """How many row groups a parquet file has (its text column checked first)."""
-    return _parquet_file(Path(path), text_column).num_row_groups
+    return _parquet_file(path, text_column).num_row_groups
 
 
-def _batches(pf, path: Path, text_column: str | None, group: int) -> Iterator:
+def _batches(pf, path: Input, text_column: str | None, group: int) -> Iterator:
     """One row group's record batches (all columns for whole records); a page pyarrow cannot decode names the file and group."""
     columns = [text_column] if text_column is not None else None
     batches = pf.iter_batches(columns=columns, batch_size=8192, row_groups=[group])
@@ -231,7 +232,7 @@ def _batches(pf, path: Path, text_column: str | None, group: int) -> Iterator:
 
 
 def iter_parquet_rows(
-    path: Path | str,
+    path: Input,
     text_column: str | None = "text",
     row_group: int | None = None,
     offset: int = 0,
@@ -242,7 +243,6 @@ def iter_parquet_rows(
     Rows count from the start of `row_group` (the whole file when None); rows up
     to `offset` and rows for which `want(row)` is false are skipped unparsed.
     """
-    path = Path(path)
     pf = _parquet_file(path, text_column)
     groups = [row_group] if row_group is not None else list(range(pf.num_row_groups))
     row = 0
@@ -266,7 +266,7 @@ def iter_parquet_rows(
                     yield text.strip(), row
 
 
-def iter_texts(path: Path | str, text_column: str = "text") -> Iterator[tuple[str, bool]]:
+def iter_texts(path: Input, text_column: str = "text") -> Iterator[tuple[str, bool]]:
     """Every record of any supported input file as (text, utf8_replaced)."""
     if input_kind(path) == "parquet":
         for text, _ in iter_parquet_rows(path, text_column):
@@ -276,7 +276,7 @@ def iter_texts(path: Path | str, text_column: str = "text") -> Iterator[tuple[st
             yield text, replaced
 
 
-def require_records(paths: list[Path], text_column: str = "text", hint: str = "check the input") -> None:
+def require_records(paths: list, text_column: str = "text", hint: str = "check the input") -> None:
     """Raise unless some input yields a record (reads up to the first one only): empty input is a mistake."""
     for path in paths:
         for _ in iter_texts(path, text_column):
@@ -286,33 +286,3 @@ def require_records(paths: list[Path], text_column: str = "text", hint: str = "c
         f"no records in {names}: every input file is empty or holds only blank records "
         f"(text column {text_column!r}); {hint}"
     )
-
-
-def expand_inputs(patterns: list[str]) -> list[Path]:
-    """Files, globs and folders to a sorted, de-duplicated list of supported input files."""
-    found: list[Path] = []
-    for pattern in patterns:
-        path = Path(pattern).expanduser()
-        if path.is_dir():
-            matches = [p for p in sorted(path.rglob("*")) if p.is_file() and _supported(p)]
-            if not matches:
-                raise InputError(f"{path}: folder holds no .txt, .jsonl or .parquet input files")
-        elif any(c in pattern for c in "*?["):
-            matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
-            if not matches:
-                raise InputError(f"{pattern}: no files match this pattern")
-        elif path.is_file():
-            matches = [path]
-        else:
-            raise InputError(f"{path}: no such input file or folder")
-        found.extend(matches)
-    return sorted(dict.fromkeys(p.resolve() for p in found))
-
-
-_FOLDER_SUFFIXES = {".txt", ".text", ".jsonl", ".json", ".ndjson", ".parquet"}
-
-
-def _supported(path: Path) -> bool:
-    """Files picked up when a folder is given: the known text kinds (a named file may be anything)."""
-    name = path.with_suffix("") if compression_of(path) else path
-    return not path.name.startswith(".") and name.suffix.lower() in _FOLDER_SUFFIXES

@@ -153,7 +153,8 @@ def _require(cfg: Any, key: str) -> Any:
 
 
 def _local(cfg: Any) -> TextSource:
-    return LocalLineTextSource(_require(cfg, "dataset_path"), cfg.text_column)
+    return LocalLineTextSource(_require(cfg, "dataset_path"), cfg.text_column,
+                               storage_options=getattr(cfg, "storage_options", None))
 
 
 def _hf(cfg: Any) -> TextSource:

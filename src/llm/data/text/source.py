@@ -78,6 +78,19 @@ class TextSource:
             yield text, i, None
 
 
+def reads_object_store(source: TextSource) -> bool:
+    """Whether a source, or one it wraps (dedup's `inner`, a mixture's `sources`), reads object storage.
+
+    Its DataLoader workers must not be forked: the object-store client's runtime does not
+    survive fork() once the parent has used it (a forked child that uses it hangs).
+    """
+    if getattr(source, "uses_object_store", False):
+        return True
+    inner = getattr(source, "inner", None)
+    wrapped = [inner] if inner is not None else list(getattr(source, "sources", ()))
+    return any(reads_object_store(s) for s in wrapped)
+
+
 FINGERPRINT_MISMATCH = "stream source fingerprint mismatch"
 
 

@@ -25,6 +25,7 @@ from llm.data.text.source import (
     FINGERPRINT_MISMATCH,
     Partition,
     TextSource,
+    reads_object_store,
     validate_source_fingerprint,
 )
 from llm.data.topology import current_topology
@@ -148,7 +149,8 @@ class StreamingTextDataModule:
         from llm.data.text.local import LocalLineTextSource
 
         ds = StreamingTextDataset(
-            LocalLineTextSource(path, self.config.text_column), self.tokenizer, self.max_seq_len,
+            LocalLineTextSource(path, self.config.text_column,
+                                storage_options=getattr(self.config, "storage_options", None)), self.tokenizer, self.max_seq_len,
             self.batch_size, rank=0, world_size=1,
         )
         return _ValLoader(ds)
@@ -201,7 +203,11 @@ class StreamingTextDataModule:
         if self.num_workers:
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers)
+        # obstore's runtime hangs in a process forked after the parent used it (listing the
+        # objects did): workers of a source in object storage start from a fresh forkserver
+        fresh = self.num_workers > 0 and reads_object_store(self.source)
+        loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers,
+                            multiprocessing_context="forkserver" if fresh else None)
         done: set[int] = set()
         for item in loader:
             st = item.pop("_state")
