@@ -63,6 +63,17 @@ def _up(endpoint: str) -> bool:
         return False
 
 
+def weed_command(weed: str, data: Path, s3_port: int) -> list[str]:
+    """`weed mini` on loopback, telemetry off, every port chosen free (its defaults are fixed
+    numbers, so two servers on one machine, e.g. two test runs, would otherwise collide)."""
+    ports = {name: _free_port() for name in ("master", "volume", "filer")}
+    grpc = {name: _free_port() for name in ("master", "volume", "filer", "s3")}
+    return [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}",
+            *(f"-{name}.port={port}" for name, port in ports.items()),
+            *(f"-{name}.port.grpc={port}" for name, port in grpc.items()),
+            "-webdav=false", "-admin.ui=false", "-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off"]
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory) -> S3Server:
     weed = _weed()
@@ -73,8 +84,7 @@ def s3_server(tmp_path_factory) -> S3Server:
     endpoint = f"http://127.0.0.1:{port}"
     log = root / "weed.log"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
-    cmd = [weed, "mini", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={port}",
-           "-webdav=false", "-admin.ui=false", "-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off"]
+    cmd = weed_command(weed, root / "data", port)
     (root / "data").mkdir()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, env=env, start_new_session=True)
@@ -86,7 +96,9 @@ def s3_server(tmp_path_factory) -> S3Server:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        except ProcessLookupError:  # it already exited
+            pass
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
 
