@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     verify = add("verify", "check every shard's size and checksum against the manifest", _VERIFY_EPILOG)
     verify.add_argument("dataset", metavar="DIR", help="a folder made by `llm-data optimize`")
 
+    from llm.cli.inspect import add_commands  # `inspect` and `convert` live in cli/inspect.py
+
+    add_commands(add)
     tok = add("train-tokenizer", "train a byte-level BPE tokenizer on text files", _TOKENIZER_EPILOG)
     tok.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
     tok.add_argument("--vocab-size", type=int, default=8192, help="vocabulary size, including 256 byte tokens and EOS")
@@ -254,6 +257,10 @@ def _run(args: argparse.Namespace) -> None:
         print(f"verify: {len(manifest.shards)} shards OK in {args.dataset}")
     elif args.command == "train-tokenizer":
         _train_tokenizer(args)
+    elif args.command in ("inspect", "convert"):
+        from llm.cli.inspect import run
+
+        run(args)
 
 
 def main(argv: list[str] | None = None) -> int:
