@@ -67,6 +67,10 @@ class LitDataSource(ForeignSource):
                 raise ManifestError(f"{where}: chunk {i} has filename {name!r}")
             compressed = name.endswith(".zstd.bin")
             path = folder / name
+            if compressed and not path.exists() and (folder / name.replace(".zstd.bin", ".bin")).exists():
+                # LitData's own reader, given a local folder, decompresses each chunk in place.
+                name, compressed = name.replace(".zstd.bin", ".bin"), False
+                path = folder / name
             on_disk = path.stat().st_size if compressed and path.exists() else int(chunk.get("chunk_bytes") or 0)
             count = int(chunk.get("chunk_size") or 0)
             tokens = int(chunk.get("dim") or 0) if kind == "tokens" else 0
