@@ -15,6 +15,7 @@ from tests.interop.samples import (
     lit_nested_item,
     lit_row,
     mds_sample,
+    trainer_document,
 )
 
 
@@ -79,3 +80,13 @@ def mds_raw(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def mds_zstd(tmp_path_factory) -> Path:
     return _mds(tmp_path_factory.mktemp("mds") / "zstd", "zstd")
+
+
+@pytest.fixture(scope="session")
+def trainer_tokens(tmp_path_factory) -> Path:
+    from llm.data import TokensLoader, optimize
+
+    out = tmp_path_factory.mktemp("trainers") / "ds"
+    optimize(trainer_document, list(range(60)), out, num_workers=0, chunk_size=400, item_loader=TokensLoader(),
+             progress=False)
+    return out

@@ -47,3 +47,15 @@ def mds_sample(i: int) -> dict:
             "fixed": np.arange(4, dtype=np.uint16) + i, "x": np.float32(i / 7), "meta": {"a": [i, i + 1]},
             "image": Image.fromarray(rng.integers(0, 255, (6, 6, 3), dtype=np.uint8)),
             "pixels": Image.fromarray(rng.integers(0, 255, (4, 5), dtype=np.uint8)), "blob": (i, "x")}
+
+
+def trainer_document(i: int) -> np.ndarray:
+    return (np.arange(20 + 7 * (i % 5)) + 31 * i) % 1000
+
+
+def trainer_loader(folder, workers: int = 0):
+    """The loader the trainer tests hand to torchdata-style loops and to Lightning: 16 batches an epoch."""
+    from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
+
+    ds = StreamingDataset(folder, item_loader=TokensLoader(block_size=32), shuffle=True, seed=7)
+    return StreamingDataLoader(ds, batch_size=4, num_workers=workers)
