@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> None:
 
         summary = convert(args.src, args.dst, num_workers=args.num_workers, chunk_bytes=args.chunk_bytes,
                           compression=args.compression, mode=args.mode, progress=not args.no_progress)
-        print(f"convert: {args.src} -> {args.dst} ({summary})", file=sys.stderr)
+        print(f"convert: {args.src} -> {args.dst}: {summary.line()}", file=sys.stderr)
         return
     inspect(args.dataset, plot=args.plot, max_shards=args.shards, as_json=args.json)
 
