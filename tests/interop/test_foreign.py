@@ -196,3 +196,23 @@ def test_mds_resume_exactly(mds_zstd):
     config = {"folder": str(mds_zstd), "kind": "items", "workers": 0}
     reference = check_resume(run_foreign, config, stops=[2, 11], resume_configs=[{**config, "workers": 2}])
     assert sorted(np.concatenate([s["id"] for s in reference]).tolist()) == list(range(80))
+
+
+def test_litdata_jpeg_leaf_is_the_decoded_image(tmp_path):
+    """LitData decodes `jpeg` leaves with torchvision (not installable next to a CPU torch here): we check our
+    Pillow decode against Pillow on the same stored bytes, in the layout LitData returns (RGB, CHW, uint8)."""
+    peers.litdata()
+    from litdata.streaming.writer import BinaryWriter
+    from PIL import Image
+
+    path = tmp_path / "pic.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (10, 12, 3), dtype=np.uint8)).save(path)
+    writer = BinaryWriter(str(tmp_path / "lit"), chunk_bytes="1MB")
+    for i in range(3):
+        writer[i] = {"i": i, "image": Image.open(path)}
+    writer.done()
+    writer.merge(1)
+    assert "jpeg" in json.loads((tmp_path / "lit" / "index.json").read_text())["config"]["data_format"]
+    image = StreamingDataset(tmp_path / "lit")[1]["image"]
+    want = torch.from_numpy(np.array(Image.open(path).convert("RGB"))).permute(2, 0, 1)
+    assert image.dtype == torch.uint8 and torch.equal(image, want)
