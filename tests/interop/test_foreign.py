@@ -216,3 +216,20 @@ def test_litdata_jpeg_leaf_is_the_decoded_image(tmp_path):
     image = StreamingDataset(tmp_path / "lit")[1]["image"]
     want = torch.from_numpy(np.array(Image.open(path).convert("RGB"))).permute(2, 0, 1)
     assert image.dtype == torch.uint8 and torch.equal(image, want)
+
+
+def _as_list(samples: list) -> list:
+    return samples
+
+
+@pytest.mark.parametrize("fixture", ["lit_items", "mds_zstd"])
+def test_foreign_items_through_spawned_workers(request, fixture):
+    """Decoders built in the main process (ds[0]) do not travel: spawned workers rebuild their own."""
+    folder = request.getfixturevalue(fixture)
+    ds = StreamingDataset(folder)
+    first = ds[0]
+    loader = StreamingDataLoader(ds, batch_size=len(ds), num_workers=1, multiprocessing_context="spawn",
+                                 collate_fn=_as_list)
+    (batch,) = list(loader)
+    key = "index" if "index" in first else "id"  # (DataLoader's default_convert turns arrays into tensors)
+    assert list(batch[0]) == list(first) and [b[key] for b in batch] == [ds[i][key] for i in range(len(ds))]

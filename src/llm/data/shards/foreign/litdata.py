@@ -89,6 +89,11 @@ class LitDataSource(ForeignSource):
         self.dtype = dtype
         self._decoders: list | None = None
         self._unflatten = None
+        self._arrow: tuple[int, Any] | None = None  # (shard, table) of the last Arrow footer read
+
+    def __getstate__(self) -> dict:
+        # Decoders are closures and tables are big: worker processes rebuild them on first use.
+        return {**self.__dict__, "_decoders": None, "_unflatten": None, "_arrow": None}
 
     def _files(self, verify: bool) -> ForeignShardBytes:
         return ForeignShardBytes(self.folder, self.manifest, verify)
@@ -118,7 +123,9 @@ class LitDataSource(ForeignSource):
     def decode_item(self, raw: np.ndarray, local: int, shard: int) -> Any:
         """Item `local` of chunk `shard`, as LitData's PyTreeLoader returns it."""
         if raw[-8:].tobytes() == ARROW_MAGIC:
-            return self._arrow_row(raw, local)
+            if self._arrow is None or self._arrow[0] != shard:
+                self._arrow = (shard, self._arrow_table(raw))
+            return self._arrow[1].slice(local, 1).to_pylist()[0]
         if self._decoders is None:
             self._decoders = [leaf_decoder(f) for f in self.formats]
             self._unflatten = unflatten(self.config["data_spec"])
@@ -132,14 +139,14 @@ class LitDataSource(ForeignSource):
             pos += size
         return self._unflatten(leaves)
 
-    def _arrow_row(self, raw: np.ndarray, local: int) -> Any:
+    @staticmethod
+    def _arrow_table(raw: np.ndarray) -> Any:
         import pyarrow as pa
 
         size = struct.unpack_from("<I", raw[-12:-8].tobytes())[0]
-        ipc = pa.py_buffer(raw[len(raw) - 12 - size : len(raw) - 12].tobytes())
-        if ipc.to_pybytes()[:6] == b"ARROW1":
-            return pa.ipc.open_file(ipc).read_all().slice(local, 1).to_pylist()[0]
-        return pa.ipc.open_stream(ipc).read_all().slice(local, 1).to_pylist()[0]
+        ipc = raw[len(raw) - 12 - size : len(raw) - 12].tobytes()
+        reader = pa.ipc.open_file if ipc[:6] == b"ARROW1" else pa.ipc.open_stream
+        return reader(pa.py_buffer(ipc)).read_all()
 
     def item_reader(self, verify: bool = True) -> ForeignItemReader:
         if self.manifest.kind != "items":

@@ -38,9 +38,9 @@ _SCALARS = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "in
 
 
 def is_mds_index(data: Any) -> bool:
-    """An MDS index: `shards` entries with `format: mds` (ours has `format_version`)."""
+    """An MDS index: `version: 2` and `shards` entries with `raw_data` (ours has `format_version`)."""
     shards = data.get("shards") if isinstance(data, dict) else None
-    return (isinstance(shards, list) and "format_version" not in data
+    return (isinstance(shards, list) and "format_version" not in data and data.get("version") == 2
             and all(isinstance(s, dict) and "raw_data" in s for s in shards))
 
 
@@ -175,6 +175,9 @@ class MDSSource(ForeignSource):
         )
         super().__init__(manifest, folder)
         self._decoders: dict[int, list] = {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_decoders": {}}  # closures: worker processes rebuild them on first use
 
     def _check(self, i: int, stored: bytes) -> None:
         for algo, expected in (self.files_info[i].get("hashes") or {}).items():
