@@ -33,6 +33,7 @@ else
 endif
 	@echo "setup: [4/4] installing llm and its dev tools (pip install -e '.[dev]')"
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps litdata mosaicml-streaming  # tests/interop's peers; --no-deps keeps this torch
 	@$(BIN)/python -c "import torch; b = 'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'; print(f'setup: PyTorch {torch.__version__} ({b} build)')"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)

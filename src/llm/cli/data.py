@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     clear.add_argument("--all", action="store_true", help="remove every cache folder under the cache root")
     clear.add_argument("--cache-dir", default=None, help=root_help)
 
+    from llm.cli.inspect import add_commands  # `inspect` and `convert` live in cli/inspect.py
+
+    add_commands(add)
     tok = add("train-tokenizer", "train a byte-level BPE tokenizer on text files", _TOKENIZER_EPILOG)
     tok.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
     tok.add_argument("--vocab-size", type=int, default=8192, help="vocabulary size, including 256 byte tokens and EOS")
@@ -309,6 +312,10 @@ def _run(args: argparse.Namespace) -> None:
         print(f"verify: {len(manifest.shards)} shards OK in {args.dataset}")
     elif args.command == "train-tokenizer":
         _train_tokenizer(args)
+    elif args.command in ("inspect", "convert"):
+        from llm.cli.inspect import run
+
+        run(args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
+from llm.data.shards.foreign import open_foreign
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import ItemReader, TokenReader
@@ -94,6 +95,7 @@ class StreamingDataset(IterableDataset):
             raise ValueError(f"verify_checksums must be True, False or 'always', got {verify_checksums!r}")
         location = parse_location(input_dir)
         self.cache = None
+        self.foreign = None  # a LitData / MDS folder read in place (shards/foreign/)
         if location.is_remote:
             from llm.data.shards.format.remote import load_manifest, open_cache
 
@@ -102,7 +104,8 @@ class StreamingDataset(IterableDataset):
             self.cache = open_cache(location, self.manifest, objects, cache_dir, max_cache_size)
         else:
             self.input_dir = location.local_path()
-            self.manifest = Manifest.load(self.input_dir)
+            self.foreign = open_foreign(self.input_dir)
+            self.manifest = self.foreign.manifest if self.foreign else Manifest.load(self.input_dir)
         self.item_loader = item_loader or self._default_loader()
         if self.item_loader.kind != self.manifest.kind:
             raise ValueError(
@@ -117,7 +120,8 @@ class StreamingDataset(IterableDataset):
         if self.manifest.kind == "tokens":
             self._init_tokens(verify_checksums)
         else:
-            self.reader = ItemReader(self.input_dir, self.manifest, verify_checksums, self._remote_files(verify_checksums))
+            self.reader = (self.foreign.item_reader(verify_checksums) if self.foreign else
+                           ItemReader(self.input_dir, self.manifest, verify_checksums, self._remote_files(verify_checksums)))
             self.num_samples = self.reader.total
         block = self.block_size if self.manifest.kind == "tokens" else None
         self.sample_starts = shard_sample_starts(self.reader.starts, block, self.num_samples)
@@ -154,7 +158,8 @@ class StreamingDataset(IterableDataset):
         if isinstance(block, bool) or not isinstance(block, int) or block < 1:
             raise ValueError(f"TokensLoader.block_size must be a positive integer to read {self.input_dir}, got {block!r}")
         self.block_size = block
-        self.reader = TokenReader(self.input_dir, self.manifest, verify, self._remote_files(verify))
+        self.reader = (self.foreign.token_reader(block, verify) if self.foreign else
+                       TokenReader(self.input_dir, self.manifest, verify, self._remote_files(verify)))
         total = self.reader.total
         self.num_samples = total // block if self.drop_last else math.ceil(total / block)
         pad = self.item_loader.pad_id

@@ -1,0 +1,114 @@
+"""`llm-data inspect` (a dataset's facts and length percentiles, `--plot`) and `llm-data convert`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+_INSPECT_EPILOG = """examples:
+  llm-data inspect data/ds                      # ours: index facts + document length percentiles
+  llm-data inspect s3://bucket/ds --shards 8    # lengths from the first 8 shards (downloaded)
+  llm-data inspect litdata_out/ --plot ds.png   # a LitData or MDS folder works too
+  llm-data inspect data/ds --json"""
+
+_CONVERT_EPILOG = """examples:
+  llm-data convert litdata_out/ data/ds         # a LitData folder -> ours
+  llm-data convert mds_out/ data/ds --compression zstd
+
+Not needed to stream a LitData / MDS folder (StreamingDataset reads them in place); use it
+for folders with formats read only by the peer (docs/interop.md), or to get our checksums
+and our block layout (blocks across shards, no per-chunk tail dropped)."""
+
+
+def add_commands(add: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    """Register `inspect` and `convert` with llm-data's sub-command factory."""
+    ins = add("inspect", "describe a dataset: totals, sizes, dtype, tokenizer, fingerprint, length percentiles",
+              _INSPECT_EPILOG)
+    ins.add_argument("dataset", metavar="DIR", help="our folder, local:/... or s3://..., or a LitData / MDS folder")
+    ins.add_argument("--plot", metavar="PNG", help="also draw document lengths and tokens per shard (matplotlib)")
+    ins.add_argument("--shards", type=int, default=None,
+                     help="measure lengths in the first N shards only (default: all; 16 for s3://)")
+    ins.add_argument("--json", action="store_true", help="print the summary as JSON")
+    conv = add("convert", "rewrite a LitData or MosaicML MDS folder as an llm dataset", _CONVERT_EPILOG)
+    conv.add_argument("src", metavar="SRC", help="a LitData or MDS folder")
+    conv.add_argument("dst", metavar="DST", help="dataset folder, or s3://bucket/prefix, to write")
+    conv.add_argument("--num-workers", type=int, default=None, help="worker processes (default: all cores)")
+    conv.add_argument("--chunk-bytes", default="64MB", help="target shard size")
+    conv.add_argument("--compression", choices=("zstd",), default=None, help="compress shards (default: none)")
+    conv.add_argument("--mode", choices=("append", "overwrite"), default=None,
+                      help="when DST already holds a dataset (default: refuse)")
+    conv.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run `inspect` or `convert`."""
+    if args.command == "convert":
+        from llm.data.shards.foreign.convert import convert
+
+        summary = convert(args.src, args.dst, num_workers=args.num_workers, chunk_bytes=args.chunk_bytes,
+                          compression=args.compression, mode=args.mode, progress=not args.no_progress)
+        print(f"convert: {args.src} -> {args.dst}: {summary.line()}", file=sys.stderr)
+        return
+    inspect(args.dataset, plot=args.plot, max_shards=args.shards, as_json=args.json)
+
+
+def inspect(dataset: str, plot: str | None = None, max_shards: int | None = None, as_json: bool = False) -> dict[str, Any]:
+    """Print a dataset's summary (and draw `plot`); returns it as a dict."""
+    from llm.data.shards.stats import collect_stats, summary_rows
+    from llm.data.storage.paths import parse_location
+
+    if max_shards is not None and max_shards < 1:
+        raise ValueError(f"--shards must be at least 1, got {max_shards}")
+    if max_shards is None and parse_location(dataset).is_object_store:
+        max_shards = 16  # every measured shard is downloaded
+    stats = collect_stats(dataset, max_shards=max_shards)
+    rows = summary_rows(stats)
+    data = {"dataset": dataset, **{k: v for k, v in rows}, "totals": stats.manifest.totals(),
+            "lengths": {"unit": stats.length_unit, "shards_measured": stats.shards_measured, **stats.percentiles()}}
+    if as_json:
+        print(json.dumps(data, indent=1))
+    else:
+        width = max(len(k) for k, _ in rows)
+        print("\n".join([f"dataset {dataset}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]))
+    if plot:
+        draw(stats, plot)
+        print(f"inspect: plot written to {plot}", file=sys.stderr)
+    return data
+
+
+def draw(stats: Any, path: str) -> None:
+    """Two panels: the histogram of document lengths (log x), and tokens (items) per shard."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ValueError("--plot needs matplotlib: pip install matplotlib") from None
+    import numpy as np
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    what = "tokens" if stats.manifest.kind == "tokens" else "items"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    lengths = stats.lengths[stats.lengths > 0]
+    if len(lengths):
+        bins = np.unique(np.geomspace(max(lengths.min(), 1), max(lengths.max(), 2), 50).round())
+        left.hist(lengths, bins=bins, color="#4c72b0")
+        left.set_xscale("log")
+        for name, value in stats.percentiles().items():
+            if name in ("p50", "p90", "p99"):
+                left.axvline(value, color="#c44e52", linestyle=":", linewidth=1)
+                left.text(value, left.get_ylim()[1] * 0.95, name, rotation=90, va="top", fontsize=8)
+    left.set_xlabel(f"{'document length' if what == 'tokens' else 'item size'} ({stats.length_unit})")
+    left.set_ylabel("count")
+    left.set_title(f"{len(stats.lengths):,} {'documents' if what == 'tokens' else 'items'}")
+    right.bar(np.arange(len(stats.shard_counts)), stats.shard_counts, width=1.0, color="#55a868")
+    right.set_xlabel("shard")
+    right.set_ylabel(f"{what} per shard")
+    right.set_title(f"{len(stats.shard_counts):,} shards, {int(stats.shard_counts.sum()):,} {what}")
+    fig.suptitle(str(stats.location))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

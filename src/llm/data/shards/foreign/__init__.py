@@ -1,0 +1,52 @@
+"""Peers' dataset folders (LitData, MosaicML MDS) opened read-only by StreamingDataset, no re-preparing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from llm.data.shards.foreign.base import ForeignManifest, ForeignSource
+
+__all__ = ["ForeignManifest", "ForeignSource", "detect_format", "open_foreign"]
+
+
+def _read_index(folder: Path) -> dict | None:
+    path = folder / "index.json"
+    if not folder.is_dir() or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # our own loader names the problem
+    return data if isinstance(data, dict) else None
+
+
+def detect_format(folder: str | Path) -> str | None:
+    """'litdata', 'mds', or None (our own format, or no dataset at all)."""
+    from llm.data.shards.foreign.litdata import is_litdata_index
+    from llm.data.shards.foreign.mds import is_mds_index
+
+    data = _read_index(Path(folder))
+    if data is None or "format_version" in data:
+        return None
+    if is_litdata_index(data):
+        return "litdata"
+    if is_mds_index(data):
+        return "mds"
+    return None
+
+
+def open_foreign(folder: str | Path) -> ForeignSource | None:
+    """The opened peer folder, or None when `folder` is ours (or not a dataset: Manifest.load says why)."""
+    folder = Path(folder)
+    kind = detect_format(folder)
+    if kind is None:
+        return None
+    data = _read_index(folder)
+    if kind == "litdata":
+        from llm.data.shards.foreign.litdata import open_litdata
+
+        return open_litdata(folder, data)
+    from llm.data.shards.foreign.mds import open_mds
+
+    return open_mds(folder, data)

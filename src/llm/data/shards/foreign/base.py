@@ -1,0 +1,211 @@
+"""What a foreign (LitData, MosaicML MDS) folder becomes here: a Manifest view, shard bytes and readers."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llm.data.shards.format.manifest import Manifest, ShardInfo
+from llm.data.shards.format.reader import ShardError, TokenReader
+
+
+@dataclass
+class ForeignManifest(Manifest):
+    """A peer's index seen as ours: same totals and shard list, read-only, its own fingerprint.
+
+    `fingerprint()` is a digest of the foreign index file's bytes (and its format name), so a
+    loader state is bound to exactly that index: a re-prepared or appended folder is refused.
+    """
+
+    foreign_format: str = ""  # "litdata" or "mds"
+    index_digest: str = ""  # sha256 of the foreign index.json as stored
+    details: dict = field(default_factory=dict)  # format-specific facts for `llm-data inspect`
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"{self.foreign_format}:{self.index_digest}".encode()).hexdigest()[:32]
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (the foreign index: small)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def zstd_decompress(data: bytes, raw_size: int | None = None) -> bytes:
+    """A zstd file as the peers write it (one or more frames, content size not always recorded)."""
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    out = reader.read()
+    if raw_size is not None and len(out) != raw_size:
+        raise ShardError(f"a zstd shard decompressed to {len(out)} bytes, its index says {raw_size}")
+    return out
+
+
+# Optional per-shard check: (shard index, stored bytes) -> None or raise ShardError.
+Checker = Callable[[int, bytes], None]
+
+
+class ForeignShardBytes:
+    """Shard files by index, the interface `TokenReader` / our readers use (`raw(i)`, `shards`).
+
+    Stored raw: a memory map. Compressed (zstd): decompressed whole, kept in a small LRU.
+    Sizes are checked up front; `check` (the peer's own hashes, when its index has them) runs
+    the first time a process opens a shard when `verify` is on.
+    """
+
+    keep_views = True
+
+    def __init__(self, folder: Path, manifest: ForeignManifest, verify: bool = True,
+                 check: Checker | None = None, cache_shards: int = 4):
+        self.folder, self.shards, self.verify, self.check = folder, manifest.shards, verify, check
+        self._maps: dict[int, np.ndarray] = {}
+        self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache_shards = cache_shards
+        self._lock = threading.Lock()
+        for info in self.shards:
+            self._check_size(info)
+
+    def _check_size(self, info: ShardInfo) -> None:
+        path = self.folder / info.file
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise ShardError(f"shard {path} is missing (listed in {self.folder / 'index.json'})") from None
+        if size != info.bytes:
+            raise ShardError(f"shard {path} has {size} bytes, its index says {info.bytes}: the file is corrupt or was rewritten")
+
+    def raw(self, i: int) -> np.ndarray:
+        """Shard i's uncompressed bytes as a uint8 array."""
+        data = self._maps.get(i)
+        if data is not None:
+            return data
+        with self._lock:
+            return self._open(i)
+
+    def _open(self, i: int, verify: bool = False) -> np.ndarray:
+        if i in self._maps:
+            return self._maps[i]
+        if i in self._decompressed:
+            self._decompressed.move_to_end(i)
+            return self._decompressed[i]
+        info = self.shards[i]
+        path = self.folder / info.file
+        if info.compression is None:
+            if (self.verify or verify) and self.check is not None:
+                self.check(i, path.read_bytes())
+            data = np.memmap(path, dtype=np.uint8, mode="r") if info.bytes else np.zeros(0, np.uint8)
+            self._maps[i] = data
+            return data
+        stored = path.read_bytes()
+        if (self.verify or verify) and self.check is not None:
+            self.check(i, stored)
+        try:
+            data = np.frombuffer(zstd_decompress(stored, info.raw_bytes or None), np.uint8)
+        except ShardError as e:
+            raise ShardError(f"shard {path}: {e}") from None
+        except Exception as e:  # zstandard.ZstdError and friends: a corrupt file
+            raise ShardError(f"shard {path} does not decompress ({e})") from None
+        self._decompressed[i] = data
+        while len(self._decompressed) > self._cache_shards:
+            self._decompressed.popitem(last=False)
+        return data
+
+    def release_pages(self) -> None:
+        """Nothing kept mapped matters here: foreign shards are small; the page cache keeps them."""
+
+    def release(self) -> None:
+        """The remote-cache pin of our own shards; foreign folders are local."""
+
+    def verify_all(self) -> None:
+        """Every shard's size, and the peer's hashes where its index has them."""
+        for i, info in enumerate(self.shards):
+            self._check_size(info)
+            with self._lock:
+                self._maps.pop(i, None)
+                self._decompressed.pop(i, None)
+                self._open(i, verify=True)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_maps"], state["_decompressed"] = {}, OrderedDict()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+# (raw shard bytes, shard index) -> (tokens view, document ends in tokens, uint64)
+TokenLayout = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+
+
+class ForeignTokenReader(TokenReader):
+    """Our TokenReader over a peer's token chunks: only where a shard's tokens and documents are changes.
+
+    `counts[i]` tokens of shard i are used (a peer may drop each chunk's tail, as LitData's
+    TokensLoader does); block i is then the same tokens the peer's own `ds[i]` returns.
+    """
+
+    def __init__(self, manifest: ForeignManifest, files: ForeignShardBytes, layout: TokenLayout, counts: list[int]):
+        super().__init__(files.folder, manifest, files=files)
+        self.layout = layout
+        self.counts = counts
+        self.starts = np.concatenate([[0], np.cumsum(np.array(counts, dtype=np.int64))]).astype(np.int64)
+        self.total = int(self.starts[-1])
+
+    def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        views = self._views.get(i)
+        if views is None:
+            tokens, ends = self.layout(self.files.raw(i), i)
+            keep = self.counts[i]
+            tokens = tokens[:keep]
+            if len(ends) and int(ends[-1]) > keep:  # the dropped tail: the last kept document ends at `keep`
+                ends = np.append(ends[ends < keep], np.uint64(keep)).astype(np.uint64)
+            views = (tokens, ends)
+            if self.files.shards[i].compression is None:
+                self._views[i] = views
+        return views
+
+
+class ForeignItemReader:
+    """Item i of a peer's folder: `decode(raw shard bytes, local index, shard index)` does the format."""
+
+    def __init__(self, files: ForeignShardBytes, decode: Callable[[np.ndarray, int, int], Any]):
+        self.files, self.decode = files, decode
+        counts = np.array([s.items for s in files.shards], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.total = int(self.starts[-1])
+
+    def get(self, index: int) -> Any:
+        i = int(np.searchsorted(self.starts, index, side="right")) - 1
+        return self.decode(self.files.raw(i), index - int(self.starts[i]), i)
+
+    def verify(self) -> None:
+        self.files.verify_all()
+
+
+class ForeignSource:
+    """One opened foreign folder: its manifest view and how to build readers for StreamingDataset."""
+
+    def __init__(self, manifest: ForeignManifest, folder: Path):
+        self.manifest, self.folder = manifest, folder
+
+    def token_reader(self, block_size: int, verify: bool = True) -> TokenReader:  # pragma: no cover - abstract
+        raise ValueError(f"{self.folder} ({self.manifest.foreign_format}) holds items, not tokens")
+
+    def item_reader(self, verify: bool = True) -> ForeignItemReader:  # pragma: no cover - abstract
+        raise ValueError(f"{self.folder} ({self.manifest.foreign_format}) holds tokens, not items")
+
+    def item_sizes(self, shard: int) -> np.ndarray:
+        """Stored size of each item / document of one shard (bytes, or tokens for token data)."""
+        raise NotImplementedError

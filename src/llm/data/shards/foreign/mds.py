@@ -1,0 +1,229 @@
+"""MosaicML Streaming MDS folders (`index.json` with `shards`, format `mds`), read in place.
+
+An MDS shard is `num_samples: uint32`, `offsets: uint32[num_samples + 1]` (absolute byte
+offsets), then the samples; a sample is one `uint32` size per column without a fixed size,
+then each column's bytes, decoded by its encoding (streaming/base/format/mds/encodings.py).
+With `compression: zstd` only the `zip_data` file may be on disk: it is decompressed whole.
+Their `hashes` (sha1, xxh64, ...) are checked the first time a shard is opened.
+"""
+
+from __future__ import annotations
+
+import decimal
+import hashlib
+import io
+import json
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llm.data.shards.foreign.base import (
+    ForeignItemReader,
+    ForeignManifest,
+    ForeignShardBytes,
+    ForeignSource,
+    file_digest,
+)
+from llm.data.shards.format.manifest import ShardInfo
+from llm.data.shards.format.reader import ShardError
+from llm.data.shards.format.validate import ManifestError
+
+_SHAPE_DTYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "uint64"}
+_VALUE_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32",
+                 33: "int32", 34: "float32", 64: "uint64", 65: "int64", 66: "float64"}
+_SCALARS = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+
+
+def is_mds_index(data: Any) -> bool:
+    """An MDS index: `version: 2` and `shards` entries with `raw_data` (ours has `format_version`)."""
+    shards = data.get("shards") if isinstance(data, dict) else None
+    return (isinstance(shards, list) and "format_version" not in data and data.get("version") == 2
+            and all(isinstance(s, dict) and "raw_data" in s for s in shards))
+
+
+def _ndarray(config: str) -> Callable[[bytes], np.ndarray]:
+    args = config.split(":") if config else []
+    dtype = args[0] if args else None
+    shape = tuple(int(x) for x in args[1].split(",")) if len(args) > 1 else None
+
+    def decode(data: bytes) -> np.ndarray:
+        i = 0
+        value_dtype = dtype
+        if value_dtype is None:
+            value_dtype, i = _VALUE_DTYPES[data[0]], 1
+        dims = shape
+        if dims is None:
+            ndim, width = data[i] >> 2, data[i] % 4
+            size = ndim * 2**width
+            dims = tuple(np.frombuffer(data[i + 1 : i + 1 + size], _SHAPE_DTYPES[width]).tolist())
+            i += 1 + size
+        return np.frombuffer(data[i:], value_dtype).reshape(dims)
+
+    return decode
+
+
+def _image(data: bytes) -> Any:
+    from PIL import Image
+
+    return Image.open(io.BytesIO(data))
+
+
+def _pil(data: bytes) -> Any:
+    from PIL import Image
+
+    width, height, mode_size = np.frombuffer(data[:12], np.uint32)
+    mode = data[12 : 12 + mode_size].decode("utf-8")
+    return Image.frombytes(mode, (int(width), int(height)), data[12 + mode_size :])
+
+
+def _list_of(decode: Callable[[bytes], Any]) -> Callable[[bytes], list]:
+    def decode_list(data: bytes) -> list:
+        n = int(np.frombuffer(data[4:8], np.uint32)[0])
+        sizes = np.frombuffer(data[8 : 8 + 4 * n], np.uint32).tolist()
+        out, i = [], 8 + 4 * n
+        for size in sizes:
+            out.append(decode(data[i : i + size]))
+            i += size
+        return out
+
+    return decode_list
+
+
+def _jpeg_array(data: bytes) -> list:
+    n = int(np.frombuffer(data[:4], np.uint32)[0])
+    sizes = np.frombuffer(data[4 : 4 + 4 * n], np.uint32).tolist()
+    out, i = [], 4 + 4 * n
+    for size in sizes:
+        out.append(_image(data[i : i + size]))
+        i += size
+    return out
+
+
+_PLAIN: dict[str, Callable[[bytes], Any]] = {
+    "bytes": bytes,
+    "str": lambda d: d.decode("utf-8"),
+    "int": lambda d: int(np.frombuffer(d, np.int64)[0]),
+    "str_int": lambda d: int(d.decode("utf-8")),
+    "str_float": lambda d: float(d.decode("utf-8")),
+    "str_decimal": lambda d: decimal.Decimal(d.decode("utf-8")),
+    "pil": _pil,
+    "jpeg": _image,
+    "png": _image,
+    "list[pil]": _list_of(_pil),
+    "list[jpeg]": _list_of(_image),
+    "list[png]": _list_of(_image),
+    "jpeg_array": _jpeg_array,
+    "jpegarray": _jpeg_array,
+    "pkl": pickle.loads,
+    "json": lambda d: json.loads(d.decode("utf-8")),
+    **{name: (lambda t: lambda d: np.frombuffer(d, t)[0])(np.dtype(name)) for name in _SCALARS},
+}
+
+
+def column_decoder(encoding: str) -> Callable[[bytes], Any]:
+    """The decoder of one MDS column encoding (`ndarray:int32:2048` and friends)."""
+    name, _, config = encoding.partition(":")
+    if name == "ndarray":
+        return _ndarray(config)
+    if name in _PLAIN and not config:
+        return _PLAIN[name]
+    raise ValueError(f"MDS column encoding {encoding!r} is not one MosaicML Streaming defines")
+
+
+def _hash(algo: str, data: bytes) -> str:
+    if algo.startswith("xxh"):
+        import xxhash
+
+        return getattr(xxhash, algo)(data).hexdigest()
+    return hashlib.new(algo, data).hexdigest()
+
+
+class MDSSource(ForeignSource):
+    """An MDS folder: every shard an item shard, a sample a dict of columns, as their `ds[i]`."""
+
+    def __init__(self, folder: Path, data: dict):
+        where = folder / "index.json"
+        self.entries, shards, self.files_info = [], [], []
+        for i, entry in enumerate(data["shards"]):
+            if entry.get("format") != "mds":
+                raise ManifestError(f"{where}: shard {i} has format {entry.get('format')!r}; only 'mds' is read (xsv/json: convert with MosaicML first)")
+            compression = entry.get("compression")
+            if compression and not str(compression).startswith("zstd"):
+                raise ManifestError(f"{where}: shard {i} is compressed with {compression!r}; only zstd is read")
+            raw, zipped = entry["raw_data"], entry.get("zip_data")
+            # Prefer the raw file when it is there (memory-mapped); else the compressed one.
+            use_zip = bool(zipped) and not (folder / raw["basename"]).exists()
+            info = zipped if use_zip else raw
+            for name in (raw["basename"], *([zipped["basename"]] if zipped else [])):
+                if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+                    raise ManifestError(f"{where}: shard {i} names the file {name!r}; only files of this folder are read")
+            self.entries.append(entry)
+            self.files_info.append(info)
+            shards.append(ShardInfo(
+                file=info["basename"], bytes=int(info["bytes"]), checksum="", items=int(entry["samples"]),
+                compression="zstd" if use_zip else None, raw_bytes=int(raw["bytes"]),
+            ))
+        columns = {(tuple(e["column_names"]), tuple(e["column_encodings"])) for e in self.entries}
+        first = self.entries[0] if self.entries else {"column_names": [], "column_encodings": []}
+        manifest = ForeignManifest(
+            kind="items", shards=shards, foreign_format="mds", index_digest=file_digest(where),
+            details={"columns": dict(zip(first["column_names"], first["column_encodings"])),
+                     "column_sets": len(columns)},
+        )
+        super().__init__(manifest, folder)
+        self._decoders: dict[int, list] = {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_decoders": {}}  # closures: worker processes rebuild them on first use
+
+    def _check(self, i: int, stored: bytes) -> None:
+        for algo, expected in (self.files_info[i].get("hashes") or {}).items():
+            actual = _hash(algo, stored)
+            if actual != expected:
+                raise ShardError(f"shard {self.folder / self.files_info[i]['basename']} fails its {algo} hash "
+                                 f"({actual} != {expected}): the file is corrupt")
+
+    def _files(self, verify: bool) -> ForeignShardBytes:
+        return ForeignShardBytes(self.folder, self.manifest, verify, check=self._check)
+
+    def decode_item(self, raw: np.ndarray, local: int, shard: int) -> dict[str, Any]:
+        """Sample `local` of shard `shard`: a dict of its columns."""
+        entry = self.entries[shard]
+        decoders = self._decoders.get(shard)
+        if decoders is None:
+            decoders = self._decoders[shard] = [column_decoder(e) for e in entry["column_encodings"]]
+        begin, end = raw[4 * (1 + local) : 4 * (3 + local)].view("<u4").tolist()
+        data = raw[begin:end].tobytes()
+        sizes, i = [], 0
+        for size in entry["column_sizes"]:
+            if size:
+                sizes.append(size)
+            else:
+                sizes.append(int.from_bytes(data[i : i + 4], "little"))
+                i += 4
+        sample = {}
+        for name, decode, size in zip(entry["column_names"], decoders, sizes):
+            sample[name] = decode(data[i : i + size])
+            i += size
+        return sample
+
+    def item_reader(self, verify: bool = True) -> ForeignItemReader:
+        for entry in self.entries:  # an unknown encoding is refused now, not at step 10,000
+            for encoding in entry["column_encodings"]:
+                column_decoder(encoding)
+        return ForeignItemReader(self._files(verify), self.decode_item)
+
+    def item_sizes(self, shard: int) -> np.ndarray:
+        raw = self._files(False).raw(shard)
+        n = int(raw[:4].view("<u4")[0])
+        return np.diff(raw[4 : 4 * (n + 2)].view("<u4").astype(np.int64))
+
+
+def open_mds(folder: Path, data: dict | None = None) -> MDSSource:
+    """Open an MDS folder read-only (its index.json already parsed, or read here)."""
+    if data is None:
+        data = json.loads((folder / "index.json").read_text())
+    return MDSSource(folder, data)

@@ -1,0 +1,93 @@
+"""`llm-data inspect`: totals, sizes, dtype, tokenizer, fingerprint, length percentiles and the plot."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llm.cli.data import main
+from llm.data import ItemsLoader, TokensLoader, optimize
+from llm.data.shards.format.manifest import Manifest
+
+
+def _docs(i: int) -> np.ndarray:
+    return np.arange(10 * (i % 9 + 1), dtype=np.int64) % 300
+
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory):
+    out = tmp_path_factory.mktemp("inspect") / "ds"
+    optimize(_docs, list(range(40)), out, num_workers=0, chunk_size=500, item_loader=TokensLoader(),
+             compression="zstd", progress=False)
+    return out
+
+
+def _inspect(capsys, *args: str) -> dict:
+    assert main(["inspect", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_inspect_our_tokens(ours, capsys):
+    data = _inspect(capsys, str(ours))
+    manifest = Manifest.load(ours)
+    lengths = np.array([len(_docs(i)) for i in range(40)])
+    assert data["totals"]["documents"] == 40 and data["totals"]["tokens"] == lengths.sum()
+    assert data["totals"]["shards"] == len(manifest.shards) > 1
+    assert data["fingerprint"] == manifest.fingerprint() and data["dtype"] == "uint16"
+    assert data["compression"].startswith("zstd")
+    got = data["lengths"]
+    assert got["unit"] == "tokens" and got["shards_measured"] == len(manifest.shards)
+    assert got["p50"] == np.percentile(lengths, 50) and got["p99"] == np.percentile(lengths, 99)
+    assert got["max"] == lengths.max()
+
+
+def test_inspect_text_and_plot(ours, tmp_path, capsys):
+    png = tmp_path / "ds.png"
+    assert main(["inspect", str(ours), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    for label in ("tokens", "documents", "on disk", "raw", "compression", "dtype", "tokenizer", "fingerprint",
+                  "document length (tokens)", "p90"):
+        assert label in out, label
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_inspect_through_the_remote_path_and_first_shards(ours, capsys):
+    # `local:` goes through the same manifest + object reads as s3://
+    data = _inspect(capsys, f"local:{ours}", "--shards", "1")
+    assert data["lengths"]["shards_measured"] == 1
+    assert data["totals"]["documents"] == 40
+
+
+def test_inspect_items(tmp_path, capsys):
+    optimize(lambda i: {"i": i, "pad": "x" * i}, list(range(30)), tmp_path / "items", num_workers=0,
+             item_loader=ItemsLoader(), progress=False)
+    data = _inspect(capsys, str(tmp_path / "items"))
+    assert data["kind"] == "items" and data["totals"]["items"] == 30
+    assert data["lengths"]["unit"] == "bytes" and data["lengths"]["max"] > data["lengths"]["p50"]
+
+
+def test_inspect_foreign_folders(lit_tokens, mds_zstd, tmp_path, capsys):
+    data = _inspect(capsys, str(lit_tokens))
+    assert data["format"].startswith("litdata") and data["totals"]["documents"] == 120
+    assert data["lengths"]["max"] <= 400 and data["dtype"] == "int32"
+    data = _inspect(capsys, str(mds_zstd))
+    assert data["format"].startswith("mds") and data["totals"]["items"] == 80
+    assert main(["inspect", str(mds_zstd), "--plot", str(tmp_path / "m.png")]) == 0
+    assert (tmp_path / "m.png").stat().st_size > 1000
+
+
+def test_inspect_not_a_dataset(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "no index.json" in capsys.readouterr().err
+
+
+def test_convert_cli(mds_raw, tmp_path, capsys):
+    assert main(["convert", str(mds_raw), str(tmp_path / "ours"), "--num-workers", "0", "--no-progress"]) == 0
+    from llm.data import StreamingDataset
+
+    ours, theirs = StreamingDataset(tmp_path / "ours"), StreamingDataset(mds_raw)
+    assert len(ours) == 80 and ours[5]["text"] == theirs[5]["text"] == "doc 5"
+    assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "again")]) == 2
+    assert "not a LitData or MosaicML MDS folder" in capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""PyTorch Lightning: Trainer.fit with our StreamingDataLoader, stopped, resumed from its checkpoint, same data."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.interop.samples import trainer_loader
+
+lightning = pytest.importorskip("lightning", reason="lightning is not installed (the `interop` extra)")
+
+
+class _Recorder(lightning.LightningModule):
+    """A tiny model that remembers the first token of every row it trained on, per global step."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(1000, 4)
+        self.seen: list[list[int]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(batch[:, 0].tolist())
+        return self.emb(batch).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class _Data(lightning.LightningDataModule):
+    def __init__(self, folder):
+        super().__init__()
+        self.folder = folder
+
+    def train_dataloader(self):
+        return trainer_loader(self.folder)
+
+
+def _trainer(tmp_path, max_steps: int, every: int | None = None):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    callbacks = [ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=every, save_top_k=-1,
+                                 filename="{step}")] if every else []
+    return lightning.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, logger=False, callbacks=callbacks,
+                             enable_checkpointing=bool(every), enable_progress_bar=False, enable_model_summary=False)
+
+
+@pytest.mark.parametrize("where", ["mid-epoch", "epoch end"])
+def test_lightning_resume_continues_the_data_exactly(trainer_tokens, tmp_path, where):
+    per_epoch = len(trainer_loader(trainer_tokens))
+    stop = 5 if where == "mid-epoch" else per_epoch
+    total = per_epoch + 5  # crosses an epoch boundary
+    assert stop < total
+    reference = _Recorder()
+    _trainer(tmp_path / "ref", total).fit(reference, datamodule=_Data(trainer_tokens))
+    assert len(reference.seen) == total
+
+    first = _Recorder()
+    _trainer(tmp_path / "ckpt", stop, every=stop).fit(first, datamodule=_Data(trainer_tokens))
+    ckpt = tmp_path / "ckpt" / f"step={stop}.ckpt"
+    saved = torch.load(ckpt, weights_only=False)["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+    assert saved["samples_consumed"] == (stop % per_epoch) * 4  # Lightning saved our state, not a prefetched one
+
+    second = _Recorder()
+    _trainer(tmp_path / "ckpt2", total).fit(second, datamodule=_Data(trainer_tokens), ckpt_path=ckpt)
+    assert first.seen + second.seen == reference.seen
