@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,3 +95,21 @@ def test_worker_chunks_tile_the_batches_in_order(n, workers, most):
     sizes = np.diff(bounds)
     assert np.all(sizes >= 1) and np.all(sizes <= most)
     assert all(sizes[:workers] == 1), "each worker's first chunk is one batch: a quick first batch"
+
+
+@given(st.integers(1, 40_000), st.integers(0, 2**32), st.lists(st.tuples(st.integers(0, 40_000), st.integers(1, 3000)),
+                                                            min_size=1, max_size=8))
+def test_the_segment_cache_gives_the_permutations_own_values(n, seed, ranges):
+    from llm.data.shards.plan import SegmentedOrder, epoch_order
+    from llm.data.shards.shuffle import make_permutation
+
+    order, plain = epoch_order(n, seed, 0, True), make_permutation("feistel", n, seed)
+    assert isinstance(order, SegmentedOrder)
+    for lo, size in ranges:
+        lo = lo % n
+        positions = np.arange(lo, min(lo + size, n))
+        assert np.array_equal(order(positions), plain(positions))
+    scattered = np.array([0, n - 1, n // 2])
+    assert np.array_equal(order(scattered), plain(scattered))
+    with pytest.raises(IndexError):
+        order(np.array([n]))

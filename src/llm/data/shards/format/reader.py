@@ -14,10 +14,7 @@ import numpy as np
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
 from llm.data.shards.format.manifest import Manifest, ShardInfo
-
-
-class ShardError(ValueError):
-    """A shard file is missing, has the wrong size, or fails its checksum."""
+from llm.data.shards.format.pread import DescriptorPool, ShardError, read_rows
 
 
 class _ShardBytes:
@@ -36,6 +33,8 @@ class _ShardBytes:
         self._maps: dict[int, np.ndarray] = {}
         self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_shards = cache_shards
+        self._identity: dict[int, tuple[int, int]] = {}  # (dev, inode) of each verified plain shard
+        self._fds = DescriptorPool()
         self._lock = threading.Lock()  # reader threads share one instance
         for info in self.shards:
             self._check_size(info)
@@ -104,6 +103,8 @@ class _ShardBytes:
         info = self.shards[i]
         path = self.folder / info.file
         if info.compression is None:
+            st = os.stat(path)  # the file verified is the file read (pread.py checks its descriptors)
+            self._identity[i] = (st.st_dev, st.st_ino)
             if self.verify or verify:
                 self._verify(info, force=verify)
             data = np.memmap(path, dtype=np.uint8, mode="r") if info.bytes else np.zeros(0, np.uint8)
@@ -124,6 +125,13 @@ class _ShardBytes:
         while len(self._decompressed) > self._cache_shards:
             self._decompressed.popitem(last=False)
         return data
+
+    def descriptor(self, i: int):
+        """A pinned read-only descriptor of plain shard i (verified first), or None when compressed."""
+        if self.shards[i].compression is not None:
+            return None
+        self.raw(i)  # verified and layout-checked before any byte is served
+        return self._fds.use(i, self.folder / self.shards[i].file, self._identity.get(i))
 
     def release_pages(self) -> None:
         """Drop this process's mapping of shard pages it has read (they stay in the page cache).
@@ -150,12 +158,13 @@ class _ShardBytes:
         # Workers reopen their own maps: memory maps and caches do not cross process boundaries.
         state = self.__dict__.copy()
         state["_maps"], state["_decompressed"] = {}, OrderedDict()
-        del state["_lock"]
+        del state["_lock"], state["_fds"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._fds = DescriptorPool()
 
 
 _RELEASE_EVERY_TOKENS = 4 << 20
@@ -204,10 +213,21 @@ class TokenReader:
         """
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         fits = starts + width <= self.starts[np.minimum(shard + 1, len(self.starts) - 1)]
+        mapped = 0
         for i in np.unique(shard[fits]).tolist():
             rows = np.flatnonzero(fits & (shard == i))
-            out[rows if dest is None else dest[rows]] = self.windows(i, width)[starts[rows] - self.starts[i]]
-        self._count_read(len(starts) * width)
+            rows_out = rows if dest is None else dest[rows]
+            pinned = getattr(self.files, "descriptor", lambda _: None)(i)
+            if pinned is None:  # compressed or remote shards: through their mapped / decompressed bytes
+                out[rows_out] = self.windows(i, width)[starts[rows] - self.starts[i]]
+                mapped += len(rows) * width
+                continue
+            with pinned as fd:
+                stored = np.dtype(self.files.shards[i].dtype or self.manifest.dtype)
+                read_rows(fd, starts[rows] - self.starts[i], width, stored, out, rows_out,
+                          self.files.folder / self.files.shards[i].file)
+        if mapped:
+            self._count_read(mapped)
         return np.flatnonzero(~fits)
 
     def gather_positions(

@@ -78,6 +78,10 @@ class RemoteShardBytes(_ShardBytes):
             held = self._local.held = OrderedDict()
         return held
 
+    def descriptor(self, i: int) -> None:
+        """Cached shards are read through their pinned maps, not by path (eviction may replace the file)."""
+        return None
+
     def raw(self, i: int) -> np.ndarray:
         held = self._held()
         if i in held:
