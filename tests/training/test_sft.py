@@ -45,6 +45,20 @@ def test_an_axolotl_yaml_is_read(tmp_path):
     assert result.steps == 8 and len(result.val_losses) == 2
 
 
+def test_streaming_false_trains_epochs_of_one_pass_without_max_steps(tmp_path):
+    tree = axolotl_tree(write_alpaca(tmp_path / "a.jsonl", n=38), tmp_path / "out", streaming=False, num_epochs=2)
+    del tree["max_steps"]
+    trainer = Trainer(build_config(tree), "sft", log=lambda _: None)
+    assert trainer.steps_per_epoch == 10  # 38 records, 4 per step: ceil(38 / 4)
+    seen: list[str] = []
+    trainer.callbacks.append(lambda t, batch, loss: seen.extend(
+        bytes(int(x) for x in row if 0 <= x < 256).decode() for row in batch["labels"]))
+    result = trainer.fit()
+    assert result.steps == 20 and result.epochs == 2
+    first = [t for t in seen[:38] if t]
+    assert sorted(first, key=int) == [str(i) for i in range(38)]  # the first epoch read every record once
+
+
 def test_prompt_tokens_are_not_trained_on(tmp_path):
     config = build_config(axolotl_tree(write_alpaca(tmp_path / "a.jsonl"), tmp_path / "out"))
     trainer = Trainer(config, "sft", log=lambda _: None)

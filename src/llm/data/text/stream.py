@@ -172,13 +172,16 @@ class StreamingTextDataModule:
                 for p in own:  # a new pass over this rank's partitions
                     self._cursors[p.key] = new_cursor() | {"pass": self._cursors[p.key].get("pass", 0) + 1}
             before = steps
+            # a pass picked up mid-way may only have the end of its partitions left to mark done
+            mid_pass = any(self._cursors.get(p.key, {}).get("offset") or self._cursors.get(p.key, {}).get("records")
+                           for p in own)
             self._pass_stats = {}
             for item in self._one_pass(rank, world):
                 steps += 1
                 yield item
                 if limit is not None and steps >= limit:
                     return
-            passes_without_data = int(steps == before)
+            passes_without_data = int(steps == before and not mid_pass)
             if passes_without_data:
                 self._check_not_all_seen()
                 self._check_not_empty(own)

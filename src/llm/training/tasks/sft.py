@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from llm.data.sft.stream import StreamingSFTDataModule
+from llm.data.sft.stream import StreamingSFTDataModule, record_source
 from llm.training.core.loading import ConfigError
 from llm.training.tasks.stream_lm import StreamTextData
 
@@ -37,11 +38,21 @@ class SftData(StreamTextData):
                 raise ConfigError(f"datasets[{i}] is a text source (data_source ...); --task sft takes {{path, type}} entries")
         if data.streaming and not config.training.max_steps:
             raise ConfigError("max_steps must be set when using streaming datasets")
-        steps = data.steps_per_epoch or config.training.max_steps
         self.config, self.rank = config, rank
+        steps = data.steps_per_epoch or (config.training.max_steps if data.streaming else None)
+        if steps is None:  # streaming: false, Axolotl's default: an epoch is one pass over the records
+            steps = self._one_pass(world_size)
         self.module = StreamingSFTDataModule(data, config.training.batch_size, steps_per_epoch=steps)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = steps
+
+    def _one_pass(self, world_size: int) -> int:
+        """Steps that read every record once: the records counted (read, not tokenized) before training."""
+        records = sum(1 for e in self.config.data.datasets for _ in record_source(e).iter_texts())
+        if not records:
+            paths = ", ".join(e.path for e in self.config.data.datasets)
+            raise ConfigError(f"datasets {paths} hold no record")
+        return math.ceil(records / (self.config.training.batch_size * world_size))
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:
