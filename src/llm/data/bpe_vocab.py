@@ -153,3 +153,36 @@ def tiktoken_ranks(bpe: ByteLevelBPE) -> tuple[dict[bytes, int], dict[str, int]]
     # tiktoken matches special tokens in no defined order: one being a prefix of another is ambiguous.
     _reject(any(b.startswith(a) for a, b in zip(texts, texts[1:])), "one added token is a prefix of another")
     return ranks, dict(bpe.added)
+
+
+def tokenizer_json_from_ranks(ranks: dict[bytes, int], added: dict[str, int] | None = None) -> dict:
+    """A `tokenizers` tokenizer.json (as a dict) encoding like `tiktoken` with these ranks and GPT-2's pattern.
+
+    Each token's merge is the split rank-order merging reaches for it, so the file passes
+    `tiktoken_ranks`. `added` tokens are matched anywhere in text (tiktoken's `allowed_special="all"`).
+    """
+    chars = {b: c for c, b in byte_decoder().items()}
+
+    def sym(token: bytes) -> str:
+        return "".join(chars[b] for b in token)
+
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) > 1:
+            parts = _rank_merge(ranks, token, rank)
+            _reject(len(parts) != 2, f"no merge of two tokens below its rank makes {token!r}")
+            merges.append([sym(parts[0]), sym(parts[1])])
+    vocab = {sym(t): r for t, r in ranks.items()}
+    added_tokens = [
+        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+        for t, i in (added or {}).items()
+    ]
+    vocab.update(added or {})
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added_tokens, "normalizer": None,
+        "pre_tokenizer": byte_level, "post_processor": None, "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }

@@ -16,13 +16,20 @@ fingerprint, or the tokenizer's `fingerprint()`: those depend on the vocabulary 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from llm.data.bpe_vocab import GPT2_PATTERN, Unsupported, read_byte_level_bpe, tiktoken_ranks
+from llm.data.bpe_vocab import (
+    GPT2_PATTERN,
+    Unsupported,
+    read_byte_level_bpe,
+    tiktoken_ranks,
+    tokenizer_json_from_ranks,
+)
 
 log = logging.getLogger("llm.data.tokenizers")
 
@@ -46,6 +53,13 @@ PROBE_TEXTS = (
     " ",
     "\n",
     "!!!??? ... — «quotes» ``ticks'' {braces} $$ ## @@",
+    # Where regex engines' Unicode tables disagree: spaces that are (or were) \\s, format characters,
+    # control characters, letters of recent Unicode versions; each between a letter and a contraction.
+    *(
+        f"x{c}'ll {c}1 {c}a {c}{c} {c}'s"
+        for c in "\u180e\u200b\ufeff\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000\x85\xa0\x1c\x1f\x0b\x0c\r"
+        "\U0001e4d0\U00011f00\U00010d40\U0001e5d0\U00016100\U0002ebf0\U000e0001\U000f0000"
+    ),
 )
 
 
@@ -159,14 +173,20 @@ def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[
     return {"fastokens": fastokens, "tiktoken": tiktoken, "tokenizers": lambda: reference}
 
 
-def tiktoken_file_makers(path: Path, reference: TiktokenEncoder) -> dict[str, Callable[[], Any]]:
-    """How each engine loads a .tiktoken ranks file (GPT-2's pattern, `<|endoftext|>` never matched)."""
+def tiktoken_file_makers(path: Path, ranks: dict[bytes, int], reference: TiktokenEncoder) -> dict[str, Callable[[], Any]]:
+    """How each engine loads a .tiktoken ranks file (GPT-2's pattern, `<|endoftext|>` never matched).
+
+    fastokens gets the ranks as the equivalent byte-level tokenizer.json, not through its own
+    `.tiktoken` loader: that one splits with a generic regex engine whose `\\s` differs from
+    tiktoken's (U+180E), while its ByteLevel path matches `tokenizers` and `tiktoken`.
+    """
 
     def fastokens():
         _require("fastokens")
         import fastokens as fk
 
-        return FastokensEncoder(fk.Tokenizer.from_tiktoken(str(path), pattern=GPT2_PATTERN, special_tokens={}))
+        data = tokenizer_json_from_ranks(ranks)  # `Unsupported` unless every token is a merge of two
+        return FastokensEncoder(fk.Tokenizer.from_json_str(json.dumps(data)))
 
     return {"fastokens": fastokens, "tiktoken": lambda: reference}
 
@@ -189,26 +209,33 @@ def probes_for(added: Iterable[str]) -> list[str]:
     return texts
 
 
+def _load(maker: Callable[[], Any], reference: Any, probes: Sequence[str]) -> Any:
+    """Build one engine and self-check it; any failure of a non-reference engine is `Unsupported`."""
+    try:
+        encoder = maker()
+    except (ImportError, Unsupported):
+        raise
+    except Exception as e:  # e.g. fastokens refusing ranks with gaps
+        raise Unsupported(f"it failed to load it ({type(e).__name__}: {e})") from None
+    if encoder is not reference:
+        _self_check(encoder, reference, probes)
+    return encoder
+
+
 def pick(requested: str, makers: dict[str, Callable[[], Any]], reference: Any, probes: Sequence[str], what: str) -> Any:
     """The engine for one vocabulary: the one requested (or an error), or under 'auto' the first that passes."""
     if requested != "auto":
         if requested not in makers:
             raise ValueError(f"tokenizer backend {requested!r} cannot load {what}; use {' or '.join(makers)}")
         try:
-            encoder = makers[requested]()
-            if encoder is not reference:
-                _self_check(encoder, reference, probes)
+            return _load(makers[requested], reference, probes)
         except (ImportError, Unsupported) as e:
             raise ValueError(f"tokenizer backend {requested!r} cannot serve {what}: {e}") from None
-        return encoder
     for name in PREFERENCE:
         if name not in makers:
             continue
         try:
-            encoder = makers[name]()
-            if encoder is not reference:
-                _self_check(encoder, reference, probes)
-            return encoder
+            return _load(makers[name], reference, probes)
         except ImportError as e:
             log.debug("tokenizer backend %s skipped for %s: %s", name, what, e)
         except Unsupported as e:
