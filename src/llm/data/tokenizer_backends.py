@@ -6,7 +6,8 @@ tokenizer.json, `tiktoken` for a .tiktoken file. Another engine serves it only w
 1. it is installed,
 2. the vocabulary's structure is one it is verified to reproduce (`bpe_vocab.py`), and
 3. a self-check at load encodes probe texts (scripts, whitespace runs, contractions, digits,
-   emoji, every added token's text) exactly as the reference does.
+   emoji, every added token's text, characters regex engines classify differently) exactly as
+   the reference does.
 
 `auto` takes the first engine in `PREFERENCE` that passes; measured with `bench/encoders.py`
 (docs/optimized-shards.md). Which engine encoded a dataset never changes its ids, its
@@ -38,7 +39,6 @@ BACKENDS = ("tokenizers", "tiktoken", "fastokens")
 # tiktoken, tiktoken several times tokenizers).
 PREFERENCE = ("fastokens", "tiktoken", "tokenizers")
 ENV_VAR = "LLM_TOKENIZER_BACKEND"
-_EXTRA = {"tiktoken": "tiktoken", "fastokens": "fastokens", "tokenizers": "tokenizers"}
 
 # Texts every candidate must encode exactly like the reference before it is used.
 PROBE_TEXTS = (
@@ -86,7 +86,7 @@ def installed(name: str) -> bool:
 
 def _require(name: str) -> None:
     if not installed(name):
-        raise ImportError(f"{name} is not installed (pip install 'llm[{_EXTRA[name]}]')")
+        raise ImportError(f"{name} is not installed (pip install 'llm[{name}]')")
 
 
 class TokenizersEncoder:

@@ -69,7 +69,6 @@ class HFTokenizer:
     def __init__(self, path: Path, eos_token: str | None = None, backend: str = "tokenizers"):
         from tokenizers import Tokenizer as _RustTokenizer
 
-
         self.path = path
         self.spec = str(path)
         self._eos_token = eos_token
@@ -109,7 +108,8 @@ class HFTokenizer:
         return {"path": self.path, "eos_token": self._eos_token, "backend": self.backend}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"], state["eos_token"], state["backend"])
+        # The same engine where it is installed; any other gives the same ids.
+        self.__init__(state["path"], state["eos_token"], _same_or_auto(state["backend"]))
 
 
 class TiktokenTokenizer:
@@ -121,7 +121,6 @@ class TiktokenTokenizer:
 
     def __init__(self, path: Path, backend: str = "tiktoken"):
         import tiktoken
-
 
         self.path = path
         self.spec = str(path)
@@ -166,7 +165,11 @@ class TiktokenTokenizer:
         return {"path": self.path, "backend": self.backend}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"], state["backend"])
+        self.__init__(state["path"], _same_or_auto(state["backend"]))
+
+
+def _same_or_auto(backend: str) -> str:
+    return backend if tb.installed(backend) else "auto"
 
 
 def load_tokenizer(spec: str, backend: str | None = None) -> Tokenizer:
