@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     tok_path, tok_name = resolve_tokenizer(args)
+    # Every contestant encodes through bench.tok (tokenizers / tiktoken): pin ours to the same engine
+    # so on-the-fly and the tokenizer limit compare like with like (`python -m bench.encoders` compares engines).
+    os.environ.setdefault("LLM_TOKENIZER_BACKEND", "tiktoken" if tok_path.endswith(".tiktoken") else "tokenizers")
     ctx = suite.Context(cache_dir=args.cache_dir, corpus_mb=args.corpus_mb, tokenizer=tok_path,
                         python=args.python, peer_python=args.peer_python, repeat=args.repeat,
                         workers=args.workers, contestants=contestants, log=not args.quiet,

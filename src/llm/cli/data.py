@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--output", "-o", required=True, help="dataset folder, or s3://bucket/prefix, to write")
     opt.add_argument("--tokenizer", default=DEFAULT_TOKENIZER,
                      help="simple (byte-level) | path/to/tokenizer.json | folder holding one | file.tiktoken")
+    opt.add_argument("--tokenizer-backend", choices=("auto", "tokenizers", "tiktoken", "fastokens"), default=None,
+                     help="engine that encodes a BPE vocabulary; all give the same ids (default: auto, the fastest "
+                          "verified token-identical one installed, or $LLM_TOKENIZER_BACKEND)")
     opt.add_argument("--num-workers", type=int, default=None, help="worker processes (default: all cores)")
     opt.add_argument("--text-column", default="text", help="JSON key / parquet column holding the text")
     opt.add_argument("--chunk-bytes", default="64MB", help="target shard size")
@@ -177,7 +180,7 @@ def _optimize(args: argparse.Namespace) -> None:
     summary = optimize_text(
         args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
         chunk_bytes=args.chunk_bytes, mode=args.mode, compression=args.compression, progress=not args.no_progress,
-        wait=args.wait, allow_empty=args.allow_empty,
+        wait=args.wait, allow_empty=args.allow_empty, tokenizer_backend=args.tokenizer_backend,
     )
     if args.no_progress:  # with progress on, optimize() prints the summary itself
         print(summary.line(), file=sys.stderr)
@@ -212,6 +215,8 @@ def info_lines(manifest, folder: str) -> list[str]:
         kind = tok.pop("type", "?")
         detail = ", ".join(f"{k} {v}" for k, v in tok.items())
         rows.append(("tokenizer", f"{kind} ({detail})" if detail else kind))
+    if manifest.tokenizer_backend:
+        rows.append(("encoded by", manifest.tokenizer_backend.replace(",", ", ")))
     if manifest.sources:
         text = sum(int(s.get("bytes", 0)) for s in manifest.sources)
         rows.append(("sources", f"{len(manifest.sources):,} file(s), {_size(text)} of text"))

@@ -1,4 +1,7 @@
-"""Tokenizers behind one small interface: `simple` bytes, Hugging Face `tokenizers`, `tiktoken` files."""
+"""Tokenizers behind one small interface: `simple` bytes, tokenizer.json and `.tiktoken` vocabularies.
+
+A BPE vocabulary is encoded by one of several engines (`tokenizer_backends.py`), all token-identical.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,10 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from llm.data import tokenizer_backends as tb
+from llm.data.bpe_vocab import GPT2_PATTERN
+from llm.data.tokenizer_backends import tokenizer_threads as tokenizer_threads  # re-exported
 
 
 @runtime_checkable
@@ -31,6 +38,7 @@ class SimpleTokenizer:
     """Dependency-free byte-level tokenizer: ids 0..255 are UTF-8 bytes, 256 is EOS."""
 
     spec = "simple"
+    backend = "simple"
     eos_id = 256
     vocab_size = 257
 
@@ -56,19 +64,24 @@ def _file_digest(path: Path) -> str:
 
 
 class HFTokenizer:
-    """A Hugging Face `tokenizers` tokenizer loaded from a local tokenizer.json."""
+    """A Hugging Face tokenizer.json; `tokenizers` decodes, the chosen `backend` encodes (same ids)."""
 
-    def __init__(self, path: Path, eos_token: str | None = None):
+    def __init__(self, path: Path, eos_token: str | None = None, backend: str = "tokenizers"):
         from tokenizers import Tokenizer as _RustTokenizer
 
         self.path = path
         self.spec = str(path)
+        self._eos_token = eos_token
         self._tok = _RustTokenizer.from_file(str(path))
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.eos_id = self._find_eos(eos_token)
         self._digest = _file_digest(path)
-        # encode_batch_fast skips offset tracking (tokenizers >= 0.20): same ids, less work.
-        self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        reference = tb.TokenizersEncoder(self._tok)
+        added = [t.content for t in self._tok.get_added_tokens_decoder().values()]
+        self._encoder = tb.pick(
+            tb.resolve(backend), tb.json_makers(path, reference), reference, tb.probes_for(added), str(path)
+        )
+        self.backend: str = self._encoder.name
 
     def _find_eos(self, eos_token: str | None) -> int:
         for token in (eos_token,) if eos_token else _EOS_CANDIDATES:
@@ -79,26 +92,34 @@ class HFTokenizer:
         raise ValueError(f"tokenizer {self.path} has no end-of-text token {wanted}; add one when training it")
 
     def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self._encoder.encode(text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self._batch(list(texts), add_special_tokens=False)]
+        return self._encoder.encode_batch(texts)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
     def fingerprint(self) -> dict:
+        # The vocabulary's, whichever backend encodes: every backend gives the same ids.
         return {"type": "hf", "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
 
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "eos_token": self._eos_token, "backend": self.backend}
 
-# GPT-2's pre-tokenisation pattern; .tiktoken files carry ranks only, not the pattern.
-_GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    def __setstate__(self, state: dict) -> None:
+        # The same engine where it is installed; any other gives the same ids.
+        self.__init__(state["path"], state["eos_token"], _same_or_auto(state["backend"]))
 
 
 class TiktokenTokenizer:
-    """A `tiktoken` BPE from a local `.tiktoken` ranks file (e.g. GPT-2's), `<|endoftext|>` appended as EOS."""
+    """A BPE from a local `.tiktoken` ranks file (e.g. GPT-2's), `<|endoftext|>` appended as EOS.
 
-    def __init__(self, path: Path):
+    Text is encoded as ordinary text (`<|endoftext|>` in a document is not the EOS id), by the
+    chosen `backend`; `tiktoken` decodes.
+    """
+
+    def __init__(self, path: Path, backend: str = "tiktoken"):
         import tiktoken
 
         self.path = path
@@ -116,44 +137,60 @@ class TiktokenTokenizer:
         self.vocab_size = self.eos_id + 1
         self._enc = tiktoken.Encoding(
             name=path.stem,
-            pat_str=_GPT2_PATTERN,
+            pat_str=GPT2_PATTERN,
             mergeable_ranks=ranks,
             special_tokens={"<|endoftext|>": self.eos_id},
         )
         self._digest = _file_digest(path)
+        reference = tb.TiktokenEncoder(self._enc, match_special=False)
+        self._encoder = tb.pick(
+            tb.resolve(backend), tb.tiktoken_file_makers(path, ranks, reference), reference, tb.probes_for([]), str(path)
+        )
+        self.backend: str = self._encoder.name
 
     def encode(self, text: str) -> list[int]:
-        return self._enc.encode_ordinary(text)
+        return self._encoder.encode(text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self._enc.encode_ordinary_batch(list(texts), num_threads=tokenizer_threads())
+        return self._encoder.encode_batch(texts)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc.decode(list(ids))
 
     def fingerprint(self) -> dict:
+        # The vocabulary's, whichever backend encodes: every backend gives the same ids.
         return {"type": "tiktoken", "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
 
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "backend": self.backend}
 
-def tokenizer_threads() -> int:
-    """Threads one batch encode may use: 1 inside our worker processes, which are the parallelism.
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"], _same_or_auto(state["backend"]))
 
-    `LLM_TOKENIZER_THREADS` is set to 1 by `optimize` workers; elsewhere every core may be used.
+
+def _same_or_auto(backend: str) -> str:
+    return backend if tb.installed(backend) else "auto"
+
+
+def load_tokenizer(spec: str, backend: str | None = None) -> Tokenizer:
+    """Load `simple`, a tokenizer.json (or a folder holding one) or a `.tiktoken` file.
+
+    `backend` picks the engine that encodes a BPE vocabulary: 'tokenizers', 'tiktoken',
+    'fastokens', or 'auto' (the default, or $LLM_TOKENIZER_BACKEND): the fastest installed one
+    that is verified token-identical to the reference for this vocabulary
+    (`llm.data.tokenizer_backends`). Every backend yields the same ids and the same
+    `fingerprint()`; the one chosen is the tokenizer's `backend`. `simple` has one encoder.
     """
-    return int(os.environ.get("LLM_TOKENIZER_THREADS") or os.cpu_count() or 1)
-
-
-def load_tokenizer(spec: str) -> Tokenizer:
-    """Load `simple`, a tokenizer.json (or a folder holding one) or a `.tiktoken` file."""
+    chosen = tb.resolve(backend)  # a bad name fails even for `simple`
     if spec == "simple":
         return SimpleTokenizer()
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "tokenizer.json").is_file():
-        return HFTokenizer(path / "tokenizer.json")
+        return HFTokenizer(path / "tokenizer.json", backend=chosen)
     if path.is_file() and path.suffix == ".json":
-        return HFTokenizer(path)
+        return HFTokenizer(path, backend=chosen)
     if path.is_file() and path.suffix == ".tiktoken":
-        return TiktokenTokenizer(path)
+        return TiktokenTokenizer(path, backend=chosen)
     if path.is_dir():
         raise ValueError(f"tokenizer folder {spec} holds no tokenizer.json; pass the tokenizer.json or .tiktoken file itself")
     if path.is_file():

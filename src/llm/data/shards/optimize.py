@@ -280,6 +280,7 @@ def optimize(
             eos_id=tokenizer.eos_id if tokenizer is not None else None,
             vocab_size=tokenizer.vocab_size if tokenizer is not None else None,
             sources=sources or [],
+            tokenizer_backend=getattr(tokenizer, "backend", None) if tokenizer is not None else None,
         )
         output.commit(manifest)
     except BaseException as e:

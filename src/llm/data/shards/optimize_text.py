@@ -28,6 +28,7 @@ from llm.data.text.readers import (
     splittable,
 )
 from llm.data.text.tokens import tokenize_documents
+from llm.data.tokenizer_backends import BACKENDS
 from llm.data.tokenizers import Tokenizer, load_tokenizer
 
 _BATCH_DOCS = 1024
@@ -60,15 +61,15 @@ def plan_ranges(paths: list[Path], pieces: int) -> list[TextRange]:
 class TokenizeText:
     """fn for optimize(): a TextRange -> DocumentBatches; counts input bytes and invalid UTF-8."""
 
-    def __init__(self, tokenizer_spec: str, text_column: str = "text"):
-        self.tokenizer_spec, self.text_column = tokenizer_spec, text_column
+    def __init__(self, tokenizer_spec: str, text_column: str = "text", backend: str | None = None):
+        self.tokenizer_spec, self.text_column, self.backend = tokenizer_spec, text_column, backend
         self._tokenizer: Tokenizer | None = None  # loaded in the worker, not pickled across
         self._stats = {"input_bytes": 0, "invalid_utf8_records": 0}
 
     @property
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self.tokenizer_spec)
+            self._tokenizer = load_tokenizer(self.tokenizer_spec, self.backend)
         return self._tokenizer
 
     def _records(self, item: TextRange) -> Iterator[str]:
@@ -149,13 +150,17 @@ def optimize_text(
     wait: bool = False,
     allow_empty: bool = False,
     storage_options: dict | None = None,
+    tokenizer_backend: str | None = None,
 ) -> OptimizeSummary:
     """Tokenize text files (.txt, .jsonl[.gz|.zst], .json arrays, .parquet) into a token dataset (a folder or s3://).
 
     Inputs that hold no record at all are an InputError naming them, unless `allow_empty`
-    (then an empty dataset is written).
+    (then an empty dataset is written). `tokenizer_backend` picks the encoding engine
+    (`load_tokenizer`); the dataset is the same whichever it is, and its manifest records it.
     """
-    tok = load_tokenizer(tokenizer)  # fails fast, in the parent, on a bad spec
+    tok = load_tokenizer(tokenizer, tokenizer_backend)  # fails fast, in the parent, on a bad spec
+    # Workers use the engine the parent chose (not `auto` again), so one run has one engine.
+    backend = tok.backend if getattr(tok, "backend", None) in BACKENDS else None
     location = parse_location(output_dir)
     if location.kind != "s3":
         refuse_inputs_in_output(inputs, location.local_path())
@@ -166,7 +171,7 @@ def optimize_text(
     ranges = plan_ranges(paths, 4 * max(workers, 1))
     sources = [{"path": str(p), "bytes": p.stat().st_size, "text_column": text_column} for p in paths]
     return optimize(
-        TokenizeText(tokenizer, text_column), ranges, output_dir,
+        TokenizeText(tokenizer, text_column, backend), ranges, output_dir,
         num_workers=num_workers, chunk_bytes=chunk_bytes, item_loader=TokensLoader(), mode=mode,
         compression=compression, tokenizer=tok, sources=sources, progress=progress, wait=wait,
         storage_options=storage_options,

@@ -6,7 +6,7 @@ import errno
 import shutil
 from pathlib import Path
 
-from llm.data.shards.format.manifest import INDEX_NAME, Manifest
+from llm.data.shards.format.manifest import INDEX_NAME, Manifest, merge_backends
 from llm.data.storage.lock import LOCK_NAME, FolderLock
 from llm.data.storage.paths import parse_location
 
@@ -64,6 +64,7 @@ class OutputFolder:
             self._check_append(previous)
             manifest.shards = previous.shards + manifest.shards
             manifest.sources = previous.sources + manifest.sources
+            manifest.tokenizer_backend = merge_backends(previous.tokenizer_backend, manifest.tokenizer_backend)
         manifest.save(self.folder)
         self.committed = True
         self._remove_unlisted(manifest)

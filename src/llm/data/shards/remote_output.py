@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from llm.data.shards.format.checksum import checksum_file
-from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ShardInfo
+from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ShardInfo, merge_backends
 from llm.data.shards.format.reader import ShardError
 from llm.data.storage.lock import LOCK_NAME
 from llm.data.storage.objects import open_objects
@@ -93,6 +93,7 @@ class RemoteOutput:
             self._check_append(previous)
             manifest.shards = previous.shards + manifest.shards
             manifest.sources = previous.sources + manifest.sources
+            manifest.tokenizer_backend = merge_backends(previous.tokenizer_backend, manifest.tokenizer_backend)
         present = self.objects.list()
         for info in manifest.shards:  # every listed shard is in the store, whole, before the manifest names it
             if present.get(info.file) != info.bytes:

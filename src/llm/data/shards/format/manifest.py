@@ -10,11 +10,17 @@ from pathlib import Path
 from llm.data.shards.format.validate import ManifestError, check_derived, check_manifest
 from llm.data.storage.local import atomic_write
 
-__all__ = ["FORMAT_VERSION", "INDEX_NAME", "KINDS", "Manifest", "ManifestError", "ShardInfo"]
+__all__ = ["FORMAT_VERSION", "INDEX_NAME", "KINDS", "Manifest", "ManifestError", "ShardInfo", "merge_backends"]
 
 FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
 KINDS = ("tokens", "items")
+
+
+def merge_backends(previous: str | None, new: str | None) -> str | None:
+    """The `tokenizer_backend` of an appended dataset: each engine that wrote some of it, in order."""
+    names = [n for part in (previous, new) if part for n in part.split(",")]
+    return ",".join(dict.fromkeys(names)) or None
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,9 @@ class Manifest:
     vocab_size: int | None = None
     sources: list[dict] = field(default_factory=list)
     format_version: int = FORMAT_VERSION
+    # The engine(s) that encoded the text, e.g. "fastokens" (None in older manifests). Not part of
+    # the fingerprint: every engine gives the same ids for a vocabulary.
+    tokenizer_backend: str | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -113,6 +122,9 @@ class Manifest:
             raise ManifestError(f"{path}: key 'shards' is missing or not a list")
         # Trust nothing on disk: a wrong count would repeat data, read document ends as tokens or hang.
         check_manifest(data, path)
+        backend = data.get("tokenizer_backend")
+        if backend is not None and not isinstance(backend, str):
+            raise ManifestError(f"{path}: key 'tokenizer_backend' is {backend!r}, expected a string or null")
         infos = [ShardInfo(**s) for s in shards]
         known = {f for f in cls.__dataclass_fields__}
         fields = {k: v for k, v in data.items() if k in known and k != "shards"}

@@ -1,0 +1,244 @@
+"""The engines that turn text into ids for one vocabulary, and `auto`: the fastest token-identical one.
+
+A vocabulary (a tokenizer.json or a .tiktoken file) has a reference engine: `tokenizers` for a
+tokenizer.json, `tiktoken` for a .tiktoken file. Another engine serves it only when
+
+1. it is installed,
+2. the vocabulary's structure is one it is verified to reproduce (`bpe_vocab.py`), and
+3. a self-check at load encodes probe texts (scripts, whitespace runs, contractions, digits,
+   emoji, every added token's text, characters regex engines classify differently) exactly as
+   the reference does.
+
+`auto` takes the first engine in `PREFERENCE` that passes; measured with `bench/encoders.py`
+(docs/optimized-shards.md). Which engine encoded a dataset never changes its ids, its
+fingerprint, or the tokenizer's `fingerprint()`: those depend on the vocabulary alone.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from llm.data.bpe_vocab import (
+    GPT2_PATTERN,
+    Unsupported,
+    read_byte_level_bpe,
+    tiktoken_ranks,
+    tokenizer_json_from_ranks,
+)
+
+log = logging.getLogger("llm.data.tokenizers")
+
+BACKENDS = ("tokenizers", "tiktoken", "fastokens")
+# Fastest first, for byte-level BPE vocabularies (bench/encoders.py: fastokens several times
+# tiktoken, tiktoken several times tokenizers).
+PREFERENCE = ("fastokens", "tiktoken", "tokenizers")
+ENV_VAR = "LLM_TOKENIZER_BACKEND"
+
+# Texts every candidate must encode exactly like the reference before it is used.
+PROBE_TEXTS = (
+    "Hello, world! It's 2024: don't panic. I'm sure we'll, they've, you're, she'd; HE'S WE'LL.",
+    "naïve café Straße, 東京タワーの夜景, Привет мир, مرحبا بالعالم, नमस्ते दुनिया, 한국어 텍스트, ไทย",
+    "emoji 🙂👩‍👩‍👧🇫🇷 combining e\u0301 zero\u200bwidth \ufeffbom \ufffd replacement",
+    "  two leading spaces\tand\ttabs\r\n\r\nCRLF lines\u00a0nbsp\u2003em\u3000ideographic   trailing   ",
+    "def f(x):\n    return x ** 2  # comment\n\n\n\n        deeply indented\n",
+    "1234567890 3.14159 1e-9 ½ Ⅻ ١٢٣ x² 0x1F",
+    "<|endoftext|>after<|endoftext|> <|endoftext|>\n<|endoftext <s></s>[SEP] endoftext|>",
+    "",
+    " ",
+    "\n",
+    "!!!??? ... — «quotes» ``ticks'' {braces} $$ ## @@",
+    # Where regex engines' Unicode tables disagree: spaces that are (or were) \\s, format characters,
+    # control characters, letters of recent Unicode versions; each between a letter and a contraction.
+    *(
+        f"x{c}'ll {c}1 {c}a {c}{c} {c}'s"
+        for c in "\u180e\u200b\ufeff\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000\x85\xa0\x1c\x1f\x0b\x0c\r"
+        "\U0001e4d0\U00011f00\U00010d40\U0001e5d0\U00016100\U0002ebf0\U000e0001\U000f0000"
+    ),
+)
+
+
+def tokenizer_threads() -> int:
+    """Threads one batch encode may use: 1 inside our worker processes, which are the parallelism.
+
+    `LLM_TOKENIZER_THREADS` is set to 1 by `optimize` workers; elsewhere every core may be used.
+    """
+    return int(os.environ.get("LLM_TOKENIZER_THREADS") or os.cpu_count() or 1)
+
+
+def resolve(backend: str | None) -> str:
+    """The engine asked for: the argument, else $LLM_TOKENIZER_BACKEND, else 'auto'."""
+    name = backend or os.environ.get(ENV_VAR) or "auto"
+    if name not in ("auto", *BACKENDS):
+        source = f"${ENV_VAR}" if not backend else "backend"
+        raise ValueError(f"unknown tokenizer backend {name!r} ({source}): expected auto, {', '.join(BACKENDS)}")
+    return name
+
+
+def installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def _require(name: str) -> None:
+    if not installed(name):
+        raise ImportError(f"{name} is not installed (pip install 'llm[{name}]')")
+
+
+class TokenizersEncoder:
+    """Hugging Face `tokenizers` (the tokenizer.json reference): added tokens are matched in text."""
+
+    name = "tokenizers"
+
+    def __init__(self, tok: Any):
+        self._tok = tok
+        # encode_batch_fast skips offset tracking (tokenizers >= 0.20): same ids, less work.
+        self._batch = getattr(tok, "encode_batch_fast", tok.encode_batch)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self._batch(list(texts), add_special_tokens=False)]
+
+
+class TiktokenEncoder:
+    """`tiktoken`: ordinary text only (a .tiktoken file), or with the vocabulary's added tokens matched."""
+
+    name = "tiktoken"
+
+    def __init__(self, enc: Any, match_special: bool):
+        self._enc = enc
+        self._match = match_special
+
+    def encode(self, text: str) -> list[int]:
+        if self._match:
+            return self._enc.encode(text, allowed_special="all", disallowed_special=())
+        return self._enc.encode_ordinary(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        if self._match:
+            return self._enc.encode_batch(
+                list(texts), num_threads=tokenizer_threads(), allowed_special="all", disallowed_special=()
+            )
+        return self._enc.encode_ordinary_batch(list(texts), num_threads=tokenizer_threads())
+
+
+class FastokensEncoder:
+    """`fastokens` (Rust): a tokenizer.json with the `tokenizers` semantics, or .tiktoken ranks."""
+
+    name = "fastokens"
+
+    def __init__(self, tok: Any):
+        self._tok = tok
+        threads = os.environ.get("LLM_TOKENIZER_THREADS")
+        if threads:  # optimize workers: one thread each; read by fastokens at its first encode
+            os.environ.setdefault("FASTOKENS_BPE_THREADS", threads)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+
+def tiktoken_encoding(name: str, ranks: dict[bytes, int], special: dict[str, int]) -> Any:
+    import tiktoken
+
+    return tiktoken.Encoding(name=name, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=special)
+
+
+def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[[], Any]]:
+    """How each engine loads a tokenizer.json (raising ImportError or `Unsupported` when it cannot)."""
+
+    def structure():
+        return read_byte_level_bpe(path)
+
+    def fastokens():
+        _require("fastokens")
+        structure()
+        import fastokens as fk
+
+        return FastokensEncoder(fk.Tokenizer.from_file(str(path)))
+
+    def tiktoken():
+        _require("tiktoken")
+        ranks, special = tiktoken_ranks(structure())
+        return TiktokenEncoder(tiktoken_encoding(path.stem, ranks, special), match_special=True)
+
+    return {"fastokens": fastokens, "tiktoken": tiktoken, "tokenizers": lambda: reference}
+
+
+def tiktoken_file_makers(path: Path, ranks: dict[bytes, int], reference: TiktokenEncoder) -> dict[str, Callable[[], Any]]:
+    """How each engine loads a .tiktoken ranks file (GPT-2's pattern, `<|endoftext|>` never matched).
+
+    fastokens gets the ranks as the equivalent byte-level tokenizer.json, not through its own
+    `.tiktoken` loader: that one splits with a generic regex engine whose `\\s` differs from
+    tiktoken's (U+180E), while its ByteLevel path matches `tokenizers` and `tiktoken`.
+    """
+
+    def fastokens():
+        _require("fastokens")
+        import fastokens as fk
+
+        data = tokenizer_json_from_ranks(ranks)  # `Unsupported` unless every token is a merge of two
+        return FastokensEncoder(fk.Tokenizer.from_json_str(json.dumps(data)))
+
+    return {"fastokens": fastokens, "tiktoken": lambda: reference}
+
+
+def _self_check(candidate: Any, reference: Any, probes: Sequence[str]) -> None:
+    got = candidate.encode_batch(probes)
+    want = reference.encode_batch(probes)
+    for text, a, b in zip(probes, got, want):
+        if list(a) != list(b):
+            raise Unsupported(f"self-check: {text[:40]!r} encodes as {list(a)[:8]}..., the reference as {list(b)[:8]}...")
+    if [list(x) for x in got] != [list(x) for x in want]:
+        raise Unsupported("self-check: a different number of results")
+
+
+def probes_for(added: Iterable[str]) -> list[str]:
+    """The fixed probe texts plus each added token's text, alone and inside words."""
+    texts = list(PROBE_TEXTS)
+    for tok in added:
+        texts += [tok, f"a{tok}b {tok} {tok}{tok}", f"{tok[:-1]} x{tok[1:]}"]
+    return texts
+
+
+def _load(maker: Callable[[], Any], reference: Any, probes: Sequence[str]) -> Any:
+    """Build one engine and self-check it; any failure of a non-reference engine is `Unsupported`."""
+    try:
+        encoder = maker()
+    except (ImportError, Unsupported):
+        raise
+    except Exception as e:  # e.g. fastokens refusing ranks with gaps
+        raise Unsupported(f"it failed to load it ({type(e).__name__}: {e})") from None
+    if encoder is not reference:
+        _self_check(encoder, reference, probes)
+    return encoder
+
+
+def pick(requested: str, makers: dict[str, Callable[[], Any]], reference: Any, probes: Sequence[str], what: str) -> Any:
+    """The engine for one vocabulary: the one requested (or an error), or under 'auto' the first that passes."""
+    if requested != "auto":
+        if requested not in makers:
+            raise ValueError(f"tokenizer backend {requested!r} cannot load {what}; use {' or '.join(makers)}")
+        try:
+            return _load(makers[requested], reference, probes)
+        except (ImportError, Unsupported) as e:
+            raise ValueError(f"tokenizer backend {requested!r} cannot serve {what}: {e}") from None
+    for name in PREFERENCE:
+        if name not in makers:
+            continue
+        try:
+            return _load(makers[name], reference, probes)
+        except ImportError as e:
+            log.debug("tokenizer backend %s skipped for %s: %s", name, what, e)
+        except Unsupported as e:
+            level = logging.WARNING if str(e).startswith("self-check") else logging.DEBUG
+            log.log(level, "tokenizer backend %s not used for %s: %s", name, what, e)
+    return reference

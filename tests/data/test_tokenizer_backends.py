@@ -1,0 +1,325 @@
+"""Every tokenizer backend gives the reference's ids, on real text and on random Unicode; `auto` picks
+the fastest that does; unsupported vocabularies and failed self-checks fall back; the fingerprint and
+the dataset do not depend on the backend."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import logging
+import pickle
+import sysconfig
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llm.data import tokenizer_backends as tb
+from llm.data.bpe_vocab import Unsupported, read_byte_level_bpe, tiktoken_ranks
+from llm.data.shards.format.manifest import Manifest
+from llm.data.shards.optimize_text import optimize_text
+from llm.data.tokenizers import load_tokenizer, train_bpe_tokenizer
+from tests.data.shards.helpers import real_lines, write_jsonl
+
+HAS_FASTOKENS = tb.installed("fastokens")
+HAS_TIKTOKEN = tb.installed("tiktoken")
+needs_fastokens = pytest.mark.skipif(not HAS_FASTOKENS, reason="fastokens is not installed (pip install 'llm[fastokens]')")
+needs_tiktoken = pytest.mark.skipif(not HAS_TIKTOKEN, reason="tiktoken is not installed (pip install 'llm[tiktoken]')")
+GPT2 = Path(__file__).resolve().parents[2] / ".bench_cache" / "gpt2.tiktoken"  # bench/cli.py says how to get it
+
+
+def real_corpus(limit: int = 400_000) -> list[str]:
+    """Real text in many scripts: Debian copyright files (Latin, Cyrillic, Malayalam, Hebrew, Arabic,
+    CJK names), CPython's CJK test texts and changelogs, then Python sources; stable order."""
+    docs: list[str] = []
+    size = 0
+    test_dir = Path(sysconfig.get_paths()["stdlib"]) / "test"
+    sources = [
+        *sorted((test_dir / "cjkencodings").glob("*-utf8.txt")),
+        *sorted(Path("/usr/share/doc").glob("*/copyright")),
+        *sorted(Path("/usr/share/doc").glob("*/changelog.Debian.gz"))[:40],
+    ]
+    for path in sources:
+        try:
+            raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+        except OSError:
+            continue
+        text = raw.decode("utf-8", errors="replace")[:20_000]
+        if text.strip():
+            docs.append(text)
+            size += len(text)
+        if size >= limit:
+            break
+    lines = real_lines(3000)
+    docs += ["\n".join(lines[i : i + 50]) for i in range(0, len(lines), 50)]
+    return docs
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list[str]:
+    return real_corpus()
+
+
+@pytest.fixture(scope="module")
+def bpe_json(tmp_path_factory, corpus) -> Path:
+    """A GPT-2-like byte-level BPE (ByteLevel pre-tokenizer, `<|endoftext|>` added) trained on the corpus."""
+    return train_bpe_tokenizer(corpus, 3000, tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+def write_ranks(path: Path, ranks: dict[bytes, int]) -> Path:
+    path.write_text("".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in sorted(ranks.items(), key=lambda kv: kv[1])))
+    return path
+
+
+@pytest.fixture(scope="module")
+def ranks_file(tmp_path_factory, bpe_json) -> Path:
+    """The same merges as a .tiktoken ranks file (ids 0..n-1: id 0 was `<|endoftext|>`)."""
+    ranks, _ = tiktoken_ranks(read_byte_level_bpe(bpe_json))
+    assert sorted(ranks.values()) == list(range(1, len(ranks) + 1))
+    return write_ranks(tmp_path_factory.mktemp("tt") / "trained.tiktoken", {t: r - 1 for t, r in ranks.items()})
+
+
+def vocabularies(bpe_json: Path, ranks_file: Path) -> dict[str, tuple[Path, tuple[str, ...]]]:
+    """name -> (file, backends that can load it)."""
+    found = {"json": (bpe_json, ("tokenizers", "tiktoken", "fastokens")), "tiktoken": (ranks_file, ("tiktoken", "fastokens"))}
+    if GPT2.is_file():  # the real GPT-2 vocabulary, where a developer has it
+        found["gpt2"] = (GPT2, ("tiktoken", "fastokens"))
+    return found
+
+
+def installed_backends(names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if tb.installed(n)]
+
+
+def test_every_backend_matches_the_reference_on_real_text(bpe_json, ranks_file, corpus):
+    for name, (path, backends) in vocabularies(bpe_json, ranks_file).items():
+        reference = load_tokenizer(str(path), backends[0])
+        assert reference.backend == backends[0]
+        want = reference.encode_batch(corpus)
+        assert sum(map(len, want)) > 50_000, "the corpus should be real text, and plenty of it"
+        for backend in installed_backends(backends):
+            tok = load_tokenizer(str(path), backend)
+            assert tok.backend == backend
+            assert tok.encode_batch(corpus) == want, f"{name}: {backend} differs from {backends[0]}"
+            assert [tok.encode(t) for t in corpus[:20]] == want[:20]
+            assert tok.fingerprint() == reference.fingerprint()
+            assert (tok.eos_id, tok.vocab_size) == (reference.eos_id, reference.vocab_size)
+
+
+# Text that stresses pre-tokenization: special-token text, whitespace runs, contractions, digits, scripts.
+PIECES = [
+    "<|endoftext|>", "<|endoftext", "endoftext|>", "<|", "|>", "<s>", "</s>", " ", "  ", "   ", "\n", "\n\n", "\t",
+    "\r\n", "\r", "\u00a0", "\u2003", "\u3000", "\u200b", "\u0085", "\u2028", "\x0b", "\x0c", "'s", "'S", "'ll", "'VE",
+    "'re", "'d", "'m", "'t", "n't", "'", "123", "4567890", "١٢٣", "Ⅻ", "½", "x²", "hello", " world", "Ünïcödé",
+    "日本語のテキスト", "中文", "한국어", "русский", "ελληνικά", "עברית", "العربية", "हिन्दी", "ไทย", "😀",
+    "👩\u200d👩\u200d👧", "🇫🇷", "e\u0301", "\ufeff", "\ufffd", "\x00", "\x7f", "...", "—", "$$", "{}",
+]
+# Characters regex engines classify differently (Unicode version, `\s` definitions): U+180E was a
+# space before Unicode 6.3, and fastokens' own .tiktoken loader still splits it as one.
+EDGES = "\u180e\u200b\u1680\u2000\u2007\u202f\u205f\u2028\x1c\x1d\x1e\x1f\x85\U0001e4d0\U00010d40\U0002ebf0\U000e0020"
+PIECES += list(EDGES)
+
+
+def test_characters_regex_engines_disagree_on(bpe_json, ranks_file):
+    texts = [t.format(c=c) for c in EDGES for t in ("x{c}'ll", "{c}'s", " {c} ", "{c}\n", "a{c}1", "{c}{c}'ve")]
+    for name, (path, backends) in vocabularies(bpe_json, ranks_file).items():
+        want = load_tokenizer(str(path), backends[0]).encode_batch(texts)
+        for backend in installed_backends(backends[1:]):
+            assert load_tokenizer(str(path), backend).encode_batch(texts) == want, f"{name}: {backend}"
+random_text = st.lists(
+    st.one_of(st.sampled_from(PIECES), st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=12)),
+    max_size=12,
+).map(lambda parts: "".join(parts).encode("utf-8", "surrogatepass").decode("utf-8", "replace"))  # as readers do
+
+
+@pytest.fixture(scope="module")
+def loaded(bpe_json, ranks_file) -> list[tuple[str, object, list[object]]]:
+    """(name, reference, [other backends]) per vocabulary, loaded once for the random-text test."""
+    out = []
+    for name, (path, backends) in vocabularies(bpe_json, ranks_file).items():
+        others = [load_tokenizer(str(path), b) for b in installed_backends(backends[1:])]
+        out.append((name, load_tokenizer(str(path), backends[0]), others))
+    return out
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(random_text, min_size=1, max_size=8))
+def test_every_backend_matches_the_reference_on_random_unicode(loaded, texts):
+    for name, reference, others in loaded:
+        want = reference.encode_batch(texts)
+        for tok in others:
+            assert tok.encode_batch(texts) == want, f"{name}: {tok.backend} differs on {texts!r}"
+
+
+@needs_fastokens
+def test_auto_picks_fastokens_for_both_kinds_of_vocabulary(bpe_json, ranks_file):
+    assert load_tokenizer(str(bpe_json)).backend == "fastokens"
+    assert load_tokenizer(str(bpe_json.parent)).backend == "fastokens"  # a folder holding tokenizer.json
+    assert load_tokenizer(str(ranks_file), "auto").backend == "fastokens"
+
+
+def test_auto_without_fastokens_takes_tiktoken_then_tokenizers(bpe_json, ranks_file, monkeypatch):
+    real = tb.installed
+    monkeypatch.setattr(tb, "installed", lambda name: name != "fastokens" and real(name))
+    expected = "tiktoken" if HAS_TIKTOKEN else "tokenizers"
+    assert load_tokenizer(str(bpe_json)).backend == expected
+    with pytest.raises(ValueError, match=r"backend 'fastokens' cannot serve .*not installed \(pip install 'llm\[fastokens\]'\)"):
+        load_tokenizer(str(bpe_json), "fastokens")
+    monkeypatch.setattr(tb, "installed", lambda name: name == "tokenizers")
+    assert load_tokenizer(str(bpe_json)).backend == "tokenizers"
+
+
+def test_an_engine_that_fails_to_load_a_vocabulary_is_skipped(bpe_json, tmp_path):
+    # Ranks with a gap (0 unused): tiktoken takes them, fastokens refuses them at load.
+    ranks, _ = tiktoken_ranks(read_byte_level_bpe(bpe_json))
+    path = write_ranks(tmp_path / "gap.tiktoken", ranks)
+    assert load_tokenizer(str(path)).backend == "tiktoken"
+    if HAS_FASTOKENS:
+        with pytest.raises(ValueError, match="backend 'fastokens' cannot serve .*failed to load it"):
+            load_tokenizer(str(path), "fastokens")
+
+
+def test_tokenizers_cannot_load_a_tiktoken_file(ranks_file):
+    with pytest.raises(ValueError, match="backend 'tokenizers' cannot load .*trained.tiktoken; use fastokens or tiktoken"):
+        load_tokenizer(str(ranks_file), "tokenizers")
+
+
+def test_backend_names_are_checked_and_the_environment_variable_is_read(bpe_json, monkeypatch):
+    with pytest.raises(ValueError, match="unknown tokenizer backend 'rust'"):
+        load_tokenizer(str(bpe_json), "rust")
+    with pytest.raises(ValueError, match="unknown tokenizer backend 'nope'"):
+        load_tokenizer("simple", "nope")
+    monkeypatch.setenv("LLM_TOKENIZER_BACKEND", "tokenizers")
+    assert load_tokenizer(str(bpe_json)).backend == "tokenizers"
+    assert load_tokenizer("simple").backend == "simple"
+    monkeypatch.setenv("LLM_TOKENIZER_BACKEND", "bogus")
+    with pytest.raises(ValueError, match=r"\$LLM_TOKENIZER_BACKEND"):
+        load_tokenizer(str(bpe_json))
+
+
+def edited(bpe_json: Path, tmp_path: Path, edit) -> Path:
+    data = json.loads(bpe_json.read_text())
+    edit(data)
+    out = tmp_path / "edited.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("what", "edit"),
+    [
+        ("normalizer", lambda d: d.update(normalizer={"type": "NFC"})),
+        ("dropout", lambda d: d["model"].update(dropout=0.1)),
+        ("prefix space", lambda d: d["pre_tokenizer"].update(add_prefix_space=True)),
+        ("not ByteLevel", lambda d: d.update(pre_tokenizer={"type": "Whitespace"})),
+        ("lstrip", lambda d: d["added_tokens"][0].update(lstrip=True)),
+        ("truncation", lambda d: d.update(truncation={"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0})),
+    ],
+)
+def test_structures_outside_the_verified_one_fall_back_to_tokenizers(bpe_json, tmp_path, what, edit):
+    path = edited(bpe_json, tmp_path, edit)
+    assert load_tokenizer(str(path)).backend == "tokenizers"
+    for backend in installed_backends(("tiktoken", "fastokens")):
+        with pytest.raises(ValueError, match=f"backend '{backend}' cannot serve"):
+            load_tokenizer(str(path), backend)
+
+
+def abc_vocabulary(tmp_path: Path, bpe_json: Path, merges: list[list[str]]) -> Path:
+    """The trained file with only the 256 byte symbols and `merges` over a, b, c (ids in merge order)."""
+    data = json.loads(bpe_json.read_text())
+    byte_symbols = sorted((s for s in data["model"]["vocab"] if len(s) == 1), key=lambda s: data["model"]["vocab"][s])
+    vocab = {"<|endoftext|>": 0, **{s: i + 1 for i, s in enumerate(byte_symbols)}}
+    for left, right in merges:
+        vocab[left + right] = len(vocab)
+    data["model"].update(vocab=vocab, merges=merges)
+    data["added_tokens"][0]["id"] = 0
+    out = tmp_path / "abc.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+@needs_tiktoken
+def test_tiktoken_is_refused_where_rank_order_merging_would_differ(bpe_json, tmp_path):
+    # "abc" is listed as a + bc, but rank order merges a + b first: tokenizers stops at [ab, c],
+    # tiktoken would go on to "abc". The structure check refuses it; fastokens follows the merge list.
+    path = abc_vocabulary(tmp_path, bpe_json, [["a", "b"], ["b", "c"], ["a", "bc"]])
+    with pytest.raises(Unsupported, match="rank-order merging does not split b'abc'"):
+        tiktoken_ranks(read_byte_level_bpe(path))
+    with pytest.raises(ValueError, match="backend 'tiktoken' cannot serve"):
+        load_tokenizer(str(path), "tiktoken")
+    reference = load_tokenizer(str(path), "tokenizers")
+    assert reference.encode("abc") == [reference._tok.token_to_id("ab"), reference._tok.token_to_id("c")]
+    assert load_tokenizer(str(path)).backend == ("fastokens" if HAS_FASTOKENS else "tokenizers")
+    ok = abc_vocabulary(tmp_path, bpe_json, [["a", "b"], ["b", "c"], ["ab", "c"]])
+    texts = ["abc ab bc abcabc", "cab bca", "aabbcc"]
+    assert load_tokenizer(str(ok), "tiktoken").encode_batch(texts) == load_tokenizer(str(ok), "tokenizers").encode_batch(texts)
+
+
+@needs_fastokens
+def test_a_failed_self_check_falls_back_under_auto_and_is_an_error_when_asked_for(bpe_json, monkeypatch, caplog):
+    real = tb.FastokensEncoder.encode_batch
+    monkeypatch.setattr(tb.FastokensEncoder, "encode_batch", lambda self, texts: [ids[::-1] for ids in real(self, texts)])
+    with caplog.at_level(logging.WARNING, logger="llm.data.tokenizers"):
+        tok = load_tokenizer(str(bpe_json))
+    assert tok.backend == ("tiktoken" if HAS_TIKTOKEN else "tokenizers")
+    assert "fastokens not used" in caplog.text and "self-check" in caplog.text
+    with pytest.raises(ValueError, match="backend 'fastokens' cannot serve .*self-check"):
+        load_tokenizer(str(bpe_json), "fastokens")
+
+
+def test_a_pickled_tokenizer_keeps_its_backend(bpe_json, ranks_file):
+    for path in (bpe_json, ranks_file):
+        for backend in installed_backends(("tokenizers", "tiktoken", "fastokens")):
+            if backend == "tokenizers" and path.suffix == ".tiktoken":
+                continue
+            tok = load_tokenizer(str(path), backend)
+            copy = pickle.loads(pickle.dumps(tok))
+            assert copy.backend == backend and copy.encode("héllo <|endoftext|> wörld") == tok.encode("héllo <|endoftext|> wörld")
+
+
+def test_the_dataset_is_the_same_whichever_backend_made_it(bpe_json, corpus, tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", corpus[:60])
+    backends = installed_backends(("tokenizers", "tiktoken", "fastokens"))
+    made = {}
+    for backend in backends:
+        optimize_text([str(src)], tmp_path / backend, str(bpe_json), num_workers=0, progress=False,
+                      chunk_bytes="64KB", tokenizer_backend=backend)
+        made[backend] = Manifest.load(tmp_path / backend)
+        assert made[backend].tokenizer_backend == backend
+    first = made[backends[0]]
+    for backend, manifest in made.items():
+        assert [(s.checksum, s.tokens, s.documents) for s in manifest.shards] == [
+            (s.checksum, s.tokens, s.documents) for s in first.shards
+        ], backend
+        assert manifest.tokenizer == first.tokenizer
+        # The fingerprint names shard files (fresh run ids each run), never the backend.
+        before = manifest.fingerprint()
+        manifest.tokenizer_backend = "something else"
+        assert manifest.fingerprint() == before
+    # An append by another engine records both; an old manifest without the field still loads.
+    other = backends[-1]
+    optimize_text([str(src)], tmp_path / backends[0], str(bpe_json), num_workers=1, progress=False,
+                  mode="append", tokenizer_backend=other)
+    appended = Manifest.load(tmp_path / backends[0])
+    assert appended.tokenizer_backend == ",".join(dict.fromkeys([backends[0], other]))
+    index = tmp_path / backends[0] / "index.json"
+    data = json.loads(index.read_text())
+    del data["tokenizer_backend"]
+    index.write_text(json.dumps(data))
+    assert Manifest.load(tmp_path / backends[0]).tokenizer_backend is None
+
+
+def test_llm_data_info_says_which_backend_encoded(bpe_json, corpus, tmp_path, capsys):
+    from llm.cli.data import main
+
+    src = write_jsonl(tmp_path / "in.jsonl", corpus[:10])
+    assert main(["optimize", str(src), "-o", str(tmp_path / "ds"), "--tokenizer", str(bpe_json), "--no-progress",
+                 "--num-workers", "0", "--tokenizer-backend", "tokenizers"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "ds")]) == 0
+    out = capsys.readouterr().out
+    assert "  encoded by   tokenizers" in out.splitlines()
+    assert main(["info", str(tmp_path / "ds"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokenizer_backend"] == "tokenizers"
