@@ -12,6 +12,7 @@ import pickle
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -323,3 +324,18 @@ def test_llm_data_info_says_which_backend_encoded(bpe_json, corpus, tmp_path, ca
     assert "  encoded by   tokenizers" in out.splitlines()
     assert main(["info", str(tmp_path / "ds"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tokenizer_backend"] == "tokenizers"
+
+
+@needs_fastokens
+@pytest.mark.parametrize("which", ["json", "tiktoken"])
+def test_the_flat_batch_path_gives_the_same_documents(bpe_json, ranks_file, corpus, which):
+    from llm.data.text.tokens import encode_each, tokenize_documents
+
+    tok = load_tokenizer(str(bpe_json if which == "json" else ranks_file), "fastokens")
+    assert tok.encode_flat is not None
+    texts = corpus[:300] + ["", "<|endoftext|> inside", "x\u180e'll"]
+    reference = [np.asarray(ids, dtype=np.int64) for ids in tok.encode_batch(texts)]
+    assert all(np.array_equal(a, b) for a, b in zip(encode_each(tok, texts), reference, strict=True))
+    flat, lengths = tokenize_documents(tok, texts)
+    expected = np.concatenate([np.append(r, tok.eos_id) for r in reference])
+    assert np.array_equal(flat, expected) and lengths.tolist() == [len(r) + 1 for r in reference]

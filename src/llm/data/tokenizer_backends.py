@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from llm.data.bpe_vocab import (
     GPT2_PATTERN,
     Unsupported,
@@ -144,6 +146,11 @@ class FastokensEncoder:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(all ids as one uint32 array, len(texts) + 1 offsets): no per-token Python objects."""
+        ids, offsets = self._tok.encode_batch_flat(list(texts), add_special_tokens=False)
+        return np.frombuffer(ids, dtype="<u4"), np.frombuffer(offsets, dtype="<u8").astype(np.int64)
 
 
 def tiktoken_encoding(name: str, ranks: dict[bytes, int], special: dict[str, int]) -> Any:

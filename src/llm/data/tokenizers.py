@@ -10,7 +10,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from llm.data import tokenizer_backends as tb
 from llm.data.bpe_vocab import GPT2_PATTERN
@@ -97,6 +97,11 @@ class HFTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self._encoder.encode_batch(texts)
 
+    @property
+    def encode_flat(self) -> Any:
+        """The backend's flat batch encoder ((ids, offsets) arrays), or None if it has none."""
+        return getattr(self._encoder, "encode_flat", None)
+
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
@@ -153,6 +158,11 @@ class TiktokenTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self._encoder.encode_batch(texts)
+
+    @property
+    def encode_flat(self) -> Any:
+        """The backend's flat batch encoder ((ids, offsets) arrays), or None if it has none."""
+        return getattr(self._encoder, "encode_flat", None)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc.decode(list(ids))

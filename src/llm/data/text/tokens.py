@@ -16,11 +16,24 @@ def encode_each(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
     """
     if isinstance(tokenizer, SimpleTokenizer):
         return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+    flat = getattr(tokenizer, "encode_flat", None)
+    if flat is not None:  # one buffer for the batch: no per-token Python ints
+        ids, offsets = flat(list(texts))
+        return np.split(ids, offsets[1:-1])
     return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_batch(list(texts))]
 
 
 def tokenize_documents(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(flat int64 ids with EOS after each document, int64 lengths incl. EOS), vectorised."""
+    flat_encoder = getattr(tokenizer, "encode_flat", None)
+    if flat_encoder is not None:
+        ids, offsets = flat_encoder(list(texts))
+        lengths = np.diff(offsets) + 1
+        flat = np.full(int(lengths.sum()), tokenizer.eos_id, dtype=np.int64)
+        body = np.ones(len(flat), dtype=bool)
+        body[np.cumsum(lengths) - 1] = False
+        flat[body] = ids
+        return flat, lengths
     docs = encode_each(tokenizer, texts)
     lengths = np.fromiter((len(d) + 1 for d in docs), dtype=np.int64, count=len(docs))
     flat = np.full(int(lengths.sum()), tokenizer.eos_id, dtype=np.int64)
