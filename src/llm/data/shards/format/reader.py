@@ -14,6 +14,7 @@ import numpy as np
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
 from llm.data.shards.format.manifest import Manifest, ShardInfo
+from llm.data.shards.format.records import ItemCodec
 
 
 class ShardError(ValueError):
@@ -292,13 +293,18 @@ class TokenReader:
 
 
 class ItemReader:
-    """Reads item i with one seek: the offsets table says where its pickled bytes are."""
+    """Reads item i with one seek: the offsets table says where its record is; only it is decoded.
+
+    v2 records follow the manifest's item layout (format/records.py); v1 records are pickles.
+    """
 
     def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, files: _ShardBytes | None = None):
         self.files = files if files is not None else _ShardBytes(folder, manifest, verify)
+        self.folder = folder
         counts = np.array([s.items for s in manifest.shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
+        self.codec = ItemCodec(manifest.item_layout) if manifest.item_layout is not None else None
 
     def get(self, index: int) -> object:
         i = int(np.searchsorted(self.starts, index, side="right")) - 1
@@ -306,7 +312,16 @@ class ItemReader:
         n = self.files.shards[i].items
         offsets = raw[len(raw) - 8 * (n + 1) :].view("<u8")
         local = index - int(self.starts[i])
-        return pickle.loads(raw[int(offsets[local]) : int(offsets[local + 1])].tobytes())
+        record = raw[int(offsets[local]) : int(offsets[local + 1])]
+        if self.codec is None:
+            return pickle.loads(record.tobytes())
+        try:
+            return self.codec.decode(memoryview(record))
+        except Exception as e:  # a manifest whose layout does not describe these records
+            raise ShardError(
+                f"shard {os.path.join(self.folder, self.files.shards[i].file)}: item {local} does not decode with the manifest's "
+                f"item_layout ({type(e).__name__}: {e})"
+            ) from None
 
     def verify(self) -> None:
         self.files.verify_all()
