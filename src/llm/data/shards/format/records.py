@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import math
 import pickle
 import struct
 from typing import Any
 
 import numpy as np
 
+from llm.data.shards.format.fastdecode import compile_decoder
 from llm.data.shards.format.serializers import (
     INT64_RANGE,
     StructureError,
     check_layout,
-    decode_image,
     describe,
     dtype_name,
     encode_image,
@@ -46,24 +45,6 @@ class _Out:
         self.pos += size
 
 
-class _In:
-    """Decoding state of one record: the unpacked fixed values and the payload cursor."""
-
-    __slots__ = ("vals", "buf", "view", "cur")
-
-    def __init__(self, vals: tuple, buf: bytearray, cur: int):
-        self.vals, self.buf, self.view, self.cur = vals, buf, memoryview(buf), cur
-
-    def take(self, n: int, align: bool = False) -> int:
-        if align and self.cur % _ALIGN:
-            self.cur += -self.cur % _ALIGN
-        start = self.cur
-        self.cur += n
-        if self.cur > len(self.buf):
-            raise ValueError(f"a payload of {n} bytes runs past the end of the {len(self.buf)}-byte record")
-        return start
-
-
 class _Node:
     layout: Any
 
@@ -85,9 +66,6 @@ class _Scalar(_Node):
             if self.kind is int and not INT64_RANGE[0] <= value <= INT64_RANGE[1]:
                 raise StructureError(f"{where(path)} is an int that does not fit in 64 bits ({value})")
             out.fixed.append(value)
-
-    def decode(self, rec: _In) -> Any:
-        return None if self.index is None else rec.vals[self.index]
 
 
 class _Blob(_Node):
@@ -115,19 +93,6 @@ class _Blob(_Node):
             data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         out.fixed.append(len(data))
         out.payload(data, len(data))
-
-    def decode(self, rec: _In) -> Any:
-        n = rec.vals[self.index]
-        start = rec.take(n)
-        view = rec.view[start : start + n]
-        kind = self.layout
-        if kind == "str":
-            return str(view, "utf-8", "surrogatepass")
-        if kind == "bytes":
-            return bytes(view)
-        if kind == "image":
-            return decode_image(view)
-        return pickle.loads(view)
 
 
 def _uint8_view(arr: np.ndarray) -> Any:
@@ -158,15 +123,6 @@ class _Array(_Node):
         if value.nbytes:
             out.payload(_uint8_view(np.ascontiguousarray(value)), value.nbytes, align=True)
 
-    def decode(self, rec: _In) -> Any:
-        shape = rec.vals[self.index : self.index + self.ndim]
-        dtype = self.dtype if self.dtype is not None else np.dtype(f"{self.name}{rec.vals[self.index + self.ndim]}")
-        count = math.prod(shape)
-        if not count or not dtype.itemsize:
-            return np.zeros(shape, dtype)
-        start = rec.take(count * dtype.itemsize, align=True)
-        return np.frombuffer(rec.buf, dtype, count, start).reshape(shape)
-
 
 class _NpScalar(_Node):
     def __init__(self, codec: ItemCodec, layout: dict):
@@ -177,9 +133,6 @@ class _NpScalar(_Node):
         if not isinstance(value, np.generic) or value.dtype != self.dtype:
             raise self.mismatch(value, path)
         out.fixed.append(value.tobytes())
-
-    def decode(self, rec: _In) -> Any:
-        return np.frombuffer(rec.vals[self.index], self.dtype)[0]
 
 
 class _Tensor(_Node):
@@ -201,17 +154,6 @@ class _Tensor(_Node):
             data = flat.view(torch.uint8).numpy()
             out.payload(memoryview(data), data.nbytes, align=True)
 
-    def decode(self, rec: _In) -> Any:
-        import torch
-
-        shape = rec.vals[self.index : self.index + self.ndim]
-        dtype = getattr(torch, self.name)
-        count = math.prod(shape)
-        if not count:
-            return torch.zeros(shape, dtype=dtype)
-        start = rec.take(count * dtype.itemsize, align=True)
-        return torch.frombuffer(rec.buf, dtype=dtype, count=count, offset=start).reshape(shape)
-
 
 class _Dict(_Node):
     def __init__(self, codec: ItemCodec, layout: dict):
@@ -224,9 +166,6 @@ class _Dict(_Node):
             raise self.mismatch(value, path)
         for key, node in self.fields:
             node.encode(value[key], join_path(path, key), out)
-
-    def decode(self, rec: _In) -> Any:
-        return {key: node.decode(rec) for key, node in self.fields}
 
 
 class _Sequence(_Node):
@@ -241,9 +180,6 @@ class _Sequence(_Node):
             raise self.mismatch(value, path)
         for i, (node, v) in enumerate(zip(self.nodes, value)):
             node.encode(v, join_path(path, i), out)
-
-    def decode(self, rec: _In) -> Any:
-        return self.kind(node.decode(rec) for node in self.nodes)
 
 
 _NODES = {"dict": _Dict, "list": _Sequence, "tuple": _Sequence, "ndarray": _Array, "npscalar": _NpScalar,
@@ -260,6 +196,13 @@ class ItemCodec:
         self._count = 0
         self.root = self.build(layout)
         self.fixed = struct.Struct("".join(self._codes))
+        self._decode = compile_decoder(self.root, self.fixed)
+
+    def __getstate__(self) -> dict:
+        return {"layout": self.layout}  # compiled structs do not pickle: rebuilt from the layout
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["layout"])
 
     @classmethod
     def for_item(cls, item: Any) -> ItemCodec:
@@ -285,8 +228,7 @@ class ItemCodec:
     def decode(self, record: bytes | bytearray | memoryview) -> Any:
         """The item of one record (arrays and tensors are views of one private, writable copy)."""
         buf = record if isinstance(record, bytearray) else bytearray(record)
-        rec = _In(self.fixed.unpack_from(buf), buf, self.fixed.size)
-        item = self.root.decode(rec)
-        if rec.cur != len(buf):
-            raise ValueError(f"the record has {len(buf)} bytes, its layout accounts for {rec.cur}")
+        item, used = self._decode(buf)
+        if used != len(buf):  # also catches a payload that ran past the end (it was cut short)
+            raise ValueError(f"the record has {len(buf)} bytes, its layout accounts for {used}")
         return item
