@@ -149,11 +149,13 @@ def optimize_text(
     wait: bool = False,
     allow_empty: bool = False,
     storage_options: dict | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> OptimizeSummary:
     """Tokenize text files (.txt, .jsonl[.gz|.zst], .json arrays, .parquet) into a token dataset (a folder or s3://).
 
     Inputs that hold no record at all are an InputError naming them, unless `allow_empty`
-    (then an empty dataset is written).
+    (then an empty dataset is written). `engine` / `ray_address`: as for `optimize`.
     """
     tok = load_tokenizer(tokenizer)  # fails fast, in the parent, on a bad spec
     location = parse_location(output_dir)
@@ -169,5 +171,5 @@ def optimize_text(
         TokenizeText(tokenizer, text_column), ranges, output_dir,
         num_workers=num_workers, chunk_bytes=chunk_bytes, item_loader=TokensLoader(), mode=mode,
         compression=compression, tokenizer=tok, sources=sources, progress=progress, wait=wait,
-        storage_options=storage_options,
+        storage_options=storage_options, engine=engine, ray_address=ray_address,
     )
