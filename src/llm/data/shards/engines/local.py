@@ -10,7 +10,7 @@ import time
 import traceback
 from typing import Any
 
-from llm.data.shards.engines import Tasks
+from llm.data.shards.engines.tasks import Tasks
 
 
 def run_local(tasks: Tasks, workers: int, bar: Any) -> None:
@@ -90,7 +90,7 @@ def _run_parallel(tasks: Tasks, workers: int, bar: Any) -> None:
             except queue.Empty:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
-                    raise RuntimeError(f"{bar.desc} worker {dead[0].pid} died with exit code {dead[0].exitcode}") from None
+                    raise RuntimeError(f"{getattr(bar, 'desc', 'optimize')} worker {dead[0].pid} died with exit code {dead[0].exitcode}") from None
                 continue
             if message[0] == "progress":
                 counts[0] += message[1]

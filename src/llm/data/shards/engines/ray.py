@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from llm.data.shards.engines import Tasks
+from llm.data.shards.engines.tasks import Tasks
 
 INSTALL_HINT = "engine='ray' needs Ray, which is not installed: pip install 'llm[ray]' (or pip install 'ray>=2.9')"
 TASK_RETRIES = 3  # attempts after a worker death (a killed process, a lost node); errors in fn are not retried
@@ -37,7 +37,7 @@ def start_local(num_cpus: int | None = None) -> None:
     ray = import_ray()
     # Workers of a local cluster are fresh interpreters: give them this process's import path
     # so fn (and the llm package from a source checkout) import there as they do here.
-    path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    path = os.pathsep.join(os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or "."))
     ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
 
@@ -108,7 +108,7 @@ def run_ray(tasks: Tasks, workers: int, address: str | None, bar: Any) -> None:
                 try:
                     result, done = ray.get(ref)
                 except ray.exceptions.RayError as e:
-                    raise _cause(ray, e, task_id, bar.desc) from None
+                    raise _cause(ray, e, task_id, getattr(bar, "desc", "optimize")) from None
                 tasks.on_done(task_id, result)
                 counts = [counts[0] + done[0], counts[1] + done[1]]
                 bar.update(1)
