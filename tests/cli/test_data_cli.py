@@ -53,7 +53,7 @@ def test_optimize_names_the_default_tokenizer_then_info_summarizes(tmp_path: Pat
     lines = info.stdout.splitlines()
     assert lines[0] == "dataset ds"
     fields = dict(line.split(None, 1) for line in lines[1:] if not line.strip().startswith(("on disk",)))
-    assert fields["kind"] == "tokens (format v1)"
+    assert fields["kind"] == "tokens (format v2)"
     assert fields["documents"] == "60"
     tokens = sum(len(line.encode()) for line in text.read_text().splitlines()) + 60  # bytes + one EOS each
     assert fields["tokens"] == f"{tokens:,}"

@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--wait", action="store_true", help="if another run is writing the output, wait for it (default: fail at once)")
     opt.add_argument("--allow-empty", action="store_true",
                      help="write an empty dataset when the inputs hold no record (default: an error naming them)")
+    opt.add_argument("--engine", choices=("local", "ray"), default="local",
+                     help="run tasks in local processes, or as Ray tasks (pip install 'llm[ray]'; docs/items.md)")
+    opt.add_argument("--ray-address", default=None, help="with --engine ray: the cluster to join (default: start a local one)")
 
     info = add("info", "summarize a dataset: kind, shards, tokens, documents, sizes, tokenizer", _INFO_EPILOG)
     info.add_argument("dataset", metavar="DIR", help="a folder made by `llm-data optimize`")
@@ -181,6 +184,7 @@ def _optimize(args: argparse.Namespace) -> None:
         args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
         chunk_bytes=args.chunk_bytes, mode=args.mode, compression=args.compression, progress=not args.no_progress,
         wait=args.wait, allow_empty=args.allow_empty, tokenizer_backend=args.tokenizer_backend,
+        engine=args.engine, ray_address=args.ray_address,
     )
     if args.no_progress:  # with progress on, optimize() prints the summary itself
         print(summary.line(), file=sys.stderr)
@@ -327,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         _run(args)
-    except (ValueError, OSError) as e:  # user mistakes: one sentence, no traceback
+    except (ValueError, OSError, ImportError) as e:  # user mistakes (and --engine ray without Ray): one sentence
         print(f"llm-data: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

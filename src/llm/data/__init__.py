@@ -1,4 +1,4 @@
-"""The data side of `llm`: prepare token shards and stream them, exactly resumable.
+"""The data side of `llm`: prepare token and item shards (`optimize`, `map`) and stream them, exactly resumable.
 
 Names are imported lazily so that light users (the `optimize` worker processes,
 the CLI's argument parsing) do not pay for importing torch.
@@ -22,6 +22,10 @@ _EXPORTS = {
     "StreamingTextDataModule": "llm.data.text.stream",
     "StreamingTextDataset": "llm.data.text.stream",
     "load_tokenizer": "llm.data.tokenizers",
+    "map": "llm.data.shards.map",
+    "map_fn": "llm.data.shards.map",
+    "MapError": "llm.data.shards.map",
+    "collate_items": "llm.data.shards.collate",
 }
 
 __all__ = sorted([*_EXPORTS, "optimize"])

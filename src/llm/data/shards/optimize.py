@@ -1,30 +1,32 @@
 """optimize(): inputs -> checksummed shards, in parallel processes, committed atomically.
 
-Inputs are cut into contiguous tasks; worker processes take tasks as they free
-up and write each task's shards under a name that sorts in input order, so the
-dataset's content (every token, in input order) is the same for any number of
-workers. The manifest is written last, by rename: until then the folder's
-previous dataset stays the one readers see, even after a kill -9.
+Inputs are cut into contiguous tasks; workers (local processes, or Ray tasks with
+engine='ray', see engines/) take tasks as they free up and write each task's shards
+under a name that sorts in input order, so the dataset's content (every token or
+item, in input order) is the same for any number of workers and either engine. The
+manifest is written last, by rename: until then the folder's previous dataset stays
+the one readers see, even after a kill -9.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-import multiprocessing
-import os
-import queue
+import shutil
 import sys
+import tempfile
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from llm.data.shards.engines import Tasks, check_engine, engine_session, run_tasks
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest, ShardInfo
+from llm.data.shards.format.serializers import StructureError, first_difference
 from llm.data.shards.format.writer import (
     ItemShardWriter,
     TokenShardWriter,
@@ -76,13 +78,21 @@ class _Job:
 
     fn: Callable[[Any], Any]
     tasks: list[list[Any]]
-    folder: Path
+    folder: Path | None  # None: each task writes to a temp folder of its own and uploads (Ray to s3://)
     run_id: str
     kind: str
     dtype: str
     chunk_bytes: int | None
     chunk_size: int | None
     compression: str | None
+    upload_to: tuple[str, dict | None] | None = None  # (s3:// url, storage_options) for folder None
+
+
+@dataclass
+class _TaskResult:
+    shards: list[ShardInfo]
+    stats: dict
+    layout: Any = None  # items: the layout of this task's first item
 
 
 def _documents(result: Any) -> Iterable[Any]:
@@ -103,13 +113,25 @@ def _is_single(value: Any) -> bool:
     return False
 
 
-def _run_task(job: _Job, task_id: int, report: Callable[[int, int], None]) -> tuple[list[ShardInfo], dict]:
-    """Write one task's shards; returns their infos and fn's counters."""
+def _run_task(job: _Job, task_id: int, report: Callable[[int, int], None]) -> _TaskResult:
+    """Write one task's shards (to job.folder, or to a temp folder then the object store)."""
+    folder = job.folder if job.folder is not None else Path(tempfile.mkdtemp(prefix="llm-optimize-task-"))
+    try:
+        result = _write_task(job, task_id, folder, report)
+        if job.upload_to is not None:
+            _upload(job.upload_to, folder, result.shards)
+        return result
+    finally:
+        if job.folder is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_task(job: _Job, task_id: int, folder: Path, report: Callable[[int, int], None]) -> _TaskResult:
     prefix = f"{SHARD_PREFIX}{job.run_id}-{task_id:05d}"
     if job.kind == "tokens":
-        writer: Any = TokenShardWriter(job.folder, prefix, job.dtype, job.chunk_bytes, job.chunk_size, job.compression)
+        writer: Any = TokenShardWriter(folder, prefix, job.dtype, job.chunk_bytes, job.chunk_size, job.compression)
     else:
-        writer = ItemShardWriter(job.folder, prefix, job.chunk_bytes, job.chunk_size, job.compression)
+        writer = ItemShardWriter(folder, prefix, job.chunk_bytes, job.chunk_size, job.compression)
     first = sum(len(t) for t in job.tasks[:task_id])  # index of this task's first input
     for index, item in enumerate(job.tasks[task_id], first):
         result = job.fn(item)
@@ -125,56 +147,29 @@ def _run_task(job: _Job, task_id: int, report: Callable[[int, int], None]) -> tu
                 writer.add(arr)
                 report(1, arr.size)
             else:
-                writer.add(doc)
+                try:
+                    writer.add(doc)
+                except StructureError as e:
+                    raise StructureError(f"{prefix}{f', its item {d}' if d else ''}: {e}") from None
                 report(1, 0)
     writer.flush()
     pop_stats = getattr(job.fn, "pop_stats", None)
-    return writer.shards, (pop_stats() if pop_stats else {})
+    return _TaskResult(writer.shards, pop_stats() if pop_stats else {}, getattr(writer, "layout", None))
+
+
+def _upload(target: tuple[str, dict | None], folder: Path, shards: list[ShardInfo]) -> None:
+    """A task's shards to the object store, from the node that wrote them (the driver lists them at commit)."""
+    from llm.data.storage.objects import open_objects
+
+    objects = open_objects(target[0], target[1])
+    for info in shards:
+        objects.put(info.file, folder / info.file)
 
 
 def _items(result: Any) -> Iterable[Any]:
     if result is None:
         return ()
     return result if inspect.isgenerator(result) else (result,)
-
-
-def _worker(job: _Job, task_queue: Any, results: Any, parent_pid: int) -> None:
-    # The worker processes are the parallelism: tokenizer thread pools would only contend for cores.
-    os.environ["LLM_TOKENIZER_THREADS"] = "1"
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    last = [time.monotonic(), 0, 0]
-
-    def report(docs: int, tokens: int) -> None:
-        last[1] += docs
-        last[2] += tokens
-        if time.monotonic() - last[0] > 0.5:
-            if os.getppid() != parent_pid:  # the parent was killed: stop writing orphans
-                os._exit(1)
-            results.put(("progress", last[1], last[2]))
-            last[:] = [time.monotonic(), 0, 0]
-
-    while True:
-        task_id = task_queue.get()
-        if task_id is None:
-            return
-        try:
-            shards, stats = _run_task(job, task_id, report)
-            results.put(("progress", last[1], last[2]))
-            last[1:] = [0, 0]
-            results.put(("done", task_id, shards, stats))
-        except BaseException as e:  # reported to the parent, which stops the run and cleans up
-            results.put(("error", task_id, _picklable(e), traceback.format_exc()))
-            return
-
-
-def _picklable(e: BaseException) -> BaseException:
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(e))
-        return e
-    except Exception:
-        return RuntimeError(f"{type(e).__name__}: {e}")
 
 
 def _split_tasks(inputs: Sequence[Any], num_tasks: int) -> list[list[Any]]:
@@ -237,17 +232,24 @@ def optimize(
     progress: bool = True,
     wait: bool = False,
     storage_options: dict | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> OptimizeSummary:
     """Run `fn` over `inputs` in `num_workers` processes and write the results as a dataset.
 
     With `item_loader=TokensLoader()`, `fn(input)` returns a document (1-D integer
-    array, tensor or list) or yields many; otherwise it returns or yields items
-    (any picklable object). `chunk_bytes` / `chunk_size` (tokens or items) bound
-    each shard. `mode`: None (the folder must be empty), 'append' or 'overwrite'.
+    array, tensor or list) or yields many; otherwise it returns or yields items: dicts,
+    lists and tuples of numbers, strings, bytes, None, numpy arrays, tensors, PIL images,
+    or any picklable object (docs/items.md). `chunk_bytes` / `chunk_size` (tokens or items)
+    bound each shard. `mode`: None (the folder must be empty), 'append' or 'overwrite'.
     `tokenizer` is recorded in the manifest (its fingerprint, EOS id, vocabulary).
     One run at a time holds `output_dir`: another run fails at once naming the holder,
     or with `wait=True` waits for it to finish. `output_dir` may be `s3://bucket/prefix`
     (credentials from the AWS environment or `storage_options`, see docs/storage.md).
+    `engine='ray'` runs the tasks as Ray tasks on the cluster at `ray_address` (or the
+    running session, or a local one); `num_workers` tasks run at once (default: the
+    cluster's CPUs). The same `num_workers` gives the same shards, and fingerprint, on
+    either engine.
     """
     started = time.perf_counter()
     inputs = list(inputs)
@@ -260,37 +262,55 @@ def optimize(
         raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    workers = (os.cpu_count() or 1) if num_workers is None else num_workers
+    check_engine(engine, ray_address)
     chunk = parse_size(chunk_bytes)
     tok_fp = tokenizer.fingerprint() if tokenizer is not None else None
-    output = open_output(output_dir, mode, kind, tok_fp, wait=wait, storage_options=storage_options)
-    run_id = time.strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    dtype = token_dtype(tokenizer.vocab_size) if tokenizer is not None else "uint16"
-    job = _Job(
-        fn, _split_tasks(inputs, 4 * max(workers, 1)), output.folder, run_id, kind, dtype, chunk, chunk_size, compression,
-    )
-    try:
-        results = _run(job, workers, progress, getattr(output, "upload", None))
-        shards = [s for task_id in range(len(job.tasks)) for s in results[task_id][0]]
-        manifest = Manifest(
-            kind=kind,
-            shards=shards,
-            dtype=_widest_dtype(shards, dtype) if kind == "tokens" else None,
-            tokenizer=tok_fp,
-            eos_id=tokenizer.eos_id if tokenizer is not None else None,
-            vocab_size=tokenizer.vocab_size if tokenizer is not None else None,
-            sources=sources or [],
-            tokenizer_backend=getattr(tokenizer, "backend", None) if tokenizer is not None else None,
+    with engine_session(engine, ray_address, num_workers) as workers:
+        output = open_output(output_dir, mode, kind, tok_fp, wait=wait, storage_options=storage_options)
+        run_id = time.strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        dtype = token_dtype(tokenizer.vocab_size) if tokenizer is not None else "uint16"
+        # Ray tasks writing to object storage upload from their own node; everything else
+        # writes to output.folder (a shared folder for a multi-node cluster).
+        remote = engine == "ray" and hasattr(output, "upload")
+        job = _Job(
+            fn, _split_tasks(inputs, 4 * max(workers, 1)), None if remote else output.folder, run_id, kind, dtype,
+            chunk, chunk_size, compression, (output.display, storage_options) if remote else None,
         )
-        output.commit(manifest)
-    except BaseException as e:
-        output.abort(run_id)
-        explained = output.explain(e)
-        if explained is e:
-            raise
-        raise explained from e
-    finally:
-        output.release()
+        results: dict[int, _TaskResult] = {}
+        upload = None if remote else getattr(output, "upload", None)
+
+        def done(task_id: int, result: _TaskResult) -> None:
+            results[task_id] = result
+            if upload is not None:  # remote output: upload the task's shards now, from this process
+                upload(result.shards)
+
+        try:
+            run_tasks(Tasks(partial(_run_task, job), len(job.tasks), done), engine=engine, workers=workers,
+                      ray_address=ray_address, desc="optimize", progress=progress)
+            shards = [s for task_id in range(len(job.tasks)) for s in results[task_id].shards]
+            layout = _common_layout(job, results) if kind == "items" else None
+            manifest = Manifest(
+                kind=kind,
+                shards=shards,
+                dtype=_widest_dtype(shards, dtype) if kind == "tokens" else None,
+                tokenizer=tok_fp,
+                eos_id=tokenizer.eos_id if tokenizer is not None else None,
+                vocab_size=tokenizer.vocab_size if tokenizer is not None else None,
+                sources=sources or [],
+                item_layout=layout,
+                tokenizer_backend=getattr(tokenizer, "backend", None) if tokenizer is not None else None,
+            )
+            if mode == "append":
+                check_append_layout(output, manifest)
+            output.commit(manifest)
+        except BaseException as e:
+            output.abort(run_id)
+            explained = output.explain(e)
+            if explained is e:
+                raise
+            raise explained from e
+        finally:
+            output.release()
     summary = OptimizeSummary(
         output_dir=getattr(output, "display", str(output.folder)),
         documents=sum(s.documents for s in shards),
@@ -300,8 +320,8 @@ def optimize(
         bytes=sum(s.bytes for s in shards),
         seconds=time.perf_counter() - started,
     )
-    for _, stats in results.values():
-        for key, value in stats.items():
+    for result in results.values():
+        for key, value in result.stats.items():
             summary.stats[key] = summary.stats.get(key, 0) + value
     if progress:
         print(summary.line(), file=sys.stderr)
@@ -312,73 +332,35 @@ def _widest_dtype(shards: list[ShardInfo], default: str) -> str:
     return "uint32" if any(s.dtype == "uint32" for s in shards) else default
 
 
-def _progress_bar(total: int, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="task", desc="optimize", disable=not enabled, dynamic_ncols=True, file=sys.stderr)
-
-
-def _run(job: _Job, workers: int, progress: bool, on_done: Callable | None = None) -> dict[int, tuple[list[ShardInfo], dict]]:
-    bar = _progress_bar(len(job.tasks), progress)
-    counts = [0, 0]
-
-    def report(docs: int, tokens: int) -> None:
-        counts[0] += docs
-        counts[1] += tokens
-
-    try:
-        if workers == 0:
-            results = {}
-            for task_id in range(len(job.tasks)):
-                results[task_id] = _run_task(job, task_id, report)
-                if on_done is not None:  # remote output: upload the task's shards now
-                    on_done(results[task_id][0])
-                bar.update(1)
-                bar.set_postfix(docs=counts[0], tokens=counts[1], refresh=False)
-            return results
-        return _run_parallel(job, workers, bar, on_done)
-    finally:
-        bar.close()
-
-
-def _run_parallel(job: _Job, workers: int, bar: Any, on_done: Callable | None) -> dict[int, tuple[list[ShardInfo], dict]]:
-    # fork where available: fn need not be picklable and workers start in milliseconds.
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    task_queue, result_queue = ctx.Queue(), ctx.Queue()
+def _common_layout(job: _Job, results: dict[int, _TaskResult]) -> Any:
+    """Every task's items must have the first item's layout (each task checked its own against its first)."""
+    reference, seen = None, 0
     for task_id in range(len(job.tasks)):
-        task_queue.put(task_id)
-    workers = min(workers, len(job.tasks))
-    for _ in range(workers):
-        task_queue.put(None)
-    procs = [ctx.Process(target=_worker, args=(job, task_queue, result_queue, os.getpid()), daemon=True) for _ in range(workers)]
-    for p in procs:
-        p.start()
-    results: dict[int, tuple[list[ShardInfo], dict]] = {}
-    docs = tokens = 0
-    try:
-        while len(results) < len(job.tasks):
-            try:
-                message = result_queue.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"optimize worker {dead[0].pid} died with exit code {dead[0].exitcode}") from None
-                continue
-            if message[0] == "progress":
-                docs, tokens = docs + message[1], tokens + message[2]
-                bar.set_postfix(docs=docs, tokens=tokens, refresh=False)
-            elif message[0] == "done":
-                results[message[1]] = (message[2], message[3])
-                if on_done is not None:  # in this process: the object-store client does not survive fork
-                    on_done(message[2])
-                bar.update(1)
-            else:
-                _, task_id, error, trace = message
-                raise error
-        return results
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(timeout=5)
+        result = results[task_id]
+        if result.layout is not None:
+            if reference is None:
+                reference = result.layout
+            elif (diff := first_difference(reference, result.layout)) is not None:
+                path, got, want = diff
+                field = f"field '{path}'" if path else "the item"
+                raise StructureError(f"optimize: item {seen} (the first of task {task_id}): {field} is {got}, "
+                                     f"the first item's is {want}")
+        seen += sum(s.items for s in result.shards)
+    return reference
+
+
+def check_append_layout(output: Any, manifest: Manifest) -> None:
+    """Appended items must be laid out as the dataset's (checked under the output's lock)."""
+    previous = output._current()
+    if previous is None or previous.kind != "items" or manifest.kind != "items":
+        return
+    where = getattr(output, "display", None) or output.folder
+    if previous.item_layout is None and previous.total_items:
+        raise ValueError(f"cannot append to {where}: its items are format v{previous.format_version} pickles; "
+                         "rebuild it with mode='overwrite' to use the item layout of format v2")
+    if manifest.item_layout is not None and previous.item_layout is not None:
+        diff = first_difference(previous.item_layout, manifest.item_layout)
+        if diff is not None:
+            path, got, want = diff
+            field = f"field '{path}'" if path else "the item"
+            raise ValueError(f"cannot append to {where}: this run's {field} is {got}, the dataset's is {want}")

@@ -151,12 +151,15 @@ def optimize_text(
     allow_empty: bool = False,
     storage_options: dict | None = None,
     tokenizer_backend: str | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> OptimizeSummary:
     """Tokenize text files (.txt, .jsonl[.gz|.zst], .json arrays, .parquet) into a token dataset (a folder or s3://).
 
     Inputs that hold no record at all are an InputError naming them, unless `allow_empty`
     (then an empty dataset is written). `tokenizer_backend` picks the encoding engine
     (`load_tokenizer`); the dataset is the same whichever it is, and its manifest records it.
+    `engine` / `ray_address`: as for `optimize`.
     """
     tok = load_tokenizer(tokenizer, tokenizer_backend)  # fails fast, in the parent, on a bad spec
     # Workers use the engine the parent chose (not `auto` again), so one run has one engine.
@@ -174,5 +177,5 @@ def optimize_text(
         TokenizeText(tokenizer, text_column, backend), ranges, output_dir,
         num_workers=num_workers, chunk_bytes=chunk_bytes, item_loader=TokensLoader(), mode=mode,
         compression=compression, tokenizer=tok, sources=sources, progress=progress, wait=wait,
-        storage_options=storage_options,
+        storage_options=storage_options, engine=engine, ray_address=ray_address,
     )

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
-from torch.utils.data._utils.collate import default_collate
 
+from llm.data.shards.collate import item_chunk
 from llm.data.shards.foreign import open_foreign
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
@@ -265,8 +265,7 @@ class StreamingDataset(IterableDataset):
     def _samples(self, samples: np.ndarray) -> Iterator[Any]:
         """Single samples, as `ds[i]` gives them, but read a chunk at a time (a plain DataLoader's path)."""
         if self.manifest.kind == "items":
-            for sample in samples.tolist():
-                yield self.reader.get(sample)
+            yield from self.reader.get_many(samples)
             return
         blocks = {k: torch.from_numpy(v) for k, v in self.read_blocks(samples).items()}
         for row in range(len(samples)):
@@ -307,10 +306,7 @@ class StreamingDataset(IterableDataset):
         """Several consecutive batches at once: one hand-off from a worker instead of one per batch."""
         if self.manifest.kind == "tokens":
             return {"sizes": sizes, **self.read_blocks(samples)}
-        collate = collate or default_collate
-        items = [self.reader.get(int(s)) for s in samples]
-        bounds = np.concatenate([[0], np.cumsum(sizes)])
-        return {"sizes": sizes, "batches": [collate(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]}
+        return item_chunk(self.reader, samples, sizes, collate)  # collate: default_collate + PIL images, None
 
     def _hint(self, it: _Iteration, order: Callable, lo: int, hi: int) -> None:
         """Remote data: tell the cache which shards batches [lo, hi + a few chunks) read, in order."""

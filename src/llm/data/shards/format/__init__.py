@@ -1,1 +1,1 @@
-"""On-disk format v1: token and item shards plus the `index.json` manifest that names them."""
+"""On-disk format v2 (v1 still read): token and item shards plus the `index.json` manifest that names them."""

@@ -6,13 +6,17 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from llm.data.shards.format.validate import ManifestError, check_derived, check_manifest
 from llm.data.storage.local import atomic_write
 
 __all__ = ["FORMAT_VERSION", "INDEX_NAME", "KINDS", "Manifest", "ManifestError", "ShardInfo", "merge_backends"]
 
-FORMAT_VERSION = 1
+# v2: item records follow `item_layout` (format/serializers.py) instead of one pickle each, and the
+# fingerprint is over the content (checksums, counts, layout), not the run-specific file names.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 INDEX_NAME = "index.json"
 KINDS = ("tokens", "items")
 
@@ -51,6 +55,7 @@ class Manifest:
     # The engine(s) that encoded the text, e.g. "fastokens" (None in older manifests). Not part of
     # the fingerprint: every engine gives the same ids for a vocabulary.
     tokenizer_backend: str | None = None
+    item_layout: Any = None  # v2 items: the structure every record follows (None: v1 pickles)
 
     @property
     def total_tokens(self) -> int:
@@ -65,15 +70,26 @@ class Manifest:
         return sum(s.documents for s in self.shards)
 
     def fingerprint(self) -> str:
-        """Identifies the content: changes when any shard, the kind or the tokenizer changes."""
+        """Identifies the content: changes when any shard, the kind, the tokenizer or the item layout changes.
+
+        From v2 on, shard file names (which hold a run id) are left out: the same content written
+        by two runs, or by two engines, has one fingerprint.
+        """
         h = hashlib.sha256()
-        h.update(json.dumps([self.kind, self.tokenizer], sort_keys=True).encode())
+        if self.format_version == 1:
+            h.update(json.dumps([self.kind, self.tokenizer], sort_keys=True).encode())
+            for s in self.shards:
+                h.update(f"{s.file}:{s.checksum}:{s.tokens}:{s.items}".encode())
+            return h.hexdigest()[:32]
+        h.update(json.dumps([self.format_version, self.kind, self.tokenizer, self.item_layout], sort_keys=True).encode())
         for s in self.shards:
-            h.update(f"{s.file}:{s.checksum}:{s.tokens}:{s.items}".encode())
+            h.update(f"{s.checksum}:{s.tokens}:{s.documents}:{s.items};".encode())
         return h.hexdigest()[:32]
 
     def to_json(self) -> dict:
         data = asdict(self)
+        if data["item_layout"] is None:  # token datasets and v1 items have none
+            del data["item_layout"]
         data["fingerprint"] = self.fingerprint()
         data["totals"] = self.totals()
         return data
@@ -113,8 +129,8 @@ class Manifest:
         if not isinstance(data, dict):
             raise ManifestError(f"{path}: malformed manifest (expected a JSON object)")
         version = data.get("format_version")
-        if type(version) is not int or version != FORMAT_VERSION:
-            raise ManifestError(f"{path}: format_version {version!r} is not supported (expected {FORMAT_VERSION})")
+        if type(version) is not int or version not in READABLE_VERSIONS:
+            raise ManifestError(f"{path}: format_version {version!r} is not supported (expected one of {READABLE_VERSIONS})")
         if data.get("kind") not in KINDS:
             raise ManifestError(f"{path}: key 'kind' is {data.get('kind')!r}, expected one of {', '.join(KINDS)}")
         shards = data.get("shards")

@@ -15,6 +15,7 @@ from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
 from llm.data.shards.format.manifest import Manifest, ShardInfo
 from llm.data.shards.format.pread import DescriptorPool, ShardError, read_rows
+from llm.data.shards.format.records import ItemCodec
 
 
 class _ShardBytes:
@@ -312,24 +313,65 @@ class TokenReader:
 
 
 class ItemReader:
-    """Reads item i with one seek: the offsets table says where its pickled bytes are."""
+    """Reads item i with one seek: the offsets table says where its record is; only it is decoded.
+
+    v2 records follow the manifest's item layout (format/records.py); v1 records are pickles.
+    """
 
     def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, files: _ShardBytes | None = None):
         self.files = files if files is not None else _ShardBytes(folder, manifest, verify)
+        self.folder = folder
         counts = np.array([s.items for s in manifest.shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
+        self.codec = ItemCodec(manifest.item_layout) if manifest.item_layout is not None else None
+        self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(bytes, offsets) of shard i as plain arrays: slicing a np.memmap costs microseconds per call."""
+        views = self._views.get(i)
+        if views is None:
+            info = self.files.shards[i]
+            raw = self.files.raw(i).view(np.ndarray)
+            views = (raw, raw[len(raw) - 8 * (info.items + 1) :].view("<u8").astype(np.int64))
+            if info.compression is None and self.files.keep_views:
+                self._views[i] = views
+        return views
 
     def get(self, index: int) -> object:
-        i = int(np.searchsorted(self.starts, index, side="right")) - 1
-        raw = self.files.raw(i)
-        n = self.files.shards[i].items
-        offsets = raw[len(raw) - 8 * (n + 1) :].view("<u8")
-        local = index - int(self.starts[i])
-        return pickle.loads(raw[int(offsets[local]) : int(offsets[local + 1])].tobytes())
+        return self.get_many(np.array([index], dtype=np.int64))[0]
+
+    def get_many(self, indices: np.ndarray) -> list:
+        """The items at these indices, in order (the offsets of a whole batch looked up at once)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        shard_of = np.searchsorted(self.starts, indices, side="right") - 1
+        out: list = [None] * len(indices)
+        for i in np.unique(shard_of).tolist():
+            rows = np.flatnonzero(shard_of == i)
+            raw, offsets = self._shard(i)
+            local = indices[rows] - self.starts[i]
+            for row, k, a, b in zip(rows.tolist(), local.tolist(), offsets[local].tolist(), offsets[local + 1].tolist()):
+                out[row] = self._decode(i, k, raw[a:b])
+        return out
+
+    def _decode(self, shard: int, local: int, record: np.ndarray) -> object:
+        if self.codec is None:
+            return pickle.loads(record)
+        try:
+            return self.codec.decode(bytearray(record))
+        except Exception as e:  # a manifest whose layout does not describe these records
+            raise ShardError(
+                f"shard {os.path.join(self.folder, self.files.shards[shard].file)}: item {local} does not decode with "
+                f"the manifest's item_layout ({type(e).__name__}: {e})"
+            ) from None
 
     def verify(self) -> None:
         self.files.verify_all()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_views"] = {}  # memory maps do not cross process boundaries
+        return state
 
 
 def verify_dataset(folder: Path | str) -> Manifest:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.data.shards.format.checksum import PREFIX
+from llm.data.shards.format.serializers import check_layout
 
 TOKEN_DTYPES = {"uint16": 2, "uint32": 4}
 COMPRESSIONS = (None, "zstd")
@@ -96,6 +97,7 @@ def check_manifest(data: dict, path: Path) -> None:
             _count(value, str(path), key)
         if tokenizer and key in tokenizer and tokenizer[key] != value:
             raise ManifestError(f"{path}: key '{key}' is {value!r}, but the tokenizer recorded says {tokenizer[key]!r}")
+    _check_item_layout(data, path)
     if not isinstance(data.get("sources", []), list):
         raise ManifestError(f"{path}: key 'sources' is {data.get('sources')!r}, expected a list")
     seen: set[str] = set()
@@ -104,6 +106,22 @@ def check_manifest(data: dict, path: Path) -> None:
         if entry["file"] in seen:
             raise ManifestError(f"{path}: shard {entry['file']} is listed twice")
         seen.add(entry["file"])
+
+
+def _check_item_layout(data: dict, path: Path) -> None:
+    """v2 item datasets say how their records are laid out; nothing else has a layout."""
+    layout, kind, version = data.get("item_layout"), data["kind"], data["format_version"]
+    if layout is None:
+        has_items = any(isinstance(s, dict) and s.get("items") for s in data["shards"])
+        if kind == "items" and version >= 2 and has_items:
+            raise ManifestError(f"{path}: key 'item_layout' is missing, but a format v{version} item dataset needs it")
+        return
+    if kind != "items" or version < 2:
+        raise ManifestError(f"{path}: key 'item_layout' is set, but a {kind} dataset of format v{version} has none")
+    try:
+        check_layout(layout)
+    except ValueError as e:
+        raise ManifestError(f"{path}: key 'item_layout' {e}") from None
 
 
 def check_derived(data: dict, fingerprint: str, totals: dict, path: Path) -> None:

@@ -4,21 +4,23 @@ Token shard layout (little-endian, no header; counts live in the manifest):
     tokens[tokens]      uint16 or uint32
     doc_ends[documents] uint64, exclusive end offset of each document in this shard
 Item shard layout:
-    blob                pickled items back to back
+    blob                item records back to back (v2: laid out by the manifest's item_layout,
+                        see serializers.py and records.py; v1: one pickle each)
     offsets[items + 1]  uint64, item i is blob[offsets[i]:offsets[i+1]]
 Documents never straddle two shards; blocks may (the reader joins shards).
 """
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes
 from llm.data.shards.format.manifest import ShardInfo
+from llm.data.shards.format.records import ItemCodec
 from llm.data.storage.local import write_file
 
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -156,7 +158,8 @@ class TokenShardWriter:
 
 
 class ItemShardWriter:
-    """Pickles arbitrary Python objects (numbers, strings, arrays, tensors...) into item shards."""
+    """Items of any type (nested dicts/lists/tuples of numbers, strings, arrays, tensors, images...)
+    into item shards: the first item fixes the layout, every item is one record of it."""
 
     def __init__(
         self,
@@ -172,9 +175,18 @@ class ItemShardWriter:
         self.shards: list[ShardInfo] = []
         self._blobs: list[bytes] = []
         self._size = 0
+        self.codec: ItemCodec | None = None
+
+    @property
+    def layout(self) -> Any:
+        """The layout of this writer's items (None before the first item)."""
+        return None if self.codec is None else self.codec.layout
 
     def add(self, item: object) -> None:
-        blob = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        """Add one item; StructureError (naming the field) when it does not match the first item."""
+        if self.codec is None:
+            self.codec = ItemCodec.for_item(item)
+        blob = self.codec.encode(item)
         self._blobs.append(blob)
         self._size += len(blob)
         if (self.chunk_items and len(self._blobs) >= self.chunk_items) or (

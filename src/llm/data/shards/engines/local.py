@@ -1,0 +1,110 @@
+"""The local engine: tasks in forked worker processes of this machine (or in this process for 0 workers)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+import time
+import traceback
+from typing import Any
+
+from llm.data.shards.engines.tasks import Tasks
+
+
+def run_local(tasks: Tasks, workers: int, bar: Any) -> None:
+    counts = [0, 0]
+
+    def report(docs: int, tokens: int) -> None:
+        counts[0] += docs
+        counts[1] += tokens
+
+    if workers == 0:
+        for task_id in range(tasks.count):
+            result = tasks.work(task_id, report)
+            tasks.on_done(task_id, result)
+            bar.update(1)
+            bar.set_postfix(dict(zip(tasks.counters, counts)), refresh=False)
+        return
+    _run_parallel(tasks, workers, bar)
+
+
+def _worker(tasks: Tasks, task_queue: Any, results: Any, parent_pid: int) -> None:
+    # The worker processes are the parallelism: tokenizer thread pools would only contend for cores.
+    os.environ["LLM_TOKENIZER_THREADS"] = "1"
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    last = [time.monotonic(), 0, 0]
+
+    def report(docs: int, tokens: int) -> None:
+        last[1] += docs
+        last[2] += tokens
+        if time.monotonic() - last[0] > 0.5:
+            if os.getppid() != parent_pid:  # the parent was killed: stop writing orphans
+                os._exit(1)
+            results.put(("progress", last[1], last[2]))
+            last[:] = [time.monotonic(), 0, 0]
+
+    while True:
+        task_id = task_queue.get()
+        if task_id is None:
+            return
+        try:
+            result = tasks.work(task_id, report)
+            results.put(("progress", last[1], last[2]))
+            last[1:] = [0, 0]
+            results.put(("done", task_id, result))
+        except BaseException as e:  # reported to the parent, which stops the run and cleans up
+            results.put(("error", task_id, picklable(e), traceback.format_exc()))
+            return
+
+
+def picklable(e: BaseException) -> BaseException:
+    """The exception itself when it survives pickling (to cross a process boundary), else its text."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
+
+
+def _run_parallel(tasks: Tasks, workers: int, bar: Any) -> None:
+    # fork where available: fn need not be picklable and workers start in milliseconds.
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    task_queue, result_queue = ctx.Queue(), ctx.Queue()
+    for task_id in range(tasks.count):
+        task_queue.put(task_id)
+    workers = min(workers, tasks.count)
+    for _ in range(workers):
+        task_queue.put(None)
+    procs = [ctx.Process(target=_worker, args=(tasks, task_queue, result_queue, os.getpid()), daemon=True)
+             for _ in range(workers)]
+    for p in procs:
+        p.start()
+    done = 0
+    counts = [0, 0]
+    try:
+        while done < tasks.count:
+            try:
+                message = result_queue.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"{getattr(bar, 'desc', 'optimize')} worker {dead[0].pid} died with exit code {dead[0].exitcode}") from None
+                continue
+            if message[0] == "progress":
+                counts[0] += message[1]
+                counts[1] += message[2]
+                bar.set_postfix(dict(zip(tasks.counters, counts)), refresh=False)
+            elif message[0] == "done":
+                tasks.on_done(message[1], message[2])  # in this process: e.g. the object-store client does not survive fork
+                done += 1
+                bar.update(1)
+            else:
+                raise message[2]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=5)

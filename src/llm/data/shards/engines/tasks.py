@@ -1,0 +1,37 @@
+"""What an engine runs: `Tasks` (work per task id, a driver callback per finished task), and engine names."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+ENGINES = ("local", "ray")
+
+Report = Callable[[int, int], None]  # (documents or items, tokens) done since the last report
+
+
+@dataclass(frozen=True)
+class Tasks:
+    """`work(task_id, report)` runs in a worker and returns the task's result (picklable);
+    `on_done(task_id, result)` runs in the driver, in completion order."""
+
+    work: Callable[[int, Report], Any]
+    count: int
+    on_done: Callable[[int, Any], None]
+    unit: str = "task"
+    counters: tuple[str, str] = ("docs", "tokens")  # names of report()'s two numbers on the bar
+
+
+def check_engine(engine: str, ray_address: str | None) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(repr(e) for e in ENGINES)}, got {engine!r}")
+    if ray_address is not None and engine != "ray":
+        raise ValueError(f"ray_address is only used with engine='ray', not {engine!r}")
+
+
+def progress_bar(total: int, desc: str, unit: str, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit=unit, desc=desc, disable=not enabled, dynamic_ncols=True, file=sys.stderr)

@@ -1,0 +1,204 @@
+"""map(): `fn(input, folder)` over inputs in parallel; each input's files land in the output at once, resumable.
+
+Each input is one task. `fn` writes whatever it likes under the folder it is given (a
+fresh staging folder); when it returns, the task moves those files into `output_dir`
+(renames on a local disk, uploads for s3://), then writes the input's done-marker
+(`output_dir/.llm-map/done/<key>`). A rerun skips the inputs with a marker, so a
+crashed or failed run continues where it stopped, and an input's files appear only
+after `fn` finished them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from llm.data.shards.engines import Tasks, check_engine, engine_session, run_tasks
+from llm.data.storage.paths import parse_location
+
+STATE_DIR = ".llm-map"  # markers, staging folders and the lock, inside the output
+
+
+class MapError(RuntimeError):
+    """fn failed on an input; the message names the input."""
+
+
+@dataclass
+class MapSummary:
+    output_dir: str
+    inputs: int = 0
+    done: int = 0  # inputs processed by this run
+    skipped: int = 0  # inputs already done by an earlier run
+    files: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return (f"map: {self.done:,} inputs done, {self.skipped:,} already done, {self.files:,} files "
+                f"in {self.seconds:.1f} s -> {self.output_dir}")
+
+
+def input_key(value: Any) -> str:
+    """The name of an input's done-marker: a hash of its type and repr (equal inputs share it)."""
+    import xxhash
+
+    return xxhash.xxh3_128_hexdigest(f"{type(value).__qualname__}:{value!r}".encode())
+
+
+@dataclass(frozen=True)
+class _MapJob:
+    fn: Callable[[Any, str], Any]
+    inputs: list[tuple[int, Any, str]]  # (index in the caller's list, input, key) of the inputs to do
+    output: str  # a local folder or an s3:// URL
+    storage_options: dict | None
+
+
+def _files_under(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+
+
+def _run_input(job: _MapJob, task_id: int, report: Callable[[int, int], None]) -> int:
+    """One input: fn into a staging folder, then its files into the output, then the marker."""
+    index, value, key = job.inputs[task_id]
+    location = parse_location(job.output)
+    local = not location.is_object_store
+    if local:  # staging on the output's own filesystem: moving a file in is a rename
+        root = location.local_path() / STATE_DIR / "tmp"
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{key[:12]}-", dir=root))
+    else:
+        staging = Path(tempfile.mkdtemp(prefix="llm-map-"))
+    try:
+        try:
+            job.fn(value, str(staging))
+        except Exception as e:
+            raise MapError(f"map: input {index} ({value!r:.80}) failed: {type(e).__name__}: {e}") from e
+        files = _files_under(staging)
+        marker = json.dumps({"input": f"{value!r:.200}", "index": index, "files": files}).encode()
+        if local:
+            _move_into(staging, location.local_path(), files, key, marker)
+        else:
+            _upload(job, staging, files, key, marker)
+        report(1, len(files))
+        return len(files)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _move_into(staging: Path, out: Path, files: list[str], key: str, marker: bytes) -> None:
+    from llm.data.storage.local import atomic_write, fsync_dir
+
+    for rel in files:
+        dest = out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / rel, dest)  # a rerun after a crash here replaces these with the same files
+    for parent in {(out / rel).parent for rel in files}:
+        fsync_dir(parent)
+    done = out / STATE_DIR / "done"
+    done.mkdir(parents=True, exist_ok=True)
+    atomic_write(done / key, marker)  # last: the input counts as done only once all its files are in place
+
+
+def _upload(job: _MapJob, staging: Path, files: list[str], key: str, marker: bytes) -> None:
+    from llm.data.storage.objects import open_objects
+
+    objects = open_objects(job.output, job.storage_options)
+    for rel in files:
+        objects.put(rel, staging / rel)
+    open_objects(f"{job.output.rstrip('/')}/{STATE_DIR}/done", job.storage_options).put(key, marker)
+
+
+def _done_keys(output: str, storage_options: dict | None) -> set[str]:
+    location = parse_location(output)
+    if location.is_object_store:
+        from llm.data.storage.objects import open_objects
+
+        return set(open_objects(f"{output.rstrip('/')}/{STATE_DIR}/done", storage_options).list())
+    done = location.local_path() / STATE_DIR / "done"
+    return {p.name for p in done.iterdir()} if done.is_dir() else set()
+
+
+def _lock(output: str, storage_options: dict | None) -> Any:
+    location = parse_location(output)
+    if location.is_object_store:
+        from llm.data.storage.objects import open_objects
+        from llm.data.storage.remote_lock import RemoteLock
+
+        lock: Any = RemoteLock(open_objects(f"{output.rstrip('/')}/{STATE_DIR}", storage_options))
+    else:
+        from llm.data.storage.lock import FolderLock
+
+        lock = FolderLock(location.local_path() / STATE_DIR, what="a map")
+    lock.acquire()
+    return lock
+
+
+def map(
+    fn: Callable[[Any, str], Any],
+    inputs: Sequence[Any],
+    output_dir: str | Path,
+    *,
+    num_workers: int | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+    progress: bool = True,
+    storage_options: dict | None = None,
+) -> MapSummary:
+    """Call `fn(input, folder)` for every input, in `num_workers` processes (or Ray tasks).
+
+    Files `fn` writes under `folder` end up at the same relative path in `output_dir` (a
+    folder, or `s3://bucket/prefix`), all of an input's files once `fn` returned. A failure
+    stops the run with a MapError naming the input; inputs finished before it stay done,
+    and a rerun skips them (inputs are told apart by type and repr). docs/items.md.
+    """
+    started = time.perf_counter()
+    check_engine(engine, ray_address)
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0):
+        raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+    inputs = list(inputs)
+    location = parse_location(output_dir)
+    output = location.url() if location.is_object_store else str(location.local_path())
+    if not location.is_object_store:
+        if location.local_path().exists() and not location.local_path().is_dir():
+            raise ValueError(f"output {output} exists and is not a folder")
+        location.local_path().mkdir(parents=True, exist_ok=True)
+    lock = _lock(output, storage_options)
+    try:
+        if not location.is_object_store:  # staging folders of an earlier run that died (we hold the lock)
+            shutil.rmtree(location.local_path() / STATE_DIR / "tmp", ignore_errors=True)
+        done = _done_keys(output, storage_options)
+        todo, seen = [], set()
+        for index, value in enumerate(inputs):
+            key = input_key(value)
+            if key not in done and key not in seen:
+                todo.append((index, value, key))
+            seen.add(key)
+        summary = MapSummary(output, inputs=len(inputs), skipped=sum(1 for v in inputs if input_key(v) in done))
+        job = _MapJob(fn, todo, output, storage_options)
+
+        def finished(task_id: int, files: int) -> None:
+            summary.done += 1
+            summary.files += files
+
+        if todo:
+            with engine_session(engine, ray_address, num_workers) as workers:
+                run_tasks(Tasks(partial(_run_input, job), len(todo), finished, unit="input", counters=("inputs", "files")),
+                          engine=engine, workers=min(workers, len(todo)), ray_address=ray_address, desc="map",
+                          progress=progress)
+    finally:
+        lock.release()
+    summary.seconds = time.perf_counter() - started
+    if progress:
+        print(summary.line(), file=sys.stderr)
+    return summary
+
+
+map_fn = map  # the same function, for code where `map` would shadow the builtin

@@ -1,0 +1,1 @@
+"""Items of any type: optimize, map, the Ray engine."""

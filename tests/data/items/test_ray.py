@@ -1,0 +1,77 @@
+"""The Ray engine: the same dataset as the local engine (content, order, fingerprint); a killed worker is retried."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llm.data import StreamingDataset, TokensLoader, map, optimize
+from llm.data.shards.format.manifest import Manifest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm[ray]' (the dev extra has it)")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # a local Ray cluster takes ~10-20 s to start on 2 cores
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster():
+    from llm.data.shards.engines.ray import start_local
+
+    start_local(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+def _doc(i: int) -> np.ndarray:
+    return np.arange(i * 7, i * 7 + 50 + i % 13)
+
+
+def _item(i: int) -> dict:
+    return {"x": np.full((4, 4), i, np.uint8), "label": i, "name": f"n{i}"}
+
+
+@pytest.mark.parametrize("kind", ["tokens", "items"])
+def test_ray_writes_the_same_dataset_as_local(tmp_path: Path, kind: str) -> None:
+    fn, loader = (_doc, TokensLoader()) if kind == "tokens" else (_item, None)
+    kwargs = dict(num_workers=2, chunk_bytes="2KB", item_loader=loader, progress=False)
+    optimize(fn, list(range(60)), tmp_path / "local", **kwargs)
+    optimize(fn, list(range(60)), tmp_path / "ray", engine="ray", **kwargs)
+    a, b = Manifest.load(tmp_path / "local"), Manifest.load(tmp_path / "ray")
+    assert len(a.shards) > 4 and a.fingerprint() == b.fingerprint()
+    assert [s.checksum for s in a.shards] == [s.checksum for s in b.shards]
+    assert [s.file for s in a.shards] != [s.file for s in b.shards]  # two runs, two run ids: content decides
+
+
+def _dies_once(i: int) -> dict:
+    marker = Path(os.environ["LLM_TEST_RAY_MARKER"])
+    if i == 23 and not marker.exists():
+        marker.write_text("killed")
+        os._exit(1)  # the Ray worker process dies mid-task, after writing some of its shards
+    return _item(i)
+
+
+def test_a_killed_ray_worker_is_retried_and_every_item_is_there_once(tmp_path: Path, monkeypatch) -> None:
+    marker = tmp_path / "marker"
+    monkeypatch.setenv("LLM_TEST_RAY_MARKER", str(marker))
+    ray.shutdown()  # the env var must reach the workers of a fresh cluster
+    from llm.data.shards.engines.ray import start_local
+
+    start_local(num_cpus=2)
+    optimize(_dies_once, list(range(40)), tmp_path / "ds", num_workers=2, chunk_size=3, engine="ray", progress=False)
+    assert marker.read_text() == "killed"
+    ds = StreamingDataset(tmp_path / "ds")
+    assert [ds[i]["label"] for i in range(len(ds))] == list(range(40))
+    listed = {s.file for s in Manifest.load(tmp_path / "ds").shards}
+    assert {p.name for p in (tmp_path / "ds").glob("shard-*.bin")} == listed
+
+
+def _touch(name: str, folder: str) -> None:
+    Path(folder, f"{name}.txt").write_text(name)
+
+
+def test_map_on_ray(tmp_path: Path) -> None:
+    summary = map(_touch, [f"f{i}" for i in range(6)], tmp_path / "out", engine="ray", progress=False)
+    assert summary.done == 6 and sorted(p.name for p in (tmp_path / "out").glob("*.txt")) == [f"f{i}.txt" for i in range(6)]
