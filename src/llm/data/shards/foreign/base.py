@@ -190,6 +190,10 @@ class ForeignItemReader:
         i = int(np.searchsorted(self.starts, index, side="right")) - 1
         return self.decode(self.files.raw(i), index - int(self.starts[i]), i)
 
+    def get_many(self, indices: np.ndarray) -> list:
+        """Items at these indices, in order (the batched path of StreamingDataset)."""
+        return [self.get(int(i)) for i in indices]
+
     def verify(self) -> None:
         self.files.verify_all()
 
