@@ -7,10 +7,14 @@ per-sample path: sample by sample (`ds[i]` for an overridden `__getitem__`; othe
 a vectorised read, then `transform` on each sample), then `collate_fn` (default:
 `default_collate`) per batch. The cost is one Python call (or more) per sample instead
 of one copy per chunk: fine for item datasets, a real slowdown for plain token blocks.
+
+A slice is always `[ds[i] for i in range(...)]`: a subclass's `__getitem__` is wrapped so
+that it only ever sees integers (unless it sets `__getitem__.handles_slices = True`).
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +32,21 @@ class SampleAccess:
 
     transform: Callable[[Any], Any] | None = None
     num_samples: int
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__getitem__")
+        if own is None or getattr(own, "handles_slices", False):
+            return
+
+        @functools.wraps(own)
+        def getitem(self: SampleAccess, index: Any) -> Any:
+            if isinstance(index, slice):
+                return [own(self, i) for i in range(*index.indices(self.num_samples))]
+            return own(self, index)
+
+        getitem.handles_slices = True  # type: ignore[attr-defined]
+        cls.__getitem__ = getitem  # type: ignore[method-assign]
 
     def __getitem__(self, index: int | slice) -> Any:
         """Sample `index` (negative counts from the end), or a list of samples for a slice."""

@@ -287,6 +287,8 @@ class CombinedStreamingDataset(StreamingDataset):
             return self.sample_list(self.global_ids(self.epoch, np.arange(*index.indices(self.num_samples))))
         return self.sample_list(self.global_ids(self.epoch, np.array([self._check_index(index)])))[0]
 
+    __getitem__.handles_slices = True  # type: ignore[attr-defined]  # (access.py)
+
     def verify(self) -> None:
         for d in self.datasets:
             d.verify()
