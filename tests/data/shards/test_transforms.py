@@ -98,8 +98,10 @@ def test_auto_backend_and_collate_fn_for_token_transforms(folders):
         StreamingDataLoader(plain, batch_size=4, collate_fn=list)
     firsts = next(iter(StreamingDataLoader(ds, batch_size=4, collate_fn=lambda xs: [x["target"][0] for x in xs])))
     assert [int(x) for x in firsts] == [int(plain[i][1]) for i in range(4)]
-    with pytest.raises(TypeError, match="transform must be a callable"):
+    with pytest.raises(TypeError, match="transform must be a callable.*got 'upper'"):
         StreamingDataset(folders["items"], transform="upper")
+    chained = StreamingDataset(folders["items"], transform=[times_ten, lambda s: s["i"] + 1])  # LitData takes a list
+    assert chained[4] == 41 and list(StreamingDataLoader(chained, batch_size=3, num_workers=2))[0].tolist() == [1, 11, 21]
 
 
 def test_a_transform_and_a_subsample_resume_together(folders):

@@ -27,6 +27,29 @@ from torch.utils.data._utils.collate import default_collate
 from llm.data.shards.profiling import current, span
 
 
+class Compose:
+    """Several transforms applied in order (picklable, so it travels to worker processes)."""
+
+    def __init__(self, transforms: list[Callable[[Any], Any]]):
+        self.transforms = transforms
+
+    def __call__(self, sample: Any) -> Any:
+        for t in self.transforms:
+            sample = t(sample)
+        return sample
+
+
+def as_transform(value: Any) -> Callable[[Any], Any] | None:
+    """`transform=`: None, a callable, or a list of callables applied in order (as LitData takes it)."""
+    if value is None or (callable(value) and not isinstance(value, (list, tuple))):
+        return value
+    steps = list(value) if isinstance(value, (list, tuple)) else [value]
+    for t in steps:
+        if not callable(t):
+            raise TypeError(f"transform must be a callable taking one sample, or a list of them, got {t!r}")
+    return Compose(steps) if steps else None
+
+
 class SampleAccess:
     """Mixed into StreamingDataset: samples as `ds[i]` gives them, one at a time or as lists."""
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from llm.data.shards.access import SampleAccess
+from llm.data.shards.access import SampleAccess, as_transform
 from llm.data.shards.foreign import open_foreign
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
@@ -85,7 +85,7 @@ class StreamingDataset(SampleAccess, IterableDataset):
         storage_options: dict | None = None,
         shuffle_window: int | str | None = None,
         subsample: float = 1.0,
-        transform: Callable[[Any], Any] | None = None,
+        transform: Callable[[Any], Any] | list[Callable[[Any], Any]] | None = None,
     ):
         """`input_dir`: a folder, `local:/network/folder` or `s3://bucket/prefix`. Remote shards are
         downloaded ahead of use into `cache_dir/<fingerprint>` (default: the user cache dir), verified,
@@ -98,12 +98,11 @@ class StreamingDataset(SampleAccess, IterableDataset):
         `verify_checksums`: True checks each shard's checksum on first use unless this machine
         already verified that very file (format/verified.py); "always" hashes regardless.
         `subsample`: a seeded subset of floor(subsample * n) samples (> 1 repeats them; subset.py).
-        `transform`: applied to each sample, as `ds[i]` gives it, also in workers (access.py)."""
+        `transform`: a callable (or a list, applied in order) on each sample as `ds[i]` gives it, also in
+        workers; it moves the loader to the per-sample path (access.py)."""
         if verify_checksums not in (True, False, "always"):
             raise ValueError(f"verify_checksums must be True, False or 'always', got {verify_checksums!r}")
-        if transform is not None and not callable(transform):
-            raise TypeError(f"transform must be a callable taking one sample, got {type(transform).__name__}")
-        self.subsample, self.transform, self.split = check_subsample(subsample), transform, None
+        self.subsample, self.transform, self.split = check_subsample(subsample), as_transform(transform), None
         location = parse_location(input_dir)
         self.cache = None
         self.foreign = None  # a LitData / MDS folder read in place (shards/foreign/)
