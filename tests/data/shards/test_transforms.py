@@ -91,7 +91,7 @@ def test_random_access_slices_and_plain_iteration_apply_it(folders, kind, how):
 
 def test_auto_backend_and_collate_fn_for_token_transforms(folders):
     ds = make(folders, "tokens", "transform")
-    assert StreamingDataLoader(ds, batch_size=4, num_workers=2).worker_backend == "processes"  # user code per sample
+    assert StreamingDataLoader(ds, batch_size=4, num_workers=2).worker_backend == "threads"  # tensor ops: threads
     plain = StreamingDataset(folders["tokens"], item_loader=TokensLoader(block_size=BLOCK))
     assert StreamingDataLoader(plain, batch_size=4, num_workers=2).worker_backend == "threads"
     with pytest.raises(ValueError, match="collate_fn is only used"):
