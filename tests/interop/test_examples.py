@@ -27,4 +27,5 @@ def test_example_runs(script, tmp_path):
 
 def test_examples_are_there():
     assert {p.name for p in EXAMPLES} >= {"quickstart.py", "append_overwrite.py", "pause_resume.py", "cache_limit.py",
-                                          "combined.py", "read_litdata_folder.py"}
+                                          "combined.py", "read_litdata_folder.py", "subsample_split.py",
+                                          "slicing_transforms.py", "profile_loader.py"}

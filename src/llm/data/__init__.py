@@ -19,6 +19,7 @@ _EXPORTS = {
     "StreamingDataset": "llm.data.shards.streaming",
     "CombinedStreamingDataset": "llm.data.shards.mixing",
     "StreamingDataLoader": "llm.data.shards.loader",
+    "train_test_split": "llm.data.shards.splits",
     "StreamingTextDataModule": "llm.data.text.stream",
     "StreamingTextDataset": "llm.data.text.stream",
     "load_tokenizer": "llm.data.tokenizers",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from llm.data.shards.plan import BatchSchedule
+from llm.data.shards.profiling import LoaderProfile
 from llm.data.shards.state import STATE_VERSION, check_state
 from llm.data.shards.streaming import StreamingDataset, _Iteration, current_rank_world
 
@@ -51,8 +54,12 @@ class StreamingDataLoader(DataLoader):
         collate_fn: Callable[[list], Any] | None = None,
         drop_last: bool = False,
         worker_backend: str = "auto",
+        profile_batches: int | None = None,
+        profile_dir: str | Path = ".",
         **kwargs: Any,
     ):
+        """`profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
+        (profiling.py). Other keyword arguments go to torch's DataLoader."""
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}")
         for key in ("sampler", "batch_sampler", "shuffle"):
@@ -65,14 +72,17 @@ class StreamingDataLoader(DataLoader):
             raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if collate_fn is not None and dataset.manifest.kind == "tokens":
-            raise ValueError("collate_fn is only used for item datasets; token batches are stacked arrays already")
+        if collate_fn is not None and dataset.manifest.kind == "tokens" and not dataset.reads_per_sample():
+            raise ValueError("collate_fn is only used for item datasets and datasets with a transform or their own "
+                             "__getitem__; plain token batches are stacked arrays already")
         if worker_backend not in ("auto", "threads", "processes"):
             raise ValueError(f"worker_backend must be 'auto', 'threads' or 'processes', got {worker_backend!r}")
         if worker_backend == "auto":
             # Token blocks are memory copies that release the GIL: reader threads are faster than
             # worker processes and cost no extra memory. Item datasets run user code: processes.
             custom = kwargs.get("worker_init_fn") or kwargs.get("multiprocessing_context")
+            # A transform on token blocks stays on threads: typical ones are tensor ops, and threads
+            # measured ~8x faster than processes for them; pass "processes" for heavy Python code.
             worker_backend = "threads" if dataset.manifest.kind == "tokens" and not custom else "processes"
         self.worker_backend = worker_backend
         if worker_backend == "processes" and num_workers and dataset.cache is not None:
@@ -99,6 +109,7 @@ class StreamingDataLoader(DataLoader):
         self._schedule: BatchSchedule | None = None
         self._yielded = 0
         self._active: object | None = None  # the one live iterator's token
+        self._profile = LoaderProfile(profile_batches, profile_dir) if profile_batches else None
 
     @staticmethod
     def _pick_chunk_batches(dataset: StreamingDataset, batch_size: int) -> int:
@@ -134,9 +145,12 @@ class StreamingDataLoader(DataLoader):
         schedule = self._schedule_from(start)
         self._epoch, self._start, self._schedule, self._yielded = epoch, start, schedule, 0
         token = self._active = object()  # supersedes any earlier iterator of this loader
-        return self._batches(token, _Iteration(epoch, schedule, self._chunk_batches, self._collate))
+        profile = self._profile if self._profile is not None and not self._profile.done else None
+        it = _Iteration(epoch, schedule, self._chunk_batches, self._collate,
+                        profile=profile.batches if profile else 0, t0=profile.t0 if profile else 0)
+        return self._batches(token, it, profile)
 
-    def _batches(self, token: object, it: _Iteration) -> Iterator[Any]:
+    def _batches(self, token: object, it: _Iteration, profile: LoaderProfile | None) -> Iterator[Any]:
         self._check_live(token)
         if self.reader_threads:
             chunks: Iterator[Any] = self._threaded_chunks(it)
@@ -147,11 +161,22 @@ class StreamingDataLoader(DataLoader):
             finally:
                 self.dataset._iteration = None
         boundaries = getattr(self.dataset.item_loader, "document_boundaries", False)
-        for chunk in chunks:
-            for batch in _split_chunk(chunk, boundaries):
-                self._check_live(token)
-                self._yielded += 1  # counted before the caller sees it: a state saved now includes it
-                yield batch
+        asked = time.perf_counter_ns()
+        try:
+            for chunk in chunks:
+                trace = chunk.pop("trace", None)
+                if profile is not None:
+                    profile.add(trace)
+                for batch in _split_chunk(chunk, boundaries):
+                    self._check_live(token)
+                    self._yielded += 1  # counted before the caller sees it: a state saved now includes it
+                    if profile is not None:
+                        profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
+                    yield batch
+                    asked = time.perf_counter_ns()
+        finally:
+            if profile is not None:
+                profile.write()  # an iteration shorter than profile_batches, or left early
         if self._active is token and self._yielded == len(it.schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
 
@@ -194,6 +219,8 @@ class StreamingDataLoader(DataLoader):
             "seed": ds.seed,
             "shuffle": ds.shuffle,
             "shuffle_window": ds.shuffle_window,
+            "subsample": ds.subsample,
+            "split": ds.split,
             "num_samples": ds.num_samples,
             "epoch": epoch,
             "samples_consumed": consumed,
@@ -206,7 +233,7 @@ class StreamingDataLoader(DataLoader):
         ds = self.dataset
         if hasattr(ds, "load_mixture_state"):  # a mixture may re-anchor (other weights on resume)
             state = ds.load_mixture_state(state)
-        mine = {"fingerprint": ds.fingerprint, "seed": ds.seed, "shuffle": ds.shuffle, "num_samples": ds.num_samples,
-                "shuffle_window": ds.shuffle_window}
+        mine = {"fingerprint": ds.fingerprint, "seed": ds.seed, "shuffle": ds.shuffle, "subsample": ds.subsample,
+                "split": ds.split, "num_samples": ds.num_samples, "shuffle_window": ds.shuffle_window}
         self._epoch, self._start = check_state(state, ds.input_dir, mine)
         self._schedule, self._yielded, self._active = None, 0, None

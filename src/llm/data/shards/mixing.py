@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from llm.data.shards.streaming import StreamingDataset, _Iteration, chunk_bounds
 
@@ -93,6 +92,9 @@ class CombinedStreamingDataset(StreamingDataset):
         self.cache = None  # remote sources keep their own caches
         windows = [d.shuffle_window for d in self.datasets]  # each source's own order; in the state
         self.shuffle_window = windows if any(w is not None for w in windows) else None
+        subsamples, splits = [d.subsample for d in self.datasets], [d.split for d in self.datasets]
+        self.subsample = subsamples if any(f != 1 for f in subsamples) else 1.0  # the sources' subsets, in the state
+        self.split, self.view, self.transform = (splits if any(splits) else None), None, None
         self.sizes = np.array([d.num_samples for d in self.datasets], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         self.fingerprint = hashlib.sha256(
@@ -266,33 +268,27 @@ class CombinedStreamingDataset(StreamingDataset):
             self.datasets[s].fill_blocks(ids[at] - self.offsets[s], out, at)
         return out
 
-    def _item(self, gid: int) -> Any:
-        s = int(self.sources_of(np.array([gid]))[0])
-        return self.datasets[s].reader.get(int(gid - self.offsets[s]))
+    def reads_per_sample(self) -> bool:
+        # items come from several readers: gathered sample by sample through each source's own path
+        return self.manifest.kind == "items" or any(d.reads_per_sample() for d in self.datasets)
 
-    def _chunk(self, samples: np.ndarray, sizes: np.ndarray, collate: Callable | None) -> dict[str, Any]:
-        if self.manifest.kind == "tokens":
-            return {"sizes": sizes, **self.read_blocks(samples)}
-        from torch.utils.data._utils.collate import default_collate
+    def sample_list(self, ids: np.ndarray) -> list[Any]:
+        """Each source's samples as its own `ds[i]` gives them (its transform, subsample, __getitem__)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        src, out = self.sources_of(ids), [None] * len(ids)
+        for s in np.unique(src).tolist():
+            at = np.flatnonzero(src == s)
+            for row, sample in zip(at.tolist(), self.datasets[s].sample_list(ids[at] - self.offsets[s])):
+                out[row] = sample
+        return out
 
-        collate = collate or default_collate
-        items = [self._item(int(s)) for s in samples]
-        bounds = np.concatenate([[0], np.cumsum(sizes)])
-        return {"sizes": sizes, "batches": [collate(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]}
+    def __getitem__(self, index: int | slice) -> Any:
+        """Position `index` of the current epoch's mixture (a list for a slice)."""
+        if isinstance(index, slice):
+            return self.sample_list(self.global_ids(self.epoch, np.arange(*index.indices(self.num_samples))))
+        return self.sample_list(self.global_ids(self.epoch, np.array([self._check_index(index)])))[0]
 
-    def _samples(self, samples: np.ndarray):
-        if self.manifest.kind == "items":
-            for s in samples.tolist():
-                yield self._item(s)
-            return
-        blocks = {k: torch.from_numpy(v) for k, v in self.read_blocks(samples).items()}
-        for row in range(len(samples)):
-            yield {k: v[row] for k, v in blocks.items()} if len(blocks) > 1 else blocks["input_ids"][row]
-
-    def __getitem__(self, index: int) -> Any:
-        index = self._check_index(int(index))
-        gid = int(self.global_ids(self.epoch, np.array([index]))[0])
-        return next(iter(self._samples(np.array([gid]))))
+    __getitem__.handles_slices = True  # type: ignore[attr-defined]  # (access.py)
 
     def verify(self) -> None:
         for d in self.datasets:

@@ -12,22 +12,24 @@ count is the whole resume state.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from llm.data.shards.collate import item_chunk
+from llm.data.shards.access import SampleAccess, as_transform
 from llm.data.shards.foreign import open_foreign
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import ItemReader, TokenReader
 from llm.data.shards.plan import BatchSchedule, epoch_order
+from llm.data.shards.profiling import recording
 from llm.data.shards.shuffle.windowed import shard_sample_starts
+from llm.data.shards.subset import ComposedView, SampleView, check_subsample, subsample_view
 from llm.data.storage.paths import parse_location
 from llm.data.topology import current_topology
 
@@ -62,9 +64,11 @@ class _Iteration:
     chunk_batches: int
     collate: Callable[[list], Any] | None = None
     batched: bool = True  # False: yield single samples (the dataset iterated without the loader)
+    profile: int = 0  # chunks holding one of the first `profile` batches record spans (profiling.py)
+    t0: int = 0  # the profile's time origin (perf_counter_ns)
 
 
-class StreamingDataset(IterableDataset):
+class StreamingDataset(SampleAccess, IterableDataset):
     """Samples of a dataset made by `optimize`: token blocks (TokensLoader) or items (ItemsLoader)."""
 
     def __init__(
@@ -80,6 +84,8 @@ class StreamingDataset(IterableDataset):
         max_cache_size: int | str | None = "50GB",
         storage_options: dict | None = None,
         shuffle_window: int | str | None = None,
+        subsample: float = 1.0,
+        transform: Callable[[Any], Any] | list[Callable[[Any], Any]] | None = None,
     ):
         """`input_dir`: a folder, `local:/network/folder` or `s3://bucket/prefix`. Remote shards are
         downloaded ahead of use into `cache_dir/<fingerprint>` (default: the user cache dir), verified,
@@ -90,9 +96,13 @@ class StreamingDataset(IterableDataset):
         remote dataset with a bounded cache gets the window that fits half of `max_cache_size`,
         anything else a global shuffle; "global" forces the global one.
         `verify_checksums`: True checks each shard's checksum on first use unless this machine
-        already verified that very file (format/verified.py); "always" hashes regardless."""
+        already verified that very file (format/verified.py); "always" hashes regardless.
+        `subsample`: a seeded subset of floor(subsample * n) samples (> 1 repeats them; subset.py).
+        `transform`: a callable (or a list, applied in order) on each sample as `ds[i]` gives it, also in
+        workers; it moves the loader to the per-sample path (access.py)."""
         if verify_checksums not in (True, False, "always"):
             raise ValueError(f"verify_checksums must be True, False or 'always', got {verify_checksums!r}")
+        self.subsample, self.transform, self.split = check_subsample(subsample), as_transform(transform), None
         location = parse_location(input_dir)
         self.cache = None
         self.foreign = None  # a LitData / MDS folder read in place (shards/foreign/)
@@ -125,11 +135,21 @@ class StreamingDataset(IterableDataset):
             self.num_samples = self.reader.total
         block = self.block_size if self.manifest.kind == "tokens" else None
         self.sample_starts = shard_sample_starts(self.reader.starts, block, self.num_samples)
+        self.view: SampleView | ComposedView | None = None
+        view = subsample_view(self.sample_starts, self.subsample, f"subsample:{seed}")
+        if view is not None:
+            self.set_view(view)
         self.shuffle_window = self._resolve_window(shuffle_window)
+
+    def set_view(self, view: SampleView) -> None:
+        """Serve only the samples of `view` (ids of this dataset's current samples): a subsample or split."""
+        self.view = view if self.view is None else ComposedView(view, self.view)
+        self.sample_starts, self.num_samples = view.starts, view.num_samples
+        self._order = None
 
     def _resolve_window(self, value: int | str | None) -> int | None:
         """The window in shards that the order uses; None for a global shuffle (or none at all)."""
-        shards = len(self.manifest.shards)
+        shards = len(self.sample_starts) - 1  # of the subsample, when it repeats shards
         if value is None or (isinstance(value, str) and value in ("auto", "global")):
             if value == "global" or not self.shuffle or self.cache is None or self.cache.max_bytes is None:
                 return None
@@ -190,7 +210,7 @@ class StreamingDataset(IterableDataset):
     # ---- reading ---------------------------------------------------------------------------
 
     def read_blocks(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Token blocks for these sample ids as int64 arrays of shape (len(ids), block_size)."""
+        """Token blocks for these sample ids (as `ds[i]`) as arrays of shape (len(ids), block_size)."""
         n, block = len(sample_ids), self.block_size
         out = {"input_ids": np.empty((n, block), dtype=self.token_dtype)}
         if self.item_loader.document_boundaries:
@@ -203,6 +223,7 @@ class StreamingDataset(IterableDataset):
         # Blocks inside one shard are gathered shard by shard (tokens, and positions when asked);
         # only the few that cross a shard boundary or hit the end are read one by one.
         tokens, positions = out["input_ids"], out.get("position_ids")
+        sample_ids = self.to_base(sample_ids)  # a subsample's or split's ids -> stored blocks
         starts = np.asarray(sample_ids, dtype=np.int64) * self.block_size
         rest = self.reader.gather_blocks(starts, self.block_size, tokens, dest)
         if positions is not None:
@@ -216,22 +237,6 @@ class StreamingDataset(IterableDataset):
         stop = min(start + self.block_size, self.reader.total)
         self.reader.read(start, stop, out, positions)
         out[stop - start :] = self.pad_id
-
-    def _check_index(self, index: int) -> int:
-        if index < 0:
-            index += self.num_samples
-        if not 0 <= index < self.num_samples:
-            raise IndexError(f"sample {index} out of range for {self.num_samples} samples in {self.input_dir}")
-        return index
-
-    def __getitem__(self, index: int) -> Any:
-        index = self._check_index(int(index))
-        if self.manifest.kind == "items":
-            return self.reader.get(index)
-        blocks = self.read_blocks(np.array([index]))
-        if not self.item_loader.document_boundaries:
-            return torch.from_numpy(blocks["input_ids"][0])
-        return {k: torch.from_numpy(v[0]) for k, v in blocks.items()}
 
     def verify(self) -> None:
         """Check every shard's size and checksum against the manifest (raises ShardError)."""
@@ -262,18 +267,6 @@ class StreamingDataset(IterableDataset):
             if self.cache is not None:
                 self.reader.files.release()
 
-    def _samples(self, samples: np.ndarray) -> Iterator[Any]:
-        """Single samples, as `ds[i]` gives them, but read a chunk at a time (a plain DataLoader's path)."""
-        if self.manifest.kind == "items":
-            yield from self.reader.get_many(samples)
-            return
-        blocks = {k: torch.from_numpy(v) for k, v in self.read_blocks(samples).items()}
-        for row in range(len(samples)):
-            if self.item_loader.document_boundaries:
-                yield {k: v[row] for k, v in blocks.items()}
-            else:
-                yield blocks["input_ids"][row]
-
     def chunk_plan(self, it: _Iteration, workers: int) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
         """The chunk boundaries (in batches) and the epoch's position -> sample map."""
         return chunk_bounds(len(it.schedule), workers, it.chunk_batches), self.epoch_permutation(it.epoch)
@@ -297,16 +290,15 @@ class StreamingDataset(IterableDataset):
         positions = [it.schedule.positions(k) for k in range(lo, hi)]
         sizes = np.array([len(p) for p in positions], dtype=np.int64)
         try:
-            return self._chunk(order(np.concatenate(positions)), sizes, it.collate)
+            if lo >= it.profile:
+                return self._chunk(order(np.concatenate(positions)), sizes, it.collate)
+            info = get_worker_info()
+            with recording(it.t0, f"DataLoader worker {info.id}" if info else threading.current_thread().name) as rec:
+                chunk = self._chunk(order(np.concatenate(positions)), sizes, it.collate)
+            return {**chunk, "trace": rec.events}
         finally:
             if self.cache is not None:  # this thread's pin: an idle reader must not hold cache room
                 self.reader.files.release()
-
-    def _chunk(self, samples: np.ndarray, sizes: np.ndarray, collate: Callable | None) -> dict[str, Any]:
-        """Several consecutive batches at once: one hand-off from a worker instead of one per batch."""
-        if self.manifest.kind == "tokens":
-            return {"sizes": sizes, **self.read_blocks(samples)}
-        return item_chunk(self.reader, samples, sizes, collate)  # collate: default_collate + PIL images, None
 
     def _hint(self, it: _Iteration, order: Callable, lo: int, hi: int) -> None:
         """Remote data: tell the cache which shards batches [lo, hi + a few chunks) read, in order."""
@@ -315,7 +307,7 @@ class StreamingDataset(IterableDataset):
         ahead = min(len(it.schedule), hi + 4 * max(hi - lo, 1))
         if ahead <= lo:
             return
-        samples = order(self._positions(it, lo, ahead))
+        samples = self.to_base(order(self._positions(it, lo, ahead)))
         starts = self.reader.starts
         if self.manifest.kind == "tokens":
             first = samples * self.block_size
