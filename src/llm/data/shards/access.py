@@ -150,7 +150,9 @@ class SampleAccess:
         if self.manifest.kind == "tokens" and not self.reads_per_sample():
             with span("read", samples=len(samples)):
                 return {"sizes": sizes, **self.read_blocks(samples)}
-        if not self.reads_per_sample():  # items: decoded together, batches packed for the hand-off
+        if not self.reads_per_sample() and current() is None:
+            # items: decoded together, batches packed for the hand-off (profiled chunks take the
+            # per-item path below, so that every decode and collate is a span of its own)
             with span("read", samples=len(samples)):
                 return item_chunk(self.reader, self.to_base(samples), sizes, collate)
         with span("read", samples=len(samples)):
