@@ -69,7 +69,8 @@ def test_token_reads_on_two_reader_threads_and_one_wait_per_batch(folders, tmp_p
 
 def test_item_spans_come_from_worker_processes(folders, tmp_path):
     ds = StreamingDataset(folders["items"], shuffle=True)
-    loader = StreamingDataLoader(ds, batch_size=8, num_workers=2, profile_batches=6, profile_dir=tmp_path)
+    loader = StreamingDataLoader(ds, batch_size=8, num_workers=2, profile_batches=6, profile_dir=tmp_path,
+                                 worker_backend="processes")
     batches = list(loader)
     assert len(batches) == len(loader) == 25
     events = load_trace(tmp_path)

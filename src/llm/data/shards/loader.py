@@ -78,12 +78,15 @@ class StreamingDataLoader(DataLoader):
         if worker_backend not in ("auto", "threads", "processes"):
             raise ValueError(f"worker_backend must be 'auto', 'threads' or 'processes', got {worker_backend!r}")
         if worker_backend == "auto":
-            # Token blocks are memory copies that release the GIL: reader threads are faster than
-            # worker processes and cost no extra memory. Item datasets run user code: processes.
+            # Token blocks are memory copies that release the GIL, and items of fixed-layout fields
+            # are decoded with one NumPy view each: reader threads beat worker processes (no pickling
+            # of every batch back to the parent, no extra memory). A transform on token blocks stays
+            # on threads (typical ones are tensor ops, ~8x faster than processes here); items with a
+            # transform or collate_fn run user Python code per sample: processes. Pass
+            # worker_backend="processes" for heavy Python code of any kind.
             custom = kwargs.get("worker_init_fn") or kwargs.get("multiprocessing_context")
-            # A transform on token blocks stays on threads: typical ones are tensor ops, and threads
-            # measured ~8x faster than processes for them; pass "processes" for heavy Python code.
-            worker_backend = "threads" if dataset.manifest.kind == "tokens" and not custom else "processes"
+            user_code = dataset.manifest.kind == "items" and (dataset.reads_per_sample() or collate_fn is not None)
+            worker_backend = "processes" if custom or user_code else "threads"
         self.worker_backend = worker_backend
         if worker_backend == "processes" and num_workers and dataset.cache is not None:
             # The object-store client's runtime does not survive fork(): remote datasets start
