@@ -19,7 +19,7 @@ from llm.data.shards.format.reader import ShardError
 @pytest.fixture()
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache" / "verified-shards"
+    return verified.store_path(tmp_path / "ds" / "shard.bin")  # the store of the dataset below
 
 
 @pytest.fixture()
@@ -56,7 +56,7 @@ def test_a_shard_verified_by_another_process_is_not_hashed_again(store, dataset,
     subprocess.run([sys.executable, "-c", code, str(dataset)], check=True, env=os.environ.copy())
     shards = len(list(dataset.glob("shard-*.bin")))
     assert shards > 3 and len(store.read_text().splitlines()) == shards
-    verified._known = None  # this process reads the store afresh, as a restarted run would
+    verified._stores.clear()  # this process reads the store afresh, as a restarted run would
     calls = count_hashes(monkeypatch)
     first = read_all(dataset)
     assert calls == []
@@ -102,7 +102,7 @@ def test_switched_off_and_torn_lines(store, dataset, monkeypatch):
     monkeypatch.delenv("LLM_REMEMBER_VERIFIED")
     store.parent.mkdir(parents=True, exist_ok=True)
     store.write_text("garbage line\n1 2 3\n")  # a foreign or torn line is skipped
-    verified._known = None
+    verified._stores.clear()
     calls = count_hashes(monkeypatch)
     read_all(dataset)
     assert len(calls) == len(list(dataset.glob("shard-*.bin")))

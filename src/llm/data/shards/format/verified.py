@@ -4,8 +4,8 @@ Verifying a shard on first touch costs a full read (0.2-0.5 s per GB); a run tha
 restarts (or resumes, or a second rank on the same node) would pay it again for
 every shard its first batch touches, so the first batch grows with the data. Here a
 verified shard is remembered as (device, inode, size, mtime_ns, ctime_ns) ->
-checksum, in one append-only file per machine (`$LLM_CACHE_DIR/verified-shards`,
-default `~/.cache/llm/verified-shards`). A shard counts as verified only if its
+checksum, in one small append-only file per dataset folder
+(`$LLM_CACHE_DIR/verified/<hash of the folder>`, default `~/.cache/llm/verified/`). A shard counts as verified only if its
 identity is unchanged *and* the remembered checksum is the manifest's. Any write to
 the file changes its ctime, which no user call can set back, so a shard edited in
 place (even with its size and mtime restored) is hashed again. What it does not see:
@@ -20,23 +20,25 @@ a lock (a torn or foreign line is skipped, which only means one more hash).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
 from pathlib import Path
 
-_MAX_BYTES = 8 << 20  # compacted to its unique entries beyond this
+_MAX_BYTES = 1 << 20  # a store is compacted to its unique entries beyond this
 _QUIET_NS = 50_000_000  # a file changed less than 50 ms before its hash is not remembered
 _lock = threading.Lock()
-_known: dict[tuple[int, ...], str] | None = None
-_loaded_from: Path | None = None
-_loaded_bytes = 0
+_stores: dict[Path, tuple[dict[tuple[int, ...], str], int]] = {}  # store file -> (entries, bytes read)
 
 
-def store_path() -> Path:
+def store_path(shard: Path | str) -> Path:
+    """The store of the folder holding `shard`: one small file per dataset folder, so a process
+    reads only the entries of the datasets it opens (O(shards), once)."""
     base = os.environ.get("LLM_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llm")
-    return Path(base) / "verified-shards"
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(shard)))
+    return Path(base) / "verified" / hashlib.sha256(folder.encode()).hexdigest()[:24]
 
 
 def enabled() -> bool:
@@ -51,32 +53,32 @@ def _identity(path: Path | str) -> tuple[int, ...] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _entries(refresh: bool = False) -> dict[tuple[int, ...], str]:
-    """The store's entries: read once per process, then only what other processes appended since."""
-    global _known, _loaded_from, _loaded_bytes
-    path = store_path()
-    if _known is None or _loaded_from != path:
-        _known, _loaded_from, _loaded_bytes = {}, path, 0
-        refresh = True
+def _entries(store: Path, refresh: bool = False) -> dict[tuple[int, ...], str]:
+    """A store's entries: read once per process, then only what other processes appended since."""
+    known, loaded = _stores.get(store, (None, 0))
+    if known is None:
+        known, loaded, refresh = {}, 0, True
     if refresh:
         try:
-            with open(path, "rb") as f:
-                f.seek(_loaded_bytes)
+            with open(store, "rb") as f:
+                f.seek(loaded)
                 tail = f.read()
         except OSError:
             tail = b""
         end = tail.rfind(b"\n") + 1  # a line still being written is read next time
-        for line in tail[:end].decode(errors="replace").splitlines():
+        for line in tail[:end].split(b"\n"):
             parts = line.split()
-            if len(parts) == 6 and all(p.isdigit() for p in parts[:5]):
-                _known[tuple(int(p) for p in parts[:5])] = parts[5]
-        _loaded_bytes += end
-        if _loaded_bytes > _MAX_BYTES:
-            _compact(path, _known)
-            _loaded_bytes = 0
-            _known, _loaded_from = None, None
-            return _entries()
-    return _known
+            if len(parts) == 6:
+                try:
+                    known[(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]))] = parts[5].decode()
+                except ValueError:  # a torn or foreign line: one more hash later, nothing worse
+                    pass
+        loaded += end
+        if loaded > _MAX_BYTES:
+            _compact(store, known)
+            loaded = store.stat().st_size if store.exists() else 0
+    _stores[store] = (known, loaded)
+    return known
 
 
 def _compact(path: Path, known: dict[tuple[int, ...], str]) -> None:
@@ -96,10 +98,11 @@ def is_verified(path: Path | str, checksum: str) -> bool:
     key = _identity(path)
     if key is None:
         return False
+    store = store_path(path)
     with _lock:
-        if _entries().get(key) == checksum:
+        if _entries(store).get(key) == checksum:
             return True
-        return _entries(refresh=True).get(key) == checksum  # another process may have verified it
+        return _entries(store, refresh=True).get(key) == checksum  # another process may have verified it
 
 
 def identity(path: Path | str) -> tuple[tuple[int, ...] | None, int]:
@@ -115,7 +118,7 @@ def remember_written(path: Path | str, checksum: str) -> None:
     """
     key = _identity(path)
     if key is not None:
-        _append(key, checksum)
+        _append(store_path(path), key, checksum)
 
 
 def remember(path: Path | str, checksum: str, before: tuple[tuple[int, ...] | None, int]) -> None:
@@ -131,14 +134,13 @@ def remember(path: Path | str, checksum: str, before: tuple[tuple[int, ...] | No
     key, started = before
     if key is None or _identity(path) != key or started - key[4] < _QUIET_NS:
         return
-    _append(key, checksum)
+    _append(store_path(path), key, checksum)
 
 
-def _append(key: tuple[int, ...], checksum: str) -> None:
+def _append(store: Path, key: tuple[int, ...], checksum: str) -> None:
     if not enabled() or any(c.isspace() for c in checksum):
         return
     line = (" ".join(map(str, key)) + f" {checksum}\n").encode()
-    store = store_path()
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(store, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -149,4 +151,4 @@ def _append(key: tuple[int, ...], checksum: str) -> None:
     except OSError:
         return
     with _lock:
-        _entries()[key] = checksum
+        _entries(store)[key] = checksum
