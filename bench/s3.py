@@ -1,9 +1,9 @@
 """Scenario `s3`: ours, LitData and MosaicML Streaming reading the same token data from an S3 server.
 
 A SeaweedFS on 127.0.0.1 (bench/seaweed.py) holds, per shard size, each contestant's dataset
-written its own way: ours with `optimize()` straight to s3://, LitData's `optimize` to a local
-folder then uploaded, MosaicML's `MDSWriter` (one sample per block of the concatenated stream)
-to a local folder then uploaded. The data is the corpus's reference token stream repeated until
+written its own way: ours with `optimize()` straight to s3:// (one task, so that its shards have
+the asked size), LitData's `optimize` to a local folder then uploaded, MosaicML's `MDSWriter`
+(one sample per block of the concatenated stream) to a local folder then uploaded. The data is the corpus's reference token stream repeated until
 the store holds `--s3-mb` per dataset, so that it is larger than the cache limit.
 
 Cases (each run its own process, with a timeout; a peer that fails or hangs is a result):
@@ -173,9 +173,8 @@ class S3Bench:
         url = f"s3://{BUCKET}/{who}-{_slug(f'{shard:g}')}mb"
         objects = open_objects(url, self.weed.options())
         if who == "ours":
-            res = self._work(who, "prepare", {"output_dir": url, "chunk_bytes": int(shard * MB),
-                                              "num_workers": self.ctx.workers, "pretokenized": self._pretokenized()},
-                             impl="ours")
+            res = self._work(who, "prepare_ours", {"output_dir": url, "chunk_bytes": int(shard * MB),
+                                                   "pretokenized": self._pretokenized()})
             if "error" in res:
                 return False
             originals = {name: [len(b), _digest(b)] for name in objects.list() for b in [objects.get(name)]}
@@ -302,7 +301,9 @@ def scenario_s3(ctx: Context, opts: S3Options | None = None) -> list[dict]:
     cfg = {"copies": b.copies, "store_mb": opts.store_mb, "cache_mb": opts.cache_mb, "shard_mb": list(opts.shard_mb),
            "restart_at_s": opts.restart_at_s, "down_s": opts.down_s, "block": BLOCK, "batch": BATCH,
            "dataset_mb": {f"{who} {s:g} MB shards": sum(v[0] for v in b.originals[(who, s)].values()) / MB
-                          for (who, s) in b.originals}}
+                          for (who, s) in b.originals},
+           "dataset_shards": {f"{who} {s:g} MB shards": sum(not n.endswith(".json") for n in b.originals[(who, s)])
+                              for (who, s) in b.originals}}
     return [{"who": "config", "case": "s3", **cfg}, *b.rows]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 NAMES = {"ours": "ours (llm.data)", "litdata": "LitData", "mosaic": "MosaicML Streaming"}
 
 
@@ -89,6 +91,7 @@ def _outcome(row: dict) -> str:
     text = "/".join(row["outcomes"])
     why = next((run["error_summary"] for run in row["runs"] if run.get("error_summary")), None)
     if why:
+        why = re.sub(r"(?<![:\w/])(/[^\s/\"']+)+/([^\s/\"']+)", r".../\2", why)  # paths: their file name is enough
         text += f": {why[:160].replace('|', '/')}"
     return text
 
@@ -103,7 +106,8 @@ def markdown(rows: list[dict], workers: int) -> list[str]:
     md = ["", "## Object storage (s3)", ""]
     if not cfg:
         return md + [f"not run: {rows[0].get('error', '?') if rows else 'no rows'}"]
-    sizes = ", ".join(f"{k} {v:.0f} MB" for k, v in cfg["dataset_mb"].items())
+    files = cfg.get("dataset_shards", {})
+    sizes = "; ".join(f"{k}: {v:.0f} MB in {files.get(k, '?')} shards" for k, v in cfg["dataset_mb"].items())
     md += [f"A SeaweedFS on 127.0.0.1 (`weed mini`, telemetry off) holds each contestant's copy of the token "
            f"stream, repeated {cfg['copies']}x ({sizes}). Every run is one shuffled epoch (restart: "
            "unshuffled, paced) in its own process, every delivered block hashed and compared with the data "

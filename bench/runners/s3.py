@@ -52,6 +52,31 @@ def prepare_mds(spec: dict) -> dict:
     return {"seconds": time.perf_counter() - t0, "samples": samples}
 
 
+class _AllDocs:
+    """optimize's `fn` for one input: every document of the token stream, `copies` times, in order."""
+
+    def __init__(self, spec: dict):
+        from bench.runners.common import PretokenizedDocs
+
+        self.docs, self.shards, self.copies = PretokenizedDocs(spec["tokens"], spec["index"]), spec["shards"], spec["copies"]
+
+    def __call__(self, _input: int):
+        for _ in range(self.copies):
+            for shard in range(self.shards):
+                yield from self.docs(shard)
+
+
+def prepare_ours(spec: dict) -> dict:
+    """Ours' optimize() straight to s3://, in one task: optimize never lets a shard span two tasks (it cuts
+    its inputs into 4 per worker), so only one task gives shards of `chunk_bytes` on a dataset this small."""
+    from llm.data import TokensLoader, optimize
+
+    t0 = time.perf_counter()
+    optimize(_AllDocs(spec["pretokenized"]), [0], spec["output_dir"], num_workers=0, chunk_bytes=spec["chunk_bytes"],
+             item_loader=TokensLoader(), mode="overwrite", progress=False)
+    return {"seconds": time.perf_counter() - t0}
+
+
 def reference_hashes(spec: dict) -> dict:
     """Hashes of every full block of the repeated stream: what ours and the MDS recipe must deliver."""
     import xxhash
