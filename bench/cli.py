@@ -24,7 +24,8 @@ DEFAULT_PEER = DEFAULT_CACHE / "peer-venv" / "bin" / "python"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--corpus-mb", type=float, default=200.0, help="MB of real text (default 200)")
-    p.add_argument("--only", default="", help=f"comma-separated scenarios from {','.join(suite.SCENARIOS)}")
+    p.add_argument("--only", default="", help=f"comma-separated scenarios from {','.join(suite.SCENARIOS)} "
+                                              f"(default: all but {','.join(suite.OPT_IN)})")
     p.add_argument("--contestants", default=",".join(suite.CONTESTANTS),
                    help="comma-separated subset of " + ",".join(suite.CONTESTANTS))
     p.add_argument("--repeat", type=int, default=3, help="repeats per case, interleaved (default 3)")
@@ -45,6 +46,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also run our cases once under py-spy (or cProfile); summaries go in the report")
     p.add_argument("--min-stream-tokens", type=float, default=40e6,
                    help="stream/scale run enough epochs to deliver this many tokens (default 40e6)")
+    p.add_argument("--s3-mb", type=float, default=160.0,
+                   help="s3: MB of tokens per dataset in the store (the token stream repeated; default 160)")
+    p.add_argument("--s3-cache-mb", type=float, default=100.0, help="s3: the cache limit of the limit cases")
+    p.add_argument("--s3-shard-mb", default="16,64", help="s3: shard sizes in MB (default 16,64)")
+    p.add_argument("--s3-cases", default="coldwarm,limit,restart", help="s3: which cases (default all three)")
     p.add_argument("--report-only", type=Path, default=None, metavar="JSON",
                    help="re-render docs/benchmarks.md and .png from a results JSON, run nothing")
     p.add_argument("--quiet", action="store_true")
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         print(write_docs(json.loads(args.report_only.read_text()), args.docs_dir))
         return 0
-    only = [s for s in args.only.split(",") if s] or list(suite.SCENARIOS)
+    only = [s for s in args.only.split(",") if s] or [s for s in suite.SCENARIOS if s not in suite.OPT_IN]
     unknown = sorted(set(only) - set(suite.SCENARIOS))
     if unknown:
         raise SystemExit(f"unknown scenario(s) {unknown}; use: {', '.join(suite.SCENARIOS)}")
@@ -121,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                         workers=args.workers, contestants=contestants, log=not args.quiet,
                         resume_at=[int(x) for x in args.resume_at.split(",") if x],
                         profile_dir=(args.cache_dir / "profiles") if args.profile else None,
-                        min_stream_tokens=int(args.min_stream_tokens))
+                        min_stream_tokens=int(args.min_stream_tokens),
+                        s3={"store_mb": args.s3_mb, "cache_mb": args.s3_cache_mb,
+                            "shard_mb": tuple(float(x) for x in args.s3_shard_mb.split(",") if x),
+                            "cases": tuple(x for x in args.s3_cases.split(",") if x)})
     started = time.time()
     suite.probe(ctx)
     suite.setup(ctx)

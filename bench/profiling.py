@@ -85,3 +85,27 @@ def profiled(fn: Callable[[dict], dict], spec: dict, out_dir: str) -> dict:
     (out / f"{name}.txt").write_text(buf.getvalue())
     result["profile"] = str(out / f"{name}.txt")
     return result
+
+
+def profile_cases(ctx, cases: list[tuple[str, str, str, dict]]) -> None:
+    """One extra run of ours per (scenario, workers), profiled, kept out of the statistics."""
+    done = set()
+    for who, case, scenario, spec in cases:
+        key = (scenario, spec.get("num_workers"))
+        if who != "ours" or key in done:
+            continue
+        done.add(key)
+        name = re.sub(r"[^A-Za-z0-9]+", "_", f"{scenario}-{case}").strip("_")
+        ctx.profile_dir.mkdir(parents=True, exist_ok=True)
+        ctx.say(f"profiling {scenario} {who} {case}")
+        if py_spy():  # every process of the tree: workers are where the work is
+            raw = ctx.profile_dir / f"{name}.raw.txt"
+            res = ctx.run(who, scenario, wrap=py_spy_command(raw), **dict(spec))
+            top = summarize_raw(raw) if raw.exists() else [res.get("error", "no profile")]
+            ctx.profiles.append({"scenario": scenario, "case": case, "path": str(raw), "tool": "py-spy",
+                                 "top": top})
+        else:
+            res = ctx.run(who, scenario, profile_dir=str(ctx.profile_dir), profile_name=name, **dict(spec))
+            if "profile" in res:
+                ctx.profiles.append({"scenario": scenario, "case": case, "path": res["profile"],
+                                     "tool": "cProfile (main process only)"})

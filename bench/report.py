@@ -83,6 +83,10 @@ def targets(results: dict) -> list[dict]:
         add("scale: ours peak RSS 4x / 1x", _ratio(_get(sc, "ours", "4x", "peak_rss_mb"),
                                                    _get(sc, "ours", "1x", "peak_rss_mb")), 1.1,
             higher_is_better=False)
+    if "s3" in s:
+        from bench import s3_report
+
+        out += s3_report.targets(s["s3"], w)
     if "integrity" in s:
         for r in s["integrity"]:
             if r["who"] == "ours" and "tokens_lost" in r:
@@ -213,6 +217,10 @@ def markdown(results: dict) -> str:
         if key in s:
             title, cols = sections[key]
             md += ["", f"## {title}", "", *_table(s[key], cols)]
+    if "s3" in s:
+        from bench import s3_report
+
+        md += s3_report.markdown(s["s3"], cfg["workers"])
     if results.get("profiles"):
         md += ["", "## Where our time goes (one extra, profiled run of ours per case)", ""]
         for prof in results["profiles"]:

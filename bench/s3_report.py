@@ -1,0 +1,152 @@
+"""Targets and Markdown for the `s3` scenario (bench/s3.py)."""
+
+from __future__ import annotations
+
+import re
+
+NAMES = {"ours": "ours (llm.data)", "litdata": "LitData", "mosaic": "MosaicML Streaming"}
+
+
+def _row(rows: list[dict], who: str, prefix: str) -> dict | None:
+    return next((r for r in rows if r["who"] == who and r["case"].startswith(prefix)), None)
+
+
+def _tps(row: dict | None) -> float | None:
+    return row["tokens_per_s"]["median"] if row and row.get("tokens_per_s") else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _config(rows: list[dict]) -> dict:
+    return next((r for r in rows if r["who"] == "config"), {})
+
+
+def limit_rows(rows: list[dict]) -> list[tuple[dict, dict | None]]:
+    """(limited run row, ours' unlimited row at the same shard size and workers)."""
+    out = []
+    for r in rows:
+        if r["case"].startswith(("limit ", "(info) limit ")):
+            shards_workers = ", ".join(p for p in r["case"].split(", ")[1:] if p != "unshuffled")
+            out.append((r, _row(rows, "ours", f"no limit, {shards_workers}")))
+    return out
+
+
+def targets(rows: list[dict], workers: int) -> list[dict]:
+    out: list[dict] = []
+
+    def add(name: str, ratio: float | None, goal: float) -> None:
+        out.append({"name": name, "ratio": ratio, "goal": f">= {goal:g}", "ok": None if ratio is None else ratio >= goal})
+
+    for kind in ("cold", "warm"):
+        for nw, goal in ((0, 1.0), (workers, 2.0)):
+            ours, lit = _row(rows, "ours", f"{kind}, {nw} workers"), _row(rows, "litdata", f"{kind}, {nw} workers")
+            add(f"s3 {kind} cache, {nw} workers: ours / LitData", _ratio(_tps(ours), _tps(lit)), goal)
+    mine = [(r, ref) for r, ref in limit_rows(rows) if r["who"] == "ours" and not r["case"].startswith("(info)")]
+    if mine:
+        exact = [r for r, _ in mine if r["outcomes"] == ["exact"]]
+        out.append({"name": "s3 cache limit: ours completes every configuration, every block exactly once",
+                    "ratio": len(exact) / len(mine), "goal": "= 1", "ok": len(exact) == len(mine),
+                    "detail": ", ".join(r["case"] for r, _ in mine if r not in exact)})
+        speeds = [_ratio(_tps(r), _tps(ref)) for r, ref in mine]
+        worst = min((s for s in speeds if s is not None), default=None)
+        add("s3 cache limit: ours / ours without a limit (slowest configuration)",
+            worst if None not in speeds else None, 0.5)
+        bounded = [r for r, _ in mine if all(run.get("within_limit") for run in r["runs"])]
+        out.append({"name": "s3 cache limit: ours' peak cache <= limit + one shard (every configuration)",
+                    "ratio": len(bounded) / len(mine), "goal": "= 1", "ok": len(bounded) == len(mine)})
+    ours = [r for r in rows if r["who"] == "ours"]
+    if ours:
+        corrupt = sum(r.get("corrupt_cached", 0) for r in ours)
+        out.append({"name": "s3: corrupt files in ours' cache (every run)", "ratio": corrupt, "goal": "= 0",
+                    "ok": corrupt == 0})
+    restarts = [r for r in ours if r["case"].startswith("server restart")]
+    if restarts:
+        fine = [r for r in restarts if all(o in ("exact", "error") for o in r["outcomes"])]
+        out.append({"name": "s3 server restart: ours delivers every block exactly once, or raises",
+                    "ratio": len(fine) / len(restarts), "goal": "= 1", "ok": len(fine) == len(restarts),
+                    "detail": "; ".join(f"{r['case']}: {'/'.join(r['outcomes'])}" for r in restarts)})
+    return out
+
+
+def _f(stat: dict | None, scale: float = 1.0, digits: int = 1) -> str:
+    if not stat:
+        return "n/a"
+    m = stat["median"] / scale
+    if stat.get("n", 1) > 1:
+        return f"{m:.{digits}f} [{stat['min'] / scale:.{digits}f}-{stat['max'] / scale:.{digits}f}]"
+    return f"{m:.{digits}f}"
+
+
+def _delivery(row: dict) -> str:
+    ds = [run.get("delivery") for run in row["runs"]]
+    if not all(ds):
+        return "n/a"
+    worst = max(ds, key=lambda d: d["never"] + d["twice_or_more"] + d["unknown"])
+    return f"{worst['once']:,} / {worst['twice_or_more'] + worst['unknown']:,} / {worst['never']:,}"
+
+
+def _outcome(row: dict) -> str:
+    text = "/".join(row["outcomes"])
+    why = next((run["error_summary"] for run in row["runs"] if run.get("error_summary")), None)
+    if why:
+        why = re.sub(r"(?<![:\w/])(/[^\s/\"']+)+/([^\s/\"']+)", r".../\2", why)  # paths: their file name is enough
+        text += f": {why[:160].replace('|', '/')}"
+    return text
+
+
+def _over(row: dict) -> str:
+    runs = [run for run in row["runs"] if "within_limit" in run and "error" not in run]
+    return " **over**" if any(not run["within_limit"] for run in runs) else ""
+
+
+def markdown(rows: list[dict], workers: int) -> list[str]:
+    cfg = _config(rows)
+    md = ["", "## Object storage (s3)", ""]
+    if not cfg:
+        return md + [f"not run: {rows[0].get('error', '?') if rows else 'no rows'}"]
+    files = cfg.get("dataset_shards", {})
+    sizes = "; ".join(f"{k}: {v:.0f} MB in {files.get(k, '?')} shards" for k, v in cfg["dataset_mb"].items())
+    md += [f"A SeaweedFS on 127.0.0.1 (`weed mini`, telemetry off) holds each contestant's copy of the token "
+           f"stream, repeated {cfg['copies']}x ({sizes}). Every run is one shuffled epoch (restart: "
+           "unshuffled, paced) in its own process, every delivered block hashed and compared with the data "
+           "(`once / twice+ / never`, the worst run), the cache folder sampled every 10 ms for its peak, and every "
+           "cached file compared byte for byte with the original of its name. `cold`: an empty cache folder; "
+           "`warm`: the same folder again, in a new process. Medians with [min-max] over the repeats.", "",
+           "| contestant | case | M tokens/s | first batch s | peak cache MB | once / twice+ / never | "
+           "corrupt cached | outcome |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["case"].split(",")[0] in ("cold", "warm") or r["case"].startswith("as shipped"):
+            md.append(f"| {NAMES.get(r['who'], r['who'])} | {r['case']} | {_f(r.get('tokens_per_s'), 1e6)} | "
+                      f"{_f(r.get('first_batch_s'), 1, 2)} | {_f(r.get('cache_peak_mb'), 1, 0)} | {_delivery(r)} | "
+                      f"{r.get('corrupt_cached', 0)} | {_outcome(r)} |")
+    md += ["", "| ratio of medians | " + " | ".join(f"{k} {nw}w" for k in ("cold", "warm") for nw in (0, workers))
+           + " |", "|---|---|---|---|---|"]
+    for peer in ("litdata", "mosaic"):
+        cells = [_ratio(_tps(_row(rows, "ours", f"{k}, {nw} workers")), _tps(_row(rows, peer, f"{k}, {nw} workers")))
+                 for k in ("cold", "warm") for nw in (0, workers)]
+        md.append(f"| ours / {NAMES[peer]} | " + " | ".join("n/a" if c is None else f"{c:.2f}x" for c in cells) + " |")
+    md += ["", f"Cache limit {cfg['cache_mb']:g} MB (`max_cache_size` for ours and LitData, `cache_limit` for "
+           "MosaicML): one run per configuration; speed against ours without a limit at the same shard size "
+           "and workers; the peak must stay within the limit + one shard.", "",
+           "| contestant | case | outcome | M tokens/s | / ours no limit | peak cache MB | limit + shard MB | "
+           "once / twice+ / never | corrupt cached |", "|---|---|---|---|---|---|---|---|---|"]
+    for r, ref in limit_rows(rows):
+        ratio = _ratio(_tps(r), _tps(ref))
+        md.append(f"| {NAMES.get(r['who'], r['who'])} | {r['case']} | {_outcome(r)} | {_f(r.get('tokens_per_s'), 1e6)} | "
+                  f"{'n/a' if ratio is None else f'{ratio:.2f}x'} | {_f(r.get('cache_peak_mb'), 1, 0)}{_over(r)} | "
+                  f"{r['limit_mb'] + r['shard_mb']:g} | {_delivery(r)} | {r.get('corrupt_cached', 0)} |")
+    md += ["", f"Server restart: the server is killed (SIGKILL) {cfg['restart_at_s']:g} s into an unshuffled epoch "
+           f"paced to last about 10 s, and started again {cfg['down_s']:g} s later on the same folder and port "
+           "(`back after`: from the kill until the server took a write again; reads of older objects can fail a "
+           "little longer, while its volumes re-register).", "",
+           "| contestant | case | outcome | once / twice+ / never | killed at s | back after s | corrupt cached |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["case"].startswith("server restart"):
+            fault = r["runs"][0].get("restart") or {}
+            md.append(f"| {NAMES.get(r['who'], r['who'])} | {r['case']} | {_outcome(r)} | {_delivery(r)} | "
+                      f"{fault.get('killed_at_s', 'n/a')} | {fault.get('unreachable_s', 'n/a')} | "
+                      f"{r.get('corrupt_cached', 0)} |")
+    return md

