@@ -101,3 +101,11 @@ def test_bad_storage_options_name_the_key(aws_home):
         resolve_config("b", {"endpont": "http://x"})
     with pytest.raises(ValueError, match="storage option 'retries' is 'many'"):
         resolve_config("b", {"retries": "many"})
+
+
+def test_the_secret_and_the_session_token_never_appear_in_a_repr():
+    from llm.data.storage.s3 import S3Config
+
+    config = S3Config(bucket="b", access_key_id="AKIDEXAMPLE", secret_access_key="s3cr3t-value", session_token="t0ken-value")
+    text = repr(config)
+    assert "s3cr3t-value" not in text and "t0ken-value" not in text and "AKIDEXAMPLE" in text

@@ -12,7 +12,7 @@ import random
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,8 +45,8 @@ class S3Config:
     endpoint: str | None = None
     region: str = "us-east-1"
     access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)  # never in a traceback or a log
+    session_token: str | None = field(default=None, repr=False)
     retries: int = 6
     backoff: float = 0.2
     max_backoff: float = 10.0
