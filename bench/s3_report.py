@@ -108,7 +108,7 @@ def markdown(rows: list[dict], workers: int) -> list[str]:
         return md + [f"not run: {rows[0].get('error', '?') if rows else 'no rows'}"]
     files = cfg.get("dataset_shards", {})
     sizes = "; ".join(f"{k}: {v:.0f} MB in {files.get(k, '?')} shards" for k, v in cfg["dataset_mb"].items())
-    md += [f"A SeaweedFS on 127.0.0.1 (`weed mini`, telemetry off) holds each contestant's copy of the token "
+    md += [f"A SeaweedFS on 127.0.0.1 (`weed mini` with both telemetry flags, `-master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off`, `bench/seaweed.py`) holds each contestant's copy of the token "
            f"stream, repeated {cfg['copies']}x ({sizes}). Every run is one shuffled epoch (restart: "
            "unshuffled, paced) in its own process, every delivered block hashed and compared with the data "
            "(`once / twice+ / never`, the worst run), the cache folder sampled every 10 ms for its peak, and every "

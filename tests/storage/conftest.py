@@ -4,19 +4,19 @@ started once per session on loopback with telemetry off, exactly as docs/DESIGN.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from bench.seaweed import answers as _up
+from bench.seaweed import free_port as _free_port
+from bench.seaweed import weed_binary as _weed
+from bench.seaweed import weed_command
 
 KEY, SECRET, BUCKET = "llm-test-key", "llm-test-secret", "llm-test"
 
@@ -37,41 +37,6 @@ class S3Server:
 
     def url(self, name: str = "") -> str:
         return f"s3://{self.bucket}/{name or uuid.uuid4().hex[:12]}"
-
-
-def _weed() -> str | None:
-    found = shutil.which("weed")
-    if found:
-        return found
-    beside = Path(sys.executable).parent / "weed"
-    return str(beside) if beside.exists() else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _up(endpoint: str) -> bool:
-    try:
-        urllib.request.urlopen(endpoint, timeout=1)
-        return True
-    except urllib.error.HTTPError:  # 403 to an anonymous request: the S3 API answers
-        return True
-    except OSError:
-        return False
-
-
-def weed_command(weed: str, data: Path, s3_port: int) -> list[str]:
-    """`weed mini` on loopback, telemetry off, every port chosen free (its defaults are fixed
-    numbers, so two servers on one machine, e.g. two test runs, would otherwise collide)."""
-    ports = {name: _free_port() for name in ("master", "volume", "filer")}
-    grpc = {name: _free_port() for name in ("master", "volume", "filer", "s3")}
-    return [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}",
-            *(f"-{name}.port={port}" for name, port in ports.items()),
-            *(f"-{name}.port.grpc={port}" for name, port in grpc.items()),
-            "-webdav=false", "-admin.ui=false", "-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off"]
 
 
 @pytest.fixture(scope="session")

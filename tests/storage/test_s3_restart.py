@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import xxhash
 
+from bench.seaweed import free_ports, weed_command
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.loader import StreamingDataLoader
 from llm.data.shards.streaming import StreamingDataset
@@ -33,15 +34,13 @@ class RestartableServer:
     """`weed mini` on one port and one data folder; kill() is a crash (SIGKILL to its process group)."""
 
     def __init__(self, root: Path):
-        self.root, self.port = root, _free_port()
+        self.root, self.port, self.ports = root, _free_port(), free_ports()
         self.server = S3Server(f"http://127.0.0.1:{self.port}", BUCKET, root / "weed.log")
         self.proc: subprocess.Popen | None = None
         (root / "data").mkdir(parents=True, exist_ok=True)
 
     def start(self) -> None:
-        cmd = [_weed(), "mini", f"-dir={self.root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-               f"-s3.port={self.port}", "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
-               "-master.telemetry.url=http://127.0.0.1:9/off"]
+        cmd = weed_command(_weed(), self.root / "data", self.port, self.ports)  # same ports on every restart
         env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
         with open(self.server.log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, env=env,
