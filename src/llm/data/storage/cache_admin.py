@@ -17,29 +17,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llm.data.storage.cache import default_cache_root
+from llm.data.storage.cache import Pin, default_cache_root
 from llm.data.storage.local import pid_alive
 
 SOURCE = ".source.json"
 
 
-class Registration:
-    """A reader's shared lock on its cache folder's `.source.json`, held while the cache is open."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __del__(self) -> None:
-        self.close()
-
-
-def register(folder: Path, url: str) -> Registration:
-    """Record which dataset `folder` caches (once) and mark it in use until the Registration closes."""
+def register(folder: Path, url: str) -> Pin:
+    """Record which dataset `folder` caches (once) and mark it in use until the returned Pin
+    (a shared lock on `.source.json`, like a reader's pin on a shard) is closed."""
     path = Path(folder) / SOURCE
     for _ in range(100):
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -63,7 +49,7 @@ def register(folder: Path, url: str) -> Registration:
             same = False
         if same:
             os.utime(path)  # its mtime is when the cache was last opened
-            return Registration(fd)
+            return Pin(path, fd)
         os.close(fd)
     raise OSError(f"cache folder {folder} keeps disappearing while opened; is `llm-data cache clear` running in a loop?")
 
