@@ -34,6 +34,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokenizer", default="bpe",
                    help="'bpe' (train a byte-level BPE, cached), 'gpt2' (.bench_cache/gpt2.tiktoken from the "
                         "openai-whisper sdist), or a tokenizer.json / .tiktoken path")
+    p.add_argument("--our-encoder", default=os.environ.get("LLM_TOKENIZER_BACKEND", "auto"),
+                   help="ours' encoding engine: auto (default), fastokens, tiktoken or tokenizers")
     p.add_argument("--vocab-size", type=int, default=VOCAB_SIZE, help="vocabulary of the trained BPE")
     p.add_argument("--peer-python", default=str(DEFAULT_PEER),
                    help="python with mosaicml-streaming installed (default .bench_cache/peer-venv)")
@@ -75,6 +77,15 @@ def resolve_tokenizer(args: argparse.Namespace) -> tuple[str, str]:
     if not Path(args.tokenizer).exists():
         raise SystemExit(f"--tokenizer {args.tokenizer!r} is not 'bpe', 'gpt2' or an existing file")
     return str(Path(args.tokenizer).resolve()), Path(args.tokenizer).name
+
+
+def _encoders(tok_path: str) -> dict:
+    """Which engine encoded for whom: ours' choice (as its prepare and on-the-fly runs resolve it), the peers'."""
+    from llm.data.tokenizers import load_tokenizer
+
+    peers = "tiktoken" if tok_path.endswith(".tiktoken") else "tokenizers"
+    return {"ours": load_tokenizer(tok_path).backend, "LitData, MosaicML, limit": peers, "HF datasets": "tokenizers"
+            if not tok_path.endswith(".tiktoken") else "tiktoken"}
 
 
 def _versions(ctx: suite.Context) -> dict:
@@ -119,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     tok_path, tok_name = resolve_tokenizer(args)
-    # Every contestant encodes through bench.tok (tokenizers / tiktoken): pin ours to the same engine
-    # so on-the-fly and the tokenizer limit compare like with like (`python -m bench.encoders` compares engines).
-    os.environ.setdefault("LLM_TOKENIZER_BACKEND", "tiktoken" if tok_path.endswith(".tiktoken") else "tokenizers")
+    # Each contestant encodes with what its users would use: the peers and the tokenizer limit with
+    # `tokenizers` / `tiktoken` (bench.tok), ours with its own choice (--our-encoder, default auto:
+    # the fastest engine verified token-identical). `python -m bench.encoders` compares the engines.
+    if args.our_encoder != "auto":
+        os.environ["LLM_TOKENIZER_BACKEND"] = args.our_encoder
     ctx = suite.Context(cache_dir=args.cache_dir, corpus_mb=args.corpus_mb, tokenizer=tok_path,
                         python=args.python, peer_python=args.peer_python, repeat=args.repeat,
                         workers=args.workers, contestants=contestants, log=not args.quiet,
@@ -143,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": {
             "corpus_mb": args.corpus_mb, "corpus": {k: ctx.corpus[k] for k in ("documents", "text_bytes", "sha256")},
             "tokenizer": Path(tok_path).name, "tokenizer_name": tok_name, "tokens": ctx.tokens["tokens"],
+            "encoders": _encoders(tok_path),
             "repeat": args.repeat, "workers": args.workers, "block_size": 2049, "batch_size": 8,
             "resume_at": ctx.resume_at, "min_stream_tokens": ctx.min_stream_tokens,
             "skipped": ctx.skipped, "versions": _versions(ctx),

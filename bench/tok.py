@@ -105,28 +105,54 @@ class Encoder:
             yield arr
 
 
-_ENCODERS: dict[str, Encoder] = {}
+class OurEncoder(Encoder):
+    """The same documents through `llm.data.load_tokenizer` (its `backend`: auto, or $LLM_TOKENIZER_BACKEND).
+
+    What a user of ours gets: the fastest engine verified token-identical to the reference
+    (`fastokens` where installed), so the ids equal `Encoder`'s; only the engine differs.
+    """
+
+    def __init__(self, spec: str) -> None:
+        from llm.data.tokenizers import load_tokenizer
+
+        self.spec = spec
+        self._tok = load_tokenizer(spec)
+        self.backend = self._tok.backend
+        self.eos_id, self.vocab_size = self._tok.eos_id, self._tok.vocab_size
+        self.dtype = np.uint16 if self.vocab_size <= 65536 else np.uint32
+
+    def _arrays(self, texts: list[str]) -> Iterator[np.ndarray]:
+        from llm.data.text.tokens import tokenize_documents
+
+        flat, lengths = tokenize_documents(self._tok, texts)  # one flat buffer, EOS after each document
+        yield from np.split(flat.astype(self.dtype), np.cumsum(lengths)[:-1])
 
 
-def encoder(spec: str) -> Encoder:
-    """One Encoder per process (loading a 50k BPE costs ~0.1 s; workers reuse it)."""
-    if spec not in _ENCODERS:
-        _ENCODERS[spec] = Encoder(spec)
-    return _ENCODERS[spec]
+_ENCODERS: dict[tuple[str, str], Encoder] = {}
+
+
+def encoder(spec: str, engine: str = "reference") -> Encoder:
+    """One Encoder per process and engine (loading a 50k BPE costs ~0.1 s; workers reuse it)."""
+    if (spec, engine) not in _ENCODERS:
+        _ENCODERS[spec, engine] = OurEncoder(spec) if engine == "ours" else Encoder(spec)
+    return _ENCODERS[spec, engine]
 
 
 class TokenizeFile:
     """The `fn` every contestant's prepare step runs: path of a JSONL shard -> token arrays per document.
 
     A picklable callable (not a closure) so that LitData, ours and multiprocessing can ship it to workers.
+    `engine="reference"` encodes with `tokenizers` / `tiktoken` (what the peers' users call);
+    `"ours"` with `llm.data`'s engine choice. Both give the same ids.
     """
 
-    def __init__(self, spec: str, as_torch: bool = False) -> None:
+    def __init__(self, spec: str, as_torch: bool = False, engine: str = "reference") -> None:
         self.spec = spec
         self.as_torch = as_torch
+        self.engine = engine
 
     def __call__(self, path: str) -> Iterator[np.ndarray]:
-        enc = encoder(self.spec)
+        enc = encoder(self.spec, self.engine)
         for arr in enc.documents(path):
             if self.as_torch:
                 import torch

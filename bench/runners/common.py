@@ -100,11 +100,14 @@ class PretokenizedDocs:
             yield np.array(self._mm[offs[d]:offs[d + 1]])
 
 
-def prepare_fn_and_inputs(spec: dict):
-    """The same `fn` and inputs for every optimize()-style contestant: text shards, or pretokenized docs."""
+def prepare_fn_and_inputs(spec: dict, engine: str = "reference"):
+    """The same `fn` and inputs for every optimize()-style contestant: text shards, or pretokenized docs.
+
+    `engine` is the encoder its users would use (bench.tok.TokenizeFile): the same ids either way.
+    """
     if "pretokenized" in spec:
         p = spec["pretokenized"]
         return PretokenizedDocs(p["tokens"], p["index"]), list(range(p["shards"])) * p["copies"]
     from bench.tok import TokenizeFile
 
-    return TokenizeFile(spec["tokenizer"]), spec["inputs"]
+    return TokenizeFile(spec["tokenizer"], engine=engine), spec["inputs"]

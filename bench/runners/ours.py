@@ -13,13 +13,21 @@ from bench.runners.common import BATCH, BLOCK, consume, epochs, prepare_fn_and_i
 def prepare(spec: dict) -> dict:
     from llm.data import TokensLoader, optimize
 
-    fn, inputs = prepare_fn_and_inputs(spec)
+    fn, inputs = prepare_fn_and_inputs(spec, engine="ours")
     out = spec["output_dir"]
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     optimize(fn, inputs, out, num_workers=spec["num_workers"], chunk_bytes=spec.get("chunk_bytes", "64MB"),
              item_loader=TokensLoader(), mode="overwrite", progress=False)
-    return {"seconds": time.perf_counter() - t0}
+    return {"seconds": time.perf_counter() - t0, "encoder": _encoder_name(spec)}
+
+
+def _encoder_name(spec: dict) -> str | None:
+    if "tokenizer" not in spec:
+        return None
+    from bench.tok import encoder
+
+    return getattr(encoder(spec["tokenizer"], "ours"), "backend", None)
 
 
 def _import() -> None:

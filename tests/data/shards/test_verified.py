@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -111,3 +112,32 @@ def test_switched_off_and_torn_lines(store, dataset, monkeypatch):
 def test_a_bad_verify_checksums_value_is_refused(dataset):
     with pytest.raises(ValueError, match="verify_checksums must be True, False or 'always', got 'yes'"):
         StreamingDataset(str(dataset), item_loader=TokensLoader(block_size=4), verify_checksums="yes")
+
+
+def test_an_unchanged_manifest_is_cross_checked_once_an_edited_one_again(store, dataset, monkeypatch):
+    from llm.data.shards.format import manifest as manifest_module
+    from llm.data.shards.format.manifest import Manifest
+    from llm.data.shards.format.validate import ManifestError
+
+    checks: list[str] = []
+    real = manifest_module.check_manifest
+    monkeypatch.setattr(manifest_module, "check_manifest", lambda data, path: (checks.append(str(path)), real(data, path)))
+    index = dataset / "index.json"
+    before = Manifest.load(dataset)
+    assert len(checks) == 1  # optimize's own write is not trusted: the first open checks
+    again = Manifest.load(dataset)
+    assert len(checks) == 1 and again.fingerprint() == before.fingerprint()  # same bytes: not checked again
+    # A count that no longer matches the shard's size: new bytes, so checked again, and refused.
+    good = index.read_text()
+    data = json.loads(good)
+    data["shards"][0]["tokens"] -= 1
+    index.write_text(json.dumps(data, indent=1))
+    for _ in range(2):  # a refused manifest is never remembered
+        with pytest.raises(ManifestError, match="index.json"):
+            Manifest.load(dataset)
+    assert len(checks) == 3
+    monkeypatch.setenv("LLM_REMEMBER_VERIFIED", "0")  # the opt-out covers manifests too
+    index.write_text(good)
+    Manifest.load(dataset)
+    Manifest.load(dataset)
+    assert len(checks) == 5

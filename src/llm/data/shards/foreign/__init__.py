@@ -26,6 +26,12 @@ def detect_format(folder: str | Path) -> str | None:
     from llm.data.shards.foreign.litdata import is_litdata_index
     from llm.data.shards.foreign.mds import is_mds_index
 
+    path = Path(folder) / "index.json"
+    try:
+        if b'"format_version"' in path.read_bytes():  # ours: Manifest.load parses it (once, not twice)
+            return None
+    except OSError:
+        return None  # our own loader names the problem
     data = _read_index(Path(folder))
     if data is None or "format_version" in data:
         return None

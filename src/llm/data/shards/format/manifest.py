@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm.data.shards.format import verified
 from llm.data.shards.format.validate import ManifestError, check_derived, check_manifest
 from llm.data.storage.local import atomic_write
 
@@ -118,14 +119,22 @@ class Manifest:
             raise ManifestError(f"{folder}: dataset folder does not exist")
         if not path.is_file():
             raise ManifestError(f"{folder}: no {INDEX_NAME}; is this a dataset made by `llm-data optimize`?")
+        raw = path.read_bytes()
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ManifestError(f"{path}: malformed manifest ({e})") from None
-        return cls.from_json(data, path)
+        digest = hashlib.sha256(raw).hexdigest()
+        checked = verified.manifest_checked(digest)
+        manifest = cls.from_json(data, path, checked=checked)
+        if not checked:
+            verified.remember_manifest(digest)
+        return manifest
 
     @classmethod
-    def from_json(cls, data: object, path: Path) -> Manifest:
+    def from_json(cls, data: object, path: Path, checked: bool = False) -> Manifest:
+        """The manifest in `data` (read from `path`), cross-checked unless `checked`: these very
+        bytes passed the checks on this machine before (verified.manifest_checked)."""
         if not isinstance(data, dict):
             raise ManifestError(f"{path}: malformed manifest (expected a JSON object)")
         version = data.get("format_version")
@@ -137,7 +146,8 @@ class Manifest:
         if not isinstance(shards, list):
             raise ManifestError(f"{path}: key 'shards' is missing or not a list")
         # Trust nothing on disk: a wrong count would repeat data, read document ends as tokens or hang.
-        check_manifest(data, path)
+        if not checked:
+            check_manifest(data, path)
         backend = data.get("tokenizer_backend")
         if backend is not None and not isinstance(backend, str):
             raise ManifestError(f"{path}: key 'tokenizer_backend' is {backend!r}, expected a string or null")
@@ -145,6 +155,7 @@ class Manifest:
         known = {f for f in cls.__dataclass_fields__}
         fields = {k: v for k, v in data.items() if k in known and k != "shards"}
         manifest = cls(shards=infos, **fields)
-        check_derived(data, manifest.fingerprint(), manifest.totals(), path)
+        if not checked:
+            check_derived(data, manifest.fingerprint(), manifest.totals(), path)
         return manifest
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,11 +40,12 @@ class DescriptorPool:
         self._lock = threading.Lock()
 
     @contextmanager
-    def use(self, i: int, path: Path, identity: tuple[int, int] | None) -> Iterator[int]:
+    def use(self, i: int, path_of: Callable[[int], Path], identity: tuple[int, int] | None) -> Iterator[int]:
         """The descriptor of shard i (opened on first use and checked against `identity` (dev, inode))."""
         with self._lock:
             entry = self._open.get(i)
             if entry is None:
+                path = path_of(i)  # built only when opening: this runs for every shard of every gather
                 fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
                 st = os.fstat(fd)
                 if identity is not None and (st.st_dev, st.st_ino) != identity:
@@ -78,7 +79,7 @@ class DescriptorPool:
 
 
 def read_rows(fd: int, offsets: np.ndarray, width: int, stored: np.dtype, out: np.ndarray, dest: np.ndarray,
-              where: Path) -> None:
+              where: Callable[[], Path]) -> None:
     """out[dest[k]] = the `width` tokens at token offset offsets[k] of the file (stored dtype, little-endian)."""
     itemsize = stored.itemsize
     nbytes = width * itemsize
@@ -89,6 +90,6 @@ def read_rows(fd: int, offsets: np.ndarray, width: int, stored: np.dtype, out: n
     for row, offset in zip(rows.tolist(), offsets.tolist()):
         got = os.preadv(fd, [targets[row]], offset * itemsize)
         if got != nbytes:
-            raise ShardChanged(f"shard {where} ended after {offset * itemsize + got} bytes while reading a block: the file was truncated")
+            raise ShardChanged(f"shard {where()} ended after {offset * itemsize + got} bytes while reading a block: the file was truncated")
     if targets is not out:
         out[dest] = targets

@@ -7,6 +7,7 @@ import os
 import pickle
 import threading
 from collections import OrderedDict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -37,17 +38,17 @@ class _ShardBytes:
         self._identity: dict[int, tuple[int, int]] = {}  # (dev, inode) of each verified plain shard
         self._fds = DescriptorPool()
         self._lock = threading.Lock()  # reader threads share one instance
-        for info in self.shards:
-            self._check_size(info)
+        self._check_sizes(self.shards)
 
-    def _check_size(self, info: ShardInfo) -> None:
-        path = self.folder / info.file
-        try:
-            size = os.stat(path).st_size
-        except FileNotFoundError:
-            raise ShardError(f"shard {path} is missing (listed in {self.folder / 'index.json'})") from None
-        if size != info.bytes:
-            raise ShardError(f"shard {path} has {size} bytes, the manifest says {info.bytes}: the file is corrupt")
+    def _check_sizes(self, infos: list[ShardInfo]) -> None:
+        folder = str(self.folder)
+        for info in infos:  # one stat per shard (plain strings: at open this loop is O(shards))
+            try:
+                size = os.stat(os.path.join(folder, info.file)).st_size
+            except FileNotFoundError:
+                raise ShardError(f"shard {self.folder / info.file} is missing (listed in {self.folder / 'index.json'})") from None
+            if size != info.bytes:
+                raise ShardError(f"shard {self.folder / info.file} has {size} bytes, the manifest says {info.bytes}: the file is corrupt")
 
     def _verify(self, info: ShardInfo, data: np.ndarray | None = None, force: bool = False) -> None:
         """The shard's checksum, unless this machine verified this very file before (verified.py)."""
@@ -132,7 +133,10 @@ class _ShardBytes:
         if self.shards[i].compression is not None:
             return None
         self.raw(i)  # verified and layout-checked before any byte is served
-        return self._fds.use(i, self.folder / self.shards[i].file, self._identity.get(i))
+        return self._fds.use(i, self.path_of, self._identity.get(i))
+
+    def path_of(self, i: int) -> Path:
+        return self.folder / self.shards[i].file
 
     def release_pages(self) -> None:
         """Drop this process's mapping of shard pages it has read (they stay in the page cache).
@@ -148,7 +152,7 @@ class _ShardBytes:
     def verify_all(self) -> None:
         """Size, checksum and layout of every shard: what `llm-data verify` reports."""
         for i, info in enumerate(self.shards):
-            self._check_size(info)
+            self._check_sizes([info])
             with self._lock:  # reopen: the checksum is checked again even if this shard was read before
                 self._maps.pop(i, None)
                 self._decompressed.pop(i, None)
@@ -226,7 +230,7 @@ class TokenReader:
             with pinned as fd:
                 stored = np.dtype(self.files.shards[i].dtype or self.manifest.dtype)
                 read_rows(fd, starts[rows] - self.starts[i], width, stored, out, rows_out,
-                          self.files.folder / self.files.shards[i].file)
+                          partial(self.files.path_of, i))
         if mapped:
             self._count_read(mapped)
         return np.flatnonzero(~fits)
