@@ -339,3 +339,24 @@ def test_the_flat_batch_path_gives_the_same_documents(bpe_json, ranks_file, corp
     flat, lengths = tokenize_documents(tok, texts)
     expected = np.concatenate([np.append(r, tok.eos_id) for r in reference])
     assert np.array_equal(flat, expected) and lengths.tolist() == [len(r) + 1 for r in reference]
+
+
+def test_a_ranks_file_is_converted_for_fastokens_once_and_a_damaged_conversion_is_redone(ranks_file, corpus, tmp_path,
+                                                                                         monkeypatch):
+    if not tb.installed("fastokens"):
+        pytest.skip("fastokens is not installed (pip install 'llm[fastokens]')")
+    monkeypatch.setenv("LLM_CACHE_DIR", str(tmp_path / "cache"))
+    conversions: list[int] = []
+    real = tb.tokenizer_json_from_ranks
+    monkeypatch.setattr(tb, "tokenizer_json_from_ranks", lambda ranks: (conversions.append(len(ranks)), real(ranks))[1])
+    want = load_tokenizer(str(ranks_file), "tiktoken").encode_batch(corpus[:50])
+    first = load_tokenizer(str(ranks_file), "fastokens")
+    cached = list((tmp_path / "cache" / "tokenizers").glob("*.json"))
+    assert len(conversions) == 1 and len(cached) == 1
+    second = load_tokenizer(str(ranks_file), "fastokens")
+    assert len(conversions) == 1  # read back, not converted again
+    cached[0].write_text(cached[0].read_text()[:1000])  # a torn file: converted again, ids unchanged
+    third = load_tokenizer(str(ranks_file), "fastokens")
+    assert len(conversions) == 2
+    for tok in (first, second, third):
+        assert tok.backend == "fastokens" and tok.encode_batch(corpus[:50]) == want

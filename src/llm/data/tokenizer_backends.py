@@ -33,6 +33,7 @@ from llm.data.bpe_vocab import (
     tiktoken_ranks,
     tokenizer_json_from_ranks,
 )
+from llm.data.storage.local import atomic_write, cache_home
 
 log = logging.getLogger("llm.data.tokenizers")
 
@@ -180,22 +181,54 @@ def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[
     return {"fastokens": fastokens, "tiktoken": tiktoken, "tokenizers": lambda: reference}
 
 
-def tiktoken_file_makers(path: Path, ranks: dict[bytes, int], reference: TiktokenEncoder) -> dict[str, Callable[[], Any]]:
+def tiktoken_file_makers(
+    path: Path, ranks: dict[bytes, int], reference: TiktokenEncoder, digest: str | None = None
+) -> dict[str, Callable[[], Any]]:
     """How each engine loads a .tiktoken ranks file (GPT-2's pattern, `<|endoftext|>` never matched).
 
     fastokens gets the ranks as the equivalent byte-level tokenizer.json, not through its own
     `.tiktoken` loader: that one splits with a generic regex engine whose `\\s` differs from
     tiktoken's (U+180E), while its ByteLevel path matches `tokenizers` and `tiktoken`.
+    The conversion (~1 s for GPT-2, paid by every worker process) is kept by the ranks file's
+    `digest` (sha256) under the user cache folder (`converted_vocabulary`).
     """
 
     def fastokens():
         _require("fastokens")
         import fastokens as fk
 
-        data = tokenizer_json_from_ranks(ranks)  # `Unsupported` unless every token is a merge of two
-        return FastokensEncoder(fk.Tokenizer.from_json_str(json.dumps(data)))
+        return FastokensEncoder(fk.Tokenizer.from_json_str(converted_vocabulary(ranks, digest)))
 
     return {"fastokens": fastokens, "tiktoken": lambda: reference}
+
+
+_CONVERSION_VERSION = 1
+
+
+def converted_vocabulary(ranks: dict[bytes, int], digest: str | None) -> str:
+    """The ranks as a byte-level tokenizer.json text, from the cache when this ranks file was converted before.
+
+    The cached file is named by the ranks file's sha256 and written atomically; one that does
+    not parse, or is not the conversion of these ranks' size, is converted again. (The engine
+    built from it is still self-checked against tiktoken before use.)
+    """
+    # The name carries the conversion's version: a later change to it never reads an old file.
+    cached = cache_home() / "tokenizers" / f"{digest}-ranks-v{_CONVERSION_VERSION}.json" if digest else None
+    if cached is not None:
+        try:
+            text = cached.read_text()
+            if len(json.loads(text)["model"]["vocab"]) == len(ranks):
+                return text
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # absent or damaged: convert again
+    text = json.dumps(tokenizer_json_from_ranks(ranks))  # `Unsupported` unless every token is a merge of two
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(cached, text.encode())
+        except OSError:
+            pass  # a read-only cache only costs the conversion next time
+    return text
 
 
 def _self_check(candidate: Any, reference: Any, probes: Sequence[str]) -> None:

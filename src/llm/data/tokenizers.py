@@ -149,7 +149,7 @@ class TiktokenTokenizer:
         self._digest = _file_digest(path)
         reference = tb.TiktokenEncoder(self._enc, match_special=False)
         self._encoder = tb.pick(
-            tb.resolve(backend), tb.tiktoken_file_makers(path, ranks, reference), reference, tb.probes_for([]), str(path)
+            tb.resolve(backend), tb.tiktoken_file_makers(path, ranks, reference, self._digest), reference, tb.probes_for([]), str(path)
         )
         self.backend: str = self._encoder.name
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.shards.arrays import distinct
 from llm.data.shards.streaming import StreamingDataset, _Iteration, chunk_bounds
 
 PERIOD = 1000
@@ -216,7 +217,7 @@ class CombinedStreamingDataset(StreamingDataset):
             if not len(mine):
                 continue
             own_epoch, index = np.divmod(q[mine], self.sizes[s])
-            for e in np.unique(own_epoch).tolist():
+            for e in distinct(own_epoch):
                 at = mine[own_epoch == e]
                 out[at] = self.offsets[s] + self._source_order(s, int(e))(index[own_epoch == e])
         return out
@@ -263,7 +264,7 @@ class CombinedStreamingDataset(StreamingDataset):
         out = {"input_ids": np.empty((len(ids), self.block_size), dtype=first.token_dtype)}
         if first.item_loader.document_boundaries:
             out["position_ids"] = np.empty_like(out["input_ids"])
-        for s in np.unique(src).tolist():
+        for s in distinct(src):
             at = np.flatnonzero(src == s)  # each source gathers straight into its rows of the batch
             self.datasets[s].fill_blocks(ids[at] - self.offsets[s], out, at)
         return out
@@ -276,7 +277,7 @@ class CombinedStreamingDataset(StreamingDataset):
         """Each source's samples as its own `ds[i]` gives them (its transform, subsample, __getitem__)."""
         ids = np.asarray(ids, dtype=np.int64)
         src, out = self.sources_of(ids), [None] * len(ids)
-        for s in np.unique(src).tolist():
+        for s in distinct(src):
             at = np.flatnonzero(src == s)
             for row, sample in zip(at.tolist(), self.datasets[s].sample_list(ids[at] - self.offsets[s])):
                 out[row] = sample

@@ -316,5 +316,6 @@ class StreamingDataset(SampleAccess, IterableDataset):
         else:
             ids = samples
         shards = np.searchsorted(starts, ids, side="right") - 1
-        _, where = np.unique(shards, return_index=True)
-        self.cache.hint(shards[np.sort(where)].tolist())
+        first_seen = np.ones(len(shards), dtype=bool)  # each shard once, in order of first use
+        first_seen[1:] = shards[1:] != shards[:-1]
+        self.cache.hint(list(dict.fromkeys(shards[first_seen].tolist())))

@@ -28,7 +28,7 @@ from typing import Any
 
 import xxhash
 
-from llm.data.storage.local import pid_alive
+from llm.data.storage.local import cache_home, pid_alive
 from llm.data.storage.s3 import StorageError
 
 LOCK = ".lock"
@@ -61,9 +61,7 @@ def parse_cache_size(value: int | str | None) -> int | None:
 
 
 def default_cache_root() -> Path:
-    base = os.environ.get("LLM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llm")
-    return Path(base) / "shards"
+    return cache_home() / "shards"
 
 
 class _FileLock:

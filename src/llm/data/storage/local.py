@@ -7,6 +7,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
+def cache_home() -> Path:
+    """The user cache folder of this library: $LLM_CACHE_DIR, else $XDG_CACHE_HOME/llm, else ~/.cache/llm."""
+    return Path(os.environ.get("LLM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llm"))
+
+
 def fsync_dir(path: str | Path) -> None:
     """Make renames and creations inside `path` durable: a rename only survives a power cut
     once the directory entry itself has reached the disk."""

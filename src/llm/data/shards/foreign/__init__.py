@@ -23,15 +23,17 @@ def _read_index(folder: Path) -> dict | None:
 
 def detect_format(folder: str | Path) -> str | None:
     """'litdata', 'mds', or None (our own format, or no dataset at all)."""
-    from llm.data.shards.foreign.litdata import is_litdata_index
-    from llm.data.shards.foreign.mds import is_mds_index
-
     path = Path(folder) / "index.json"
     try:
         if b'"format_version"' in path.read_bytes():  # ours: Manifest.load parses it (once, not twice)
             return None
     except OSError:
         return None  # our own loader names the problem
+    from llm.data.shards.foreign.litdata import (
+        is_litdata_index,  # only for peers' folders (5-10 ms)
+    )
+    from llm.data.shards.foreign.mds import is_mds_index
+
     data = _read_index(Path(folder))
     if data is None or "format_version" in data:
         return None

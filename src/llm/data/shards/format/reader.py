@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llm.data.shards.arrays import distinct
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
 from llm.data.shards.format.manifest import Manifest, ShardInfo
@@ -219,7 +220,7 @@ class TokenReader:
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         fits = starts + width <= self.starts[np.minimum(shard + 1, len(self.starts) - 1)]
         mapped = 0
-        for i in np.unique(shard[fits]).tolist():
+        for i in distinct(shard[fits]):
             rows = np.flatnonzero(fits & (shard == i))
             rows_out = rows if dest is None else dest[rows]
             pinned = getattr(self.files, "descriptor", lambda _: None)(i)
@@ -248,7 +249,7 @@ class TokenReader:
         fits[skip] = False
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         cols = np.arange(width, dtype=np.int64)
-        for i in np.unique(shard[fits]).tolist():
+        for i in distinct(shard[fits]):
             rows = np.flatnonzero(fits & (shard == i))
             doc_ends = self._shard(i)[1]
             local = starts[rows] - self.starts[i]
@@ -350,7 +351,7 @@ class ItemReader:
         indices = np.asarray(indices, dtype=np.int64)
         shard_of = np.searchsorted(self.starts, indices, side="right") - 1
         out: list = [None] * len(indices)
-        for i in np.unique(shard_of).tolist():
+        for i in distinct(shard_of):
             rows = np.flatnonzero(shard_of == i)
             raw, offsets = self._shard(i)
             local = indices[rows] - self.starts[i]

@@ -26,6 +26,8 @@ import threading
 import time
 from pathlib import Path
 
+from llm.data.storage.local import cache_home
+
 _MAX_BYTES = 1 << 20  # a store is compacted to its unique entries beyond this
 _QUIET_NS = 50_000_000  # a file changed less than 50 ms before its hash is not remembered
 _lock = threading.Lock()
@@ -33,9 +35,7 @@ _stores: dict[Path, tuple[dict[tuple[int, ...], str], int]] = {}  # store file -
 
 
 def _base() -> Path:
-    base = os.environ.get("LLM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llm")
-    return Path(base) / "verified"
+    return cache_home() / "verified"
 
 
 def store_path(shard: Path | str) -> Path:

@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from llm.data.shards.arrays import distinct
+
 _Factory = Callable[[str, int, int], Callable[[np.ndarray], np.ndarray]]
 
 
@@ -84,7 +86,7 @@ class WindowedPermutation:
             raise IndexError(f"positions outside [0, {self.n})")
         window = np.searchsorted(self.window_starts, p, side="right") - 1
         mixed = np.empty_like(p)
-        for w in np.unique(window).tolist():
+        for w in distinct(window):
             at = np.flatnonzero(window == w)
             lo = self.window_starts[w]
             mixed[at] = lo + self._within(w)(p[at] - lo)
