@@ -24,3 +24,14 @@ def _isolated_source_registry():
     saved = (dict(SOURCE_REGISTRY._factories), dict(SOURCE_REGISTRY._keys))
     yield
     SOURCE_REGISTRY._factories, SOURCE_REGISTRY._keys = saved
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster of 2 CPUs for one test module (~10-20 s to start on 2 cores)."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm[ray]' (the dev extra has it)")
+    from llm.data.shards.engines.ray import start_local
+
+    start_local(num_cpus=2)
+    yield
+    ray.shutdown()

@@ -13,16 +13,7 @@ from llm.data.shards.format.manifest import Manifest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm[ray]' (the dev extra has it)")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # a local Ray cluster takes ~10-20 s to start on 2 cores
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster():
-    from llm.data.shards.engines.ray import start_local
-
-    start_local(num_cpus=2)
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.usefixtures("ray_cluster")]
 
 
 def _doc(i: int) -> np.ndarray:

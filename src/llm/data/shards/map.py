@@ -6,6 +6,9 @@ fresh staging folder); when it returns, the task moves those files into `output_
 (`output_dir/.llm-map/done/<key>`). A rerun skips the inputs with a marker, so a
 crashed or failed run continues where it stopped, and an input's files appear only
 after `fn` finished them.
+
+For s3:// with the local engine the driver does the uploads: obstore's client runs on a
+tokio runtime, which does not survive fork (a forked worker's upload would hang).
 """
 
 from __future__ import annotations
@@ -59,13 +62,26 @@ class _MapJob:
     inputs: list[tuple[int, Any, str]]  # (index in the caller's list, input, key) of the inputs to do
     output: str  # a local folder or an s3:// URL
     storage_options: dict | None
+    # s3:// with forked local workers: the object-store client (a tokio runtime) does not survive
+    # fork, so tasks stage their files under this folder and the driver uploads them
+    driver_uploads: str | None = None
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """An input's finished files, waiting in a staging folder for the driver to upload them."""
+
+    folder: str
+    files: list[str]
+    key: str
+    marker: bytes
 
 
 def _files_under(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink())
 
 
-def _run_input(job: _MapJob, task_id: int, report: Callable[[int, int], None]) -> int:
+def _run_input(job: _MapJob, task_id: int, report: Callable[[int, int], None]) -> int | _Staged:
     """One input: fn into a staging folder, then its files into the output, then the marker."""
     index, value, key = job.inputs[task_id]
     location = parse_location(job.output)
@@ -75,7 +91,8 @@ def _run_input(job: _MapJob, task_id: int, report: Callable[[int, int], None]) -
         root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{key[:12]}-", dir=root))
     else:
-        staging = Path(tempfile.mkdtemp(prefix="llm-map-"))
+        staging = Path(tempfile.mkdtemp(prefix="llm-map-", dir=job.driver_uploads))
+    handed_over = False
     try:
         try:
             job.fn(value, str(staging))
@@ -83,14 +100,18 @@ def _run_input(job: _MapJob, task_id: int, report: Callable[[int, int], None]) -
             raise MapError(f"map: input {index} ({value!r:.80}) failed: {type(e).__name__}: {e}") from e
         files = _files_under(staging)
         marker = json.dumps({"input": f"{value!r:.200}", "index": index, "files": files}).encode()
+        report(1, len(files))
         if local:
             _move_into(staging, location.local_path(), files, key, marker)
+        elif job.driver_uploads:
+            handed_over = True
+            return _Staged(str(staging), files, key, marker)
         else:
-            _upload(job, staging, files, key, marker)
-        report(1, len(files))
+            _upload(job, _Staged(str(staging), files, key, marker))
         return len(files)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if not handed_over:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _move_into(staging: Path, out: Path, files: list[str], key: str, marker: bytes) -> None:
@@ -107,13 +128,14 @@ def _move_into(staging: Path, out: Path, files: list[str], key: str, marker: byt
     atomic_write(done / key, marker)  # last: the input counts as done only once all its files are in place
 
 
-def _upload(job: _MapJob, staging: Path, files: list[str], key: str, marker: bytes) -> None:
+def _upload(job: _MapJob, staged: _Staged) -> None:
     from llm.data.storage.objects import open_objects
 
     objects = open_objects(job.output, job.storage_options)
-    for rel in files:
-        objects.put(rel, staging / rel)
-    open_objects(f"{job.output.rstrip('/')}/{STATE_DIR}/done", job.storage_options).put(key, marker)
+    for rel in staged.files:
+        objects.put(rel, Path(staged.folder, rel))
+    # last: the input counts as done only once all its files are uploaded
+    open_objects(f"{job.output.rstrip('/')}/{STATE_DIR}/done", job.storage_options).put(staged.key, staged.marker)
 
 
 def _done_keys(output: str, storage_options: dict | None) -> set[str]:
@@ -123,7 +145,15 @@ def _done_keys(output: str, storage_options: dict | None) -> set[str]:
 
         return set(open_objects(f"{output.rstrip('/')}/{STATE_DIR}/done", storage_options).list())
     done = location.local_path() / STATE_DIR / "done"
-    return {p.name for p in done.iterdir()} if done.is_dir() else set()
+    if not done.is_dir():
+        return set()
+    keys = set()
+    for path in done.iterdir():
+        if path.name.startswith("."):  # a marker's temporary file, left by a worker stopped mid-write
+            path.unlink(missing_ok=True)
+        else:
+            keys.add(path.name)
+    return keys
 
 
 def _lock(output: str, storage_options: dict | None) -> Any:
@@ -171,6 +201,7 @@ def map(
             raise ValueError(f"output {output} exists and is not a folder")
         location.local_path().mkdir(parents=True, exist_ok=True)
     lock = _lock(output, storage_options)
+    uploads: str | None = None
     try:
         if not location.is_object_store:  # staging folders of an earlier run that died (we hold the lock)
             shutil.rmtree(location.local_path() / STATE_DIR / "tmp", ignore_errors=True)
@@ -182,11 +213,19 @@ def map(
                 todo.append((index, value, key))
             seen.add(key)
         summary = MapSummary(output, inputs=len(inputs), skipped=sum(1 for v in inputs if input_key(v) in done))
-        job = _MapJob(fn, todo, output, storage_options)
+        if location.is_object_store and engine == "local":
+            uploads = tempfile.mkdtemp(prefix="llm-map-uploads-")
+        job = _MapJob(fn, todo, output, storage_options, driver_uploads=uploads)
 
-        def finished(task_id: int, files: int) -> None:
+        def finished(task_id: int, result: int | _Staged) -> None:
+            if isinstance(result, _Staged):
+                try:
+                    _upload(job, result)
+                finally:
+                    shutil.rmtree(result.folder, ignore_errors=True)
+                result = len(result.files)
             summary.done += 1
-            summary.files += files
+            summary.files += result
 
         if todo:
             with engine_session(engine, ray_address, num_workers) as workers:
@@ -194,6 +233,8 @@ def map(
                           engine=engine, workers=min(workers, len(todo)), ray_address=ray_address, desc="map",
                           progress=progress)
     finally:
+        if uploads:  # what a failed run staged but did not upload: its inputs have no marker and rerun
+            shutil.rmtree(uploads, ignore_errors=True)
         lock.release()
     summary.seconds = time.perf_counter() - started
     if progress:
