@@ -12,7 +12,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from bench import report, suite
+from bench import readme, report, suite
 from bench.corpus import build_corpus, corpus_paths
 from bench.measure import REPO_ROOT
 from bench.tok import VOCAB_SIZE, train_tokenizer
@@ -104,12 +104,16 @@ def _versions(ctx: suite.Context) -> dict:
 
 
 def write_docs(results: dict, docs_dir: Path) -> str:
-    """docs/benchmarks.md and docs/benchmarks.png from one results dict; returns the Markdown."""
+    """docs/benchmarks.md, docs/benchmarks.png and, after a main run (prepare and stream), the
+    README's table beside docs_dir, from one results dict; returns the Markdown."""
     results["targets"] = report.targets(results)
     md = report.markdown(results)
     docs_dir.mkdir(parents=True, exist_ok=True)
     (docs_dir / "benchmarks.md").write_text(md)
     report.chart(results, docs_dir / "benchmarks.png")
+    readme_file = docs_dir.parent / "README.md"
+    if {"prepare", "stream"} <= set(results["scenarios"]) and readme_file.exists():
+        readme.rewrite(readme_file, results)
     return md
 
 
