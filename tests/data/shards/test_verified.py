@@ -141,3 +141,33 @@ def test_an_unchanged_manifest_is_cross_checked_once_an_edited_one_again(store, 
     Manifest.load(dataset)
     Manifest.load(dataset)
     assert len(checks) == 5
+
+
+def test_lookups_by_search_and_after_the_store_is_parsed_agree(store, monkeypatch):
+    # The first lookups search the store's bytes (no parse of 10^4 lines for a first batch);
+    # later ones use the parsed dict: both must answer the same, the last line of an identity winning.
+    keys = [(2049, i, 4096 + i, 10**18 + i, 10**18 + 2 * i) for i in range(300)]
+    lines = [" ".join(map(str, k)) + f" xxh3_64:{i}" for i, k in enumerate(keys)]
+    lines += ["torn 1 2", " ".join(map(str, keys[7])) + " xxh3_64:new", "1 2 3 4"]
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text("\n".join(lines) + "\n" + " ".join(map(str, keys[8])) + " xxh3_64:half")  # no newline: torn
+    monkeypatch.setattr(verified, "_PARSE_AFTER", 100)
+    verified._stores.clear()
+    answers = [verified._entries(store).get(k) for k in keys]
+    assert verified._entries(store).parsed is not None  # past 100 lookups: parsed
+    verified._stores.clear()
+    assert answers == [verified._entries(store).get(k) for k in keys]
+    expected = [f"xxh3_64:{i}" for i in range(300)]
+    expected[7] = "xxh3_64:new"
+    assert answers == expected and verified._entries(store).get((2049, 1, 2, 3, 4)) is None
+    assert verified._entries(store).get((2049, 999, 1, 1, 1)) is None
+
+
+def test_a_store_of_duplicates_is_compacted_and_still_answers(store, monkeypatch):
+    monkeypatch.setattr(verified, "_MAX_BYTES", 2000)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    key = (1, 2, 3, 4, 5)
+    store.write_text("".join(f"1 2 3 4 5 xxh3_64:{i}\n" for i in range(200)))  # one identity, 200 times
+    verified._stores.clear()
+    assert verified._entries(store).get(key) == "xxh3_64:199"
+    assert store.read_text() == "1 2 3 4 5 xxh3_64:199\n"

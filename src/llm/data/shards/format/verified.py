@@ -28,10 +28,63 @@ from pathlib import Path
 
 from llm.data.storage.local import cache_home
 
-_MAX_BYTES = 1 << 20  # a store is compacted to its unique entries beyond this
+_MAX_BYTES = 1 << 20  # a store is compacted to its unique entries beyond this (and twice their size)
 _QUIET_NS = 50_000_000  # a file changed less than 50 ms before its hash is not remembered
+_PARSE_AFTER = 64  # lookups answered by a substring search of the store before it is parsed whole
 _lock = threading.Lock()
-_stores: dict[Path, tuple[dict[tuple[int, ...], str], int]] = {}  # store file -> (entries, bytes read)
+_stores: dict[Path, _Store] = {}  # store file -> what this process has read of it
+
+
+class _Store:
+    """What this process read of one store: its bytes, parsed into a dict only once many lookups
+    need it, so the first batch of a dataset with 10^4 shards does not parse 10^4 lines."""
+
+    def __init__(self) -> None:
+        self.raw = b"\n"  # whole lines read so far (a leading newline: every line starts after one)
+        self.loaded = 0  # bytes of the file read
+        self.parsed: dict[tuple[int, ...], str] | None = None
+        self.lookups = 0
+        self.compact_at = _MAX_BYTES  # file size beyond which duplicates are worth rewriting away
+
+    def add(self, lines: bytes) -> None:
+        self.raw += lines
+        if self.parsed is not None:
+            self.parsed.update(_parse(lines))
+
+    def get(self, key: tuple[int, ...]) -> str | None:
+        if self.parsed is None:
+            self.lookups += 1
+            if self.lookups <= _PARSE_AFTER:  # the last line for this identity wins
+                at = self.raw.rfind(b"\n" + _key_bytes(key) + b" ")
+                if at < 0:
+                    return None
+                end = self.raw.find(b"\n", at + 1)
+                parts = self.raw[at + 1 : end].split()
+                return parts[5].decode(errors="replace") if len(parts) == 6 else None
+            self.parsed = _parse(self.raw)
+        return self.parsed.get(key)
+
+    def remember(self, key: tuple[int, ...], checksum: str) -> None:
+        if self.parsed is not None:
+            self.parsed[key] = checksum
+        else:  # as if read from the file: our own append is in it now
+            self.raw += _key_bytes(key) + f" {checksum}\n".encode()
+
+
+def _key_bytes(key: tuple[int, ...]) -> bytes:
+    return " ".join(map(str, key)).encode()
+
+
+def _parse(lines: bytes) -> dict[tuple[int, ...], str]:
+    known: dict[tuple[int, ...], str] = {}
+    for line in lines.split(b"\n"):
+        parts = line.split()
+        if len(parts) == 6:
+            try:
+                known[(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]))] = parts[5].decode()
+            except (ValueError, UnicodeDecodeError):  # a torn or foreign line: one more hash later, nothing worse
+                pass
+    return known
 
 
 def _base() -> Path:
@@ -79,42 +132,42 @@ def _identity(path: Path | str) -> tuple[int, ...] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _entries(store: Path, refresh: bool = False) -> dict[tuple[int, ...], str]:
-    """A store's entries: read once per process, then only what other processes appended since."""
-    known, loaded = _stores.get(store, (None, 0))
+def _entries(store: Path, refresh: bool = False) -> _Store:
+    """A store as this process knows it: read once, then only what other processes appended since."""
+    known = _stores.get(store)
     if known is None:
-        known, loaded, refresh = {}, 0, True
+        known, refresh = _Store(), True
     if refresh:
         try:
             with open(store, "rb") as f:
-                f.seek(loaded)
+                f.seek(known.loaded)
                 tail = f.read()
         except OSError:
             tail = b""
         end = tail.rfind(b"\n") + 1  # a line still being written is read next time
-        for line in tail[:end].split(b"\n"):
-            parts = line.split()
-            if len(parts) == 6:
-                try:
-                    known[(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]))] = parts[5].decode()
-                except ValueError:  # a torn or foreign line: one more hash later, nothing worse
-                    pass
-        loaded += end
-        if loaded > _MAX_BYTES:
+        known.add(tail[:end])
+        known.loaded += end
+        if known.loaded > known.compact_at:
             _compact(store, known)
-            loaded = store.stat().st_size if store.exists() else 0
-    _stores[store] = (known, loaded)
+    _stores[store] = known
     return known
 
 
-def _compact(path: Path, known: dict[tuple[int, ...], str]) -> None:
+def _compact(path: Path, store: _Store) -> None:
     """Rewrite the store with its unique entries (a concurrent append may be lost: one more hash later)."""
+    unique = store.parsed if store.parsed is not None else _parse(store.raw)
+    text = "".join(" ".join(map(str, k)) + f" {v}\n" for k, v in unique.items()).encode()
+    store.compact_at = max(_MAX_BYTES, 2 * len(text))  # next time only once it doubled again
+    if len(text) * 2 > store.loaded:  # mostly unique already: rewriting would not shrink it much
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text("".join(" ".join(map(str, k)) + f" {v}\n" for k, v in known.items()))
+        tmp.write_bytes(text)
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
+        return
+    store.raw, store.loaded, store.parsed = b"\n" + text, len(text), unique
 
 
 def is_verified(path: Path | str, checksum: str) -> bool:
@@ -177,4 +230,4 @@ def _append(store: Path, key: tuple[int, ...], checksum: str) -> None:
     except OSError:
         return
     with _lock:
-        _entries(store)[key] = checksum
+        _entries(store).remember(key, checksum)
