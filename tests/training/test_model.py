@@ -54,3 +54,25 @@ def test_output_head_is_tied_to_the_embedding() -> None:
     model = _model()
     assert model.head.weight is model.tok_emb.weight
     assert model.tok_emb.weight.shape == (257, 32)
+
+
+def test_packed_samples_with_position_ids_train_as_if_each_had_its_own_row() -> None:
+    model = _model()
+    torch.manual_seed(1)
+    a, b = torch.randint(0, 257, (1, 5)), torch.randint(0, 257, (1, 7))
+    packed = torch.cat([a, b, torch.zeros(1, 2, dtype=torch.long)], dim=1)  # + 2 padding tokens (position 0)
+    positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6, 0, 0]])
+    with torch.no_grad():
+        alone_a, _ = model(a)
+        alone_b, _ = model(b)
+        together, _ = model(packed, position_ids=positions)
+        unaware, _ = model(packed)
+    assert torch.allclose(together[:, :5], alone_a, atol=1e-5)
+    assert torch.allclose(together[:, 5:12], alone_b, atol=1e-5)
+    assert not torch.allclose(unaware[:, 5:12], alone_b, atol=1e-3)  # without them, b sees a
+    assert torch.isfinite(together).all()  # padding attends to itself: no empty attention row
+
+
+def test_position_ids_of_another_shape_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"position_ids has shape \(1, 3\), input_ids \(1, 4\)"):
+        _model()(torch.zeros(1, 4, dtype=torch.long), position_ids=torch.zeros(1, 3, dtype=torch.long))

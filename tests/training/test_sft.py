@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
-from llm.training.core.loading import build_config, load_config
+from llm.training.core.loading import ConfigError, build_config, load_config
 from llm.training.tasks.sft import shift_labels
 from llm.training.trainer import Trainer
 from tests.training.test_trainer import REPO, kill9_then_resume_matches_uninterrupted
@@ -110,3 +111,22 @@ def test_kill_9_and_resume_is_exact(tmp_path):
 def test_the_shipped_demo_config_validates():
     config = load_config(REPO / "configs" / "sft_local_demo.yaml")
     assert config.data.datasets[0].type == "alpaca" and config.training.max_steps == 20
+
+
+def test_axolotl_keys_can_be_overridden_on_the_command_line(tmp_path):
+    tree = axolotl_tree(write_alpaca(tmp_path / "a.jsonl"), tmp_path / "out")
+    config = build_config(tree, {"sample_packing": True, "sequence_len": 128, "training.seed": 3})
+    assert (config.data.sample_packing, config.data.max_seq_len, config.training.seed) == (True, 128, 3)
+    with pytest.raises(ConfigError, match="unknown key 'sample_packin'"):
+        build_config(tree, {"sample_packin": True})
+
+
+def test_packed_sft_batches_carry_position_ids_to_the_model(tmp_path):
+    tree = axolotl_tree(write_alpaca(tmp_path / "a.jsonl"), tmp_path / "out", sample_packing=True, max_steps=3,
+                        sequence_len=640)
+    trainer = Trainer(build_config(tree), "sft", log=lambda _: None)
+    seen: list[torch.Tensor] = []
+    trainer.callbacks.append(lambda t, batch, loss: seen.append(batch["position_ids"]))
+    assert trainer.fit().steps == 3
+    # several samples per row: positions restart inside rows, which the model turns into a per-sample mask
+    assert all(((p[:, 1:] == 0) & (p[:, :-1] > 0)).any() for p in seen)

@@ -11,6 +11,14 @@ from torch import nn
 IGNORE_INDEX = -100
 
 
+def sample_mask(position_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, 1, seq, seq) booleans: causal, and only within a sample (a sample starts where its position is 0)."""
+    sample = torch.cumsum(position_ids == 0, dim=1)  # which sample each token belongs to
+    t = position_ids.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=position_ids.device).tril()
+    return ((sample[:, :, None] == sample[:, None, :]) & causal)[:, None]
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: causal self-attention then an MLP, both residual."""
 
@@ -26,12 +34,13 @@ class Block(nn.Module):
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`mask`: None for plain causal attention, else a boolean (batch, 1, seq, seq), True = may attend."""
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
         att = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            q, k, v, attn_mask=mask, is_causal=mask is None, dropout_p=self.dropout if self.training else 0.0
         )
         x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
         return x + self.mlp(self.ln2(x))
@@ -78,17 +87,29 @@ class TransformerLM(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, input_ids: torch.Tensor, labels: torch.Tensor | None = None
+        self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits `(batch, seq, vocab)` and, given `labels` aligned with `input_ids`
-        (label `t` is the target for position `t`, -100 ignored), the mean cross-entropy."""
+        (label `t` is the target for position `t`, -100 ignored), the mean cross-entropy.
+
+        `position_ids` (batch, seq), restarting at 0 where a packed sample (or document)
+        starts: each token then attends only to earlier tokens of its own sample, and its
+        position embedding counts from that sample's start, so packed samples train exactly
+        as if each had a row of its own.
+        """
         t = input_ids.shape[1]
         if t > self.max_seq_len:
             raise ValueError(f"a batch of {t} tokens is longer than the model's max_seq_len {self.max_seq_len}")
-        pos = torch.arange(t, device=input_ids.device)
+        mask = None
+        if position_ids is None:
+            pos = torch.arange(t, device=input_ids.device)
+        else:
+            if position_ids.shape != input_ids.shape:
+                raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}, input_ids {tuple(input_ids.shape)}")
+            pos, mask = position_ids, sample_mask(position_ids)
         x = self.drop(self.tok_emb(input_ids) + self.pos_emb(pos))
         for block in self.blocks:
-            x = block(x)
+            x = block(x, mask)
         logits = self.head(self.ln_f(x))
         if labels is None:
             return logits, None

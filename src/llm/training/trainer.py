@@ -277,8 +277,11 @@ class Trainer:
         self.model.train()
         input_ids = batch["input_ids"].to(self.device, non_blocking=True)
         labels = batch["labels"].to(self.device, non_blocking=True)
+        positions = batch.get("position_ids")
+        if positions is not None:
+            positions = positions.to(self.device, non_blocking=True)
         with self._autocast():
-            _, loss = self.model(input_ids, labels)
+            _, loss = self.model(input_ids, labels, positions)
         self.scaler.scale(loss).backward()
         if self.config.training.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)

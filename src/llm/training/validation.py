@@ -68,7 +68,9 @@ def evaluate(
         batch = val.batch(b, batch_size)
         rows = len(batch["input_ids"])
         with autocast():
-            _, loss = model(batch["input_ids"].to(device), batch["labels"].to(device))
+            positions = batch.get("position_ids")
+            _, loss = model(batch["input_ids"].to(device), batch["labels"].to(device),
+                            None if positions is None else positions.to(device))
         total += torch.tensor([float(loss) * rows, rows], dtype=torch.float64, device=device)
     if env.world_size > 1:
         dist.all_reduce(total)

@@ -98,10 +98,17 @@ def build_config(tree: dict[str, Any], overrides: dict[str, Any] | None = None, 
     An override of None sets the key to null (`--set checkpoint.checkpoint_dir=null`); a
     key that cannot be null is then an error naming it. Leave a key out to keep the YAML's.
     """
+    overrides = overrides or {}
+    # `--set sample_packing=true`: Axolotl's top-level keys are set before they are translated
+    axolotl = {k: v for k, v in overrides.items() if k.split(".")[0] in AXOLOTL_KEYS}
+    tree = dict(tree)
+    for dotted, value in axolotl.items():
+        _set_dotted(tree, dotted, value, source)
     tree = from_axolotl(tree, source)  # Axolotl's top-level keys (datasets, sequence_len, ...) into sections
     tree.setdefault("data", {})
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(tree, dotted, value, source)
+    for dotted, value in overrides.items():
+        if dotted not in axolotl:
+            _set_dotted(tree, dotted, value, source)
     try:
         config = TrainConfig.model_validate(tree)
     except ValidationError as exc:

@@ -20,7 +20,10 @@ def shift_labels(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     labels = batch["labels"]
     shifted = torch.full_like(labels, IGNORE)
     shifted[:, :-1] = labels[:, 1:]
-    return {"input_ids": batch["input_ids"], "labels": shifted}
+    out = {"input_ids": batch["input_ids"], "labels": shifted}
+    if "position_ids" in batch:  # packed rows: the model keeps each sample to itself
+        out["position_ids"] = batch["position_ids"]
+    return out
 
 
 class SftData(StreamTextData):
