@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,36 @@ def test_a_failing_input_is_named_and_a_rerun_does_only_what_is_left(tmp_path: P
     assert sorted(p.name for p in out.glob("*.txt")) == sorted(f"{n}.txt" for n in names)
     again = map(_resize, names, out, num_workers=workers, progress=False)
     assert again.done == 0 and again.skipped == len(names)
+
+
+def test_a_second_run_on_the_same_output_is_refused_or_waits(tmp_path: Path) -> None:
+    import threading
+
+    from llm.data.storage.lock import LockHeld
+
+    out = tmp_path / "out"
+    gate = threading.Event()
+
+    def held(name: str, folder: str) -> None:
+        gate.wait(10)
+        _resize(name, folder)
+
+    first = threading.Thread(target=map, args=(held, ["a"], out), kwargs={"num_workers": 0, "progress": False})
+    first.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not (out / STATE_DIR / ".llm-data.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(LockHeld, match=r"being written by a map run"):
+            map(_resize, ["b"], out, num_workers=0, progress=False)
+        threading.Timer(0.3, gate.set).start()
+        summary = map(_resize, ["b"], out, num_workers=0, progress=False, wait=True)  # waits for the first
+    finally:
+        gate.set()
+        first.join()
+    assert summary.done == 1 and sorted(p.name for p in out.glob("*.txt")) == ["a.txt", "b.txt"]
+
+
+def test_fn_must_be_callable(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="map: fn must be callable as fn\\(input, folder\\), got int"):
+        map(42, ["a"], tmp_path / "out", progress=False)

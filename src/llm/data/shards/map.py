@@ -156,17 +156,18 @@ def _done_keys(output: str, storage_options: dict | None) -> set[str]:
     return keys
 
 
-def _lock(output: str, storage_options: dict | None) -> Any:
+def _lock(output: str, storage_options: dict | None, wait: bool) -> Any:
     location = parse_location(output)
     if location.is_object_store:
         from llm.data.storage.objects import open_objects
         from llm.data.storage.remote_lock import RemoteLock
 
-        lock: Any = RemoteLock(open_objects(f"{output.rstrip('/')}/{STATE_DIR}", storage_options))
+        lock: Any = RemoteLock(open_objects(f"{output.rstrip('/')}/{STATE_DIR}", storage_options), wait=wait,
+                               what="a map")
     else:
         from llm.data.storage.lock import FolderLock
 
-        lock = FolderLock(location.local_path() / STATE_DIR, what="a map")
+        lock = FolderLock(location.local_path() / STATE_DIR, wait=wait, what="a map")
     lock.acquire()
     return lock
 
@@ -181,16 +182,20 @@ def map(
     ray_address: str | None = None,
     progress: bool = True,
     storage_options: dict | None = None,
+    wait: bool = False,
 ) -> MapSummary:
     """Call `fn(input, folder)` for every input, in `num_workers` processes (or Ray tasks).
 
     Files `fn` writes under `folder` end up at the same relative path in `output_dir` (a
     folder, or `s3://bucket/prefix`), all of an input's files once `fn` returned. A failure
     stops the run with a MapError naming the input; inputs finished before it stay done,
-    and a rerun skips them (inputs are told apart by type and repr). docs/items.md.
+    and a rerun skips them (inputs are told apart by type and repr). One run per output at a
+    time: another one is refused, or waited for with `wait=True`. docs/items.md.
     """
     started = time.perf_counter()
     check_engine(engine, ray_address)
+    if not callable(fn):
+        raise TypeError(f"map: fn must be callable as fn(input, folder), got {type(fn).__name__}")
     if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0):
         raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
     inputs = list(inputs)
@@ -200,7 +205,7 @@ def map(
         if location.local_path().exists() and not location.local_path().is_dir():
             raise ValueError(f"output {output} exists and is not a folder")
         location.local_path().mkdir(parents=True, exist_ok=True)
-    lock = _lock(output, storage_options)
+    lock = _lock(output, storage_options, wait)
     uploads: str | None = None
     try:
         if not location.is_object_store:  # staging folders of an earlier run that died (we hold the lock)

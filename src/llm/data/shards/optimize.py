@@ -285,7 +285,8 @@ def optimize(
                 upload(result.shards)
 
         try:
-            run_tasks(Tasks(partial(_run_task, job), len(job.tasks), done), engine=engine, workers=workers,
+            counters = ("docs", "tokens") if kind == "tokens" else ("items",)  # the bar shows these counts
+            run_tasks(Tasks(partial(_run_task, job), len(job.tasks), done, counters=counters), engine=engine, workers=workers,
                       ray_address=ray_address, desc="optimize", progress=progress)
             shards = [s for task_id in range(len(job.tasks)) for s in results[task_id].shards]
             layout = _common_layout(job, results) if kind == "items" else None

@@ -21,7 +21,7 @@ class Tasks:
     count: int
     on_done: Callable[[int, Any], None]
     unit: str = "task"
-    counters: tuple[str, str] = ("docs", "tokens")  # names of report()'s two numbers on the bar
+    counters: tuple[str, ...] = ("docs", "tokens")  # names of report()'s numbers shown on the bar (one or two)
 
 
 def check_engine(engine: str, ray_address: str | None) -> None:
