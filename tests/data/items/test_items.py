@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -158,3 +163,44 @@ def test_an_edited_item_layout_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "ds" / INDEX_NAME).write_text(json.dumps(data))
     with pytest.raises(ValueError, match="key 'fingerprint'"):
         StreamingDataset(tmp_path / "ds")
+
+
+_KILL_SCRIPT = """
+import sys, time
+import numpy as np
+from llm.data import optimize
+
+def slow_item(i):
+    time.sleep(0.002)
+    return {"x": np.full((16, 16), i, np.int32), "label": i, "name": f"n{i}"}
+
+optimize(slow_item, list(range(100_000)), sys.argv[1], mode="append", chunk_bytes="8KB", num_workers=2,
+         progress=False)
+"""
+
+
+def test_kill_9_during_an_item_append_leaves_the_previous_dataset(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+
+    def item(i: int) -> dict:
+        return {"x": np.full((16, 16), i, np.int32), "label": i, "name": f"n{i}"}
+
+    optimize(item, list(range(300)), out, chunk_bytes="8KB", num_workers=0, progress=False)
+    before = (out / "index.json").read_bytes()
+    listed = len(Manifest.load(out).shards)
+    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, str(out)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(list(out.glob("shard-*.bin"))) < listed + 3:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the parent and its workers, mid-write
+    proc.wait()
+    assert len(list(out.glob("shard-*.bin"))) > listed, "the kill must land mid-run"
+    assert (out / "index.json").read_bytes() == before
+    ds = StreamingDataset(out)
+    assert [ds[i]["label"] for i in range(len(ds))] == list(range(300))
+    optimize(item, list(range(300, 310)), out, mode="append", chunk_bytes="8KB", num_workers=0, progress=False)
+    ds = StreamingDataset(out)
+    assert [ds[i]["label"] for i in range(len(ds))] == list(range(310))
+    assert int(ds[305]["x"][3, 3]) == 305 and ds[305]["name"] == "n305"
+    assert len(list(out.glob("shard-*.bin"))) == len(Manifest.load(out).shards), "orphans of the killed run are removed"
