@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from llm.data import StreamingDataset, TokensLoader, optimize
+from llm.data.shards.format import reader as reader_module
 from llm.data.shards.format.reader import ShardError
 
 
@@ -25,6 +26,19 @@ def rss_file_kb() -> int:
         if line.startswith("RssFile:"):
             return int(line.split()[1])
     raise AssertionError("no RssFile in /proc/self/status")
+
+
+def mapped_kb(folder) -> int:
+    """Resident KB of this process's mappings of files under `folder`."""
+    total, current = 0, None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if "-" in parts[0] and len(parts) >= 5:  # a mapping's header line
+                current = parts[5] if len(parts) > 5 else None
+            elif parts[0] == "Rss:" and current and current.startswith(str(folder)):
+                total += int(parts[1])
+    return total
 
 
 def test_blocks_match_the_mapped_path_and_hold_no_pages(dataset):
@@ -69,3 +83,58 @@ def test_a_shard_truncated_while_read_is_named(dataset, tmp_path):
     os.truncate(shard, 1000)
     with pytest.raises(ShardError, match=f"shard {shard} ended after .* bytes while reading a block: the file was truncated"):
         ds.read_blocks(np.array([50]))
+
+
+def _doc(i: int) -> np.ndarray:
+    return np.random.default_rng(1000 + i).integers(0, 60_000, 3_000 + 37 * i)
+
+
+@pytest.fixture(scope="module")
+def many_shards(tmp_path_factory):
+    out = tmp_path_factory.mktemp("many") / "ds"
+    optimize(_doc, list(range(300)), str(out), chunk_bytes="16KB", num_workers=0, progress=False,
+             item_loader=TokensLoader())
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shuffled_epoch_over_hundreds_of_shards_opens_each_once_and_keeps_no_pages(many_shards, monkeypatch, workers):
+    from llm.data import StreamingDataLoader
+
+    reference = np.concatenate([_doc(i) for i in range(300)])
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):
+        if str(path).startswith(str(many_shards)):
+            opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(reader_module, "_RELEASE_EVERY_TOKENS", 1 << 16)  # release often: what stays is a leak
+    monkeypatch.setattr(os, "open", counting_open)
+    ds = StreamingDataset(str(many_shards), item_loader=TokensLoader(block_size=512, document_boundaries=True),
+                          shuffle=True, seed=3)
+    shards = len(ds.manifest.shards)
+    batches = list(StreamingDataLoader(ds, batch_size=8, num_workers=workers))
+    assert shards > 200
+    assert len(opened) <= shards, f"{len(opened)} opens for {shards} shards: descriptors were reopened"
+    # every shard was touched through its map (layout check, boundary blocks, document ends)
+    assert mapped_kb(many_shards) < 1 << 10, f"{mapped_kb(many_shards)} KB of the dataset's pages stayed mapped"
+
+    # every block exactly once, with its positions, against the documents themselves
+    n = len(ds)
+    padded = np.full(n * 512, ds.pad_id, dtype=np.int64)
+    padded[: reference.size] = reference
+    doc_starts = np.concatenate([[0], np.cumsum([_doc(i).size for i in range(300)])])[:-1]
+    sample_of = {padded[k * 512 : (k + 1) * 512].tobytes(): k for k in range(n)}
+    seen = []
+    for batch in batches:
+        for row, positions in zip(batch["input_ids"].numpy(), batch["position_ids"].numpy()):
+            k = sample_of[row.astype(np.int64).tobytes()]
+            seen.append(k)
+            starts = [0, *(doc_starts[(doc_starts > k * 512) & (doc_starts < (k + 1) * 512)] - k * 512).tolist()]
+            if k == n - 1 and reference.size < n * 512:
+                starts.append(reference.size - k * 512)  # padding starts a segment of its own
+            expected = np.arange(512) - np.maximum.accumulate(np.isin(np.arange(512), starts) * np.arange(512))
+            assert np.array_equal(positions, expected), k
+    assert sorted(seen) == list(range(n))

@@ -14,13 +14,29 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-MAX_OPEN = 128  # descriptors kept open per process (unpinned ones beyond are closed, oldest first)
+
+def _max_open() -> int:
+    """Descriptors a pool keeps open (unpinned ones beyond are closed, oldest first): a quarter
+    of the process's limit, between 128 and 4,096. A shuffled chunk touches nearly every shard,
+    so a pool smaller than the shard count reopens files on every chunk (3x slower at 321 shards)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 128
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(128, min(4096, soft // 4))
+
+
+MAX_OPEN = _max_open()
 
 
 class ShardError(ValueError):
@@ -40,29 +56,48 @@ class DescriptorPool:
         self._lock = threading.Lock()
 
     @contextmanager
-    def use(self, i: int, path_of: Callable[[int], Path], identity: tuple[int, int] | None) -> Iterator[int]:
-        """The descriptor of shard i (opened on first use and checked against `identity` (dev, inode))."""
+    def use(self, shards: Sequence[int], path_of: Callable[[int], str | Path],
+            identities: Sequence[tuple[int, int] | None]) -> Iterator[list[int]]:
+        """The descriptors of these shards, pinned together (each opened on first use and
+        checked against its `identities` entry, (dev, inode) of the verified file)."""
         with self._lock:
-            entry = self._open.get(i)
-            if entry is None:
-                path = path_of(i)  # built only when opening: this runs for every shard of every gather
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-                st = os.fstat(fd)
-                if identity is not None and (st.st_dev, st.st_ino) != identity:
-                    os.close(fd)
-                    raise ShardChanged(f"shard {path} was replaced after its checksum was verified; reopen the dataset")
-                entry = self._open[i] = [fd, 0]
-            entry[1] += 1
-            self._open.move_to_end(i)
-            self._close_unpinned()
+            opened, entries = self._open, []
+            try:
+                for i, identity in zip(shards, identities):
+                    entry = opened.get(i)
+                    if entry is None:
+                        entry = opened[i] = [self._open_checked(path_of(i), identity), 0]
+                    entry[1] += 1
+                    entries.append(entry)
+            except BaseException:
+                for entry in entries:
+                    entry[1] -= 1
+                raise
+            if len(opened) > self.limit:  # recency matters only once some must be closed
+                for i in shards:
+                    opened.move_to_end(i)
+                self._close_unpinned()
         try:
-            yield entry[0]
+            yield [entry[0] for entry in entries]
         finally:
             with self._lock:
-                entry[1] -= 1
+                for entry in entries:
+                    entry[1] -= 1
+
+    @staticmethod
+    def _open_checked(path: str | Path, identity: tuple[int, int] | None) -> int:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        st = os.fstat(fd)
+        if identity is not None and (st.st_dev, st.st_ino) != identity:
+            os.close(fd)
+            raise ShardChanged(f"shard {path} was replaced after its checksum was verified; reopen the dataset")
+        return fd
 
     def _close_unpinned(self) -> None:
-        for i in [i for i, (_, pins) in self._open.items() if not pins][: max(0, len(self._open) - self.limit)]:
+        excess = len(self._open) - self.limit
+        if excess <= 0:  # the common case: no scan of the open descriptors
+            return
+        for i in [i for i, (_, pins) in self._open.items() if not pins][:excess]:
             os.close(self._open.pop(i)[0])
 
     def close(self) -> None:
@@ -78,18 +113,18 @@ class DescriptorPool:
             pass
 
 
-def read_rows(fd: int, offsets: np.ndarray, width: int, stored: np.dtype, out: np.ndarray, dest: np.ndarray,
-              where: Callable[[], Path]) -> None:
-    """out[dest[k]] = the `width` tokens at token offset offsets[k] of the file (stored dtype, little-endian)."""
-    itemsize = stored.itemsize
-    nbytes = width * itemsize
+def read_rows(fds: Sequence[int], offsets: np.ndarray, width: int, stored: np.dtype, out: np.ndarray,
+              dest: np.ndarray, where: Callable[[int], str | Path]) -> None:
+    """out[dest[k]] = the `width` tokens at token offset offsets[k] of the file open as fds[k]
+    (stored dtype, little-endian); `where(k)` names that file in an error."""
+    nbytes = width * stored.itemsize
     if out.dtype == stored and out.flags.c_contiguous:
         targets, rows = out, dest  # straight into the batch rows: no temporary
     else:
         targets, rows = np.empty((len(dest), width), dtype=stored), np.arange(len(dest))
-    for row, offset in zip(rows.tolist(), offsets.tolist()):
-        got = os.preadv(fd, [targets[row]], offset * itemsize)
+    for k, fd, row, at in zip(range(len(fds)), fds, rows.tolist(), (offsets * stored.itemsize).tolist()):
+        got = os.preadv(fd, [targets[row]], at)
         if got != nbytes:
-            raise ShardChanged(f"shard {where()} ended after {offset * itemsize + got} bytes while reading a block: the file was truncated")
+            raise ShardChanged(f"shard {where(k)} ended after {at + got} bytes while reading a block: the file was truncated")
     if targets is not out:
         out[dest] = targets

@@ -7,12 +7,12 @@ import os
 import pickle
 import threading
 from collections import OrderedDict
-from functools import partial
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from llm.data.shards.arrays import distinct
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
 from llm.data.shards.format.manifest import Manifest, ShardInfo
@@ -112,6 +112,7 @@ class _ShardBytes:
                 self._verify(info, force=verify)
             data = np.memmap(path, dtype=np.uint8, mode="r") if info.bytes else np.zeros(0, np.uint8)
             self._check_layout(info, data)
+            _unmap_pages(data)  # the check touched the tail (~64 KB mapped with fault-around): not kept per shard
             self._maps[i] = data
             return data
         import zstandard
@@ -129,26 +130,28 @@ class _ShardBytes:
             self._decompressed.popitem(last=False)
         return data
 
-    def descriptor(self, i: int):
-        """A pinned read-only descriptor of plain shard i (verified first), or None when compressed."""
-        if self.shards[i].compression is not None:
-            return None
-        self.raw(i)  # verified and layout-checked before any byte is served
-        return self._fds.use(i, self.path_of, self._identity.get(i))
+    @contextmanager
+    def pinned_descriptors(self, shards: list[int]) -> Iterator[list[int]]:
+        """Pinned read-only descriptors of these plain shards (each verified first)."""
+        for i in shards:
+            self.raw(i)  # verified and layout-checked before any byte is served
+        with self._fds.use(shards, self.path_of, [self._identity.get(i) for i in shards]) as fds:
+            yield fds
 
-    def path_of(self, i: int) -> Path:
-        return self.folder / self.shards[i].file
+    def path_of(self, i: int) -> str:
+        return os.path.join(self.folder, self.shards[i].file)  # a plain string: built for every file opened
 
-    def release_pages(self) -> None:
-        """Drop this process's mapping of shard pages it has read (they stay in the page cache).
+    def release_pages(self, shards: set[int] | None = None) -> None:
+        """Drop this process's mapping of shard pages it has read (they stay in the page cache):
+        of these shards, or of every mapped shard.
 
         Without it, resident memory grows with every shard page ever touched, which looks
         like a leak to schedulers that watch RSS; the next read just maps the page again.
         """
-        for data in list(self._maps.values()):
-            raw = getattr(data, "_mmap", None)
-            if raw is not None and hasattr(raw, "madvise"):
-                raw.madvise(mmap.MADV_DONTNEED)
+        maps = list(self._maps.values()) if shards is None else [self._maps.get(i) for i in shards]
+        for data in maps:
+            if data is not None:
+                _unmap_pages(data)
 
     def verify_all(self) -> None:
         """Size, checksum and layout of every shard: what `llm-data verify` reports."""
@@ -173,7 +176,26 @@ class _ShardBytes:
         self._fds = DescriptorPool()
 
 
+def _by_shard(ks: np.ndarray, shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(shard, the k of `ks` in it) for each shard that `shard[ks]` names, in shard order:
+    one sort, not a scan of every row per shard (a chunk may touch hundreds of shards)."""
+    if not len(ks):
+        return []
+    ks = ks[np.argsort(shard[ks], kind="stable")]
+    in_shard = shard[ks]
+    bounds = [0, *(np.flatnonzero(in_shard[1:] != in_shard[:-1]) + 1).tolist(), len(ks)]
+    return [(int(in_shard[a]), ks[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _unmap_pages(data: np.ndarray) -> None:
+    raw = getattr(data, "_mmap", None)
+    if raw is not None and hasattr(raw, "madvise"):
+        raw.madvise(mmap.MADV_DONTNEED)
+
+
 _RELEASE_EVERY_TOKENS = 4 << 20
+_FAULT_AROUND_TOKENS = 32 << 10  # a read through a map maps ~64 KB around it: counted as this many tokens
+_PIN_AT_ONCE = 64  # shards whose descriptors one gather holds at a time (threads share the process's fds)
 
 
 class TokenReader:
@@ -187,6 +209,7 @@ class TokenReader:
         self.total = int(self.starts[-1])
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._since_release = 0
+        self._touched: set[int] = set()  # shards read through their maps since the last release
 
     def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, doc_ends) views of shard i."""
@@ -213,28 +236,51 @@ class TokenReader:
         """Fill out[dest[k]] (dest: k itself by default) with tokens [starts[k], starts[k] + width)
         where that range lies in one shard.
 
-        One fancy-indexing gather per shard instead of a Python call per block, straight into
-        the caller's rows (a mixture fills one batch from several readers without a temporary);
-        returns the k it could not serve (ranges crossing a shard boundary or the end).
+        Rows of plain shards are read in one loop of `preadv` calls, in file order (sorted by
+        start: shard by shard, forward within each), whatever the number of shards they touch;
+        others through their mapped or decompressed bytes, one fancy-indexing gather per shard.
+        Straight into the caller's rows (a mixture fills one batch from several readers without
+        a temporary); returns the k it could not serve (ranges crossing a shard boundary or the end).
         """
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         fits = starts + width <= self.starts[np.minimum(shard + 1, len(self.starts) - 1)]
+        ks = np.flatnonzero(fits)
+        ks = ks[np.argsort(starts[ks], kind="stable")]  # file order: by shard, then by offset
+        in_shard = shard[ks]
+        cut = np.flatnonzero(in_shard[1:] != in_shard[:-1]) + 1
+        bounds = [0, *cut.tolist(), len(ks)] if len(ks) else [0]
+        pinned = getattr(self.files, "pinned_descriptors", None)
+        plain: list[int] = []  # groups (index into bounds) read with preadv
         mapped = 0
-        for i in distinct(shard[fits]):
-            rows = np.flatnonzero(fits & (shard == i))
-            rows_out = rows if dest is None else dest[rows]
-            pinned = getattr(self.files, "descriptor", lambda _: None)(i)
-            if pinned is None:  # compressed or remote shards: through their mapped / decompressed bytes
-                out[rows_out] = self.windows(i, width)[starts[rows] - self.starts[i]]
-                mapped += len(rows) * width
+        for g in range(len(bounds) - 1):
+            i = int(in_shard[bounds[g]])
+            if pinned is not None and self.files.shards[i].compression is None:
+                plain.append(g)
                 continue
-            with pinned as fd:
-                stored = np.dtype(self.files.shards[i].dtype or self.manifest.dtype)
-                read_rows(fd, starts[rows] - self.starts[i], width, stored, out, rows_out,
-                          partial(self.files.path_of, i))
+            rows = ks[bounds[g] : bounds[g + 1]]
+            out[rows if dest is None else dest[rows]] = self.windows(i, width)[starts[rows] - self.starts[i]]
+            mapped += len(rows) * width
+        for batch in range(0, len(plain), _PIN_AT_ONCE):  # bounded: each pinned shard holds a descriptor
+            self._read_plain([(bounds[g], bounds[g + 1]) for g in plain[batch : batch + _PIN_AT_ONCE]],
+                             ks, in_shard, starts, width, out, dest)
         if mapped:
             self._count_read(mapped)
         return np.flatnonzero(~fits)
+
+    def _read_plain(self, groups: list[tuple[int, int]], ks: np.ndarray, in_shard: np.ndarray, starts: np.ndarray,
+                    width: int, out: np.ndarray, dest: np.ndarray | None) -> None:
+        """The rows ks[a:b] of each group (one plain shard each), pinned together and read in one loop."""
+        shards = [int(in_shard[a]) for a, _ in groups]
+        dtypes = [np.dtype(self.files.shards[i].dtype or self.manifest.dtype) for i in shards]
+        with self.files.pinned_descriptors(shards) as fds:
+            for stored in dict.fromkeys(dtypes):  # one dtype in practice (a widened shard is uint32)
+                chosen = [g for g, d in enumerate(dtypes) if d == stored]
+                rows = np.concatenate([ks[groups[g][0] : groups[g][1]] for g in chosen])
+                sizes = [groups[g][1] - groups[g][0] for g in chosen]
+                row_shard = np.repeat([shards[g] for g in chosen], sizes)
+                row_fds = np.repeat([fds[g] for g in chosen], sizes).tolist()
+                read_rows(row_fds, starts[rows] - self.starts[row_shard], width, stored, out,
+                          rows if dest is None else dest[rows], lambda k, of=row_shard: self.files.path_of(int(of[k])))
 
     def gather_positions(
         self, starts: np.ndarray, width: int, out: np.ndarray, skip: np.ndarray, dest: np.ndarray | None = None
@@ -249,8 +295,8 @@ class TokenReader:
         fits[skip] = False
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         cols = np.arange(width, dtype=np.int64)
-        for i in distinct(shard[fits]):
-            rows = np.flatnonzero(fits & (shard == i))
+        groups = _by_shard(np.flatnonzero(fits), shard)
+        for i, rows in groups:
             doc_ends = self._shard(i)[1]
             local = starts[rows] - self.starts[i]
             lo = np.searchsorted(doc_ends, local.astype(np.uint64), side="right")
@@ -266,14 +312,19 @@ class TokenReader:
                 marks[row_of, offsets] = offsets
             np.maximum.accumulate(marks, axis=1, out=marks)
             out[rows if dest is None else dest[rows]] = cols - marks
+        self._count_read(0, {i for i, _ in groups})  # the document ends were read through the maps
 
-    def _count_read(self, tokens: int) -> None:
-        # Every 4M tokens read, unmap the pages read so far: RSS stays flat with data size. Each
-        # block read maps ~64 KB around it (the kernel's fault-around), hence the short interval.
+    def _count_read(self, tokens: int, shards: set[int] | None = None) -> None:
+        # Every 4M tokens read through maps, unmap the pages read so far: RSS stays flat with data
+        # size. Each read maps ~64 KB around it (the kernel's fault-around), hence the short
+        # interval; reads that name their shards release only those (a dataset may have 10^4).
+        if shards:
+            self._touched |= shards
+            tokens += _FAULT_AROUND_TOKENS * len(shards)
         self._since_release += tokens
         if self._since_release >= _RELEASE_EVERY_TOKENS:
-            self._since_release = 0
-            self.files.release_pages()
+            touched, self._touched, self._since_release = self._touched, set(), 0
+            self.files.release_pages(touched if shards else None)
 
     def read(self, start: int, stop: int, out: np.ndarray, positions: np.ndarray | None = None) -> None:
         """Fill out[:stop-start] with tokens; positions (if given) restart at 0 at each document start.
@@ -284,7 +335,9 @@ class TokenReader:
         i = int(np.searchsorted(self.starts, start, side="right")) - 1
         pos = 0
         resets = [0] if positions is not None else None
+        touched = set()
         while start < stop:
+            touched.add(i)
             tokens, doc_ends = self._shard(i)
             a, b = start - int(self.starts[i]), min(stop, int(self.starts[i + 1])) - int(self.starts[i])
             out[pos : pos + b - a] = tokens[a:b]
@@ -298,6 +351,7 @@ class TokenReader:
             pos += b - a
             start += b - a
             i += 1
+        self._count_read(pos, touched)
         if positions is not None:
             n = positions.shape[0]
             marks = np.zeros(n, dtype=np.int64)
@@ -351,8 +405,7 @@ class ItemReader:
         indices = np.asarray(indices, dtype=np.int64)
         shard_of = np.searchsorted(self.starts, indices, side="right") - 1
         out: list = [None] * len(indices)
-        for i in distinct(shard_of):
-            rows = np.flatnonzero(shard_of == i)
+        for i, rows in _by_shard(np.arange(len(indices)), shard_of):
             raw, offsets = self._shard(i)
             local = indices[rows] - self.starts[i]
             for row, k, a, b in zip(rows.tolist(), local.tolist(), offsets[local].tolist(), offsets[local + 1].tolist()):

@@ -78,9 +78,7 @@ class RemoteShardBytes(_ShardBytes):
             held = self._local.held = OrderedDict()
         return held
 
-    def descriptor(self, i: int) -> None:
-        """Cached shards are read through their pinned maps, not by path (eviction may replace the file)."""
-        return None
+    pinned_descriptors = None  # cached shards are read through their pinned maps, not by path (eviction may replace the file)
 
     def raw(self, i: int) -> np.ndarray:
         held = self._held()
@@ -129,8 +127,8 @@ class RemoteShardBytes(_ShardBytes):
         while held:
             held.popitem(last=False)[1][0].close()
 
-    def release_pages(self) -> None:
-        pass
+    def release_pages(self, shards: set[int] | None = None) -> None:
+        """Nothing to do: a reader unmaps a cached shard when it moves past it (release)."""
 
     def verify_all(self) -> None:
         for i, info in enumerate(self.shards):
