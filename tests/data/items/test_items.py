@@ -19,6 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 from llm.data import StreamingDataLoader, StreamingDataset, collate_items, optimize
 from llm.data.shards.format.manifest import INDEX_NAME, Manifest
+from llm.data.shards.format.reader import ShardError
 from llm.data.shards.format.records import ItemCodec
 from llm.data.shards.format.serializers import StructureError
 from tests.data.items.helpers import same, write_v1_items
@@ -204,3 +205,22 @@ def test_kill_9_during_an_item_append_leaves_the_previous_dataset(tmp_path: Path
     assert [ds[i]["label"] for i in range(len(ds))] == list(range(310))
     assert int(ds[305]["x"][3, 3]) == 305 and ds[305]["name"] == "n305"
     assert len(list(out.glob("shard-*.bin"))) == len(Manifest.load(out).shards), "orphans of the killed run are removed"
+
+
+def test_an_epoch_of_items_keeps_no_pages_and_a_truncated_shard_is_named(tmp_path: Path) -> None:
+    from tests.data.shards.test_pread import mapped_kb
+
+    out = tmp_path / "ds"
+    optimize(lambda i: {"x": np.full((40, 40, 3), i % 256, np.uint8), "label": i}, list(range(3000)), out,
+             chunk_bytes="1MB", num_workers=0, progress=False)
+    ds = StreamingDataset(out, shuffle=True)
+    labels = [int(v) for batch in StreamingDataLoader(ds, batch_size=16, num_workers=2) for v in batch["label"]]
+    assert sorted(labels) == list(range(3000))
+    # 14 MB of records read; through maps with fault-around nearly all of it would stay resident
+    assert mapped_kb(out) < 1 << 10, f"{mapped_kb(out)} KB of the dataset's pages stayed mapped"
+    fresh = StreamingDataset(out)
+    assert int(fresh[5]["x"][0, 0, 0]) == 5
+    shard = out / fresh.manifest.shards[0].file
+    os.truncate(shard, 1000)
+    with pytest.raises(ShardError, match=f"shard {shard} ended before byte .* while reading an item: the file was truncated"):
+        fresh[50]
