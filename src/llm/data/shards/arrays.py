@@ -20,3 +20,14 @@ def distinct(values: np.ndarray) -> list[int]:
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep].tolist()
+
+
+def group_rows(ks: np.ndarray, shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(shard, the k of `ks` in it) for each shard that `shard[ks]` names, in shard order:
+    one sort, not a scan of every row per shard (a chunk may touch hundreds of shards)."""
+    if not len(ks):
+        return []
+    ks = ks[np.argsort(shard[ks], kind="stable")]
+    in_shard = shard[ks]
+    bounds = [0, *(np.flatnonzero(in_shard[1:] != in_shard[:-1]) + 1).tolist(), len(ks)]
+    return [(int(in_shard[a]), ks[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]

@@ -23,9 +23,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from llm.data.shards.access import SampleAccess, as_transform
 from llm.data.shards.foreign import open_foreign
+from llm.data.shards.format.items_reader import ItemReader
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
-from llm.data.shards.format.reader import ItemReader, TokenReader
+from llm.data.shards.format.reader import TokenReader
 from llm.data.shards.plan import BatchSchedule, epoch_order
 from llm.data.shards.profiling import recording
 from llm.data.shards.shuffle.windowed import shard_sample_starts
