@@ -54,6 +54,10 @@ def free_ports() -> dict[str, int]:
     return {name: free_port() for name in names}
 
 
+# Both, always (DESIGN.md): the switch alone still lets weed resolve its default telemetry URL.
+TELEMETRY_OFF = ("-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off")
+
+
 def weed_command(weed: str, data: Path, s3_port: int, ports: dict[str, int] | None = None) -> list[str]:
     """The one `weed mini` command line (docs/DESIGN.md): loopback only, both telemetry flags
     (`-master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off`), every port given.
@@ -61,7 +65,7 @@ def weed_command(weed: str, data: Path, s3_port: int, ports: dict[str, int] | No
     ports = ports if ports is not None else free_ports()
     return [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}",
             *(f"-{name}={port}" for name, port in ports.items()),
-            "-webdav=false", "-admin.ui=false", "-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off"]
+            "-webdav=false", "-admin.ui=false", *TELEMETRY_OFF]
 
 
 class Weed:

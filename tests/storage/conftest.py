@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.seaweed import TELEMETRY_OFF, weed_command
 from bench.seaweed import answers as _up
 from bench.seaweed import free_port as _free_port
 from bench.seaweed import weed_binary as _weed
-from bench.seaweed import weed_command
 
 KEY, SECRET, BUCKET = "llm-test-key", "llm-test-secret", "llm-test"
 
@@ -50,6 +50,8 @@ def s3_server(tmp_path_factory) -> S3Server:
     log = root / "weed.log"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
     cmd = weed_command(weed, root / "data", port)
+    # loopback only, both telemetry flags: -master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off
+    assert set(TELEMETRY_OFF) <= set(cmd) and "-ip.bind=127.0.0.1" in cmd, cmd
     (root / "data").mkdir()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, env=env, start_new_session=True)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import xxhash
 
-from bench.seaweed import free_ports, weed_command
+from bench.seaweed import TELEMETRY_OFF, free_ports, weed_command
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.loader import StreamingDataLoader
 from llm.data.shards.streaming import StreamingDataset
@@ -41,6 +41,8 @@ class RestartableServer:
 
     def start(self) -> None:
         cmd = weed_command(_weed(), self.root / "data", self.port, self.ports)  # same ports on every restart
+        # loopback only, both telemetry flags: -master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off
+        assert set(TELEMETRY_OFF) <= set(cmd) and "-ip.bind=127.0.0.1" in cmd, cmd
         env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
         with open(self.server.log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, env=env,
