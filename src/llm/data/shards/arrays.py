@@ -22,12 +22,13 @@ def distinct(values: np.ndarray) -> list[int]:
     return ordered[keep].tolist()
 
 
-def group_rows(ks: np.ndarray, shard: np.ndarray) -> list[tuple[int, np.ndarray]]:
+def group_rows(ks: np.ndarray, shard: np.ndarray, order: np.ndarray | None = None) -> list[tuple[int, np.ndarray]]:
     """(shard, the k of `ks` in it) for each shard that `shard[ks]` names, in shard order:
-    one sort, not a scan of every row per shard (a chunk may touch hundreds of shards)."""
+    one sort, not a scan of every row per shard (a chunk may touch hundreds of shards).
+    `order` (ascending with the shard, e.g. the rows' start offsets) also orders rows within a shard."""
     if not len(ks):
         return []
-    ks = ks[np.argsort(shard[ks], kind="stable")]
+    ks = ks[np.argsort((shard if order is None else order)[ks], kind="stable")]
     in_shard = shard[ks]
     bounds = [0, *(np.flatnonzero(in_shard[1:] != in_shard[:-1]) + 1).tolist(), len(ks)]
     return [(int(in_shard[a]), ks[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]

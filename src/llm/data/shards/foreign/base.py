@@ -119,7 +119,7 @@ class ForeignShardBytes:
             self._decompressed.popitem(last=False)
         return data
 
-    def release_pages(self, shards: set[int] | None = None) -> None:
+    def release_pages(self, shards: set[int]) -> None:
         """Nothing kept mapped matters here: foreign shards are small; the page cache keeps them."""
 
     def release(self) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from llm.data.shards.arrays import group_rows
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.pread import ShardChanged, ShardError
-from llm.data.shards.format.reader import _ShardBytes
+from llm.data.shards.format.reader import PageReleaser, _ShardBytes
 from llm.data.shards.format.records import ItemCodec
 
 _FAULT_AROUND_BYTES = 64 << 10  # a read through a map maps ~64 KB around it
@@ -39,8 +39,7 @@ class ItemReader:
         self.total = int(self.starts[-1])
         self.codec = ItemCodec(manifest.item_layout) if manifest.item_layout is not None else None
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._mapped = 0  # bytes (with fault-around) read through maps since the last release
-        self._touched: set[int] = set()
+        self._pages = PageReleaser(_RELEASE_EVERY_BYTES)  # records read through maps (compressed, cached)
 
     def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """(bytes, offsets) of shard i as plain arrays: slicing a np.memmap costs microseconds per call."""
@@ -90,13 +89,9 @@ class ItemReader:
         return record
 
     def _release_after(self, mapped: int, touched: set[int]) -> None:
-        # Records are read through the shard maps; every ~32 MB mapped, hand the pages back so
-        # that RSS stays flat with data size (an epoch of a 300 MB item dataset held all of it).
-        self._touched |= touched
-        self._mapped += mapped
-        if self._mapped >= _RELEASE_EVERY_BYTES:
-            shards, self._touched, self._mapped = self._touched, set(), 0
-            self.files.release_pages(shards)
+        due = self._pages.add(mapped, touched)
+        if due:
+            self.files.release_pages(due)
 
     def _decode(self, shard: int, local: int, record: np.ndarray | bytearray) -> object:
         if self.codec is None:
@@ -115,5 +110,5 @@ class ItemReader:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_views"] = {}  # memory maps do not cross process boundaries
-        state["_touched"], state["_mapped"] = set(), 0
+        state["_pages"] = PageReleaser(_RELEASE_EVERY_BYTES)
         return state

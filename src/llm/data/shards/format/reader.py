@@ -140,15 +140,14 @@ class _ShardBytes:
     def path_of(self, i: int) -> str:
         return os.path.join(self.folder, self.shards[i].file)  # a plain string: built for every file opened
 
-    def release_pages(self, shards: set[int] | None = None) -> None:
-        """Drop this process's mapping of shard pages it has read (they stay in the page cache):
-        of these shards, or of every mapped shard.
+    def release_pages(self, shards: set[int]) -> None:
+        """Drop this process's mapping of these shards' pages it has read (they stay in the page cache).
 
         Without it, resident memory grows with every shard page ever touched, which looks
         like a leak to schedulers that watch RSS; the next read just maps the page again.
         """
-        maps = list(self._maps.values()) if shards is None else [self._maps.get(i) for i in shards]
-        for data in maps:
+        for i in shards:
+            data = self._maps.get(i)
             if data is not None:
                 _unmap_pages(data)
 
@@ -181,6 +180,24 @@ def _unmap_pages(data: np.ndarray) -> None:
         raw.madvise(mmap.MADV_DONTNEED)
 
 
+class PageReleaser:
+    """When to hand back the pages a reader read through shard maps: each read adds its amount
+    (tokens or bytes) plus `per_shard` for each shard it touched (the kernel maps ~64 KB around
+    every faulted page); past `every`, `add` returns the shards touched since, to release."""
+
+    def __init__(self, every: int, per_shard: int = 0):
+        self.every, self.per_shard = every, per_shard
+        self.amount, self.touched = 0, set()
+
+    def add(self, amount: int, shards: set[int]) -> set[int]:
+        self.touched |= shards
+        self.amount += amount + self.per_shard * len(shards)
+        if self.amount < self.every:
+            return set()
+        due, self.touched, self.amount = self.touched, set(), 0
+        return due
+
+
 _RELEASE_EVERY_TOKENS = 4 << 20
 _FAULT_AROUND_TOKENS = 32 << 10  # a read through a map maps ~64 KB around it: counted as this many tokens
 
@@ -197,8 +214,7 @@ class TokenReader:
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._since_release = 0
-        self._touched: set[int] = set()  # shards read through their maps since the last release
+        self._pages = PageReleaser(_RELEASE_EVERY_TOKENS, _FAULT_AROUND_TOKENS)
 
     def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, doc_ends) views of shard i."""
@@ -233,39 +249,28 @@ class TokenReader:
         """
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         fits = starts + width <= self.starts[np.minimum(shard + 1, len(self.starts) - 1)]
-        ks = np.flatnonzero(fits)
-        ks = ks[np.argsort(starts[ks], kind="stable")]  # file order: by shard, then by offset
-        in_shard = shard[ks]
-        cut = np.flatnonzero(in_shard[1:] != in_shard[:-1]) + 1
-        bounds = [0, *cut.tolist(), len(ks)] if len(ks) else [0]
+        groups = group_rows(np.flatnonzero(fits), shard, order=starts)  # file order: by shard, then by offset
         pinned = getattr(self.files, "pinned_descriptors", None)
-        plain: list[int] = []  # groups (index into bounds) read with preadv
-        mapped = 0
-        for g in range(len(bounds) - 1):
-            i = int(in_shard[bounds[g]])
-            if pinned is not None and self.files.shards[i].compression is None:
-                plain.append(g)
-                continue
-            rows = ks[bounds[g] : bounds[g + 1]]
+        plain = [(i, rows) for i, rows in groups if pinned is not None and self.files.shards[i].compression is None]
+        mapped = [(i, rows) for i, rows in groups if pinned is None or self.files.shards[i].compression is not None]
+        for i, rows in mapped:  # compressed or cached remote shards: through their bytes
             out[rows if dest is None else dest[rows]] = self.windows(i, width)[starts[rows] - self.starts[i]]
-            mapped += len(rows) * width
-        for batch in range(0, len(plain), _PIN_AT_ONCE):  # bounded: each pinned shard holds a descriptor
-            self._read_plain([(bounds[g], bounds[g + 1]) for g in plain[batch : batch + _PIN_AT_ONCE]],
-                             ks, in_shard, starts, width, out, dest)
+        for at in range(0, len(plain), _PIN_AT_ONCE):  # bounded: each pinned shard holds a descriptor
+            self._read_plain(plain[at : at + _PIN_AT_ONCE], starts, width, out, dest)
         if mapped:
-            self._count_read(mapped)
+            self._count_read(sum(len(rows) for _, rows in mapped) * width, {i for i, _ in mapped})
         return np.flatnonzero(~fits)
 
-    def _read_plain(self, groups: list[tuple[int, int]], ks: np.ndarray, in_shard: np.ndarray, starts: np.ndarray,
-                    width: int, out: np.ndarray, dest: np.ndarray | None) -> None:
-        """The rows ks[a:b] of each group (one plain shard each), pinned together and read in one loop."""
-        shards = [int(in_shard[a]) for a, _ in groups]
+    def _read_plain(self, groups: list[tuple[int, np.ndarray]], starts: np.ndarray, width: int, out: np.ndarray,
+                    dest: np.ndarray | None) -> None:
+        """The rows of each group (one plain shard each), pinned together and read in one loop."""
+        shards = [i for i, _ in groups]
         dtypes = [np.dtype(self.files.shards[i].dtype or self.manifest.dtype) for i in shards]
         with self.files.pinned_descriptors(shards) as fds:
             for stored in dict.fromkeys(dtypes):  # one dtype in practice (a widened shard is uint32)
                 chosen = [g for g, d in enumerate(dtypes) if d == stored]
-                rows = np.concatenate([ks[groups[g][0] : groups[g][1]] for g in chosen])
-                sizes = [groups[g][1] - groups[g][0] for g in chosen]
+                rows = np.concatenate([groups[g][1] for g in chosen])
+                sizes = [len(groups[g][1]) for g in chosen]
                 row_shard = np.repeat([shards[g] for g in chosen], sizes)
                 row_fds = np.repeat([fds[g] for g in chosen], sizes).tolist()
                 read_rows(row_fds, starts[rows] - self.starts[row_shard], width, stored, out,
@@ -303,17 +308,12 @@ class TokenReader:
             out[rows if dest is None else dest[rows]] = cols - marks
         self._count_read(0, {i for i, _ in groups})  # the document ends were read through the maps
 
-    def _count_read(self, tokens: int, shards: set[int] | None = None) -> None:
-        # Every 4M tokens read through maps, unmap the pages read so far: RSS stays flat with data
-        # size. Each read maps ~64 KB around it (the kernel's fault-around), hence the short
-        # interval; reads that name their shards release only those (a dataset may have 10^4).
-        if shards:
-            self._touched |= shards
-            tokens += _FAULT_AROUND_TOKENS * len(shards)
-        self._since_release += tokens
-        if self._since_release >= _RELEASE_EVERY_TOKENS:
-            touched, self._touched, self._since_release = self._touched, set(), 0
-            self.files.release_pages(touched if shards else None)
+    def _count_read(self, tokens: int, shards: set[int]) -> None:
+        # Reads through maps keep the pages they touched: hand back those of the shards read, now
+        # and then (PageReleaser), so that RSS stays flat with data size and shard count.
+        due = self._pages.add(tokens, shards)
+        if due:
+            self.files.release_pages(due)
 
     def read(self, start: int, stop: int, out: np.ndarray, positions: np.ndarray | None = None) -> None:
         """Fill out[:stop-start] with tokens; positions (if given) restart at 0 at each document start.

@@ -127,7 +127,7 @@ class RemoteShardBytes(_ShardBytes):
         while held:
             held.popitem(last=False)[1][0].close()
 
-    def release_pages(self, shards: set[int] | None = None) -> None:
+    def release_pages(self, shards: set[int]) -> None:
         """Nothing to do: a reader unmaps a cached shard when it moves past it (release)."""
 
     def verify_all(self) -> None:
