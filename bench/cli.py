@@ -81,7 +81,7 @@ def resolve_tokenizer(args: argparse.Namespace) -> tuple[str, str]:
 
 def _encoders(tok_path: str) -> dict:
     """Which engine encoded for whom: ours' choice (as its prepare and on-the-fly runs resolve it), the peers'."""
-    from llm.data.tokenizers import load_tokenizer
+    from llm.data.tokenize.tokenizers import load_tokenizer
 
     peers = "tiktoken" if tok_path.endswith(".tiktoken") else "tokenizers"
     return {"ours": load_tokenizer(tok_path).backend, "LitData, MosaicML, limit": peers, "HF datasets": "tokenizers"

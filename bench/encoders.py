@@ -39,7 +39,7 @@ def gpt2_files(cache: Path) -> list[Path]:
     if not json_path.exists():
         import base64
 
-        from llm.data.bpe_vocab import tokenizer_json_from_ranks
+        from llm.data.tokenize.bpe_vocab import tokenizer_json_from_ranks
 
         ranks = {}
         for line in ranks_path.read_bytes().splitlines():
@@ -79,8 +79,8 @@ def _digest(docs: list[list[int]]) -> tuple[str, int]:
 
 
 def run_vocab(path: Path, texts: list[str], mb: float, rounds: int) -> list[dict]:
-    from llm.data.tokenizer_backends import BACKENDS, installed
-    from llm.data.tokenizers import load_tokenizer
+    from llm.data.tokenize.engines import BACKENDS, installed
+    from llm.data.tokenize.tokenizers import load_tokenizer
 
     toks = []
     for backend in BACKENDS:

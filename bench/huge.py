@@ -40,7 +40,7 @@ _GROWTH, _FLOOR_S, _FLOOR_B = 1.2, 0.005, 4 << 20
 
 def synthetic(i: int, total: int):
     """Input i: up to PER_INPUT random ids in documents of DOC_TOKENS (the last may be shorter)."""
-    from llm.data.shards.optimize import DocumentBatch
+    from llm.data.shards.prepare.optimize import DocumentBatch
 
     n = min(PER_INPUT, total - i * PER_INPUT)
     tokens = np.random.default_rng(i).integers(0, 50_000, size=n, dtype=np.uint16)
@@ -67,7 +67,7 @@ import json, os, sys, time
 t0 = time.perf_counter()
 import numpy as np
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
-from llm.data.shards.plan import epoch_order
+from llm.data.shards.plan.schedule import epoch_order
 out, what, BLOCK, BATCH = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 t0 = time.perf_counter()
 ds = StreamingDataset(out, item_loader=TokensLoader(block_size=BLOCK), shuffle=True)

@@ -87,8 +87,8 @@ def _ids(batch) -> list[int]:
 def _import(who: str) -> None:
     # Imports happen before t0 for every contestant (a trainer has paid them already).
     if who == "ours":
-        import llm.data.shards.loader  # noqa: F401
-        import llm.data.shards.mixing  # noqa: F401
+        import llm.data.shards.mix.combined  # noqa: F401
+        import llm.data.shards.read.loader  # noqa: F401
     else:
         import litdata  # noqa: F401
 

@@ -113,7 +113,7 @@ class OurEncoder(Encoder):
     """
 
     def __init__(self, spec: str) -> None:
-        from llm.data.tokenizers import load_tokenizer
+        from llm.data.tokenize.tokenizers import load_tokenizer
 
         self.spec = spec
         self._tok = load_tokenizer(spec)

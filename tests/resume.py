@@ -29,7 +29,7 @@ import numpy as np
 RunFn = Callable[[dict, dict | None, int | None], tuple[list[Any], dict]]
 
 
-_PRELOAD = ["numpy", "torch", "llm.data.shards.streaming"]
+_PRELOAD = ["numpy", "torch", "llm.data.shards.read.dataset"]
 
 
 def in_fresh_process(fn: Callable, *args: Any) -> Any:

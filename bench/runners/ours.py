@@ -1,4 +1,4 @@
-"""Ours: `llm.data.shards.optimize`, `StreamingDataset` + `StreamingDataLoader`, and the stream_lm on-the-fly path."""
+"""Ours: `llm.data.shards.prepare.optimize`, `StreamingDataset` + `StreamingDataLoader`, and the stream_lm on-the-fly path."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _encoder_name(spec: dict) -> str | None:
 def _import() -> None:
     # Imports (torch alone is ~1 s here) happen before t0 for every contestant: a trainer has paid
     # them long before it asks for its first batch.
-    import llm.data.shards.streaming  # noqa: F401
+    import llm.data.shards.read.dataset  # noqa: F401
     from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader  # noqa: F401
 
 

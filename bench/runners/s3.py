@@ -133,7 +133,7 @@ _LOADERS = {"ours": _ours, "litdata": _litdata, "mosaic": _mosaic}
 def _import(who: str) -> None:
     # Imports happen before t0 for every contestant (a trainer has paid them already).
     if who == "ours":
-        import llm.data.shards.streaming  # noqa: F401
+        import llm.data.shards.read.dataset  # noqa: F401
         from llm.data import StreamingDataLoader  # noqa: F401
     elif who == "litdata":
         import litdata  # noqa: F401

@@ -44,7 +44,7 @@ def build_corpus(out: Path, max_mb: float) -> Path:
 
 
 def train_tokenizer(corpus: Path, out: Path) -> Path:
-    from llm.data.tokenizers import train_bpe_tokenizer
+    from llm.data.tokenize.tokenizers import train_bpe_tokenizer
 
     texts = (json.loads(line)["text"] for _, line in zip(range(400), open(corpus)))
     return train_bpe_tokenizer(texts, 4096, out / "tokenizer")

@@ -11,7 +11,7 @@ import torch
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
 from llm.data.shards.format.reader import ShardError
-from llm.data.shards.state import StateError
+from llm.data.shards.read.state import StateError
 from tests.interop import peers
 from tests.resume import check_resume
 
@@ -85,7 +85,7 @@ def test_litdata_items_are_theirs(request, fixture):
 def test_litdata_format_read_only_by_litdata_names_convert(lit_nested, tmp_path):
     with pytest.raises(ValueError, match="llm-data convert"):
         StreamingDataset(lit_nested)
-    from llm.data.shards.foreign.convert import convert
+    from llm.data.shards.interop.convert import convert
 
     litdata = peers.litdata()
     convert(lit_nested, tmp_path / "ours", num_workers=0, progress=False)
@@ -94,7 +94,7 @@ def test_litdata_format_read_only_by_litdata_names_convert(lit_nested, tmp_path)
 
 
 def test_convert_litdata_tokens_keeps_every_document(lit_tokens, tmp_path):
-    from llm.data.shards.foreign.convert import convert
+    from llm.data.shards.interop.convert import convert
     from tests.interop.samples import lit_document
 
     convert(lit_tokens, tmp_path / "ours", num_workers=0, progress=False)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
-from llm.data.shards.plan import epoch_order
+from llm.data.shards.plan.schedule import epoch_order
 from tests.data.shards.helpers import make_token_dataset
 
 BLOCK = 37

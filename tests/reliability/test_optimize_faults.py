@@ -17,8 +17,8 @@ import llm.data.storage.local as local
 from llm.data import TokensLoader, optimize
 from llm.data.shards.format.manifest import INDEX_NAME, Manifest
 from llm.data.shards.format.reader import verify_dataset
-from llm.data.shards.optimize import DocumentBatch
-from llm.data.shards.optimize_text import optimize_text
+from llm.data.shards.prepare.optimize import DocumentBatch
+from llm.data.shards.prepare.optimize_text import optimize_text
 from tests.data.shards.helpers import all_tokens, real_lines, write_jsonl
 
 LLM_DATA = [sys.executable, "-m", "llm.cli.data"]

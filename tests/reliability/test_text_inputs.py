@@ -18,8 +18,8 @@ import pytest
 import yaml
 import zstandard
 
-import llm.data.shards.optimize_text as optimize_text_module
-from llm.data.shards.optimize_text import optimize_text
+import llm.data.shards.prepare.optimize_text as optimize_text_module
+from llm.data.shards.prepare.optimize_text import optimize_text
 from llm.data.sources import LocalLineTextSource
 from llm.data.text.readers import InputError
 from llm.data.text.stream import StreamingTextDataModule

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from llm.data.shards.format.loaders import TokensLoader
-from llm.data.shards.loader import StreamingDataLoader
-from llm.data.shards.optimize import optimize
-from llm.data.shards.streaming import StreamingDataset
+from llm.data.shards.prepare.optimize import optimize
+from llm.data.shards.read.dataset import StreamingDataset
+from llm.data.shards.read.loader import StreamingDataLoader
 
 
 def docs(n: int = 300, seed: int = 0) -> list[np.ndarray]:

@@ -45,7 +45,7 @@ def test_bad_locations_are_one_clear_error(text, message):
 
 def test_an_unknown_scheme_never_becomes_a_local_folder(tmp_path, monkeypatch):
     from llm.data.shards.format.loaders import TokensLoader
-    from llm.data.shards.optimize import optimize
+    from llm.data.shards.prepare.optimize import optimize
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="unknown storage scheme 'gs://'"):

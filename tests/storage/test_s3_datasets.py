@@ -10,7 +10,7 @@ import pytest
 
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.format.manifest import ManifestError
-from llm.data.shards.streaming import StreamingDataset
+from llm.data.shards.read.dataset import StreamingDataset
 from llm.data.storage.cache import CorruptObject
 from llm.data.storage.objects import open_objects
 from llm.data.storage.s3 import ObjectNotFound, StorageError
@@ -54,7 +54,7 @@ def test_cache_stays_under_its_limit_with_two_workers(s3_env, tmp_path, backend,
     ds = StreamingDataset(url, item_loader=TokensLoader(block_size=32), shuffle=shuffle, cache_dir=tmp_path, max_cache_size=limit)
     assert sum(s.bytes for s in ds.manifest.shards) > 4 * limit, "the dataset must not fit in the cache"
     largest = max(s.bytes for s in ds.manifest.shards)
-    from llm.data.shards.loader import StreamingDataLoader
+    from llm.data.shards.read.loader import StreamingDataLoader
 
     loader = StreamingDataLoader(ds, batch_size=4, num_workers=2, worker_backend=backend)
     with FolderSampler(ds.cache.folder) as sampler:

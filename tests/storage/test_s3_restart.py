@@ -21,8 +21,8 @@ import xxhash
 
 from bench.seaweed import TELEMETRY_OFF, free_ports, weed_command
 from llm.data.shards.format.loaders import TokensLoader
-from llm.data.shards.loader import StreamingDataLoader
-from llm.data.shards.streaming import StreamingDataset
+from llm.data.shards.read.dataset import StreamingDataset
+from llm.data.shards.read.loader import StreamingDataLoader
 from llm.data.storage.s3 import StorageError
 from tests.storage.conftest import BUCKET, KEY, SECRET, S3Server, _free_port, _wait_ready, _weed
 from tests.storage.helpers import docs, write

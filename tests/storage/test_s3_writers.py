@@ -20,7 +20,7 @@ from tests.storage.helpers import docs, stream_tokens, write
 
 _SLOW_WRITER = """
 import sys, time, numpy as np
-from llm.data.shards.optimize import optimize
+from llm.data.shards.prepare.optimize import optimize
 from llm.data.shards.format.loaders import TokensLoader
 rng = np.random.default_rng(9)
 docs = [rng.integers(0, 1000, size=150) for _ in range(400)]

@@ -9,8 +9,8 @@ import pytest
 
 import llm.data.storage.cache as cache_module
 from llm.data.shards.format.loaders import TokensLoader
-from llm.data.shards.loader import StreamingDataLoader
-from llm.data.shards.streaming import StreamingDataset
+from llm.data.shards.read.dataset import StreamingDataset
+from llm.data.shards.read.loader import StreamingDataLoader
 from tests.storage.helpers import docs, write
 
 BLOCK = 32

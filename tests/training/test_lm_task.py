@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from llm.data.text.readers import InputError
-from llm.data.tokenizers import load_tokenizer, train_bpe_tokenizer
+from llm.data.tokenize.tokenizers import load_tokenizer, train_bpe_tokenizer
 from llm.training.core.loading import build_config
 from llm.training.tasks.lm import LocalTextData, build_lm_data
 from llm.training.text_cache import cache_root, prepare_text

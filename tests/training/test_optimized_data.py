@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.data.shards.optimize_text import optimize_text
+from llm.data.shards.prepare.optimize_text import optimize_text
 from llm.training.core.loading import build_config
 from llm.training.tasks.optimized import OptimizedData
 

@@ -87,7 +87,7 @@ def test_c4_shaped_config_dedup_hf_on_local_files_resumes_exactly(tmp_path: Path
 
 
 def test_model_vocabulary_comes_from_a_trained_bpe_tokenizer(tmp_path: Path) -> None:
-    from llm.data.tokenizers import train_bpe_tokenizer
+    from llm.data.tokenize.tokenizers import train_bpe_tokenizer
 
     corpus = write_corpus(tmp_path / "demo.txt", 300)
     tok = train_bpe_tokenizer(corpus.read_text().splitlines(), 320, tmp_path / "tok")

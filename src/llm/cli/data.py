@@ -175,7 +175,7 @@ def _content_digest(path: Path) -> str:
 
 
 def _optimize(args: argparse.Namespace) -> None:
-    from llm.data.shards.optimize_text import optimize_text
+    from llm.data.shards.prepare.optimize_text import optimize_text
 
     expect_folder(args.output, "--output")
     # Found before the append (which records them again), said after it: a refused run stays one sentence.
@@ -231,7 +231,7 @@ def info_lines(manifest, folder: str) -> list[str]:
 
 def _train_tokenizer(args: argparse.Namespace) -> None:
     from llm.data.text.readers import expand_inputs, iter_texts
-    from llm.data.tokenizers import train_bpe_tokenizer
+    from llm.data.tokenize.tokenizers import train_bpe_tokenizer
 
     if args.vocab_size < 258:
         raise ValueError(f"--vocab-size {args.vocab_size} is too small: at least 258 (256 byte tokens, EOS and one merge)")
@@ -259,7 +259,7 @@ def _train_tokenizer(args: argparse.Namespace) -> None:
     if not stats["documents"]:
         written.unlink(missing_ok=True)
         raise ValueError(f"no text in {', '.join(args.inputs)}: nothing to train a tokenizer on")
-    from llm.data.tokenizers import load_tokenizer
+    from llm.data.tokenize.tokenizers import load_tokenizer
 
     vocab = load_tokenizer(str(written)).vocab_size
     print(f"train-tokenizer: {vocab:,} tokens learned from {stats['documents']:,} documents "

@@ -46,7 +46,7 @@ def add_commands(add: Callable[[str, str, str], argparse.ArgumentParser]) -> Non
 def run(args: argparse.Namespace) -> None:
     """Run `inspect` or `convert`."""
     if args.command == "convert":
-        from llm.data.shards.foreign.convert import convert
+        from llm.data.shards.interop.convert import convert
 
         summary = convert(args.src, args.dst, num_workers=args.num_workers, chunk_bytes=args.chunk_bytes,
                           compression=args.compression, mode=args.mode, progress=not args.no_progress)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> None:
 
 def inspect(dataset: str, plot: str | None = None, max_shards: int | None = None, as_json: bool = False) -> dict[str, Any]:
     """Print a dataset's summary (and draw `plot`); returns it as a dict."""
-    from llm.data.shards.stats import collect_stats, summary_rows
+    from llm.data.shards.interop.stats import collect_stats, summary_rows
     from llm.data.storage.paths import parse_location
 
     if max_shards is not None and max_shards < 1:

@@ -9,24 +9,24 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Eager and light (no torch): binding the function here keeps `llm.data.shards.optimize` the
+# Eager and light (no torch): binding the function here keeps `llm.data.shards.prepare.optimize` the
 # function even after the submodule of the same name is imported.
-from llm.data.shards.optimize import optimize as optimize
+from llm.data.shards.prepare.optimize import optimize as optimize
 
 _EXPORTS = {
     "TokensLoader": "llm.data.shards.format.loaders",
     "ItemsLoader": "llm.data.shards.format.loaders",
-    "StreamingDataset": "llm.data.shards.streaming",
-    "CombinedStreamingDataset": "llm.data.shards.mixing",
-    "StreamingDataLoader": "llm.data.shards.loader",
-    "train_test_split": "llm.data.shards.splits",
+    "StreamingDataset": "llm.data.shards.read.dataset",
+    "CombinedStreamingDataset": "llm.data.shards.mix.combined",
+    "StreamingDataLoader": "llm.data.shards.read.loader",
+    "train_test_split": "llm.data.shards.plan.splits",
     "StreamingTextDataModule": "llm.data.text.stream",
     "StreamingTextDataset": "llm.data.text.stream",
-    "load_tokenizer": "llm.data.tokenizers",
-    "map": "llm.data.shards.map",
-    "map_fn": "llm.data.shards.map",
-    "MapError": "llm.data.shards.map",
-    "collate_items": "llm.data.shards.collate",
+    "load_tokenizer": "llm.data.tokenize.tokenizers",
+    "map": "llm.data.shards.jobs.map",
+    "map_fn": "llm.data.shards.jobs.map",
+    "MapError": "llm.data.shards.jobs.map",
+    "collate_items": "llm.data.shards.read.collate",
 }
 
 __all__ = sorted([*_EXPORTS, "optimize"])

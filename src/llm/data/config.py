@@ -154,7 +154,7 @@ class DataConfig(BaseModel):
         return self
 
     def tokenizer_spec(self) -> str:
-        """The spec string for `llm.data.tokenizers.load_tokenizer`."""
+        """The spec string for `llm.data.tokenize.tokenizers.load_tokenizer`."""
         return "simple" if self.tokenizer_type == "simple" else str(self.tokenizer_path)
 
     def extra(self, key: str, default: Any = None) -> Any:

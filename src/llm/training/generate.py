@@ -47,7 +47,7 @@ def _tokenizer_spec(config: dict[str, Any], step_folder: Path) -> str:
 
 def load_for_generation(path: str | Path, device: str = "cpu") -> tuple[Any, Any, dict[str, Any]]:
     """(model in eval mode, tokenizer, checkpoint) from a checkpoint path."""
-    from llm.data.tokenizers import load_tokenizer
+    from llm.data.tokenize.tokenizers import load_tokenizer
     from llm.training.checkpoint import load_checkpoint, resolve_checkpoint
     from llm.training.model import TransformerLM
 

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from llm.data.text.readers import InputError
-from llm.data.tokenizers import Tokenizer
+from llm.data.tokenize.tokenizers import Tokenizer
 from llm.training.runtime import DistEnv
 from llm.training.tasks.optimized import as_batch, open_blocks
 from llm.training.text_cache import cache_root, is_optimized_dataset, prepare_text

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llm.data import MapError, map, map_fn
-from llm.data.shards.map import STATE_DIR
+from llm.data.shards.jobs.map import STATE_DIR
 
 
 def _resize(name: str, folder: str) -> None:

@@ -48,7 +48,7 @@ def test_a_killed_ray_worker_is_retried_and_every_item_is_there_once(tmp_path: P
     marker = tmp_path / "marker"
     monkeypatch.setenv("LLM_TEST_RAY_MARKER", str(marker))
     ray.shutdown()  # the env var must reach the workers of a fresh cluster
-    from llm.data.shards.engines.ray import start_local
+    from llm.data.shards.jobs.ray import start_local
 
     start_local(num_cpus=2)
     optimize(_dies_once, list(range(40)), tmp_path / "ds", num_workers=2, chunk_size=3, engine="ray", progress=False)

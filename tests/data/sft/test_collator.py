@@ -17,7 +17,7 @@ from llm.data.sft import (
     prompter_for,
 )
 from llm.data.sft.prompts import RecordError
-from llm.data.tokenizers import SimpleTokenizer, load_tokenizer, train_bpe_tokenizer
+from llm.data.tokenize.tokenizers import SimpleTokenizer, load_tokenizer, train_bpe_tokenizer
 
 ALPACA = {"instruction": "Name a colour.", "input": "", "output": "Blue."}
 ALPACA_IN = {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
-from llm.data.shards.optimize_text import optimize_text
+from llm.data.shards.prepare.optimize_text import optimize_text
 
 STDLIB = Path(json.__file__).resolve().parent.parent  # CPython's own sources: real text on any machine
 

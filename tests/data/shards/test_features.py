@@ -19,8 +19,8 @@ from llm.data import (
     optimize,
     train_test_split,
 )
-from llm.data.shards.state import StateError
-from llm.data.shards.subset import part_totals, split_views, subsample_view
+from llm.data.shards.plan.subset import part_totals, split_views, subsample_view
+from llm.data.shards.read.state import StateError
 from tests.resume import check_resume
 
 N_ITEMS = 300

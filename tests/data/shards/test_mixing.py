@@ -15,7 +15,7 @@ from llm.data import (
     TokensLoader,
     optimize,
 )
-from llm.data.shards.mixing import PERIOD, quotas, slot_table
+from llm.data.shards.mix.combined import PERIOD, quotas, slot_table
 from tests.resume import check_resume
 
 

@@ -21,8 +21,8 @@ import zstandard
 
 from llm.data import ItemsLoader, StreamingDataset, TokensLoader, optimize
 from llm.data.shards.format.manifest import Manifest
-from llm.data.shards.optimize_text import optimize_text
-from llm.data.tokenizers import load_tokenizer, train_bpe_tokenizer
+from llm.data.shards.prepare.optimize_text import optimize_text
+from llm.data.tokenize.tokenizers import load_tokenizer, train_bpe_tokenizer
 from tests.data.shards.helpers import all_tokens, real_lines, write_jsonl
 
 LLM_DATA = [sys.executable, "-m", "llm.cli.data"]

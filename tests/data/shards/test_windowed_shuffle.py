@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm.data import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, TokensLoader
-from llm.data.shards.plan import epoch_order
-from llm.data.shards.shuffle.windowed import shard_sample_starts
-from llm.data.shards.state import StateError
+from llm.data.shards.plan.schedule import epoch_order
+from llm.data.shards.plan.shuffle.windowed import shard_sample_starts
+from llm.data.shards.read.state import StateError
 from tests.data.shards.helpers import make_token_dataset, run_loader
 from tests.resume import check_resume
 

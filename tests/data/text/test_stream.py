@@ -395,7 +395,7 @@ def run_bpe(config: dict, state: dict | None, steps: int | None):
 
 @pytest.mark.filterwarnings("ignore:DedupTextSource is running with in-memory only state")
 def test_trained_bpe_tokenizer_with_workers(tmp_path):
-    from llm.data.tokenizers import train_bpe_tokenizer
+    from llm.data.tokenize.tokenizers import train_bpe_tokenizer
 
     path = write_corpus(tmp_path, "txt", n=300)
     (tmp_path / "tok").mkdir()

@@ -100,7 +100,7 @@ class StreamingTextDataModule:
         source: TextSource | None = None,
         tokenizer: Any = None,
     ):
-        from llm.data.tokenizers import load_tokenizer
+        from llm.data.tokenize.tokenizers import load_tokenizer
 
         self.config = config
         self.batch_size = batch_size

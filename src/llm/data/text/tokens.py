@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from llm.data.tokenizers import SimpleTokenizer, Tokenizer
+from llm.data.tokenize.tokenizers import SimpleTokenizer, Tokenizer
 
 
 def encode_each(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import torch
 
-from llm.data.tokenizers import Tokenizer
+from llm.data.tokenize.tokenizers import Tokenizer
 
 
 class TrainData(Protocol):

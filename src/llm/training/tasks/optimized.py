@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from llm.data.tokenizers import Tokenizer, load_tokenizer
+from llm.data.tokenize.tokenizers import Tokenizer, load_tokenizer
 from llm.training.core.loading import OPTIMIZED
 
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from llm.data.shards.shuffle.feistel import FeistelPermutation
-from llm.data.shards.shuffle.identity import IdentityPermutation
-from llm.data.shards.shuffle.windowed import WindowedPermutation
+from llm.data.shards.plan.shuffle.feistel import FeistelPermutation
+from llm.data.shards.plan.shuffle.identity import IdentityPermutation
+from llm.data.shards.plan.shuffle.windowed import WindowedPermutation
 
 Permutation = Callable[[np.ndarray], np.ndarray]
 

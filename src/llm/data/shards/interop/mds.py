@@ -20,16 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.shards.foreign.base import (
+from llm.data.shards.format.manifest import ShardInfo
+from llm.data.shards.format.reader import ShardError
+from llm.data.shards.format.validate import ManifestError
+from llm.data.shards.interop.base import (
     ForeignItemReader,
     ForeignManifest,
     ForeignShardBytes,
     ForeignSource,
     file_digest,
 )
-from llm.data.shards.format.manifest import ShardInfo
-from llm.data.shards.format.reader import ShardError
-from llm.data.shards.format.validate import ManifestError
 
 _SHAPE_DTYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "uint64"}
 _VALUE_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32",

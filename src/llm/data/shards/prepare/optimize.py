@@ -1,7 +1,7 @@
 """optimize(): inputs -> checksummed shards, in parallel processes, committed atomically.
 
 Inputs are cut into contiguous tasks; workers (local processes, or Ray tasks with
-engine='ray', see engines/) take tasks as they free up and write each task's shards
+engine='ray', see jobs/) take tasks as they free up and write each task's shards
 under a name that sorts in input order, so the dataset's content (every token or
 item, in input order) is the same for any number of workers and either engine. The
 manifest is written last, by rename: until then the folder's previous dataset stays
@@ -23,7 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from llm.data.shards.engines import Tasks, check_engine, engine_session, run_tasks
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest, ShardInfo
 from llm.data.shards.format.serializers import StructureError, first_difference
@@ -33,8 +32,9 @@ from llm.data.shards.format.writer import (
     as_token_array,
     check_batch,
 )
-from llm.data.shards.output import SHARD_PREFIX, open_output
-from llm.data.tokenizers import Tokenizer, token_dtype
+from llm.data.shards.jobs import Tasks, check_engine, engine_session, run_tasks
+from llm.data.shards.prepare.output import SHARD_PREFIX, open_output
+from llm.data.tokenize.tokenizers import Tokenizer, token_dtype
 
 
 @dataclass(frozen=True)

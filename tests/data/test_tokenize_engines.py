@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llm.data import tokenizer_backends as tb
-from llm.data.bpe_vocab import Unsupported, read_byte_level_bpe, tiktoken_ranks
 from llm.data.shards.format.manifest import Manifest
-from llm.data.shards.optimize_text import optimize_text
-from llm.data.tokenizers import load_tokenizer, train_bpe_tokenizer
+from llm.data.shards.prepare.optimize_text import optimize_text
+from llm.data.tokenize import engines as tb
+from llm.data.tokenize.bpe_vocab import Unsupported, read_byte_level_bpe, tiktoken_ranks
+from llm.data.tokenize.tokenizers import load_tokenizer, train_bpe_tokenizer
 from tests.data.shards.helpers import real_lines, write_jsonl
 
 HAS_FASTOKENS = tb.installed("fastokens")
@@ -262,7 +262,7 @@ def test_tiktoken_is_refused_where_rank_order_merging_would_differ(bpe_json, tmp
 def test_a_failed_self_check_falls_back_under_auto_and_is_an_error_when_asked_for(bpe_json, monkeypatch, caplog):
     real = tb.FastokensEncoder.encode_batch
     monkeypatch.setattr(tb.FastokensEncoder, "encode_batch", lambda self, texts: [ids[::-1] for ids in real(self, texts)])
-    with caplog.at_level(logging.WARNING, logger="llm.data.tokenizers"):
+    with caplog.at_level(logging.WARNING, logger="llm.data.tokenize.tokenizers"):
         tok = load_tokenizer(str(bpe_json))
     assert tok.backend == ("tiktoken" if HAS_TIKTOKEN else "tokenizers")
     assert "fastokens not used" in caplog.text and "self-check" in caplog.text

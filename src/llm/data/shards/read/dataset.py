@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from llm.data.shards.access import SampleAccess, as_transform
-from llm.data.shards.foreign import open_foreign
 from llm.data.shards.format.items_reader import ItemReader
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import TokenReader
-from llm.data.shards.plan import BatchSchedule, epoch_order
-from llm.data.shards.profiling import recording
-from llm.data.shards.shuffle.windowed import shard_sample_starts
-from llm.data.shards.subset import ComposedView, SampleView, check_subsample, subsample_view
+from llm.data.shards.interop import open_foreign
+from llm.data.shards.plan.schedule import BatchSchedule, epoch_order
+from llm.data.shards.plan.shuffle.windowed import shard_sample_starts
+from llm.data.shards.plan.subset import ComposedView, SampleView, check_subsample, subsample_view
+from llm.data.shards.read.access import SampleAccess, as_transform
+from llm.data.shards.read.profiling import recording
 from llm.data.storage.paths import parse_location
 from llm.data.topology import current_topology
 
@@ -106,7 +106,7 @@ class StreamingDataset(SampleAccess, IterableDataset):
         self.subsample, self.transform, self.split = check_subsample(subsample), as_transform(transform), None
         location = parse_location(input_dir)
         self.cache = None
-        self.foreign = None  # a LitData / MDS folder read in place (shards/foreign/)
+        self.foreign = None  # a LitData / MDS folder read in place (shards/interop/)
         if location.is_remote:
             from llm.data.shards.format.remote import load_manifest, open_cache
 

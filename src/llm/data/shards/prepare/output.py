@@ -107,7 +107,7 @@ def open_output(output_dir: str | Path, mode: str | None, kind: str, tokenizer: 
     if location.kind == "s3":
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)} or None, got {mode!r}")
-        from llm.data.shards.remote_output import RemoteOutput
+        from llm.data.shards.prepare.remote_output import RemoteOutput
 
         return RemoteOutput(location, mode, kind, tokenizer, wait=wait, storage_options=storage_options)
     if storage_options:

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch.utils.data._utils.collate import default_collate
 
-from llm.data.shards.collate import collate_items, item_chunk
-from llm.data.shards.profiling import current, span
+from llm.data.shards.read.collate import collate_items, item_chunk
+from llm.data.shards.read.profiling import current, span
 
 
 class Compose:

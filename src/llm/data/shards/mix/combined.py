@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.shards.arrays import distinct
-from llm.data.shards.streaming import StreamingDataset, _Iteration, chunk_bounds
+from llm.data.shards.read.dataset import StreamingDataset, _Iteration, chunk_bounds
 
 PERIOD = 1000
 BATCHING = ("stratified", "per_batch")

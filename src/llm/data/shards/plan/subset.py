@@ -28,7 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from llm.data.shards.shuffle.feistel import _mix
+from llm.data.shards.plan.shuffle.feistel import _mix
 
 _ROUNDS = 6
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -72,7 +72,7 @@ def collect_stats(dataset: str | Path, storage_options: dict | None = None, max_
         def raw(i: int) -> np.ndarray:
             return _remote_raw(objects, manifest, i)
     else:
-        from llm.data.shards.foreign import open_foreign
+        from llm.data.shards.interop import open_foreign
 
         folder = location.local_path()
         foreign_source = open_foreign(folder)

@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from llm.data.shards.plan import BatchSchedule
-from llm.data.shards.profiling import LoaderProfile
-from llm.data.shards.state import STATE_VERSION, check_state
-from llm.data.shards.streaming import StreamingDataset, _Iteration, current_rank_world
+from llm.data.shards.plan.schedule import BatchSchedule
+from llm.data.shards.read.dataset import StreamingDataset, _Iteration, current_rank_world
+from llm.data.shards.read.profiling import LoaderProfile
+from llm.data.shards.read.state import STATE_VERSION, check_state
 
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llm.data.shards.foreign.base import ForeignManifest, ForeignSource
+from llm.data.shards.interop.base import ForeignManifest, ForeignSource
 
 __all__ = ["ForeignManifest", "ForeignSource", "detect_format", "open_foreign"]
 
@@ -29,10 +29,10 @@ def detect_format(folder: str | Path) -> str | None:
             return None
     except OSError:
         return None  # our own loader names the problem
-    from llm.data.shards.foreign.litdata import (
+    from llm.data.shards.interop.litdata import (
         is_litdata_index,  # only for peers' folders (5-10 ms)
     )
-    from llm.data.shards.foreign.mds import is_mds_index
+    from llm.data.shards.interop.mds import is_mds_index
 
     data = _read_index(Path(folder))
     if data is None or "format_version" in data:
@@ -52,9 +52,9 @@ def open_foreign(folder: str | Path) -> ForeignSource | None:
         return None
     data = _read_index(folder)
     if kind == "litdata":
-        from llm.data.shards.foreign.litdata import open_litdata
+        from llm.data.shards.interop.litdata import open_litdata
 
         return open_litdata(folder, data)
-    from llm.data.shards.foreign.mds import open_mds
+    from llm.data.shards.interop.mds import open_mds
 
     return open_mds(folder, data)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.shards.foreign import open_foreign
+from llm.data.shards.interop import open_foreign
 
 
 def _plain(value: Any) -> Any:
@@ -59,7 +59,7 @@ def convert(src: str | Path, dst: str | Path, *, num_workers: int | None = None,
             compression: str | None = None, mode: str | None = None, progress: bool = True) -> Any:
     """Rewrite the LitData / MDS folder `src` as our dataset at `dst` (a folder or s3://); returns the summary."""
     from llm.data.shards.format.loaders import TokensLoader
-    from llm.data.shards.optimize import optimize
+    from llm.data.shards.prepare.optimize import optimize
 
     folder = Path(src)
     source = open_foreign(folder)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llm.data.shards.shuffle import make_permutation, make_windowed
+from llm.data.shards.plan.shuffle import make_permutation, make_windowed
 
 
 def epoch_order(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm.data.shards.format.loaders import TokensLoader
-from llm.data.shards.optimize import DocumentBatch, OptimizeSummary, optimize
+from llm.data.shards.prepare.optimize import DocumentBatch, OptimizeSummary, optimize
 from llm.data.storage.paths import parse_location
 from llm.data.text.partitions import byte_ranges
 from llm.data.text.readers import (
@@ -28,8 +28,8 @@ from llm.data.text.readers import (
     splittable,
 )
 from llm.data.text.tokens import tokenize_documents
-from llm.data.tokenizer_backends import BACKENDS
-from llm.data.tokenizers import Tokenizer, load_tokenizer
+from llm.data.tokenize.engines import BACKENDS
+from llm.data.tokenize.tokenizers import Tokenizer, load_tokenizer
 
 _BATCH_DOCS = 1024
 _BATCH_CHARS = 1 << 20

@@ -26,16 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.bpe_vocab import (
+from llm.data.storage.local import atomic_write, cache_home
+from llm.data.tokenize.bpe_vocab import (
     GPT2_PATTERN,
     Unsupported,
     read_byte_level_bpe,
     tiktoken_ranks,
     tokenizer_json_from_ranks,
 )
-from llm.data.storage.local import atomic_write, cache_home
 
-log = logging.getLogger("llm.data.tokenizers")
+log = logging.getLogger("llm.data.tokenize.tokenizers")
 
 BACKENDS = ("tokenizers", "tiktoken", "fastokens")
 # Fastest first, for byte-level BPE vocabularies (bench/encoders.py: fastokens several times

@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.shards.foreign.base import (
+from llm.data.shards.format.manifest import ShardInfo
+from llm.data.shards.format.validate import ManifestError
+from llm.data.shards.interop.base import (
     ForeignItemReader,
     ForeignManifest,
     ForeignShardBytes,
@@ -26,9 +28,7 @@ from llm.data.shards.foreign.base import (
     ForeignTokenReader,
     file_digest,
 )
-from llm.data.shards.foreign.litdata_codecs import leaf_decoder, token_dtype, unflatten
-from llm.data.shards.format.manifest import ShardInfo
-from llm.data.shards.format.validate import ManifestError
+from llm.data.shards.interop.litdata_codecs import leaf_decoder, token_dtype, unflatten
 
 ARROW_MAGIC = b"LDARW01\0"
 _CONVERT = "rewrite it with `llm-data convert SRC DST` (reads through litdata itself) and stream DST"

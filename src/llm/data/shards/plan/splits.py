@@ -6,9 +6,9 @@ import copy
 import math
 from collections.abc import Sequence
 
-from llm.data.shards.mixing import CombinedStreamingDataset
-from llm.data.shards.streaming import StreamingDataset
-from llm.data.shards.subset import SUM_TOLERANCE, as_fraction, split_views
+from llm.data.shards.mix.combined import CombinedStreamingDataset
+from llm.data.shards.plan.subset import SUM_TOLERANCE, as_fraction, split_views
+from llm.data.shards.read.dataset import StreamingDataset
 
 
 def check_splits(splits: object) -> list[float]:

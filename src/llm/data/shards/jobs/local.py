@@ -10,7 +10,7 @@ import time
 import traceback
 from typing import Any
 
-from llm.data.shards.engines.tasks import Tasks
+from llm.data.shards.jobs.tasks import Tasks
 
 
 def run_local(tasks: Tasks, workers: int, bar: Any) -> None:

@@ -1,0 +1,1 @@
+"""Mix several optimized datasets: `CombinedStreamingDataset` holds its sources."""

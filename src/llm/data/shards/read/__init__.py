@@ -1,0 +1,1 @@
+"""Stream shards: `StreamingDataset`, `StreamingDataLoader`, sample access, collation, the loader state."""

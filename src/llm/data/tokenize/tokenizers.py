@@ -1,0 +1,241 @@
+"""Tokenizers behind one small interface: `simple` bytes, tokenizer.json and `.tiktoken` vocabularies.
+
+A BPE vocabulary is encoded by one of several engines (`engines.py`), all token-identical.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from llm.data.tokenize import engines as tb
+from llm.data.tokenize.bpe_vocab import GPT2_PATTERN
+from llm.data.tokenize.engines import tokenizer_threads as tokenizer_threads  # re-exported
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What every stage needs from a tokenizer; nothing more."""
+
+    spec: str
+    eos_id: int
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+    def fingerprint(self) -> dict: ...
+
+
+class SimpleTokenizer:
+    """Dependency-free byte-level tokenizer: ids 0..255 are UTF-8 bytes, 256 is EOS."""
+
+    spec = "simple"
+    backend = "simple"
+    eos_id = 256
+    vocab_size = 257
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [list(t.encode("utf-8")) for t in texts]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    def fingerprint(self) -> dict:
+        return {"type": "simple", "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+
+
+# Common end-of-text spellings, most specific first; the first one in the vocabulary wins.
+_EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[SEP]", "<|end_of_text|>")
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+class HFTokenizer:
+    """A Hugging Face tokenizer.json; `tokenizers` decodes, the chosen `backend` encodes (same ids)."""
+
+    def __init__(self, path: Path, eos_token: str | None = None, backend: str = "tokenizers"):
+        from tokenizers import Tokenizer as _RustTokenizer
+
+        self.path = path
+        self.spec = str(path)
+        self._eos_token = eos_token
+        self._tok = _RustTokenizer.from_file(str(path))
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.eos_id = self._find_eos(eos_token)
+        self._digest = _file_digest(path)
+        reference = tb.TokenizersEncoder(self._tok)
+        added = [t.content for t in self._tok.get_added_tokens_decoder().values()]
+        self._encoder = tb.pick(
+            tb.resolve(backend), tb.json_makers(path, reference), reference, tb.probes_for(added), str(path)
+        )
+        self.backend: str = self._encoder.name
+
+    def _find_eos(self, eos_token: str | None) -> int:
+        for token in (eos_token,) if eos_token else _EOS_CANDIDATES:
+            token_id = self._tok.token_to_id(token)
+            if token_id is not None:
+                return token_id
+        wanted = eos_token or " or ".join(_EOS_CANDIDATES)
+        raise ValueError(f"tokenizer {self.path} has no end-of-text token {wanted}; add one when training it")
+
+    def encode(self, text: str) -> list[int]:
+        return self._encoder.encode(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._encoder.encode_batch(texts)
+
+    @property
+    def encode_flat(self) -> Any:
+        """The backend's flat batch encoder ((ids, offsets) arrays), or None if it has none."""
+        return getattr(self._encoder, "encode_flat", None)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=False)
+
+    def fingerprint(self) -> dict:
+        # The vocabulary's, whichever backend encodes: every backend gives the same ids.
+        return {"type": "hf", "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "eos_token": self._eos_token, "backend": self.backend}
+
+    def __setstate__(self, state: dict) -> None:
+        # The same engine where it is installed; any other gives the same ids.
+        self.__init__(state["path"], state["eos_token"], _same_or_auto(state["backend"]))
+
+
+class TiktokenTokenizer:
+    """A BPE from a local `.tiktoken` ranks file (e.g. GPT-2's), `<|endoftext|>` appended as EOS.
+
+    Text is encoded as ordinary text (`<|endoftext|>` in a document is not the EOS id), by the
+    chosen `backend`; `tiktoken` decodes.
+    """
+
+    def __init__(self, path: Path, backend: str = "tiktoken"):
+        import tiktoken
+
+        self.path = path
+        self.spec = str(path)
+        ranks = {}
+        for line_no, line in enumerate(path.read_bytes().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+            except ValueError:
+                raise ValueError(f"{path}:{line_no} is not a `<base64 token> <rank>` line of a .tiktoken file") from None
+        self.eos_id = max(ranks.values()) + 1
+        self.vocab_size = self.eos_id + 1
+        self._enc = tiktoken.Encoding(
+            name=path.stem,
+            pat_str=GPT2_PATTERN,
+            mergeable_ranks=ranks,
+            special_tokens={"<|endoftext|>": self.eos_id},
+        )
+        self._digest = _file_digest(path)
+        reference = tb.TiktokenEncoder(self._enc, match_special=False)
+        self._encoder = tb.pick(
+            tb.resolve(backend), tb.tiktoken_file_makers(path, ranks, reference, self._digest), reference, tb.probes_for([]), str(path)
+        )
+        self.backend: str = self._encoder.name
+
+    def encode(self, text: str) -> list[int]:
+        return self._encoder.encode(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._encoder.encode_batch(texts)
+
+    @property
+    def encode_flat(self) -> Any:
+        """The backend's flat batch encoder ((ids, offsets) arrays), or None if it has none."""
+        return getattr(self._encoder, "encode_flat", None)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._enc.decode(list(ids))
+
+    def fingerprint(self) -> dict:
+        # The vocabulary's, whichever backend encodes: every backend gives the same ids.
+        return {"type": "tiktoken", "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "backend": self.backend}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"], _same_or_auto(state["backend"]))
+
+
+def _same_or_auto(backend: str) -> str:
+    return backend if tb.installed(backend) else "auto"
+
+
+def load_tokenizer(spec: str, backend: str | None = None) -> Tokenizer:
+    """Load `simple`, a tokenizer.json (or a folder holding one) or a `.tiktoken` file.
+
+    `backend` picks the engine that encodes a BPE vocabulary: 'tokenizers', 'tiktoken',
+    'fastokens', or 'auto' (the default, or $LLM_TOKENIZER_BACKEND): the fastest installed one
+    that is verified token-identical to the reference for this vocabulary
+    (`llm.data.tokenize.engines`). Every backend yields the same ids and the same
+    `fingerprint()`; the one chosen is the tokenizer's `backend`. `simple` has one encoder.
+    """
+    chosen = tb.resolve(backend)  # a bad name fails even for `simple`
+    if spec == "simple":
+        return SimpleTokenizer()
+    path = Path(spec).expanduser()
+    if path.is_dir() and (path / "tokenizer.json").is_file():
+        return HFTokenizer(path / "tokenizer.json", backend=chosen)
+    if path.is_file() and path.suffix == ".json":
+        return HFTokenizer(path, backend=chosen)
+    if path.is_file() and path.suffix == ".tiktoken":
+        return TiktokenTokenizer(path, backend=chosen)
+    if path.is_dir():
+        raise ValueError(f"tokenizer folder {spec} holds no tokenizer.json; pass the tokenizer.json or .tiktoken file itself")
+    if path.is_file():
+        raise ValueError(f"tokenizer file {spec} is neither a tokenizer.json (.json) nor a .tiktoken file")
+    if os.sep in spec or "/" in spec or path.suffix in (".json", ".tiktoken") or spec.startswith("~"):
+        raise ValueError(f"tokenizer file not found: {spec}")
+    raise ValueError(
+        f"unknown tokenizer spec {spec!r}: expected 'simple', a tokenizer.json file, "
+        "a folder holding tokenizer.json, or a .tiktoken file"
+    )
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, path: str | Path) -> Path:
+    """Train a GPT-2-like byte-level BPE with `tokenizers` and save it as tokenizer.json."""
+    from tokenizers import Tokenizer as _RustTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = _RustTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    path = Path(path)
+    if path.suffix != ".json":
+        path = path / "tokenizer.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    return path
+
+
+def token_dtype(vocab_size: int) -> str:
+    """The narrowest unsigned dtype that holds every id: uint16 when it fits, else uint32."""
+    return "uint16" if vocab_size <= 1 << 16 else "uint32"
