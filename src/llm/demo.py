@@ -139,11 +139,11 @@ def train_demo(out: Path) -> dict[str, Path]:
         print("demo: llm-train plot checkpoints/demo  (loss and throughput curves)")
         _cli(["llm.training.train", "plot", "checkpoints/demo"], work)
         written["its curves (PNG)"] = run / "metrics.png"
-    print('demo: llm-generate --checkpoint checkpoints/demo/latest --prompt "sample line" --top-k 5 --temperature 0.8'
-          " (a 10-step model: expect near-words)")
+    print('demo: llm-generate --checkpoint checkpoints/demo/latest --prompt "sample line"'
+          " (its defaults: top-k 5, temperature 0.8; a 10-step model: expect near-words)")
     text = subprocess.run(
         [sys.executable, "-m", "llm.training.generate", "--checkpoint", "checkpoints/demo/latest", "--prompt",
-         "sample line", "--max-new-tokens", "48", "--top-k", "5", "--temperature", "0.8"],
+         "sample line", "--max-new-tokens", "48"],
         cwd=work, capture_output=True, text=True, check=True,
     ).stdout.strip()
     print(f"   {text!r}")

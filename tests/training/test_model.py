@@ -76,3 +76,37 @@ def test_packed_samples_with_position_ids_train_as_if_each_had_its_own_row() -> 
 def test_position_ids_of_another_shape_are_refused() -> None:
     with pytest.raises(ValueError, match=r"position_ids has shape \(1, 3\), input_ids \(1, 4\)"):
         _model()(torch.zeros(1, 4, dtype=torch.long), position_ids=torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_llm_generate_and_generate_share_one_sampling_default() -> None:
+    """The CLI's defaults are generate()'s (top-k 5, 0.8), so a plain llm-generate reads as the demo's text."""
+    import inspect
+
+    from llm.training.generate import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, build_parser, generate
+
+    args = build_parser().parse_args(["--checkpoint", "x"])
+    params = inspect.signature(generate).parameters
+    assert (args.temperature, args.top_k) == (DEFAULT_TEMPERATURE, DEFAULT_TOP_K) == (
+        params["temperature"].default, params["top_k"].default)
+    assert DEFAULT_TOP_K == 5 and build_parser().parse_args(["--checkpoint", "x", "--top-k", "0"]).top_k == 0
+
+
+def test_generate_samples_only_among_the_top_k_tokens() -> None:
+    import torch
+
+    from llm.training.generate import generate
+
+    class Fixed(torch.nn.Module):  # logits favour tokens 0..4 in order, every other token far below
+        max_seq_len = 8
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, ids):
+            logits = torch.full((1, ids.shape[1], 50), -1.0)
+            logits[..., :5] = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0])
+            return logits, None
+
+    picks = set(generate(Fixed(), [0], 200, seed=1))
+    assert picks <= set(range(5)) and len(picks) > 1

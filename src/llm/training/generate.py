@@ -78,8 +78,15 @@ def load_for_generation(path: str | Path, device: str = "cpu") -> tuple[Any, Any
     return model, tokenizer, ckpt
 
 
+# One sampling default for llm-generate, `generate()` and the demo: sampling from every token of a
+# small model mostly picks rare byte tokens that decode to U+FFFD; the 5 likeliest at 0.8 read as text.
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_K = 5
+
+
 @torch.no_grad()
-def generate(model: Any, ids: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+def generate(model: Any, ids: list[int], max_new_tokens: int, temperature: float = DEFAULT_TEMPERATURE,
+             top_k: int | None = DEFAULT_TOP_K,
              greedy: bool = False, eos_id: int | None = None, seed: int = 0) -> list[int]:
     """Continue `ids` by up to `max_new_tokens` tokens (stops after `eos_id`); returns the new ids."""
     device = next(model.parameters()).device
@@ -113,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", required=True, help="step_<N> folder, `latest` file or checkpoint_dir")
     parser.add_argument("--prompt", default="", help="text to continue (empty: start after an end-of-text token)")
     parser.add_argument("--max-new-tokens", type=int, default=100, help="tokens to add at most")
-    parser.add_argument("--temperature", type=float, default=1.0, help="below 1: safer, above 1: more varied")
-    parser.add_argument("--top-k", type=int, default=None, help="sample among the K likeliest tokens only (default: all)")
+    parser.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="below 1: safer, above 1: more varied")
+    parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
+                        help="sample among the K likeliest tokens only (0: all tokens)")
     parser.add_argument("--greedy", action="store_true", help="always the likeliest token (ignores temperature, top-k)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed: the same seed gives the same text")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
@@ -128,11 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
         if not args.greedy and args.temperature <= 0:
             raise ValueError(f"--temperature must be above 0, got {args.temperature} (use --greedy for the likeliest token)")
-        if args.top_k is not None and args.top_k < 1:
-            raise ValueError(f"--top-k must be at least 1, got {args.top_k}")
+        if args.top_k < 0:
+            raise ValueError(f"--top-k must be 0 (all tokens) or more, got {args.top_k}")
         model, tokenizer, ckpt = load_for_generation(args.checkpoint, args.device)
         prompt_ids = tokenizer.encode(args.prompt) if args.prompt else [tokenizer.eos_id]
-        new = generate(model, prompt_ids, args.max_new_tokens, args.temperature, args.top_k, args.greedy,
+        new = generate(model, prompt_ids, args.max_new_tokens, args.temperature, args.top_k or None, args.greedy,
                        tokenizer.eos_id, args.seed)
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"llm-generate: error: {exc}", file=sys.stderr)
