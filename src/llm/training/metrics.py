@@ -12,11 +12,13 @@ go to `<run folder>/tensorboard` too.
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
+RESUMED = "resumed"  # the `event` of the record a resumed run writes at its first step
 
 
 def clock(seconds: float) -> str:
@@ -67,6 +69,8 @@ class RunMeter:
             kept = [json.dumps(r) + "\n" for r in read_metrics(folder) if r["step"] <= start_step]
             path.write_text("".join(kept))
         self._file = open(path, "a", encoding="utf-8")
+        if start_step > 0:  # the plot marks it: the run average starts over here
+            self._write({"step": start_step, "event": RESUMED})
         self._tb = _tensorboard(folder)
 
     def waited(self, seconds: float) -> None:
@@ -99,12 +103,17 @@ class RunMeter:
     def record(self, step: int, **values: Any) -> None:
         if self._file is None:
             return
-        self._file.write(json.dumps({"step": step, **values, "time": round(time.time(), 3)}) + "\n")
-        self._file.flush()
+        self._write({"step": step, **values})
         if self._tb is not None:
             for key, value in values.items():
                 if isinstance(value, (int, float)) and key not in ("epoch",):
                     self._tb.add_scalar(key, value, step)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        # strict JSON: a non-finite value (a NaN loss) is written as null, never as a bare NaN
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        self._file.write(json.dumps({**clean, "time": round(time.time(), 3)}, allow_nan=False) + "\n")
+        self._file.flush()
 
     def close(self) -> None:
         if self._file is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.training.cli_help import HelpFormatter
-from llm.training.metrics import METRICS_FILE, read_metrics
+from llm.training.metrics import METRICS_FILE, RESUMED, read_metrics
 
 EPILOG = """examples:
   llm-train plot checkpoints/demo                    # writes checkpoints/demo/metrics.png
@@ -25,6 +25,20 @@ def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
     return steps, [by_step[s] for s in steps]
 
 
+def resume_steps(records: list[dict[str, Any]]) -> list[int]:
+    """Steps at which a resumed run started (its run average of tokens/s starts over there)."""
+    return sorted({r["step"] for r in records if r.get("event") == RESUMED})
+
+
+def _mark_resumes(ax: Any, records: list[dict[str, Any]]) -> None:
+    for i, step in enumerate(resume_steps(records)):
+        ax.axvline(step, color="grey", linestyle=":", label="resumed" if i == 0 else None)
+
+
+def _no_data(ax: Any) -> None:
+    ax.text(0.5, 0.5, "no data logged for this panel", ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
 def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     """Draw loss (and val loss) and tokens/s against step; return the PNG's path."""
     run = Path(run_dir)
@@ -36,7 +50,7 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         raise ValueError(f"{run_dir} holds no {METRICS_FILE}; is it the checkpoint_dir of a run by llm-train?")
     records = read_metrics(run)
     steps, loss = _series(records, "loss")
-    if not steps:
+    if not any("event" not in r for r in records):
         raise ValueError(f"{run / METRICS_FILE} holds no logged step yet")
     try:
         import matplotlib
@@ -46,22 +60,28 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     except ImportError:
         raise ValueError("plotting needs matplotlib: pip install matplotlib (or pip install -e '.[dev]')") from None
     fig, (ax_loss, ax_speed) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
-    ax_loss.plot(steps, loss, label="train loss")
+    if steps:
+        ax_loss.plot(steps, loss, label="train loss")
     val_steps, val = _series(records, "val_loss")
     if val_steps:
         ax_loss.plot(val_steps, val, "o-", label="val loss")
     ax_loss.set_ylabel("loss")
-    ax_loss.legend()
     ax_loss.grid(alpha=0.3)
-    ax_loss.set_title(f"{run.resolve().name}: {steps[-1]} steps")
+    ax_loss.set_title(f"{run.resolve().name}: {max(r['step'] for r in records)} steps")
     for key, label, style in (("tokens_per_s_window", "since previous log", "-"), ("tokens_per_s", "run average", "--")):
         s, v = _series(records, key)
         if s:
             ax_speed.plot(s, v, style, label=label)
     ax_speed.set_ylabel("tokens/s")
     ax_speed.set_xlabel("step")
-    ax_speed.legend()
     ax_speed.grid(alpha=0.3)
+    for ax in (ax_loss, ax_speed):
+        has_data = bool(ax.lines)
+        _mark_resumes(ax, records)
+        if not has_data:
+            _no_data(ax)
+        if ax.lines:
+            ax.legend()
     out = Path(output) if output else run / "metrics.png"
     if out.is_dir():
         raise ValueError(f"--output {output} is a folder, not a file")

@@ -1,0 +1,71 @@
+"""metrics.jsonl stays strict JSON, a resume is marked, and the plot says when a panel has no data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llm.training.metrics import METRICS_FILE, RunMeter, read_metrics
+from llm.training.plot import plot_run, resume_steps
+
+
+def _run(folder: Path, start: int, stop: int, loss: float = 1.0) -> None:
+    meter = RunMeter(folder, start, stop)
+    for step in range(start + 1, stop + 1):
+        meter.add_tokens(100)
+        meter.record(step, loss=loss, **meter.window(step))
+    meter.close()
+
+
+def test_a_nan_loss_is_written_as_null_and_every_line_is_strict_json(tmp_path: Path) -> None:
+    _run(tmp_path, 0, 3, loss=float("nan"))
+    lines = (tmp_path / METRICS_FILE).read_text().splitlines()
+    assert len(lines) == 3
+    for line in lines:
+        record = json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c} in metrics.jsonl"))
+        assert record["loss"] is None
+
+
+def test_a_resumed_run_is_marked_where_its_run_average_starts_over(tmp_path: Path) -> None:
+    _run(tmp_path, 0, 6)
+    _run(tmp_path, 4, 8)  # resumed from the step-4 checkpoint: steps 5-6 are rewritten
+    records = read_metrics(tmp_path)
+    assert resume_steps(records) == [4]
+    assert [r["step"] for r in records if "loss" in r] == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_plot_draws_resumes_and_says_when_a_panel_has_no_data(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib (the dev extra installs it)")
+    _run(tmp_path, 0, 4, loss=float("nan"))  # no finite loss at all: the loss panel has no data
+    _run(tmp_path, 2, 5, loss=float("nan"))
+    out = plot_run(tmp_path)
+    assert out.is_file() and out.stat().st_size > 1000
+    texts = []
+
+    def capture(run: Path) -> None:  # re-draw, keeping the figure to read its texts
+        import matplotlib.figure
+
+        original = matplotlib.figure.Figure.savefig
+
+        def keep(self, *args, **kwargs):
+            texts.extend(t.get_text() for ax in self.axes for t in ax.texts)
+            texts.extend(str(line.get_label()) for ax in self.axes for line in ax.lines)
+            return original(self, *args, **kwargs)
+
+        matplotlib.figure.Figure.savefig = keep
+        try:
+            plot_run(run)
+        finally:
+            matplotlib.figure.Figure.savefig = original
+
+    capture(tmp_path)
+    assert "no data logged for this panel" in texts  # the loss panel: every loss was NaN
+    assert "resumed" in texts
+
+
+def test_plot_of_a_run_with_no_logged_step_is_one_sentence(tmp_path: Path) -> None:
+    (tmp_path / METRICS_FILE).write_text("")
+    with pytest.raises(ValueError, match="holds no logged step yet"):
+        plot_run(tmp_path)
