@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from llm.data.text.seen_file import DIGEST_BYTES
 
-def _pairs(digests: bytes | np.ndarray) -> np.ndarray:
-    """Digests (concatenated bytes or an (n, 2) array) as an (n, 2) uint64 array."""
+
+def _pairs(digests: bytes | np.ndarray, width: int = DIGEST_BYTES) -> np.ndarray:
+    """Digests (concatenated `width`-byte digests or an (n, 2) array) as an (n, 2) uint64 array of their first 16 bytes."""
     if isinstance(digests, np.ndarray):
         return digests.reshape(-1, 2).astype(np.uint64, copy=False)
+    if width != DIGEST_BYTES:
+        rows = np.frombuffer(digests, dtype=np.uint8).reshape(-1, width)[:, :DIGEST_BYTES]
+        return np.ascontiguousarray(rows).view("<u8").reshape(-1, 2)
     return np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
 
 
