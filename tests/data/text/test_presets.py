@@ -47,7 +47,8 @@ def test_preset_values():
         assert preset.text_column == "text" and preset.description
     assert set(BUILTIN_PRESETS) == {"allenai/c4", "monology/pile-uncopyrighted", *REDPAJAMA_PRESETS}
     assert all(BUILTIN_PRESETS[name].preset_name == name for name in BUILTIN_PRESETS)
-    assert list_presets() == sorted(BUILTIN_PRESETS)
+    assert [p.preset_name for p in list_presets()] == sorted(BUILTIN_PRESETS)
+    assert all(isinstance(p, DatasetPreset) for p in list_presets())  # the guide's API: objects, not names
 
 
 def test_preset_is_frozen_and_named_by_its_dataset():

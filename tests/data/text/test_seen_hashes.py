@@ -104,6 +104,18 @@ def test_the_frameworks_hex_file_is_read_and_left_byte_identical(tmp_path):
     assert source(corpus(tmp_path), seen, write=False).committed_count == 4
 
 
+def test_reset_cross_run_seen_forgets_earlier_runs_and_keeps_the_in_pass_dedup(tmp_path):
+    seen = _hex_file(tmp_path / "seen.txt", ["gamma", "delta"])
+    before = seen.read_bytes()
+    src = source(corpus(tmp_path), seen, write=False)
+    passing = src.iter_texts()
+    assert next(passing) == "alpha beta"
+    src.reset_cross_run_seen()
+    assert list(passing) == ["epsilon"]  # the pass in progress keeps its sets
+    assert list(src.iter_texts()) == UNIQUE  # the file's records are back, repeats within the pass still dropped
+    assert seen.read_bytes() == before and src.committed_count == 2
+
+
 def test_a_read_only_legacy_file_is_never_truncated(tmp_path):
     seen = tmp_path / "legacy.bin"
     seen.write_bytes(text_digest("gamma") + text_digest("delta") + b"\x07" * 5)  # a torn last digest

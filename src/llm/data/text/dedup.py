@@ -210,6 +210,15 @@ class DedupTextSource(TextSource):
             return
         self.load_committed(seen["count"], seen.get("base"), seen.get("digests", b""))
 
+    def reset_cross_run_seen(self) -> None:
+        """Forget what earlier runs saw (the seen-hashes baseline): their records are read again.
+
+        Deduplication within a pass stays (a pass in progress keeps its own set), and the
+        file is not touched: digests appended later still go after the ones it holds.
+        """
+        self._baseline = b""
+        self.committed = SeenSet()
+
     def mark_consumed(self, digests: bytes) -> None:
         """Records handed to training: they count as seen from now on."""
         self.committed.update(_pairs(digests, self.digest_bytes))
