@@ -133,6 +133,23 @@ def test_duplicates_dropped_across_runs(tmp_path):
     assert held(seen) == 5
 
 
+def test_a_state_whose_checkpoint_never_landed_rides_in_the_next(tmp_path):
+    seen = tmp_path / "seen.txt"
+    run = module_for(write_txt(tmp_path / "one.txt", [f"x{i} " + "w" * 20 for i in range(40)]), seen)
+    take(run, 1)
+    lost = run.checkpoint_state()["seen_hashes"]  # its checkpoint never landed: never published
+    take(run, 1)
+    state = run.checkpoint_state()
+    entry = state["seen_hashes"]
+    assert lost["base"] == entry["base"] == 0 and 0 < lost["count"] < entry["count"]  # both steps' digests
+    assert entry["digests"].startswith(lost["digests"])
+    publish_seen_hashes(state)
+    publish_seen_hashes(state)  # a second publication of the same state changes nothing
+    assert held(seen) == entry["count"]
+    take(run, 1)
+    assert run.checkpoint_state()["seen_hashes"]["base"] == entry["count"]  # the file holds them now
+
+
 def _corpus() -> list[str]:
     return [f"doc {i % 70} " + "w" * (i % 70 % 13) for i in range(200)]  # 70 distinct, repeated
 
