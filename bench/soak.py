@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 EOS = 256  # the `simple` tokenizer's end of text
 
 # Trains like `llm-train`, saves every step's batch per rank, and kills itself (-9) at `kill`
-# (after that step; mode "save": inside the next checkpoint write, half the file on disk).
+# (after that step; mode "save": inside the next checkpoint write, half the file on disk; mode
+# "publish": once that checkpoint is in place, before its dedup digests reach the seen-hashes file).
 _RUN = textwrap.dedent(
     """
     import os, signal, sys
@@ -55,14 +56,26 @@ _RUN = textwrap.dedent(
     rank = int(os.environ.get("RANK", 0))
     real_write = ckpt._write_payload
 
+    real_publish = ckpt.publish_seen_hashes
+    saving = {}
+
     def write_half(path, payload):
+        saving["step"] = payload["step"]
         if kill and mode == "save" and payload["step"] > kill:
             real_write(path, payload)
             os.truncate(path, os.path.getsize(path) // 2)
             os.kill(os.getpid(), signal.SIGKILL)
         real_write(path, payload)
 
+    def publish_never(state):  # mode "publish": the checkpoint is in place, its dedup digests not yet appended
+        if kill and mode == "publish" and saving["step"] > kill:
+            # the step was trained (its checkpoint holds it), but `record` runs after the save: record it here
+            np.save(f"{out_dir}/rank{rank}_step{saving['step']}.npy", saving["batch"].numpy())
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_publish(state)
+
     ckpt._write_payload = write_half
+    ckpt.publish_seen_hashes = publish_never
 
     def record(trainer, batch, loss):
         np.save(f"{out_dir}/rank{rank}_step{trainer.step}.npy", batch["input_ids"].numpy())
@@ -70,6 +83,7 @@ _RUN = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
 
     trainer = Trainer(load_config(cfg_path, overrides), "stream_lm", callbacks=[record])
+    trainer.raw_model.register_forward_pre_hook(lambda module, args: saving.__setitem__("batch", args[0]))
     trainer.fit()
     trainer.close()
     """
@@ -103,12 +117,18 @@ def write_corpus(path: Path, lines: int = 600) -> Path:
     return path
 
 
-def write_config(folder: Path, corpus: Path, workers: int, steps_per_epoch: int = 4, epochs: int = 3) -> Path:
+def write_config(
+    folder: Path, corpus: Path, workers: int, steps_per_epoch: int = 4, epochs: int = 3, dedup: bool = False
+) -> Path:
+    """The run's YAML; `dedup`: a deduplicated source whose seen-hashes file lies in each run's folder."""
     import yaml
 
+    data = {"data_source": "local", "dataset_path": str(corpus), "max_seq_len": 64,
+            "steps_per_epoch": steps_per_epoch, "num_workers": workers}
+    if dedup:  # a relative path: the reference and the chain (run in their own folders) each have theirs
+        data |= {"data_source": "dedup_local", "seen_hashes_path": "seen_hashes.txt", "write_seen_hashes": True}
     tree = {
-        "data": {"data_source": "local", "dataset_path": str(corpus), "max_seq_len": 64,
-                 "steps_per_epoch": steps_per_epoch, "num_workers": workers},
+        "data": data,
         "model": {"d_model": 32, "n_layers": 2, "n_heads": 2},
         "training": {"batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "seed": 1, "deterministic": True,
                      "epochs": epochs},
@@ -169,12 +189,14 @@ def documents(rows: np.ndarray) -> list[bytes]:
 
 
 def kill_chain(
-    folder: Path, kills: list[int], ranks: int = 1, workers: int = 2, modes: list[str] | None = None
+    folder: Path, kills: list[int], ranks: int = 1, workers: int = 2, modes: list[str] | None = None,
+    dedup: bool = False,
 ) -> ChainResult:
     """Reference run, then one run per kill step resumed from `latest`, then the last run; compare.
 
-    `modes[i]` is "step" (kill right after step kills[i]) or "save" (kill inside the first
-    checkpoint write after it).
+    `modes[i]` is "step" (kill right after step kills[i]), "save" (kill inside the first
+    checkpoint write after it) or "publish" (kill once that checkpoint is in place, before
+    its dedup digests are appended to the seen-hashes file). `dedup`: a deduplicated source.
     """
     import torch
 
@@ -183,7 +205,7 @@ def kill_chain(
     started = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(folder / "corpus.txt")
-    cfg = write_config(folder, corpus, workers)
+    cfg = write_config(folder, corpus, workers, dedup=dedup)
     ref_dir = folder / "ref"
     modes = modes or ["step"] * len(kills)
     run_once(ref_dir, cfg, ranks, ref_dir / "batches", 0, "step", "-")
@@ -206,6 +228,8 @@ def kill_chain(
                 assert load_checkpoint(latest)["step"] <= kill
             else:
                 assert not latest.exists()
+        if kill and mode == "publish":  # the checkpoint after the kill step landed
+            assert load_checkpoint(latest)["step"] > kill
         for f in sorted(out.glob("rank*_step*.npy")):
             rank, step = (int(x) for x in f.stem[4:].split("_step"))
             before = owner.get((rank, step))

@@ -6,13 +6,14 @@ import errno
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from llm.training.checkpoint import RESUMABLE_KEYS, load_checkpoint
+from llm.training.checkpoint import RESUMABLE_KEYS, load_checkpoint, run_step
 from llm.training.core.loading import ConfigError, build_config
 from llm.training.train import main as llm_train
 from llm.training.trainer import Trainer
@@ -106,3 +107,144 @@ def test_llm_train_exits_2_on_a_changed_model_key(tmp_path) -> None:
     assert proc.returncode == 2, proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert "was trained with another config: model.n_heads: 2 -> 4 (checkpoint -> this config)" in line
+
+
+class Killed(BaseException):
+    """A crash at a chosen point: like kill -9, no `except Exception` / `except OSError` sees it."""
+
+
+# the steps of one checkpoint save, in order (`checkpoint.save_checkpoint`, then the publication of the
+# dedup digests it carries); "torn": the step half done (half the file written) and then the crash
+SAVE_STEPS = ["payload", "payload torn", "meta", "fsync folder", "rename folder", "pointer", "rename pointer",
+              "fsync root", "publish digests", "publish digests torn", "after the save"]
+
+
+def _crash_inside_save(monkeypatch, ck: Path, save: int, point: str, fired: list[str]) -> None:
+    """Crash at `point` of the `save`-th checkpoint save of the run (events are counted per save)."""
+    import llm.training.checkpoint as ckpt
+
+    seen: list[str] = []  # the events of the save in progress
+    saves = [0]
+
+    def at(name: str, torn=None):
+        if name == "payload":
+            saves[0] += 1
+            seen.clear()
+        seen.append(name)
+        if saves[0] == save and (point == name or point == f"{name} torn"):
+            fired.append(point)
+            if point.endswith("torn") and torn:
+                torn()
+            raise Killed(point)
+
+    real = {name: getattr(ckpt, name) for name in ("_write_payload", "write_file", "fsync_dir", "publish_seen_hashes")}
+    real_replace = os.replace
+
+    def payload(path, data):
+        at("payload", lambda: (real["_write_payload"](path, data), os.truncate(path, os.path.getsize(path) // 2)))
+        real["_write_payload"](path, data)
+
+    def write_file(path, data):
+        at("meta" if Path(path).name == ckpt.META_FILE else "pointer")
+        return real["write_file"](path, data)
+
+    def fsync_dir(path):
+        at("fsync root" if Path(path) == ck else "fsync folder")
+        real["fsync_dir"](path)
+
+    def replace(src, dst):
+        if Path(dst).parent == ck:
+            at("rename pointer" if Path(dst).name == ckpt.LATEST else "rename folder")
+        real_replace(src, dst)
+
+    def publish(state):
+        def torn():
+            path = Path(state["seen_hashes"]["path"])
+            before = path.stat().st_size if path.exists() else 0
+            real["publish_seen_hashes"](state)
+            os.truncate(path, before + (path.stat().st_size - before) // 2 + 1)
+
+        at("publish digests", torn)
+        real["publish_seen_hashes"](state)
+
+    monkeypatch.setattr(ckpt, "_write_payload", payload)
+    monkeypatch.setattr(ckpt, "write_file", write_file)
+    monkeypatch.setattr(ckpt, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(ckpt, "publish_seen_hashes", publish)
+    monkeypatch.setattr(ckpt.os, "replace", replace)
+
+
+def _dedup_run(tmp_path: Path) -> tuple[dict, Path]:
+    corpus = write_corpus(tmp_path / "demo.txt", 300)
+    ck = tmp_path / "ck"
+    tree = tiny_tree(corpus, data={"data_source": "dedup_local", "seen_hashes_path": str(ck / "seen_hashes.txt"),
+                                   "write_seen_hashes": True, "steps_per_epoch": 7},
+                     checkpoint={"checkpoint_dir": str(ck), "save_interval_steps": 3})
+    return tree, ck
+
+
+def _train(tree: dict, callback=None, batches: list | None = None) -> list:
+    """Train `tree` to the end (resuming the run in its checkpoint_dir if it has one); the batches, step by step.
+
+    Recorded as the model reads them, so a step whose checkpoint save is then killed counts too.
+    """
+    torch.set_num_threads(1)
+    ck = Path(tree["checkpoint"]["checkpoint_dir"])
+    step = run_step(ck)
+    if step is not None:
+        tree = {**tree, "checkpoint": {**tree["checkpoint"], "resume_from_checkpoint": str(ck / f"step_{step}")}}
+    trainer = Trainer(build_config(tree), "stream_lm", callbacks=[callback] if callback else [], log=lambda _: None)
+    batches = [] if batches is None else batches
+    forward = trainer.raw_model.forward
+
+    def record(input_ids, *args, **kwargs):
+        batches.append(input_ids.numpy().copy())
+        return forward(input_ids, *args, **kwargs)
+
+    trainer.raw_model.forward = record
+    trainer.fit()
+    return batches
+
+
+@pytest.fixture(scope="module")
+def dedup_reference(tmp_path_factory) -> list:
+    tree, _ = _dedup_run(tmp_path_factory.mktemp("reference"))
+    return _train(tree)
+
+
+def _records(batches: list) -> Counter:
+    from bench.soak import documents
+
+    return Counter(doc for batch in batches for doc in documents(batch))
+
+
+@pytest.mark.parametrize("save", [1, 2])
+@pytest.mark.parametrize("point", SAVE_STEPS)
+def test_a_crash_anywhere_in_a_dedup_checkpoint_save_loses_and_repeats_no_record(
+    tmp_path, monkeypatch, dedup_reference, save, point
+) -> None:
+    """The seen-hashes file commits with the checkpoint: a digest counts once the checkpoint carrying it exists.
+
+    The run is killed at one step of its first (or second) checkpoint save, then restarted the plain way:
+    resumed from the newest complete checkpoint if there is one, from scratch if not.
+    """
+    tree, ck = _dedup_run(tmp_path)
+    fired: list[str] = []
+    killed: list = []
+
+    def after_the_save(trainer, batch, loss):
+        if point == "after the save" and trainer.step == 3 * save:
+            fired.append(point)
+            raise Killed(point)
+
+    with monkeypatch.context() as patch:
+        _crash_inside_save(patch, ck, save, point, fired)
+        with pytest.raises(Killed):
+            _train(tree, after_the_save, killed)
+    assert fired == [point]
+    landed = run_step(ck) or 0
+    trained = killed[:landed] + _train(tree)  # the steps that the last run to reach them trained
+    assert len(dedup_reference) == len(trained) == 7
+    assert _records(trained) == _records(dedup_reference)  # no record lost, none repeated
+    for step, (got, want) in enumerate(zip(trained, dedup_reference), 1):
+        assert (got == want).all(), f"step {step} trained another batch than the uninterrupted run"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llm.data.text.dedup import check_hash_algo
+
 # "optimized": token shards made by `llm-data optimize` (read by the trainer, not a text source)
 BUILTIN_SOURCES = ("local", "hf", "dedup_local", "dedup_hf", "optimized")
-FAST_HASHES = ("xxh3_128",)
 # what each built-in source needs, checked when the source is built or a run starts
 _REQUIRED = {"local": "dataset_path", "dedup_local": "dataset_path", "optimized": "dataset_path",
              "hf": "dataset_name", "dedup_hf": "dataset_name"}
@@ -105,10 +105,7 @@ class DataConfig(BaseModel):
     @field_validator("hash_algo")
     @classmethod
     def _check_hash_algo(cls, value: str) -> str:
-        if value in FAST_HASHES or value in hashlib.algorithms_available:
-            return value
-        valid = ", ".join(sorted({*FAST_HASHES, *hashlib.algorithms_guaranteed}))
-        raise ValueError(f"hash_algo {value!r} is not a hashlib algorithm or xxh3_128; use one of: {valid}")
+        return check_hash_algo(value)  # the one check, dedup's
 
     @model_validator(mode="after")
     def _check_source(self) -> DataConfig:

@@ -4,10 +4,12 @@ from llm.data.text.dedup import (
     IN_MEMORY_WARNING,
     DedupTextSource,
     SeenSet,
+    check_hash_algo,
     hasher,
-    normalize,
+    publish_seen_hashes,
     text_digest,
 )
+from llm.data.text.dedup import collapse_whitespace as normalize  # the guide's name for it
 from llm.data.text.seen_file import DIGEST_BYTES, SeenFileError
 
 __all__ = [
@@ -16,7 +18,9 @@ __all__ = [
     "DedupTextSource",
     "SeenFileError",
     "SeenSet",
+    "check_hash_algo",
     "hasher",
     "normalize",
+    "publish_seen_hashes",
     "text_digest",
 ]

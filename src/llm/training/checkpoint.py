@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from llm.data.storage.local import fsync_dir, write_file
+from llm.data.text.dedup import publish_seen_hashes
 from llm.training.core.loading import ConfigError
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -45,7 +46,9 @@ def save_checkpoint(
 
     The folder is built under a temporary name and renamed into place, and `latest` is
     replaced only after that, so a crash (even kill -9) at any moment leaves the previous
-    checkpoint and pointer intact.
+    checkpoint and pointer intact. Only then are the dedup digests the data state carries
+    appended to the seen-hashes file: a digest counts once its checkpoint exists (a crash
+    before leaves the file as it was; one after is finished when the checkpoint is resumed).
     """
     root = Path(checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -78,6 +81,7 @@ def save_checkpoint(
     write_file(pointer, f"{name}\n".encode())
     os.replace(pointer, root / LATEST)
     fsync_dir(root)
+    publish_seen_hashes(payload.get("stream_data"))
     if keep_last_n:
         _prune(root, keep_last_n, keep=final)
     return final

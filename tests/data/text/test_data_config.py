@@ -26,7 +26,7 @@ def test_defaults():
     [
         ({"dataset_path": "x", "datset_split": "train"}, "unknown data key 'datset_split'; valid keys are: data_source"),
         ({"dataset_path": "x", "data_source": "s4"}, "data_source 's4' is not known; use one of: local, hf"),
-        ({"dataset_path": "x", "hash_algo": "md7"}, "hash_algo 'md7' is not a hashlib algorithm or xxh3_128"),
+        ({"dataset_path": "x", "hash_algo": "md7"}, "hash_algo 'md7' is unsupported"),
         ({"dataset_path": "x", "tokenizer_type": "hf"}, "tokenizer_path is required when tokenizer_type='hf'"),
         ({"dataset_path": "x", "write_seen_hashes": True}, "seen_hashes_path is required when write_seen_hashes"),
         ({"dataset_path": "x", "max_seq_len": 0}, "max_seq_len"),

@@ -13,13 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llm.data.dedup import publish_seen_hashes
 from llm.data.sources import LocalLineTextSource
 from llm.data.text.dedup import (
     DIGEST_BYTES,
     IN_MEMORY_WARNING,
     DedupTextSource,
     SeenSet,
-    normalize,
+    collapse_whitespace,
     text_digest,
 )
 from llm.data.text.seen_file import read_seen_file
@@ -73,7 +74,7 @@ def documents(steps: list[dict]) -> list[str]:
 
 
 def test_normalise_and_digests():
-    assert normalize("  a \t b\n\nc ") == "a b c"
+    assert collapse_whitespace("  a \t b\n\nc ") == "a b c"
     for algo in ("sha256", "xxh3_128", "md5", "blake2b", "shake_128"):
         d = text_digest("a  b", algo)
         assert len(d) == DIGEST_BYTES and d == text_digest(" a b ", algo) and d != text_digest("a b c", algo)
@@ -120,14 +121,33 @@ def test_duplicates_dropped_across_runs(tmp_path):
     seen = tmp_path / "seen.bin"
     first = module_for(write_txt(tmp_path / "one.txt", ["x1", "x2", "x3"]), seen)
     assert documents(take(first)) == ["x1", "x2", "x3"]
-    state = first.checkpoint_state()  # the checkpoint: commits what training consumed
-    assert state["seen_hashes"]["count"] == 3 and held(seen) == 3
+    state = first.checkpoint_state()  # the checkpoint's state: it carries what training consumed
+    assert state["seen_hashes"]["count"] == 3 and held(seen) == 0  # not in the file before the checkpoint lands
+    publish_seen_hashes(state)  # save_checkpoint does this once the checkpoint is on disk
+    assert held(seen) == 3
     second = module_for(write_txt(tmp_path / "two.txt", ["x2", "y1", "x1 ", "y2", "x3"]), seen)
     assert documents(take(second)) == ["y1", "y2"]
     assert second.state_dict()["seen_hashes"]["pending"] == 2  # a pure getter: nothing written
     assert held(seen) == 3
-    second.checkpoint_state()
+    publish_seen_hashes(second.checkpoint_state())
     assert held(seen) == 5
+
+
+def test_a_state_whose_checkpoint_never_landed_rides_in_the_next(tmp_path):
+    seen = tmp_path / "seen.txt"
+    run = module_for(write_txt(tmp_path / "one.txt", [f"x{i} " + "w" * 20 for i in range(40)]), seen)
+    take(run, 1)
+    lost = run.checkpoint_state()["seen_hashes"]  # its checkpoint never landed: never published
+    take(run, 1)
+    state = run.checkpoint_state()
+    entry = state["seen_hashes"]
+    assert lost["base"] == entry["base"] == 0 and 0 < lost["count"] < entry["count"]  # both steps' digests
+    assert entry["digests"].startswith(lost["digests"])
+    publish_seen_hashes(state)
+    publish_seen_hashes(state)  # a second publication of the same state changes nothing
+    assert held(seen) == entry["count"]
+    take(run, 1)
+    assert run.checkpoint_state()["seen_hashes"]["base"] == entry["count"]  # the file holds them now
 
 
 def _corpus() -> list[str]:
@@ -141,10 +161,11 @@ def test_crash_after_a_commit_does_not_lose_records(tmp_path):
     run = module_for(path, seen)
     head = take(run, 10)
     checkpoint = run.checkpoint_state()  # saved with the checkpoint at step 10
+    publish_seen_hashes(checkpoint)
     take(run, 15)
-    run.checkpoint_state()  # a later save whose checkpoint never made it to disk: then kill -9
+    publish_seen_hashes(run.checkpoint_state())  # a later checkpoint, lost with its disk: resume from step 10
     with open(seen, "ab") as f:
-        f.write(b"\x01" * 7)  # and a torn append
+        f.write(b"0123abc")  # and a torn append (a line without its newline)
     assert held(seen) > checkpoint["seen_hashes"]["count"]
     resumed = module_for(path, seen)
     resumed.load_state_dict(checkpoint)
@@ -159,7 +180,9 @@ def test_missing_seen_file_for_a_state_is_an_error(tmp_path):
     path = write_gz(tmp_path / "c.txt.gz", _corpus())
     run = module_for(path, tmp_path / "seen.bin")
     take(run, 3)
-    state = run.checkpoint_state()
+    publish_seen_hashes(run.checkpoint_state())
+    take(run, 2)
+    state = run.checkpoint_state()  # continues a file of the first state's digests
     other = module_for(path, tmp_path / "elsewhere.bin")
     with pytest.raises(ValueError, match="elsewhere.bin is missing but the data state expects"):
         other.load_state_dict(state)
@@ -194,7 +217,7 @@ def test_exact_resume_with_dedup(tmp_path, workers):
     for lines in files:
         seen_here: set[str] = set()
         for line in lines:
-            key = normalize(line)
+            key = collapse_whitespace(line)
             if key not in seen_here and (workers or key not in kept):
                 kept[key if not workers else f"{len(kept)}"] = line
             seen_here.add(key)
@@ -216,7 +239,7 @@ def test_state_without_a_seen_file_leaves_the_file_alone(tmp_path):
     seen = tmp_path / "seen.bin"
     earlier = module_for(write_txt(tmp_path / "old.txt", ["o1", "o2"]), seen)
     take(earlier)
-    earlier.checkpoint_state()
+    publish_seen_hashes(earlier.checkpoint_state())
     path = write_txt(tmp_path / "a.txt", ["o1", "n1", "n2", "n3"])
     with pytest.warns(UserWarning, match="in-memory only"):
         in_memory = module_for(path)

@@ -47,7 +47,8 @@ def test_preset_values():
         assert preset.text_column == "text" and preset.description
     assert set(BUILTIN_PRESETS) == {"allenai/c4", "monology/pile-uncopyrighted", *REDPAJAMA_PRESETS}
     assert all(BUILTIN_PRESETS[name].preset_name == name for name in BUILTIN_PRESETS)
-    assert list_presets() == sorted(BUILTIN_PRESETS)
+    assert [p.preset_name for p in list_presets()] == sorted(BUILTIN_PRESETS)
+    assert all(isinstance(p, DatasetPreset) for p in list_presets())  # the guide's API: objects, not names
 
 
 def test_preset_is_frozen_and_named_by_its_dataset():
@@ -117,3 +118,24 @@ def test_the_troubleshooting_fix_for_a_missing_dataset():
         build_text_source(cfg)
     cfg.dataset_path = str(Path(__file__))  # the fix the message asks for
     assert build_text_source(cfg).source_fingerprint()["dataset_path"] == cfg.dataset_path
+
+
+class _RowsOnly:
+    """A dataset object as the guide's users may pass one: `skip` and `__iter__` over row dicts, no `.iter`."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+
+    def skip(self, n: int) -> "_RowsOnly":
+        return _RowsOnly(self.rows[n:])
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+def test_the_hf_source_iterates_a_dataset_with_skip_and_iter_but_no_iter_method():
+    source = HFStreamTextSource("org/corpus")
+    source._ds = _RowsOnly([{"text": f"row {i}", "id": i} for i in range(600)] + [{"text": "  "}])
+    texts = list(source.iter_texts())
+    assert texts == [f"row {i}" for i in range(600)]  # more than one batch of 256; the blank row dropped
+    assert list(source.iter_texts(skip=598)) == ["row 598", "row 599"]

@@ -7,10 +7,14 @@ chunk at a time (vectorised), not one Python lookup per record.
 
 Two ways to persist (the file layouts are `seen_file.py`'s):
 
-* under `StreamingTextDataModule` / `llm-train` (crash-consistent): digests are
-  appended only by `commit()`, called by the module's `checkpoint_state()` when a
-  checkpoint is written, and the state stores how many digests it covers; loading
-  it forgets digests committed later by a run that then crashed.
+* under `StreamingTextDataModule` / `llm-train` (crash-consistent): a digest counts
+  once the checkpoint that carries it exists. The module's `checkpoint_state()`
+  puts the digests consumed since the file's last commit into the state
+  (`stage_commit()`); `save_checkpoint` appends them to the file
+  (`publish_seen_hashes()`) only after the checkpoint is renamed into place. A
+  crash before that leaves the file as it was (a restart from scratch trains those
+  records again); a crash after it is finished by the resume, which appends the
+  checkpoint's digests the file lacks and cuts off those of later, lost commits.
 * on its own (`for text in source.iter_texts()`): each pass starts from the
   persisted baseline (the seen file as it was when the source was made) and
   deduplicates within the pass; with `write_seen_hashes` the digests of the
@@ -24,16 +28,21 @@ import hashlib
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from llm.data.text.seen_file import (
     DIGEST_BYTES,
+    NEW_LAYOUT,
     SeenFileError,
     append_digests,
+    cut_to,
+    encode,
     read_seen_file,
     truncate_to,
 )
+from llm.data.text.seen_set import SeenSet, _pairs, first_occurrences
 from llm.data.text.source import Partition, Record, TextSource, Want
 from llm.data.topology import current_topology
 
@@ -46,152 +55,64 @@ _CHUNK = 1024  # records hashed and probed together: enough to amortise numpy's 
 _APPEND_EVERY = 1024  # standalone passes append this many digests at a time
 
 
-def normalize(text: str) -> str:
-    """The documented normalisation: collapse every run of whitespace to one space and strip the ends."""
+def collapse_whitespace(text: str) -> str:
+    """The documented normalisation (the guide's `normalize`): every run of whitespace to one space, ends stripped."""
     return " ".join(text.split())
-
-
-default_normalize = normalize  # the parameter `normalize` of DedupTextSource shadows the name
 
 
 def valid_hash_algos() -> list[str]:
     return sorted({*FAST_HASHES, *hashlib.algorithms_guaranteed})
 
 
-def hasher(algo: str) -> Callable[[bytes], bytes]:
-    """A function bytes -> 16-byte digest for `algo` (`xxh3_128` or any hashlib name)."""
-    if algo == "xxh3_128":
-        import xxhash
+def digest_size(algo: str) -> int:
+    """The bytes of `algo`'s full digest, as the guide's seen-hashes file writes it (hex: twice that)."""
+    if algo == "xxh3_128" or algo.startswith("shake_"):
+        return 2 * DIGEST_BYTES if algo.startswith("shake_") else DIGEST_BYTES
+    check_hash_algo(algo)
+    return hashlib.new(algo).digest_size
 
-        return xxhash.xxh3_128_digest
+
+def check_hash_algo(algo: str) -> str:
+    """`algo` itself when it is `xxh3_128` or a hashlib name, else one sentence listing the valid names."""
+    if algo in FAST_HASHES:
+        return algo
     try:
         hashlib.new(algo)
     except (ValueError, TypeError):
         raise ValueError(
-            f"hash_algo {algo!r} is not a hashlib algorithm or xxh3_128; use one of: {', '.join(valid_hash_algos())}"
+            f"hash_algo {algo!r} is unsupported (not a hashlib algorithm nor xxh3_128); use one of: "
+            f"{', '.join(valid_hash_algos())}"
         ) from None
+    return algo
+
+
+def hasher(algo: str, full: bool = False) -> Callable[[bytes], bytes]:
+    """A function bytes -> digest for `algo` (`xxh3_128` or any hashlib name): its first 16 bytes, or all of it.
+
+    16 bytes of any cryptographic hash are plenty for exact-duplicate detection: that is
+    the in-memory key; `full` digests are what the guide's seen-hashes file holds.
+    """
+    check_hash_algo(algo)
+    if algo == "xxh3_128":
+        import xxhash
+
+        return xxhash.xxh3_128_digest
+    size = digest_size(algo)
     if algo.startswith("shake_"):
-        return lambda data: hashlib.new(algo, data).digest(DIGEST_BYTES)  # type: ignore[call-arg]
-    # 128 bits of any cryptographic hash are plenty for exact-duplicate detection
+        length = size if full else DIGEST_BYTES
+        return lambda data: hashlib.new(algo, data).digest(length)  # type: ignore[call-arg]
+    if full:
+        return lambda data: hashlib.new(algo, data).digest()
     return lambda data: hashlib.new(algo, data).digest()[:DIGEST_BYTES].ljust(DIGEST_BYTES, b"\0")
 
 
 def text_digest(text: str, algo: str = "sha256") -> bytes:
     """The 16-byte digest of a record after the default normalisation."""
-    return hasher(algo)(normalize(text).encode("utf-8"))
-
-
-def _pairs(digests: bytes | np.ndarray) -> np.ndarray:
-    """Digests (concatenated bytes or an (n, 2) array) as an (n, 2) uint64 array."""
-    if isinstance(digests, np.ndarray):
-        return digests.reshape(-1, 2).astype(np.uint64, copy=False)
-    return np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
-
-
-class SeenSet:
-    """A set of 16-byte digests in two numpy uint64 arrays (open addressing, linear probing)."""
-
-    def __init__(self, capacity: int = 1 << 12):
-        size = 1 << max(4, (2 * capacity - 1).bit_length())
-        self._hi = np.zeros(size, dtype=np.uint64)
-        self._lo = np.zeros(size, dtype=np.uint64)
-        self._zero_hi: set[int] = set()  # hi == 0 marks an empty slot: such digests live aside
-        self._n = 0
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __contains__(self, digest: bytes) -> bool:
-        return bool(self.contains_many(_pairs(digest))[0])
-
-    def add(self, digest: bytes) -> bool:
-        """Add one digest; True when it was new."""
-        pairs = _pairs(digest)
-        if self.contains_many(pairs)[0]:
-            return False
-        self.update(pairs)
-        return True
-
-    def contains_many(self, pairs: np.ndarray) -> np.ndarray:
-        """Membership of every row of an (n, 2) uint64 array, probing all of them at once."""
-        found = np.zeros(len(pairs), dtype=bool)
-        zero = pairs[:, 0] == 0
-        if zero.any():
-            found[zero] = [int(lo) in self._zero_hi for lo in pairs[zero, 1]]
-        pending = np.flatnonzero(~zero)
-        if not self._n or not len(pending):
-            return found
-        mask = np.uint64(len(self._hi) - 1)
-        hi, lo = pairs[:, 0], pairs[:, 1]
-        pos = lo[pending] & mask
-        while len(pending):
-            slot_hi = self._hi[pos]
-            match = (slot_hi == hi[pending]) & (self._lo[pos] == lo[pending])
-            found[pending[match]] = True
-            go_on = (slot_hi != 0) & ~match
-            pending, pos = pending[go_on], (pos[go_on] + np.uint64(1)) & mask
-        return found
-
-    def update(self, digests: bytes | np.ndarray) -> None:
-        """Add many digests at once (vectorised)."""
-        pairs = _pairs(digests)
-        pairs = pairs[first_occurrences(pairs)]
-        self.insert_new(pairs[~self.contains_many(pairs)])
-
-    def insert_new(self, pairs: np.ndarray) -> None:
-        """Add digests known to be absent and distinct (no membership check)."""
-        zero = pairs[:, 0] == 0
-        for lo in pairs[zero, 1].tolist():
-            self._zero_hi.add(lo)
-            self._n += 1
-        pairs = pairs[~zero]
-        if not len(pairs):
-            return
-        while 2 * (self._n + len(pairs)) > len(self._hi):
-            self._resize(2 * len(self._hi))
-        self._bulk_insert(pairs[:, 0], pairs[:, 1])
-
-    def _bulk_insert(self, hi: np.ndarray, lo: np.ndarray) -> None:
-        """Linear probing for many distinct keys at once: each round fills free slots, the rest move on."""
-        mask = np.uint64(len(self._hi) - 1)
-        pos = lo & mask
-        pending = np.arange(len(hi))
-        while len(pending):
-            p = pos[pending]
-            free = self._hi[p] == 0
-            # several keys may claim one free slot: the last write wins, the others probe on
-            self._hi[p[free]] = hi[pending[free]]
-            self._lo[p[free]] = lo[pending[free]]
-            placed = free & (self._hi[p] == hi[pending]) & (self._lo[p] == lo[pending])
-            self._n += int(placed.sum())
-            pending = pending[~placed]
-            pos[pending] = (pos[pending] + np.uint64(1)) & mask
-
-    def _resize(self, size: int) -> None:
-        used = self._hi != 0
-        hi, lo = self._hi[used], self._lo[used]
-        self._hi = np.zeros(size, dtype=np.uint64)
-        self._lo = np.zeros(size, dtype=np.uint64)
-        self._n = len(self._zero_hi)
-        self._bulk_insert(hi, lo)
-
-    def nbytes(self) -> int:
-        return self._hi.nbytes + self._lo.nbytes
-
-
-def first_occurrences(pairs: np.ndarray) -> np.ndarray:
-    """A mask of the rows of an (n, 2) array that are the first of their value (a stable sort)."""
-    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
-    ordered = pairs[order]
-    starts = np.ones(len(order), dtype=bool)
-    starts[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
-    first = np.zeros(len(order), dtype=bool)
-    first[order[starts]] = True
-    return first
+    return hasher(algo)(collapse_whitespace(text).encode("utf-8"))
 
 
 def _named(fn: Callable[[str], str]) -> str:
-    if fn is default_normalize:
+    if fn is collapse_whitespace:
         return "collapse-whitespace"
     owner = getattr(fn, "__objclass__", None)  # methods of built-in types (str.lower) have no __module__
     module = getattr(fn, "__module__", None) or getattr(owner, "__module__", "?")
@@ -211,8 +132,9 @@ class DedupTextSource(TextSource):
     ):
         self.inner = inner
         self.hash_algo = hash_algo
-        self._hash = hasher(hash_algo)  # an unknown algorithm fails here, naming the valid ones
-        self.normalize = normalize or default_normalize
+        self._hash = hasher(hash_algo, full=True)  # an unknown algorithm fails here, naming the valid ones
+        self.digest_bytes = digest_size(hash_algo)  # records carry full digests: the guide's file holds them
+        self.normalize = normalize or collapse_whitespace
         self.seen_hashes_path = Path(seen_hashes_path) if seen_hashes_path else None
         self.write_seen_hashes = bool(write_seen_hashes)
         if self.write_seen_hashes and not self.seen_hashes_path:
@@ -221,8 +143,11 @@ class DedupTextSource(TextSource):
             warnings.warn(IN_MEMORY_WARNING, stacklevel=2)
         # committed: seen by training (persisted + handed to the caller); local: read by this reader
         self.committed = SeenSet()
-        self.committed_count = 0
-        self._baseline = b""  # digests persisted when this source was made (or a state loaded)
+        self.committed_count = 0  # digests the seen-hashes file holds (committed)
+        self._layout: str | None = None  # the file's layout (None: no file yet)
+        self._size = 0  # the file's bytes holding exactly those digests
+        self._staged = b""  # digests in checkpoint states, not yet known to be in the file
+        self._baseline = b""  # 16-byte digests persisted when this source was made (or a state loaded)
         self._local = SeenSet()
         self.stats = {"read": 0, "seen_before": 0, "repeated": 0}
         if self.seen_hashes_path:
@@ -235,51 +160,114 @@ class DedupTextSource(TextSource):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._hash = hasher(self.hash_algo)
+        self._hash = hasher(self.hash_algo, full=True)
 
     @property
     def writes(self) -> bool:
         return bool(self.seen_hashes_path and self.write_seen_hashes)
 
     # -- persistence ---------------------------------------------------------------------------
-    def load_committed(self, count: int | None = None) -> None:
+    def load_committed(self, count: int | None = None, base: int | None = None, staged: bytes = b"") -> None:
         """Load the first `count` digests (all when None) of the seen-hashes file as committed.
 
-        With writing on, digests after `count` (committed by a run that crashed before
-        its checkpoint) are cut off the file; a file that is only read is never modified.
+        `base` and `staged`: the checkpoint being loaded continues a file of `base` digests
+        with `staged` ones; a file that lacks them (the checkpoint landed, the crash came
+        before they were appended) gets them now. With writing on (rank 0), digests after
+        the state's (committed by a run that crashed before its checkpoint landed) are cut
+        off the file; a file that is only read is never modified.
         """
         self.committed, self._local = SeenSet(), SeenSet()
-        self.committed_count, self._baseline = 0, b""
+        self.committed_count, self._baseline, self._staged = 0, b"", b""
+        self._layout, self._size = None, 0
         if not self.seen_hashes_path:
             return
-        seen = read_seen_file(self.seen_hashes_path, self.hash_algo)
-        if seen is None:
-            if count:
-                raise SeenFileError(
-                    f"seen-hashes file {self.seen_hashes_path} is missing but the data state expects {count} digests in it"
-                )
-            return
-        if count is None:
-            count = seen.count
-        if count > seen.count:
-            raise SeenFileError(
-                f"seen-hashes file {self.seen_hashes_path} holds {seen.count} digests but the data state expects {count}"
-            )
-        if self.writes:
-            truncate_to(seen, count)  # forget digests committed after this state was saved
-        self._baseline = seen.digests[: count * DIGEST_BYTES]
+        seen = read_seen_file(self.seen_hashes_path, self.hash_algo, self.digest_bytes)
+        held = seen.count if seen else 0
+        count = held if count is None else count
+        if held < count and (base is None or held < base):
+            what = "is missing" if seen is None else f"holds {held} digests"
+            raise SeenFileError(f"seen-hashes file {self.seen_hashes_path} {what} but the data state expects {count} digests in it")
+        committed, staged = (count, b"") if held >= count else (base or 0, staged)
+        writer = self.writes and current_topology()[0] == 0
+        if seen is not None:
+            if writer:
+                truncate_to(seen, committed)  # forget digests committed after this state was saved
+            self._layout, self._size = seen.layout, cut_to(seen, committed)
+        self._baseline = (seen.digests if seen else b"")[: committed * DIGEST_BYTES]
         self.committed.update(self._baseline)
-        self.committed_count = count
+        self.committed_count = committed
+        if staged:
+            self.mark_consumed(staged)
+            self._baseline += _pairs(staged, self.digest_bytes).astype("<u8").tobytes()
+            self._staged = staged
+            if writer:
+                self._publish_staged()
+
+    def restore_committed(self, seen: dict | None) -> None:
+        """Continue from a data state's `seen_hashes` entry (None or one without a path: the file whole)."""
+        if not seen or not seen.get("path"):
+            self.load_committed()  # a state saved without a seen-hashes file says nothing about this one
+            return
+        self.load_committed(seen["count"], seen.get("base"), seen.get("digests", b""))
+
+    def reset_cross_run_seen(self) -> None:
+        """Forget what earlier runs saw (the seen-hashes baseline): their records are read again.
+
+        Deduplication within a pass stays (a pass in progress keeps its own set), and the
+        file is not touched: digests appended later still go after the ones it holds.
+        """
+        self._baseline = b""
+        self.committed = SeenSet()
 
     def mark_consumed(self, digests: bytes) -> None:
         """Records handed to training: they count as seen from now on."""
-        self.committed.update(digests)
+        self.committed.update(_pairs(digests, self.digest_bytes))
 
     def commit(self, digests: bytes) -> int:
-        """Persist newly consumed digests (when writing is on); returns the committed count."""
+        """Append newly consumed digests to the file now (when writing is on); returns the committed count.
+
+        For standalone passes; under a checkpoint use `stage_commit()` and `publish_seen_hashes()`.
+        """
         if self.writes and digests:
-            self.committed_count = append_digests(self.seen_hashes_path, digests, self.hash_algo)  # type: ignore[arg-type]
+            self.committed_count, self._size = append_digests(
+                self.seen_hashes_path, digests, self.hash_algo, self.digest_bytes  # type: ignore[arg-type]
+            )
+            self._layout = self._layout or NEW_LAYOUT
         return self.committed_count
+
+    def stage_commit(self, digests: bytes) -> dict[str, Any]:
+        """The `seen_hashes` entry of a checkpoint's data state: `digests` join it, not the file (yet).
+
+        The entry carries every digest the file is not known to hold (`base` digests are);
+        `publish_seen_hashes()` appends them once the checkpoint is on disk. Whether the
+        previous entry was published is read off the file's size, so a state taken for a
+        checkpoint that never landed only makes the next entry longer.
+        """
+        entry: dict[str, Any] = {"path": str(self.seen_hashes_path or ""), "count": self.committed_count, "pending": 0}
+        if not self.writes:
+            return entry
+        if self._staged and self._published_size() == self._file_size():
+            self.committed_count += len(self._staged) // self.digest_bytes
+            self._size, self._layout, self._staged = self._published_size(), self._layout or NEW_LAYOUT, b""
+        self._staged += digests
+        return {**entry, "count": self.committed_count + len(self._staged) // self.digest_bytes,
+                "base": self.committed_count, "digests": self._staged, "hash_algo": self.hash_algo}
+
+    def _file_size(self) -> int:
+        try:
+            return self.seen_hashes_path.stat().st_size  # type: ignore[union-attr]
+        except FileNotFoundError:
+            return 0
+
+    def _published_size(self) -> int:
+        """The file's size once the staged digests are appended to it."""
+        return self._size + len(encode(self._layout or NEW_LAYOUT, self._staged, self.digest_bytes))
+
+    def _publish_staged(self) -> None:
+        self.committed_count, self._size = append_digests(
+            self.seen_hashes_path, self._staged, self.hash_algo, self.digest_bytes, base=self.committed_count  # type: ignore[arg-type]
+        )
+        self._layout, self._staged = self._layout or NEW_LAYOUT, b""
 
     def begin(self) -> None:
         """A new reader starts: forget what the previous reader read but did not hand over."""
@@ -292,7 +280,7 @@ class DedupTextSource(TextSource):
 
     def _new_mask(self, digests: bytes, seen: SeenSet, local: SeenSet) -> np.ndarray:
         """Which of a chunk's records are new: not in `seen`, not read before, first in the chunk."""
-        pairs = _pairs(digests)
+        pairs = _pairs(digests, self.digest_bytes)
         before = seen.contains_many(pairs)
         repeated = local.contains_many(pairs)
         new = ~before & ~repeated & first_occurrences(pairs)
@@ -318,9 +306,10 @@ class DedupTextSource(TextSource):
         records = (r for r in self.inner.iter_partition(part, offset, want) if want is None or want(r[1]))
         for chunk in _chunked(records):
             digests = b"".join(self.digest(text) for text, _, _ in chunk)
+            width = self.digest_bytes
             for i in np.flatnonzero(self._new_mask(digests, self.committed, self._local)).tolist():
                 text, after, _ = chunk[i]
-                yield text, after, digests[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES]
+                yield text, after, digests[i * width : (i + 1) * width]
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         """One standalone pass: new records only, against the persisted baseline and this pass.
@@ -343,7 +332,8 @@ class DedupTextSource(TextSource):
                 keep = np.ones(len(chunk), dtype=bool)
                 new = self._new_mask(digests, baseline, local) if checked else np.zeros(0, dtype=bool)
                 keep[checked] = new
-                digest_of = {i: digests[k * DIGEST_BYTES : (k + 1) * DIGEST_BYTES] for k, i in enumerate(checked)}
+                width = self.digest_bytes
+                digest_of = {i: digests[k * width : (k + 1) * width] for k, i in enumerate(checked)}
                 for i in np.flatnonzero(keep).tolist():
                     if skip:
                         skip -= 1
@@ -371,3 +361,16 @@ def _chunked(records: Iterator[Record]) -> Iterator[list[Record]]:
             chunk = []
     if chunk:
         yield chunk
+
+
+def publish_seen_hashes(state: Any) -> None:
+    """Append the dedup digests a data state carries to its seen-hashes file: call once its checkpoint is on disk.
+
+    `save_checkpoint` does so after its rename; a state without digests (no dedup, or
+    nothing to write) changes nothing, and a file that holds them already is left alone.
+    """
+    entry = state.get("seen_hashes") if isinstance(state, dict) else None
+    if not entry or not entry.get("digests"):
+        return
+    width = len(entry["digests"]) // (entry["count"] - entry["base"])
+    append_digests(entry["path"], entry["digests"], entry["hash_algo"], width, base=entry["base"])

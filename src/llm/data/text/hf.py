@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -58,7 +59,7 @@ class HFStreamTextSource(TextSource):
         row = offset
         # .iter() rather than iter(ds): inside a DataLoader worker, iter(ds) would split the
         # shards over the workers a second time; our partitions already did that.
-        for batch in ds.iter(batch_size=256):
+        for batch in _batches(ds):
             if self.text_column is None:  # whole records, as JSON (fine-tuning)
                 texts = [json.dumps(dict(zip(batch, row)), ensure_ascii=False, default=str) for row in zip(*batch.values())]
                 for text in texts:
@@ -85,3 +86,17 @@ class HFStreamTextSource(TextSource):
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         for text, _, _ in self._rows(self._dataset(), skip):
             yield text
+
+
+def _batches(ds: Any, size: int = 256) -> Iterator[dict[str, list]]:
+    """Column batches: `.iter()` of a Hugging Face dataset; any other iterable of row dicts
+    (the guide's users pass objects with only `skip` and `__iter__`) batched here."""
+    import datasets
+
+    if isinstance(ds, (datasets.IterableDataset, datasets.Dataset)):
+        yield from ds.iter(batch_size=size)
+        return
+    rows = iter(ds)
+    while chunk := list(itertools.islice(rows, size)):
+        keys = dict.fromkeys(key for row in chunk for key in row)
+        yield {key: [row.get(key) for row in chunk] for key in keys}

@@ -64,14 +64,14 @@ BUILTIN_PRESETS: dict[str, DatasetPreset] = {
 _ALIASES = {"c4": C4_PRESET, "thepile": THEPILE_PRESET, "pile": THEPILE_PRESET}
 
 
-def list_presets() -> list[str]:
-    """Every built-in preset's name, sorted."""
-    return sorted(BUILTIN_PRESETS)
+def list_presets() -> list[DatasetPreset]:
+    """Every built-in preset, sorted by preset name (the guide's API: objects, not names)."""
+    return [BUILTIN_PRESETS[name] for name in sorted(BUILTIN_PRESETS)]
 
 
 def resolve_preset(name: str) -> DatasetPreset:
     """A preset by preset name, by dataset id, or as `redpajama:<subset>`; else KeyError listing the names."""
-    available = ", ".join(list_presets())
+    available = ", ".join(sorted(BUILTIN_PRESETS))
     if name in BUILTIN_PRESETS:
         return BUILTIN_PRESETS[name]
     if name in _ALIASES:

@@ -1,14 +1,16 @@
 """The seen-hashes file of deduplication: three layouts read, each detected for sure, never guessed.
 
-* ours (v2, written for new files): a 32-byte header (magic, version, digest size,
+* the guide's framework (written for new files): text, one full-length lowercase hex
+  digest per line (blank lines and trailing spaces ignored). A line is whole once its
+  newline is written: a last line without one, or of another length than the
+  algorithm's digest, is a torn append, ignored and cut off by the next writer.
+* ours (v2, read and appended to): a 32-byte header (magic, version, digest size,
   hash algorithm) then blocks, one per commit: `uint32 count | uint64 xxh3 of the
   digests | count x 16-byte digests`. A wrong algorithm, flipped bytes or another
-  file's content are one clear error; a block cut short at the end (a crash in the
-  middle of an append) is a torn append, ignored and cut off by the next writer.
-* the guide's framework: text, one hex digest per line (blank lines and trailing
-  spaces ignored); appended to in the same layout so that framework can still read it.
+  file's content are one clear error; a block cut short at the end is a torn append.
 * ours before the header (v1): bare 16-byte digests back to back.
 
+In memory a digest is its first 16 bytes (`DIGEST_BYTES`), whatever the layout.
 A file that is only read (`write_seen_hashes: false`) is never modified.
 """
 
@@ -23,6 +25,7 @@ from pathlib import Path
 import xxhash
 
 DIGEST_BYTES = 16
+NEW_LAYOUT = "hex"  # the guide's: its users swap our code in without converting their files
 MAGIC = b"LLMSEEN\x00"
 VERSION = 2
 _HEADER = struct.Struct("<8sHH20s")  # magic, version, digest bytes, algorithm (ASCII, NUL-padded)
@@ -49,8 +52,12 @@ class SeenFile:
         return len(self.digests) // DIGEST_BYTES
 
 
-def read_seen_file(path: str | Path, algo: str) -> SeenFile | None:
-    """The file at `path` parsed (None when it does not exist); a layout or algorithm mismatch is an error."""
+def read_seen_file(path: str | Path, algo: str, width: int | None = None) -> SeenFile | None:
+    """The file at `path` parsed (None when it does not exist); a layout or algorithm mismatch is an error.
+
+    `width`: the algorithm's full digest size in bytes; a hex line of another length
+    (nor the 16 bytes older appends wrote) is an error, or torn when it is the last.
+    """
     path = Path(path)
     if not path.exists():
         return None
@@ -60,7 +67,7 @@ def read_seen_file(path: str | Path, algo: str) -> SeenFile | None:
     if data.startswith(MAGIC):
         return _parse_v2(path, data, algo)
     if _looks_hex(data):
-        return _parse_hex(path, data)
+        return _parse_hex(path, data, {2 * DIGEST_BYTES, 2 * width} if width else None)
     if len(data) - len(data) % DIGEST_BYTES and _is_text(data):
         raise SeenFileError(
             f"seen-hashes file {path} is text but not one hex digest per line; point seen_hashes_path at a "
@@ -109,26 +116,30 @@ def _is_text(data: bytes) -> bool:
 
 
 def _looks_hex(data: bytes) -> bool:
-    lines = [line.rstrip() for line in data.split(b"\n")]
-    body = [line for line in lines if line]
-    if not body:
-        return False
-    # the last line may be torn (no newline yet): judge by the complete ones
-    complete = body if data.endswith(b"\n") or len(body) == 1 else body[:-1]
-    return all(_HEX_LINE.match(line) and len(line) % 2 == 0 for line in complete)
+    if b"\n" not in data:  # no line is whole yet: hex when it can be the start of a first line
+        return re.fullmatch(rb"[0-9a-fA-F]+ *", data) is not None
+    # the text after the last newline may be torn: judge by the whole lines
+    body = [line.rstrip() for line in data[: data.rindex(b"\n")].split(b"\n") if line.strip()]
+    return bool(body) and all(_HEX_LINE.match(line) and len(line) % 2 == 0 for line in body)
 
 
-def _parse_hex(path: Path, data: bytes) -> SeenFile:
+def _parse_hex(path: Path, data: bytes, lengths: set[int] | None) -> SeenFile:
     digests, ends, pos, count = [], [], 0, 0
-    for raw in data.split(b"\n"):
+    for number, raw in enumerate(data.split(b"\n"), 1):
         line_end = pos + len(raw) + 1
         line = raw.rstrip()
+        if line_end > len(data):
+            break  # a last line without its newline is torn (a crash mid-append), never a digest
         if line:
-            valid = bool(_HEX_LINE.match(line)) and len(line) % 2 == 0
-            if not valid and line_end > len(data):
-                break  # a torn last line (no newline yet)
+            valid = bool(_HEX_LINE.match(line)) and len(line) % 2 == 0 and (lengths is None or len(line) in lengths)
+            if not valid and line_end == len(data):
+                break  # the last line, whole but of the wrong length: torn as well
             if not valid:
-                raise SeenFileError(f"seen-hashes file {path}: line {count + 1} is not a hex digest")
+                expected = " or ".join(str(n) for n in sorted(lengths or ())) or "32 to 128"
+                raise SeenFileError(
+                    f"seen-hashes file {path}: line {number} is not a hex digest of {expected} characters; "
+                    "remove that line or point seen_hashes_path at another file"
+                )
             digests.append(bytes.fromhex(line.decode("ascii"))[:DIGEST_BYTES].ljust(DIGEST_BYTES, b"\0"))
             count += 1
         ends.append((count, min(line_end, len(data))))
@@ -157,9 +168,25 @@ def truncate_to(seen: SeenFile, count: int) -> None:
             f.truncate(size)
 
 
-def append_digests(path: str | Path, digests: bytes, algo: str) -> int:
-    """Append one commit of digests durably, in the file's own layout; returns the digest count now in it.
+def encode(layout: str, digests: bytes, width: int) -> bytes:
+    """One commit of full-width digests as `layout` writes it (binary layouts keep the first 16 bytes)."""
+    rows = [digests[i : i + width] for i in range(0, len(digests), width)]
+    if layout == "hex":
+        return "".join(row.hex() + "\n" for row in rows).encode("ascii")
+    short = b"".join(row[:DIGEST_BYTES] for row in rows)
+    if layout == "v2":
+        return _BLOCK.pack(len(rows), xxhash.xxh3_64_intdigest(short)) + short
+    return short
 
+
+def append_digests(
+    path: str | Path, digests: bytes, algo: str, width: int = DIGEST_BYTES, base: int | None = None
+) -> tuple[int, int]:
+    """Append one commit of `width`-byte digests durably, in the file's own layout; (digest count, bytes) after it.
+
+    A new file gets the guide's layout. `base`: the commit continues a file of exactly
+    `base` digests (a checkpoint's): a file already holding all of them is left as it
+    is, one holding part of them (a torn publication) is cut back to `base` first.
     Writers of one file take turns (an exclusive `flock` for the whole append), so a
     writer cutting off a crashed run's torn tail never cuts another live writer's commit.
     """
@@ -167,22 +194,25 @@ def append_digests(path: str | Path, digests: bytes, algo: str) -> int:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    n = len(digests) // width
     with open(path, "ab") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        fresh = os.fstat(f.fileno()).st_size == 0
-        seen = None if fresh else read_seen_file(path, algo)
+        seen = read_seen_file(path, algo, width) if os.fstat(f.fileno()).st_size else None
+        held = seen.count if seen else 0
+        if base is None:
+            base = held
+        if held >= base + n:  # published already (a retry after the file was written)
+            return held, path.stat().st_size
+        if held < base:
+            raise SeenFileError(
+                f"seen-hashes file {path} holds {held} digests but the checkpoint being published continues "
+                f"one of {base}; it was changed by another run: point seen_hashes_path at that run's file"
+            )
         if seen is not None:  # a torn append of a crashed run is cut off before adding to the file
-            truncate_to(seen, seen.count)
-        layout = "v2" if seen is None else seen.layout
-        if fresh:
+            truncate_to(seen, base)
+        if seen is None and NEW_LAYOUT == "v2":
             f.write(_HEADER.pack(MAGIC, VERSION, DIGEST_BYTES, algo.encode("ascii")[:20]))
-        if layout == "v2":
-            f.write(_BLOCK.pack(len(digests) // DIGEST_BYTES, xxhash.xxh3_64_intdigest(digests)) + digests)
-        elif layout == "hex":
-            hexed = [digests[i : i + DIGEST_BYTES].hex() for i in range(0, len(digests), DIGEST_BYTES)]
-            f.write("".join(h + "\n" for h in hexed).encode("ascii"))
-        else:
-            f.write(digests)
+        f.write(encode(seen.layout if seen else NEW_LAYOUT, digests, width))
         f.flush()
         os.fsync(f.fileno())
-    return (seen.count if seen else 0) + len(digests) // DIGEST_BYTES
+        return base + n, os.fstat(f.fileno()).st_size

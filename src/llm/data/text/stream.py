@@ -302,7 +302,7 @@ class StreamingTextDataModule:
         }
         if hasattr(self.source, "commit"):
             writes = self.source.seen_hashes_path and self.source.write_seen_hashes  # type: ignore[attr-defined]
-            pending = sum(len(d) for d in self._uncommitted) // 16 if writes else 0
+            pending = sum(len(d) for d in self._uncommitted) // self.source.digest_bytes if writes else 0  # type: ignore[attr-defined]
             state["seen_hashes"] = {
                 "path": str(self.source.seen_hashes_path or ""),  # type: ignore[attr-defined]
                 "count": self.source.committed_count,  # type: ignore[attr-defined]
@@ -311,11 +311,12 @@ class StreamingTextDataModule:
         return state
 
     def checkpoint_state(self) -> dict:
-        """The state to store in a checkpoint: every rank's cursors, the dedup seen-set committed.
+        """The state to store in a checkpoint: every rank's cursors, the dedup seen-set staged.
 
         Collective under torch.distributed (every rank calls it, each gets the whole job's
-        state). Appends the digests of the records consumed since the last call to the
-        seen-hashes file (rank 0 writes), so the state and the file agree.
+        state). The digests of the records consumed since the seen-hashes file's last commit
+        ride in the state; `save_checkpoint` appends them to the file once the checkpoint is
+        on disk (for your own checkpoints: `llm.data.dedup.publish_seen_hashes(state)`).
         """
         rank, world = current_topology(self.rank, self.world_size)
         state = self.state_dict()
@@ -333,12 +334,7 @@ class StreamingTextDataModule:
                 self.source.mark_consumed(others)  # type: ignore[attr-defined]
             digests = b"".join(d for _, d in gathered)
         if hasattr(self.source, "commit"):
-            count = self.source.commit(digests) if rank == 0 else 0  # type: ignore[attr-defined]
-            if collective:
-                box = [count]
-                torch.distributed.broadcast_object_list(box, src=0)
-                count = box[0]
-            state["seen_hashes"] = {**state["seen_hashes"], "count": count, "pending": 0}
+            state["seen_hashes"] = self.source.stage_commit(digests)  # type: ignore[attr-defined]
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -361,4 +357,4 @@ class StreamingTextDataModule:
             )
         if seen and hasattr(self.source, "load_committed"):
             # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
-            self.source.load_committed(seen["count"] if seen.get("path") else None)  # type: ignore[attr-defined]
+            self.source.restore_committed(seen)  # type: ignore[attr-defined]
