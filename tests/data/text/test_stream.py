@@ -369,6 +369,7 @@ def _gloo_rank(rank: int, world: int, init_file: str, path: str, out_dir: str) -
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned processes (~20 s); other world sizes: test_other_topologies_lose_and_repeat_nothing
 def test_two_gloo_processes(tmp_path):
     import pickle
 
