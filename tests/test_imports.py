@@ -1,4 +1,4 @@
-"""The package's import structure, read statically: no cycles, data never imports training or cli, small modules.
+"""The import structure, read statically: no cycles (in llm and in bench), data never imports training or cli, small modules.
 
 Every `import` / `from ... import` statement counts, also those inside functions
 (a lazy import is still a dependency). An import of `a.b.c` is an edge to the most
