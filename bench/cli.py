@@ -12,7 +12,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from bench import readme, report, suite
+from bench import context, readme, report, suite
 from bench.corpus import build_corpus, corpus_paths
 from bench.measure import REPO_ROOT
 from bench.tok import VOCAB_SIZE, train_tokenizer
@@ -26,8 +26,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--corpus-mb", type=float, default=200.0, help="MB of real text (default 200)")
     p.add_argument("--only", default="", help=f"comma-separated scenarios from {','.join(suite.SCENARIOS)} "
                                               f"(default: all but {','.join(suite.OPT_IN)})")
-    p.add_argument("--contestants", default=",".join(suite.CONTESTANTS),
-                   help="comma-separated subset of " + ",".join(suite.CONTESTANTS))
+    p.add_argument("--contestants", default=",".join(context.CONTESTANTS),
+                   help="comma-separated subset of " + ",".join(context.CONTESTANTS))
     p.add_argument("--repeat", type=int, default=3, help="repeats per case, interleaved (default 3)")
     p.add_argument("--workers", type=int, default=2, help="processes for prepare, loader workers (default 2)")
     p.add_argument("--resume-at", default="10,50,90", help="epoch percentages to stop and resume at")
@@ -88,7 +88,7 @@ def _encoders(tok_path: str) -> dict:
             if not tok_path.endswith(".tiktoken") else "tiktoken"}
 
 
-def _versions(ctx: suite.Context) -> dict:
+def _versions(ctx: context.Context) -> dict:
     out = {"python": platform.python_version()}
     for dist in ("torch", "tokenizers", "tiktoken", "litdata", "datasets"):
         try:
@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown scenario(s) {unknown}; use: {', '.join(suite.SCENARIOS)}")
     contestants = [c for c in args.contestants.split(",") if c]
-    if bad := sorted(set(contestants) - set(suite.CONTESTANTS)):
-        raise SystemExit(f"unknown contestant(s) {bad}; use: {', '.join(suite.CONTESTANTS)}")
+    if bad := sorted(set(contestants) - set(context.CONTESTANTS)):
+        raise SystemExit(f"unknown contestant(s) {bad}; use: {', '.join(context.CONTESTANTS)}")
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     # One tokenizer thread per process: the process count is the knob we compare at.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     # the fastest engine verified token-identical). `python -m bench.encoders` compares the engines.
     if args.our_encoder != "auto":
         os.environ["LLM_TOKENIZER_BACKEND"] = args.our_encoder
-    ctx = suite.Context(cache_dir=args.cache_dir, corpus_mb=args.corpus_mb, tokenizer=tok_path,
+    ctx = context.Context(cache_dir=args.cache_dir, corpus_mb=args.corpus_mb, tokenizer=tok_path,
                         python=args.python, peer_python=args.peer_python, repeat=args.repeat,
                         workers=args.workers, contestants=contestants, log=not args.quiet,
                         resume_at=[int(x) for x in args.resume_at.split(",") if x],

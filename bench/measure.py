@@ -17,43 +17,34 @@ RESULT_PREFIX = "BENCH_RESULT "
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tree_pss(root: psutil.Process) -> int:
-    """Sum of PSS over the tree: shared pages (torch's libraries in forked workers) counted once."""
-    pss = 0
+def _tree_sum(root: psutil.Process, proc_file: str, keys: tuple[str, ...]) -> list[int]:
+    """Each kB field `keys` of /proc/PID/`proc_file`, summed over a process and all its descendants, in bytes."""
+    totals = [0] * len(keys)
     try:
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
-        return 0
+        return totals
     for p in procs:
         try:
-            with open(f"/proc/{p.pid}/smaps_rollup") as f:
+            with open(f"/proc/{p.pid}/{proc_file}") as f:
                 for line in f:
-                    if line.startswith("Pss:"):
-                        pss += int(line.split()[1]) * 1024
-                        break
-        except (OSError, ValueError):
+                    for i, key in enumerate(keys):
+                        if line.startswith(key):
+                            totals[i] += int(line.split()[1]) * 1024
+        except (OSError, ValueError):  # the process ended while we read
             continue
-    return pss
+    return totals
+
+
+def _tree_pss(root: psutil.Process) -> int:
+    """Sum of PSS over the tree: shared pages (torch's libraries in forked workers) counted once."""
+    return _tree_sum(root, "smaps_rollup", ("Pss:",))[0]
 
 
 def _tree_memory(root: psutil.Process) -> tuple[int, int]:
     """(sum of RSS, sum of anonymous RSS) over a process and all its descendants, in bytes."""
-    rss = anon = 0
-    try:
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0, 0
-    for p in procs:
-        try:
-            # /proc/PID/status is cheap to read (unlike smaps), so we can sample every few ms.
-            with open(f"/proc/{p.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        rss += int(line.split()[1]) * 1024
-                    elif line.startswith("RssAnon:"):
-                        anon += int(line.split()[1]) * 1024
-        except (OSError, ValueError):
-            continue
+    # /proc/PID/status is cheap to read (unlike smaps), so we can sample every few ms.
+    rss, anon = _tree_sum(root, "status", ("VmRSS:", "RssAnon:"))
     return rss, anon
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench.suite import Context, _epochs, _interleave, _rows, ensure_dataset
+from bench.context import Context, ensure_dataset, interleave, result_rows, stream_epochs
 
 CASES = [("document_boundaries, StreamingDataLoader", "docb"), ("plain DataLoader over the dataset", "plain")]
 
@@ -17,12 +17,12 @@ CASES = [("document_boundaries, StreamingDataLoader", "docb"), ("plain DataLoade
 def scenario_paths(ctx: Context) -> list[dict]:
     if not ctx.active("ours") or not (d := ensure_dataset(ctx, "ours")):
         return []
-    ep = max(1, _epochs(ctx) // 4)  # these are slow paths: a quarter of the stream scenario's tokens
+    ep = max(1, stream_epochs(ctx) // 4)  # these are slow paths: a quarter of the stream scenario's tokens
     cases = [("ours", f"{label}, {variant}", "paths", {"data_dir": str(d), "path": path, "variant": variant,
                                                        "epochs": ep})
              for label, path in CASES for variant in ("old", "new")]
-    runs = _interleave(ctx, cases)
-    rows = _rows(runs, ["tokens_per_s", "cpu_s", "peak_rss_mb"])
+    runs = interleave(ctx, cases)
+    rows = result_rows(runs, ["tokens_per_s", "cpu_s", "peak_rss_mb"])
     for label, _ in CASES:
         old, new = runs.get(("ours", f"{label}, old"), []), runs.get(("ours", f"{label}, new"), [])
         # Each repeat's old and new ran back to back: the ratio of a pair is robust to a busy machine.

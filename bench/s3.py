@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
+from bench.context import Context, multiset_diff, summary
 from bench.measure import run_worker
 from bench.runners.common import BATCH, BLOCK
 from bench.seaweed import BUCKET, Weed, weed_binary
-from bench.suite import Context, _multiset_diff, _stat
 
 MB = 1 << 20
 PEERS = ("ours", "litdata", "mosaic")
@@ -238,7 +238,7 @@ class S3Bench:
         res["cached_files"], res["corrupt_cached"], res["corrupt_names"] = corrupt_cached(
             cache_dir, self.originals[(who, shard)])
         if "error" not in res and hashes.exists():
-            res["delivery"] = _multiset_diff(np.load(self.references[(who, shard)]), np.load(hashes))
+            res["delivery"] = multiset_diff(np.load(self.references[(who, shard)]), np.load(hashes))
         res["outcome"] = outcome(res)
         if "error" in res:
             res["error_summary"] = error_summary(res["error"])
@@ -265,7 +265,7 @@ class S3Bench:
     def add(self, who: str, case: str, runs: list[dict], **extra) -> dict:
         row = {"who": who, "case": case, "runs": runs, **extra}
         for key in ("tokens_per_s", "first_batch_s", "cache_peak_mb", "peak_rss_mb", "cpu_s"):
-            row[key] = _stat(runs, key)
+            row[key] = summary(runs, key)
         row["outcomes"] = [r["outcome"] for r in runs]
         row["corrupt_cached"] = sum(r.get("corrupt_cached", 0) for r in runs)
         if errors := [r["error"] for r in runs if "error" in r]:

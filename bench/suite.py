@@ -2,74 +2,27 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import shutil
-import statistics
-import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from bench.context import (
+    Context,
+    dataset_dir,
+    ensure_dataset,
+    interleave,
+    multiset_diff,
+    result_rows,
+    stream_epochs,
+)
 from bench.corpus import build_corpus, corpus_paths
-from bench.measure import run_worker
 from bench.runners.common import BLOCK
 
 SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "s3"]
 OPT_IN = ["s3"]  # run only when named in --only (it starts an S3 server and takes half an hour)
-CONTESTANTS = ["ours", "litdata", "mosaic", "hf", "limit"]
-_MODULE = {"ours": "ours", "litdata": "litdata_peer", "mosaic": "mosaic_peer", "hf": "hf_peer",
-           "limit": "limits"}
 
-
-@dataclass
-class Context:
-    """Everything a scenario needs: corpus, tokenizer, pythons, folders, and what earlier scenarios made."""
-
-    cache_dir: Path
-    corpus_mb: float
-    tokenizer: str
-    python: str
-    peer_python: str
-    repeat: int = 3
-    workers: int = 2
-    contestants: list[str] = field(default_factory=lambda: list(CONTESTANTS))
-    log: bool = True
-    corpus: dict = field(default_factory=dict)
-    tokens: dict = field(default_factory=dict)
-    skipped: dict = field(default_factory=dict)
-    resume_at: list[int] = field(default_factory=lambda: [10, 50, 90])
-    profile_dir: Path | None = None
-    min_stream_tokens: int = 40_000_000
-    profiles: list = field(default_factory=list)
-    references: dict = field(default_factory=dict)
-    epoch_batches: dict = field(default_factory=dict)
-    s3: dict = field(default_factory=dict)  # bench.s3.S3Options fields
-
-    @property
-    def work_dir(self) -> Path:
-        tok = hashlib.sha256(self.tokenizer.encode()).hexdigest()[:8]
-        return self.cache_dir / f"run-{self.corpus['sha256']}-{tok}"
-
-    def say(self, msg: str) -> None:
-        if self.log:
-            print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-    def python_for(self, who: str) -> str:
-        return self.peer_python if who == "mosaic" else self.python
-
-    def run(self, who: str, scenario: str, wrap: list[str] | None = None, **spec) -> dict:
-        spec.update(impl=_MODULE[who], scenario=scenario)
-        res = run_worker(self.python_for(who), spec, wrap=wrap)
-        if "error" in res:
-            self.say(f"{who} {scenario} failed: {res['error'].splitlines()[-1][:300]}")
-        return res
-
-    def active(self, who: str) -> bool:
-        return who in self.contestants and who not in self.skipped
 
 
 def probe(ctx: Context) -> None:
@@ -113,67 +66,6 @@ def setup(ctx: Context) -> None:
     ctx.tokens = json.loads(index.read_text())
 
 
-def _dataset_dir(ctx: Context, who: str, tag: str = "1x") -> Path:
-    return ctx.work_dir / f"data-{who}-{tag}"
-
-
-def ensure_dataset(ctx: Context, who: str, tag: str = "1x", copies: int = 1) -> Path | None:
-    """The contestant's prepared dataset (made by the prepare scenario, or here, untimed)."""
-    out = _dataset_dir(ctx, who, tag)
-    if (out / "bench-done.json").exists():
-        return out
-    spec: dict = {"output_dir": str(out), "num_workers": ctx.workers, "tokenizer": ctx.tokenizer}
-    if tag == "1x":
-        spec["inputs"] = corpus_paths(ctx.corpus)
-    else:
-        spec["pretokenized"] = {"tokens": ctx.tokens["path"], "index": str(ctx.work_dir / "tokens.json"),
-                                "shards": len(ctx.corpus["files"]), "copies": copies}
-    ctx.say(f"preparing the {tag} dataset for {who} (untimed)")
-    res = ctx.run(who, "prepare", **spec)
-    if "error" in res:
-        return None
-    (out / "bench-done.json").write_text(json.dumps(res))
-    return out
-
-
-def _interleave(ctx: Context, cases: list[tuple[str, str, str, dict]]) -> dict:
-    """Run (who, case, scenario, spec) for each repeat, A B A B; return runs per (who, case)."""
-    runs: dict[tuple[str, str], list[dict]] = {}
-    for rep in range(ctx.repeat):
-        for who, case, scenario, spec in cases:
-            ctx.say(f"rep {rep + 1}/{ctx.repeat}: {scenario} {who} {case}")
-            runs.setdefault((who, case), []).append(ctx.run(who, scenario, **dict(spec)))
-    if ctx.profile_dir:
-        from bench.profiling import profile_cases
-
-        profile_cases(ctx, cases)
-    return runs
-
-
-def _stat(runs: list[dict], key: str) -> dict | None:
-    vals = [r[key] for r in runs if "error" not in r and r.get(key) is not None]
-    if not vals:
-        return None
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
-
-
-def _rows(runs: dict, keys: list[str], derive=None) -> list[dict]:
-    rows = []
-    for (who, case), rs in runs.items():
-        if derive:
-            for r in rs:
-                if "error" not in r:
-                    derive(r)
-        row = {"who": who, "case": case, "runs": rs}
-        errors = [r["error"] for r in rs if "error" in r]
-        if errors:
-            row["error"] = errors[0]
-        for k in keys:
-            row[k] = _stat(rs, k)
-        rows.append(row)
-    return rows
-
-
 def scenario_prepare(ctx: Context) -> list[dict]:
     files = corpus_paths(ctx.corpus)
     cases = []
@@ -181,28 +73,23 @@ def scenario_prepare(ctx: Context) -> list[dict]:
         if ctx.active(who):
             spec = {"tokenizer": ctx.tokenizer, "inputs": files, "num_workers": ctx.workers}
             if who != "limit":
-                spec["output_dir"] = str(_dataset_dir(ctx, who))
+                spec["output_dir"] = str(dataset_dir(ctx, who))
             cases.append((who, f"{ctx.workers} processes", "prepare", spec))
-    runs = _interleave(ctx, cases)
+    runs = interleave(ctx, cases)
     for (who, _), rs in runs.items():
         if who != "limit" and rs and "error" not in rs[-1]:
-            (_dataset_dir(ctx, who) / "bench-done.json").write_text(json.dumps(rs[-1]))
+            (dataset_dir(ctx, who) / "bench-done.json").write_text(json.dumps(rs[-1]))
 
     def derive(r: dict) -> None:
         r["mb_per_s"] = ctx.corpus["text_bytes"] / 1e6 / r["seconds"]
         r["tokens_per_s"] = ctx.tokens["tokens"] / r["seconds"]
 
-    return _rows(runs, ["mb_per_s", "tokens_per_s", "seconds", "cpu_s", "peak_rss_mb"], derive)
-
-
-def _epochs(ctx: Context, copies: int = 1) -> int:
-    """Enough epochs that a small corpus still streams min_stream_tokens (one at 200 MB)."""
-    return max(1, math.ceil(ctx.min_stream_tokens / (ctx.tokens["tokens"] * copies)))
+    return result_rows(runs, ["mb_per_s", "tokens_per_s", "seconds", "cpu_s", "peak_rss_mb"], derive)
 
 
 def scenario_stream(ctx: Context) -> list[dict]:
     cases = []
-    ep = _epochs(ctx)
+    ep = stream_epochs(ctx)
     for nw in (0, ctx.workers):
         for who in ("ours", "litdata", "mosaic"):
             if ctx.active(who) and (d := ensure_dataset(ctx, who)):
@@ -217,12 +104,12 @@ def scenario_stream(ctx: Context) -> list[dict]:
         if nw == 0 and ctx.active("limit"):
             cases.append(("limit", "0 workers", "stream",
                           {"index": str(ctx.work_dir / "tokens.json"), "epochs": ep}))
-    runs = _interleave(ctx, cases)
+    runs = interleave(ctx, cases)
     for (who, _case), rs in runs.items():
         ok = [r for r in rs if "error" not in r]
         if ok:
             ctx.epoch_batches[who] = ok[0]["batches"] // ep
-    return _rows(runs, ["tokens_per_s", "steady_tokens_per_s", "first_batch_s", "cpu_s", "peak_rss_mb",
+    return result_rows(runs, ["tokens_per_s", "steady_tokens_per_s", "first_batch_s", "cpu_s", "peak_rss_mb",
                         "peak_anon_mb", "peak_pss_mb"])
 
 
@@ -249,27 +136,15 @@ def scenario_integrity(ctx: Context) -> list[dict]:
                        tokens_lost=int(ctx.tokens["tokens"] - len(h) * BLOCK))
             if who == "ours":
                 # Ours' blocks are the reference stream cut every 2049 tokens: check the content.
-                row["vs_reference"] = _multiset_diff(_canonical_hashes(ctx), h)
+                row["vs_reference"] = multiset_diff(_canonical_hashes(ctx), h)
         rows.append(row)
     return rows
-
-
-def _multiset_diff(reference: np.ndarray, seen: np.ndarray) -> dict:
-    """Compare block-content multisets: a corpus may hold identical blocks, so count, not set."""
-    ref_h, ref_c = np.unique(reference, return_counts=True)
-    seen_h, seen_c = np.unique(seen, return_counts=True)
-    got = dict(zip(seen_h.tolist(), seen_c.tolist(), strict=True))
-    s = np.array([got.pop(h, 0) for h in ref_h.tolist()], dtype=np.int64)
-    return {"once": int(np.minimum(ref_c, s).sum()),  # delivered as often as the epoch holds them
-            "twice_or_more": int(np.maximum(s - ref_c, 0).sum()),  # extra deliveries
-            "never": int(np.maximum(ref_c - s, 0).sum()),  # missing deliveries
-            "unknown": int(sum(got.values()))}  # blocks the epoch does not hold at all
 
 
 def _delivery(reference: Path, before: Path, after: list[Path]) -> dict:
     """How many of the epoch's blocks the interrupted run delivered once, more than once, never."""
     seen = np.concatenate([np.load(before), *[np.load(a) for a in after]])
-    return _multiset_diff(np.load(reference), seen)
+    return multiset_diff(np.load(reference), seen)
 
 
 def _canonical_hashes(ctx: Context) -> np.ndarray:
@@ -294,7 +169,7 @@ def scenario_resume(ctx: Context) -> list[dict]:
         for who, label, w_save, w_load, world in variants:
             if not ctx.active(who) or who not in ctx.references:
                 continue
-            d = _dataset_dir(ctx, who)
+            d = dataset_dir(ctx, who)
             stop = max(1, ctx.epoch_batches[who] * pct // 100)
             tag = f"{who}-{label.replace(' ', '').replace('>', '')}-{pct}"
             state = ctx.work_dir / f"state-{tag}"
@@ -313,7 +188,7 @@ def scenario_resume(ctx: Context) -> list[dict]:
             deliveries[(who, case)] = (ctx.references[who], before,
                                        [ctx.work_dir / f"after-{tag}-r{r}.npy" for r in range(world)],
                                        saved.get("state_bytes"))
-    runs = _interleave(ctx, cases)
+    runs = interleave(ctx, cases)
     # Merge the ranks of a world-size change: the first batch is ready when the slower rank has it.
     merged: dict[tuple[str, str], list[dict]] = {}
     for (who, case), rs in runs.items():
@@ -327,7 +202,7 @@ def scenario_resume(ctx: Context) -> list[dict]:
                 elif "error" not in m:
                     m["first_batch_s"] = max(m["first_batch_s"], r["first_batch_s"])
                     m["peak_rss_mb"] = max(m["peak_rss_mb"], r["peak_rss_mb"])
-    rows = _rows(merged, ["first_batch_s"])
+    rows = result_rows(merged, ["first_batch_s"])
     for row in rows:
         ref, before, after, state_bytes = deliveries[(row["who"], row["case"])]
         if "error" not in row and all(a.exists() for a in after):
@@ -351,14 +226,14 @@ def scenario_onthefly(ctx: Context) -> list[dict]:
     if ctx.active("limit"):
         cases.append(("limit", f"{nw} processes", "prepare",
                       {"tokenizer": ctx.tokenizer, "inputs": files, "num_workers": nw}))
-    runs = _interleave(ctx, cases)
+    runs = interleave(ctx, cases)
 
     def derive(r: dict) -> None:
         if "tokens_per_s" not in r:  # the tokenizer limit
             r["tokens_per_s"] = r["tokens"] / r["seconds"]
         r["delivered_fraction"] = r["tokens"] / ctx.tokens["tokens"]
 
-    return _rows(runs, ["tokens_per_s", "first_batch_s", "delivered_fraction", "cpu_s", "peak_rss_mb"],
+    return result_rows(runs, ["tokens_per_s", "first_batch_s", "delivered_fraction", "cpu_s", "peak_rss_mb"],
                  derive)
 
 
@@ -372,9 +247,9 @@ def scenario_scale(ctx: Context) -> list[dict]:
             d = ensure_dataset(ctx, who, tag, copies)
             if d:
                 cases.append((who, f"{tag}, {nw} workers", "stream",
-                              {"data_dir": str(d), "num_workers": nw, "epochs": _epochs(ctx, copies)}))
-    runs = _interleave(ctx, cases)
-    return _rows(runs, ["peak_rss_mb", "peak_anon_mb", "peak_pss_mb", "tokens_per_s"])
+                              {"data_dir": str(d), "num_workers": nw, "epochs": stream_epochs(ctx, copies)}))
+    runs = interleave(ctx, cases)
+    return result_rows(runs, ["peak_rss_mb", "peak_anon_mb", "peak_pss_mb", "tokens_per_s"])
 
 
 def clean(ctx: Context) -> None:

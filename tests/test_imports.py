@@ -1,4 +1,4 @@
-"""The package's import structure, read statically: no cycles, data never imports training or cli, small modules.
+"""The import structure, read statically: no cycles (in llm and in bench), data never imports training or cli, small modules.
 
 Every `import` / `from ... import` statement counts, also those inside functions
 (a lazy import is still a dependency). An import of `a.b.c` is an edge to the most
@@ -146,3 +146,9 @@ def test_every_module_is_small() -> None:
     assert "llm.training.trainer" in sizes and "llm.data.text.stream" in sizes
     too_big = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert not too_big, f"modules over {MAX_LINES} lines (split them): {too_big}"
+
+
+def test_no_import_cycle_in_bench() -> None:
+    graph = import_graph(SRC.parent, "bench")
+    assert "bench.suite" in graph and "bench.context" in graph  # the walk really found the benchmarks
+    assert not (found := cycles(graph)), f"import cycles in bench/: {found}"

@@ -69,6 +69,13 @@ def epochs(loader, n: int) -> Iterator:
         yield from loader
 
 
+def time_epochs(loader, spec: dict, t0: float) -> dict:
+    """The stream scenario's measurement: spec's epochs of `loader` from t0, block hashes saved where spec asks."""
+    res = consume(epochs(loader, spec.get("epochs", 1)), t0, hash_blocks=spec.get("hash", False))
+    save_hashes(res, spec.get("hashes_out"))
+    return res
+
+
 def save_hashes(result: dict, path: str | None) -> None:
     """Move the block hashes out of the result into an .npy file (the JSON stays small)."""
     hashes = result.pop("_hashes", None)

@@ -8,7 +8,14 @@ import time
 
 import torch
 
-from bench.runners.common import BATCH, BLOCK, consume, epochs, prepare_fn_and_inputs, save_hashes
+from bench.runners.common import (
+    BATCH,
+    BLOCK,
+    consume,
+    prepare_fn_and_inputs,
+    save_hashes,
+    time_epochs,
+)
 
 
 def prepare(spec: dict) -> dict:
@@ -43,8 +50,7 @@ def stream(spec: dict) -> dict:
     _import()
     t0 = time.perf_counter()
     loader = _loader(spec, spec["num_workers"])
-    res = consume(epochs(loader, spec.get("epochs", 1)), t0, hash_blocks=spec.get("hash", False))
-    save_hashes(res, spec.get("hashes_out"))
+    res = time_epochs(loader, spec, t0)
     return res
 
 

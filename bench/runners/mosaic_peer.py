@@ -11,7 +11,7 @@ import types
 
 import numpy as np
 
-from bench.runners.common import BATCH, BLOCK, consume, epochs, save_hashes
+from bench.runners.common import BATCH, BLOCK, time_epochs
 from bench.tok import TokenizeFile
 
 
@@ -94,6 +94,5 @@ def stream(spec: dict) -> dict:
 
     t0 = time.perf_counter()
     loader = _loader(spec, spec["num_workers"])
-    res = consume(epochs(loader, spec.get("epochs", 1)), t0, hash_blocks=spec.get("hash", False))
-    save_hashes(res, spec.get("hashes_out"))
+    res = time_epochs(loader, spec, t0)
     return res

@@ -28,36 +28,54 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
-def test_help_names_tasks_examples_and_defaults(tmp_path: Path) -> None:
-    proc = run("llm-train", "--help", cwd=tmp_path)
-    assert proc.returncode == 0
+def _help(main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What `main(argv + ["--help"])` prints, in-process (the console scripts call the same main)."""
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--help"])
+    assert info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_names_tasks_examples_and_defaults(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from llm.training.generate import main as generate_main
+    from llm.training.train import main as train_main
+
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps to the terminal's width; a pipe's is 80
+    text = _help(train_main, [], capsys)
     for needle in ("stream_lm", "lm ", "sft", "Axolotl-style", "data_source: optimized", "examples:", "llm-train plot",
                    "llm-generate --checkpoint", "configs/sft_local_demo.yaml"):
-        assert needle in proc.stdout, needle
-    assert "{stream_lm,lm,sft}" in proc.stdout
-    gen = run("llm-generate", "--help", cwd=tmp_path)
-    assert gen.returncode == 0 and "(default: 100)" in gen.stdout and "examples:" in gen.stdout
-    plot = run("llm-train", "plot", "--help", cwd=tmp_path)
-    assert plot.returncode == 0 and "RUN_DIR" in plot.stdout
+        assert needle in text, needle
+    assert "{stream_lm,lm,sft}" in text
+    gen = _help(generate_main, [], capsys)
+    assert "(default: 100)" in gen and "examples:" in gen
+    assert "RUN_DIR" in _help(train_main, ["plot"], capsys)
 
 
-def test_version(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["llm-train", "llm-generate"])
+def test_version(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     from importlib.metadata import version
 
-    for command in ("llm-train", "llm-generate"):
-        proc = run(command, "--version", cwd=tmp_path)
-        assert proc.returncode == 0 and proc.stdout.strip() == f"{command} {version('llm')}"
+    from llm.training.generate import main as generate_main
+    from llm.training.train import main as train_main
+
+    with pytest.raises(SystemExit) as info:
+        {"llm-train": train_main, "llm-generate": generate_main}[command](["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"{command} {version('llm')}"
 
 
-def test_config_path_of_the_wrong_kind(tmp_path: Path) -> None:
+def test_config_path_of_the_wrong_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from llm.training.train import main as train_main
+
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "configs").mkdir()
-    proc = run("llm-train", "--task", "lm", "--config-path", "configs", cwd=tmp_path)
-    assert first_error(proc) == (
+    assert train_main(["--task", "lm", "--config-path", "configs"]) == 2
+    assert capsys.readouterr().err == (
         "llm-train: error: --config-path configs is a folder, not a file; pass a YAML file such as "
-        "configs/streaming_local_demo.yaml"
+        "configs/streaming_local_demo.yaml\n"
     )
-    missing = run("llm-train", "--task", "lm", "--config-path", "nope.yaml", cwd=tmp_path)
-    assert first_error(missing).startswith("llm-train: error: config file nope.yaml does not exist")
+    assert train_main(["--task", "lm", "--config-path", "nope.yaml"]) == 2
+    assert capsys.readouterr().err.startswith("llm-train: error: config file nope.yaml does not exist")
 
 
 def test_log_lines_and_metrics_file_agree(trained: Path) -> None:
@@ -93,17 +111,21 @@ def test_resume_rewrites_the_metrics_after_its_checkpoint(trained: Path, tmp_pat
     assert [r["step"] for r in records if "loss" in r] == [1, 2, 3, 4, 5, 6]
 
 
-def test_plot_writes_a_png(trained: Path) -> None:
+def test_plot_writes_a_png(trained: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("matplotlib")
-    proc = run("llm-train", "plot", "ck", cwd=trained)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "plot: wrote ck/metrics.png"
+    from llm.training.train import main as train_main
+
+    monkeypatch.chdir(trained)
+    assert train_main(["plot", "ck"]) == 0  # `llm-train plot`, in-process
+    assert capsys.readouterr().out.strip() == "plot: wrote ck/metrics.png"
     assert (trained / "ck" / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert first_error(run("llm-train", "plot", "cfg.yaml", cwd=trained)) == (
-        "llm-train plot: error: RUN_DIR cfg.yaml is a file, not a folder; pass the run's checkpoint_dir"
+    assert train_main(["plot", "cfg.yaml"]) == 2
+    assert capsys.readouterr().err == (
+        "llm-train plot: error: RUN_DIR cfg.yaml is a file, not a folder; pass the run's checkpoint_dir\n"
     )
-    assert first_error(run("llm-train", "plot", ".", cwd=trained)) == (
-        "llm-train plot: error: . holds no metrics.jsonl; is it the checkpoint_dir of a run by llm-train?"
+    assert train_main(["plot", "."]) == 2
+    assert capsys.readouterr().err == (
+        "llm-train plot: error: . holds no metrics.jsonl; is it the checkpoint_dir of a run by llm-train?\n"
     )
 
 

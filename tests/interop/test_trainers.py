@@ -38,15 +38,3 @@ def test_torchdata_stateful_protocol(trainer_tokens):
         head, tail = _protocol_run(lambda: trainer_loader(trainer_tokens, workers=2), stop, len(reference))
         assert len(head) + len(tail) == len(reference)
         assert all(torch.equal(a, b) for a, b in zip(head + tail, reference)), f"stop {stop}"
-
-
-def test_torchdata_own_loader_passes_the_same_loop():
-    """The loop above is the protocol's, not ours: torchdata's own StatefulDataLoader passes it too."""
-    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed")
-    data = torch.arange(40)
-
-    def make():
-        return stateful.StatefulDataLoader(data, batch_size=4)
-
-    head, tail = _protocol_run(make, 3, 10)
-    assert torch.equal(torch.cat(head + tail), data)

@@ -93,8 +93,30 @@ def test_disk_full_names_the_output_and_keeps_the_previous_dataset(tmp_path, mon
     assert np.array_equal(all_tokens(out), before), "data lost"
 
 
-def test_disk_full_on_a_real_small_filesystem(tmp_path) -> None:
-    pytest.skip("needs a small tmpfs, which an unprivileged test cannot mount; the os.write fault above covers the code path")
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real 2 MiB tmpfs, so ENOSPC comes from the kernel; skipped where the test may not mount (not root)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def test_disk_full_on_a_real_small_filesystem(small_fs) -> None:
+    out = small_fs / "ds"
+    _tokens(lambda i: np.arange(i, i + 300) % 250, list(range(20)), out, chunk_size=1000)
+    before, index = all_tokens(out), (out / INDEX_NAME).read_bytes()
+    files = sorted(p.name for p in out.iterdir())
+    with pytest.raises(OSError, match="no space left") as info:
+        _tokens(lambda i: np.arange(i, i + 5000) % 250, list(range(1000)), out, chunk_size=100_000, mode="append")
+    assert str(out) in str(info.value) and "\n" not in str(info.value)
+    assert (out / INDEX_NAME).read_bytes() == index
+    assert sorted(p.name for p in out.iterdir()) == files, "no partial shard, temp file or lock is left"
+    assert np.array_equal(all_tokens(out), before), "data lost"
 
 
 def test_disk_full_through_the_cli_is_exit_2(tmp_path) -> None:

@@ -95,6 +95,7 @@ def test_llm_data_optimize_exits_2_on_a_cut_file(tmp_path) -> None:
     assert "cut.jsonl.zst: truncated or corrupt zstd stream at byte" in line and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # llm-train end to end; the cut-file error itself is tested in-process above
 @pytest.mark.parametrize("kind, workers", [("gz", 0), ("zst", 2)])
 def test_llm_train_stream_lm_exits_2_on_a_cut_file(tmp_path, kind, workers) -> None:
     path = _cut(tmp_path, kind)

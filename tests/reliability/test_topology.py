@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
 from llm.data.config import DataConfig
 from llm.data.text.stream import StreamingTextDataModule
 from llm.data.topology import current_topology
+from llm.training.train import main as llm_train
 from tests.data.shards.helpers import make_token_dataset
 
 BAD = [
@@ -51,14 +48,12 @@ def test_the_shard_loader_names_the_bad_value(token_dataset, monkeypatch, env, m
         next(iter(loader))
 
 
-def test_llm_train_exits_2_with_one_line(tmp_path):
+def test_llm_train_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text("".join(f"line {i}\n" for i in range(50)))
     cfg = tmp_path / "run.yaml"
     cfg.write_text(f"data: {{dataset_path: {corpus}, max_seq_len: 8, steps_per_epoch: 2}}\n"
                    "checkpoint: {checkpoint_dir: null}\n")
-    env = {"PATH": "/usr/bin:/bin", "WORLD_SIZE": "0", "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
-    proc = subprocess.run([sys.executable, "-m", "llm.training.train", "--task", "stream_lm", "--config-path", str(cfg)],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == "llm-train: error: RANK/WORLD_SIZE: world size 0 must be at least 1"
+    monkeypatch.setenv("WORLD_SIZE", "0")
+    assert llm_train(["--task", "stream_lm", "--config-path", str(cfg)]) == 2
+    assert capsys.readouterr().err.strip() == "llm-train: error: RANK/WORLD_SIZE: world size 0 must be at least 1"

@@ -34,6 +34,7 @@ def test_optimize_to_s3_then_stream_gives_every_token_in_order(s3_env, tmp_path,
     assert ds.cache.folder == tmp_path / "user-cache" / "llm" / "shards" / ds.fingerprint
 
 
+@pytest.mark.slow  # end to end (~25 s); local resume on other workers is in the quick suite
 def test_resume_from_s3_is_exact_on_other_worker_counts(s3_server, tmp_path):
     url = s3_server.url()
     write(url, docs(200, seed=1), storage_options=s3_server.options())

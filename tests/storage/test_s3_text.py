@@ -164,7 +164,7 @@ def test_missing_objects_and_wrong_keys_are_one_sentence(s3_server, corpus):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # 2 workers: ~45 s, end to end
 def test_resume_in_a_fresh_process_gives_exactly_the_remainder(s3_server, corpus, workers):
     _, url = corpus
     config = {"path": url, "workers": workers, "options": s3_server.options()}

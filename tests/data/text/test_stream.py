@@ -19,6 +19,7 @@ import zstandard
 from llm.data.sources import SOURCE_REGISTRY, LocalLineTextSource, TextSource
 from llm.data.text.packing import IGNORE_INDEX
 from llm.data.text.stream import FINGERPRINT_MISMATCH, StreamingTextDataModule, merge_stream_states
+from llm.data.tokenize.tokenizers import SimpleTokenizer
 from llm.training.core.config import DataConfig
 from tests.resume import assert_same_steps, check_resume, take_steps
 
@@ -368,6 +369,7 @@ def _gloo_rank(rank: int, world: int, init_file: str, path: str, out_dir: str) -
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned processes (~20 s); other world sizes: test_other_topologies_lose_and_repeat_nothing
 def test_two_gloo_processes(tmp_path):
     import pickle
 
@@ -445,12 +447,18 @@ def test_val_dataloader(tmp_path):
     data = DataConfig(dataset_path=str(write_corpus(tmp_path / "train", "txt", n=50)), max_seq_len=8,
                       steps_per_epoch=2, val_dataset_path=str(tmp_path / "val.txt"))
     module = StreamingTextDataModule(data, batch_size=2)
-    val = module.val_dataloader()  # 26 tokens: 3 full windows of 9 overlapping by one, 1 short
+    val = module.val_dataloader()
     first, again = list(val), list(val)
-    assert len(first) == len(again) == 2 and torch.equal(first[0]["input_ids"], again[0]["input_ids"])
-    assert set(first[0]) == {"input_ids", "labels"}
-    text = bytes(t for b in first for row in b["labels"] for t in row.tolist() if 0 <= t < 256).decode()
-    assert "eld out one" in text and "held out two" in text
+    assert len(first) == len(again) == 2, "26 tokens: 3 full windows of 9 overlapping by one, 1 short"
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(first, again) for k in a), "each pass is the same"
+    assert all(set(b) == {"input_ids", "labels"} and b["input_ids"].shape == b["labels"].shape == (2, 8)
+               for b in first)
+    eos = SimpleTokenizer.eos_id
+    stream = [*b"held out one", eos, *b"held out two", eos]  # the validation file, not the training corpus
+    inputs, labels = (torch.cat([b[k] for b in first]) for k in ("input_ids", "labels"))
+    real = labels != IGNORE_INDEX
+    assert labels[real].tolist() == stream[1:] and inputs[0, 0].item() == stream[0]
+    assert torch.equal(inputs[:, 1:][real[:, :-1]], labels[:, :-1][real[:, :-1]]), "labels are inputs shifted by one"
     assert StreamingTextDataModule(data.model_copy(update={"val_dataset_path": None}), 4).val_dataloader() is None
 
 

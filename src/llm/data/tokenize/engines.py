@@ -96,6 +96,7 @@ class TokenizersEncoder:
     """Hugging Face `tokenizers` (the tokenizer.json reference): added tokens are matched in text."""
 
     name = "tokenizers"
+    encode_flat = None  # no flat batch encoder: callers fall back to encode_batch
 
     def __init__(self, tok: Any):
         self._tok = tok
@@ -113,6 +114,7 @@ class TiktokenEncoder:
     """`tiktoken`: ordinary text only (a .tiktoken file), or with the vocabulary's added tokens matched."""
 
     name = "tiktoken"
+    encode_flat = None  # no flat batch encoder: callers fall back to encode_batch
 
     def __init__(self, enc: Any, match_special: bool):
         self._enc = enc

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -63,8 +63,35 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-class HFTokenizer:
+class _EngineTokenizer:
+    """A BPE vocabulary encoded by the engine `engines.pick` chose; subclasses load it and decode."""
+
+    kind: str  # the fingerprint's type
+    vocab_size: int
+    eos_id: int
+    _digest: str  # of the vocabulary file
+    _encoder: Any  # an engine from `engines`: TokenizersEncoder, TiktokenEncoder or FastokensEncoder
+
+    def encode(self, text: str) -> list[int]:
+        return self._encoder.encode(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._encoder.encode_batch(texts)
+
+    @property
+    def encode_flat(self) -> Callable[[Sequence[str]], tuple[Any, Any]] | None:
+        """The backend's flat batch encoder ((ids, offsets) arrays), or None if it has none."""
+        return self._encoder.encode_flat
+
+    def fingerprint(self) -> dict:
+        # The vocabulary's, whichever backend encodes: every backend gives the same ids.
+        return {"type": self.kind, "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+
+
+class HFTokenizer(_EngineTokenizer):
     """A Hugging Face tokenizer.json; `tokenizers` decodes, the chosen `backend` encodes (same ids)."""
+
+    kind = "hf"
 
     def __init__(self, path: Path, eos_token: str | None = None, backend: str = "tokenizers"):
         from tokenizers import Tokenizer as _RustTokenizer
@@ -91,23 +118,8 @@ class HFTokenizer:
         wanted = eos_token or " or ".join(_EOS_CANDIDATES)
         raise ValueError(f"tokenizer {self.path} has no end-of-text token {wanted}; add one when training it")
 
-    def encode(self, text: str) -> list[int]:
-        return self._encoder.encode(text)
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self._encoder.encode_batch(texts)
-
-    @property
-    def encode_flat(self) -> Any:
-        """The backend's flat batch encoder ((ids, offsets) arrays), or None if it has none."""
-        return getattr(self._encoder, "encode_flat", None)
-
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
-
-    def fingerprint(self) -> dict:
-        # The vocabulary's, whichever backend encodes: every backend gives the same ids.
-        return {"type": "hf", "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "eos_token": self._eos_token, "backend": self.backend}
@@ -117,12 +129,14 @@ class HFTokenizer:
         self.__init__(state["path"], state["eos_token"], _same_or_auto(state["backend"]))
 
 
-class TiktokenTokenizer:
+class TiktokenTokenizer(_EngineTokenizer):
     """A BPE from a local `.tiktoken` ranks file (e.g. GPT-2's), `<|endoftext|>` appended as EOS.
 
     Text is encoded as ordinary text (`<|endoftext|>` in a document is not the EOS id), by the
     chosen `backend`; `tiktoken` decodes.
     """
+
+    kind = "tiktoken"
 
     def __init__(self, path: Path, backend: str = "tiktoken"):
         import tiktoken
@@ -153,23 +167,8 @@ class TiktokenTokenizer:
         )
         self.backend: str = self._encoder.name
 
-    def encode(self, text: str) -> list[int]:
-        return self._encoder.encode(text)
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self._encoder.encode_batch(texts)
-
-    @property
-    def encode_flat(self) -> Any:
-        """The backend's flat batch encoder ((ids, offsets) arrays), or None if it has none."""
-        return getattr(self._encoder, "encode_flat", None)
-
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc.decode(list(ids))
-
-    def fingerprint(self) -> dict:
-        # The vocabulary's, whichever backend encodes: every backend gives the same ids.
-        return {"type": "tiktoken", "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "backend": self.backend}
