@@ -224,3 +224,37 @@ def test_an_epoch_of_items_keeps_no_pages_and_a_truncated_shard_is_named(tmp_pat
     os.truncate(shard, 1000)
     with pytest.raises(ShardError, match=f"shard {shard} ended before byte .* while reading an item: the file was truncated"):
         fresh[50]
+
+
+def _numbered(i: int) -> dict:
+    return {"x": i, "y": np.arange(i % 5)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])  # 2: reader threads (the default backend without a custom collate_fn)
+def test_a_dataset_overwritten_under_its_reader_is_named(tmp_path: Path, workers: int) -> None:
+    from llm.data.shards.format.pread import DatasetChanged
+
+    out = tmp_path / "ds"
+    optimize(_numbered, list(range(2000)), out, num_workers=0, chunk_size=20, progress=False)
+    # in order, so that the reader threads' read-ahead has not opened every shard yet (an open shard
+    # stays readable: its old file lives on until closed)
+    loader = StreamingDataLoader(StreamingDataset(out), batch_size=4, num_workers=workers,
+                                 collate_fn=list, worker_backend="threads")
+    batches = iter(loader)
+    for _ in range(3):
+        next(batches)
+    optimize(_numbered, list(range(2000)), out, num_workers=0, chunk_size=20, progress=False, mode="overwrite")
+    with pytest.raises(DatasetChanged, match=rf"^dataset {out} changed under this reader \(shard shard-\S+\.bin is gone") as info:
+        for _ in batches:
+            pass
+    assert "\n" not in str(info.value)
+
+
+def test_a_shard_deleted_under_its_reader_is_named_missing(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    optimize(_numbered, list(range(100)), out, num_workers=0, chunk_size=20, progress=False)
+    ds = StreamingDataset(out)
+    shard = sorted(out.glob("shard-*.bin"))[-1]
+    shard.unlink()  # the manifest still lists it: a lost file, not a new dataset
+    with pytest.raises(ShardError, match=rf"shard {shard} is missing \(listed in {out / INDEX_NAME}\)"):
+        [ds[i] for i in range(len(ds))]

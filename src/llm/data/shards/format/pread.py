@@ -47,6 +47,10 @@ class ShardChanged(ShardError):
     """The file at a shard's path is no longer the one whose checksum was verified."""
 
 
+class DatasetChanged(ShardChanged):
+    """The dataset folder was rewritten (re-optimized, overwritten, removed) while a reader streamed it."""
+
+
 class DescriptorPool:
     """Open read-only descriptors by shard index, pinned while a read uses them."""
 
@@ -86,7 +90,11 @@ class DescriptorPool:
 
     @staticmethod
     def _open_checked(path: str | Path, identity: tuple[int, int] | None) -> int:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:  # it was verified (so present) before: the dataset was rewritten since
+            raise DatasetChanged(f"shard {path} was removed after its checksum was verified: the dataset changed "
+                                 "under this reader; recreate the dataset to read the new one") from None
         st = os.fstat(fd)
         if identity is not None and (st.st_dev, st.st_ino) != identity:
             os.close(fd)
