@@ -177,3 +177,28 @@ def test_rerun_with_a_glob_matching_the_output_is_refused(tmp_path) -> None:
         _one_sentence(_cli("optimize", pattern, "-o", str(out), "--mode", "append", "--no-progress"), "output folder")
     assert (out / INDEX_NAME).read_bytes() == index
     verify_dataset(out)
+
+
+def _fails_at_3(i: int) -> list[int]:
+    if i == 3:
+        raise ValueError("boom")
+    return [i, 7]
+
+
+def _generator_fails_at_3(i: int):
+    yield [i, 7]
+    if i == 3:
+        raise KeyError("gone")
+    yield [i]
+
+
+@pytest.mark.parametrize("fn, error", [(_fails_at_3, "ValueError: boom"), (_generator_fails_at_3, "KeyError: 'gone'")],
+                         ids=["call", "generator"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_fn_raising_names_the_input(tmp_path, fn, error, workers) -> None:
+    from llm.data.shards.prepare.optimize import OptimizeError
+
+    with pytest.raises(OptimizeError, match=rf"^optimize: input 3 \(3\) failed: {error}$") as info:
+        optimize(fn, list(range(6)), tmp_path / "ds", num_workers=workers, item_loader=TokensLoader(), progress=False)
+    assert workers or isinstance(info.value.__cause__, (ValueError, KeyError))  # 0 workers: the original is the cause
+    assert not (tmp_path / "ds" / INDEX_NAME).exists()

@@ -258,3 +258,19 @@ def test_a_shard_deleted_under_its_reader_is_named_missing(tmp_path: Path) -> No
     shard.unlink()  # the manifest still lists it: a lost file, not a new dataset
     with pytest.raises(ShardError, match=rf"shard {shard} is missing \(listed in {out / INDEX_NAME}\)"):
         [ds[i] for i in range(len(ds))]
+
+
+def _with_lock_at_4(i: int) -> dict:
+    import threading
+
+    return {"x": i, "meta": {"k": threading.Lock() if i == 4 else Point(i)}}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_unpicklable_item_names_the_input_and_the_field(tmp_path: Path, workers: int) -> None:
+    from llm.data.shards.format.serializers import UnpicklableItem
+
+    with pytest.raises(UnpicklableItem, match=r"^optimize: input 4 \(4\): field 'meta.k' \(lock\) cannot be pickled "
+                                              r"\(TypeError: cannot pickle '_thread.lock' object\); return only") as info:
+        optimize(_with_lock_at_4, list(range(10)), tmp_path / "ds", num_workers=workers, progress=False)
+    assert "\n" not in str(info.value) and not (tmp_path / "ds" / INDEX_NAME).exists()

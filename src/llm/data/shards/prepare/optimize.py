@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -34,7 +34,12 @@ from llm.data.shards.format.writer import (
 )
 from llm.data.shards.jobs import Tasks, check_engine, engine_session, run_tasks
 from llm.data.shards.prepare.output import SHARD_PREFIX, open_output
+from llm.data.text.errors import InputError
 from llm.data.tokenize.tokenizers import Tokenizer, token_dtype
+
+
+class OptimizeError(RuntimeError):
+    """fn raised on an input; the message names the input (the original error is its cause)."""
 
 
 @dataclass(frozen=True)
@@ -134,9 +139,8 @@ def _write_task(job: _Job, task_id: int, folder: Path, report: Callable[[int, in
         writer = ItemShardWriter(folder, prefix, job.chunk_bytes, job.chunk_size, job.compression)
     first = sum(len(t) for t in job.tasks[:task_id])  # index of this task's first input
     for index, item in enumerate(job.tasks[task_id], first):
-        result = job.fn(item)
         prefix = f"optimize: input {index} ({item!r:.80})"
-        for d, doc in enumerate(_documents(result) if job.kind == "tokens" else _items(result)):
+        for d, doc in enumerate(_outputs(job, item, prefix)):
             where = f"{prefix}, document {d}"
             if isinstance(doc, DocumentBatch):
                 tokens, lengths = check_batch(doc.tokens, doc.lengths, where)
@@ -149,12 +153,33 @@ def _write_task(job: _Job, task_id: int, folder: Path, report: Callable[[int, in
             else:
                 try:
                     writer.add(doc)
-                except StructureError as e:
-                    raise StructureError(f"{prefix}{f', its item {d}' if d else ''}: {e}") from None
+                except StructureError as e:  # and UnpicklableItem: the same class, with the input's name
+                    raise type(e)(f"{prefix}{f', its item {d}' if d else ''}: {e}") from None
                 report(1, 0)
     writer.flush()
     pop_stats = getattr(job.fn, "pop_stats", None)
     return _TaskResult(writer.shards, pop_stats() if pop_stats else {}, getattr(writer, "layout", None))
+
+
+_END = object()  # the end of fn's documents
+
+
+def _outputs(job: _Job, item: Any, prefix: str) -> Iterator[Any]:
+    """fn's documents or items for one input; an error in fn (its call or its generator) names the input."""
+    result = _named(prefix, job.fn, item)
+    docs = iter(_documents(result) if job.kind == "tokens" else _items(result))
+    while (doc := _named(prefix, next, docs, _END)) is not _END:
+        yield doc
+
+
+def _named(prefix: str, call: Callable[..., Any], *args: Any) -> Any:
+    """call(*args): fn's work, its errors naming the input."""
+    try:
+        return call(*args)
+    except InputError:  # text inputs: already names the file, line and key
+        raise
+    except Exception as e:
+        raise OptimizeError(f"{prefix} failed: {type(e).__name__}: {e}") from e
 
 
 def _upload(target: tuple[str, dict | None], folder: Path, shards: list[ShardInfo]) -> None:
