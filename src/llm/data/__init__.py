@@ -24,7 +24,6 @@ _EXPORTS = {
     "StreamingTextDataset": "llm.data.text.stream",
     "load_tokenizer": "llm.data.tokenize.tokenizers",
     "map": "llm.data.shards.jobs.map",
-    "map_fn": "llm.data.shards.jobs.map",
     "MapError": "llm.data.shards.jobs.map",
     "collate_items": "llm.data.shards.read.collate",
 }

@@ -315,6 +315,3 @@ def map(
     if progress:
         print(summary.line(), file=sys.stderr)
     return summary
-
-
-map_fn = map  # the same function, for code where `map` would shadow the builtin
