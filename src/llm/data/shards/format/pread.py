@@ -24,7 +24,8 @@ import numpy as np
 def _max_open() -> int:
     """Descriptors a pool keeps open (unpinned ones beyond are closed, oldest first): a quarter
     of the process's limit, between 128 and 4,096. A shuffled chunk touches nearly every shard,
-    so a pool smaller than the shard count reopens files on every chunk (3x slower at 321 shards)."""
+    so a pool smaller than the shard count reopens files on every chunk (docs/benchmarks-more.md,
+    "Memory with data size")."""
     try:
         import resource
 
