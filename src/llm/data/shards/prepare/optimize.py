@@ -25,7 +25,7 @@ from typing import Any
 
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest, ShardInfo
-from llm.data.shards.format.serializers import StructureError, first_difference
+from llm.data.shards.format.serializers import StructureError
 from llm.data.shards.format.writer import (
     ItemShardWriter,
     TokenShardWriter,
@@ -33,6 +33,7 @@ from llm.data.shards.format.writer import (
     check_batch,
 )
 from llm.data.shards.jobs import Tasks, check_engine, engine_session, run_tasks
+from llm.data.shards.prepare.item_layout import check_append_layout, common_layout
 from llm.data.shards.prepare.output import SHARD_PREFIX, open_output
 from llm.data.text.errors import InputError
 from llm.data.tokenize.tokenizers import Tokenizer, token_dtype
@@ -314,7 +315,7 @@ def optimize(
             run_tasks(Tasks(partial(_run_task, job), len(job.tasks), done, counters=counters), engine=engine, workers=workers,
                       ray_address=ray_address, desc="optimize", progress=progress)
             shards = [s for task_id in range(len(job.tasks)) for s in results[task_id].shards]
-            layout = _common_layout(job, results) if kind == "items" else None
+            layout = common_layout(len(job.tasks), results) if kind == "items" else None
             manifest = Manifest(
                 kind=kind,
                 shards=shards,
@@ -356,37 +357,3 @@ def optimize(
 
 def _widest_dtype(shards: list[ShardInfo], default: str) -> str:
     return "uint32" if any(s.dtype == "uint32" for s in shards) else default
-
-
-def _common_layout(job: _Job, results: dict[int, _TaskResult]) -> Any:
-    """Every task's items must have the first item's layout (each task checked its own against its first)."""
-    reference, seen = None, 0
-    for task_id in range(len(job.tasks)):
-        result = results[task_id]
-        if result.layout is not None:
-            if reference is None:
-                reference = result.layout
-            elif (diff := first_difference(reference, result.layout)) is not None:
-                path, got, want = diff
-                field = f"field '{path}'" if path else "the item"
-                raise StructureError(f"optimize: item {seen} (the first of task {task_id}): {field} is {got}, "
-                                     f"the first item's is {want}")
-        seen += sum(s.items for s in result.shards)
-    return reference
-
-
-def check_append_layout(output: Any, manifest: Manifest) -> None:
-    """Appended items must be laid out as the dataset's (checked under the output's lock)."""
-    previous = output._current()
-    if previous is None or previous.kind != "items" or manifest.kind != "items":
-        return
-    where = getattr(output, "display", None) or output.folder
-    if previous.item_layout is None and previous.total_items:
-        raise ValueError(f"cannot append to {where}: its items are format v{previous.format_version} pickles; "
-                         "rebuild it with mode='overwrite' to use the item layout of format v2")
-    if manifest.item_layout is not None and previous.item_layout is not None:
-        diff = first_difference(previous.item_layout, manifest.item_layout)
-        if diff is not None:
-            path, got, want = diff
-            field = f"field '{path}'" if path else "the item"
-            raise ValueError(f"cannot append to {where}: this run's {field} is {got}, the dataset's is {want}")
