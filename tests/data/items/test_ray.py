@@ -27,7 +27,7 @@ def _item(i: int) -> dict:
 @pytest.mark.parametrize("kind", ["tokens", "items"])
 def test_ray_writes_the_same_dataset_as_local(tmp_path: Path, kind: str) -> None:
     fn, loader = (_doc, TokensLoader()) if kind == "tokens" else (_item, None)
-    kwargs = dict(num_workers=2, chunk_bytes="2KB", item_loader=loader, progress=False)
+    kwargs = dict(num_workers=2, chunk_bytes="1KB", item_loader=loader, progress=False)  # tasks not far below it: not joined
     optimize(fn, list(range(60)), tmp_path / "local", **kwargs)
     optimize(fn, list(range(60)), tmp_path / "ray", engine="ray", **kwargs)
     a, b = Manifest.load(tmp_path / "local"), Manifest.load(tmp_path / "ray")

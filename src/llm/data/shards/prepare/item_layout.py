@@ -21,7 +21,7 @@ def common_layout(tasks: int, results: dict[int, Any]) -> Any:
                 field = f"field '{path}'" if path else "the item"
                 raise StructureError(f"optimize: item {seen} (the first of task {task_id}): {field} is {got}, "
                                      f"the first item's is {want}")
-        seen += sum(s.items for s in result.shards)
+        seen += result.items
     return reference
 
 

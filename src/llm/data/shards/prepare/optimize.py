@@ -35,6 +35,7 @@ from llm.data.shards.format.writer import (
 from llm.data.shards.jobs import Tasks, check_engine, engine_session, run_tasks
 from llm.data.shards.prepare.item_layout import check_append_layout, common_layout
 from llm.data.shards.prepare.output import SHARD_PREFIX, open_output
+from llm.data.shards.prepare.tails import join_tails, tail_writer
 from llm.data.text.errors import InputError
 from llm.data.tokenize.tokenizers import Tokenizer, token_dtype
 
@@ -99,6 +100,11 @@ class _TaskResult:
     shards: list[ShardInfo]
     stats: dict
     layout: Any = None  # items: the layout of this task's first item
+    tail: Any = None  # a small last shard, unwritten (records, or ids and lengths): the driver joins it (tails.py)
+
+    @property
+    def items(self) -> int:
+        return sum(s.items for s in self.shards) + (len(self.tail) if isinstance(self.tail, list) else 0)
 
 
 def _documents(result: Any) -> Iterable[Any]:
@@ -157,9 +163,10 @@ def _write_task(job: _Job, task_id: int, folder: Path, report: Callable[[int, in
                 except StructureError as e:  # and UnpicklableItem: the same class, with the input's name
                     raise type(e)(f"{prefix}{f', its item {d}' if d else ''}: {e}") from None
                 report(1, 0)
+    tail = writer.small_tail()
     writer.flush()
     pop_stats = getattr(job.fn, "pop_stats", None)
-    return _TaskResult(writer.shards, pop_stats() if pop_stats else {}, getattr(writer, "layout", None))
+    return _TaskResult(writer.shards, pop_stats() if pop_stats else {}, getattr(writer, "layout", None), tail)
 
 
 _END = object()  # the end of fn's documents
@@ -314,7 +321,7 @@ def optimize(
             counters = ("docs", "tokens") if kind == "tokens" else ("items",)  # the bar shows these counts
             run_tasks(Tasks(partial(_run_task, job), len(job.tasks), done, counters=counters), engine=engine, workers=workers,
                       ray_address=ray_address, desc="optimize", progress=progress)
-            shards = [s for task_id in range(len(job.tasks)) for s in results[task_id].shards]
+            shards = _join_tails(job, results, output, upload)
             layout = common_layout(len(job.tasks), results) if kind == "items" else None
             manifest = Manifest(
                 kind=kind,
@@ -353,6 +360,27 @@ def optimize(
     if progress:
         print(summary.line(), file=sys.stderr)
     return summary
+
+
+def _join_tails(job: _Job, results: dict[int, _TaskResult], output: Any, upload: Any) -> list[ShardInfo]:
+    """Every shard in input order, the tasks' small tails joined and written here (then uploaded if remote)."""
+    folder = job.folder if job.folder is not None else Path(tempfile.mkdtemp(prefix="llm-optimize-tails-"))
+    try:
+        def new_writer(task_id: int) -> Any:
+            return tail_writer(job.kind, folder, f"{SHARD_PREFIX}{job.run_id}-{task_id:05d}-joined", job.dtype,
+                               job.chunk_bytes, job.chunk_size, job.compression)
+
+        shards = join_tails([(results[t].shards, results[t].tail) for t in range(len(job.tasks))], new_writer)
+        written = {s.file for r in results.values() for s in r.shards}
+        joined = [s for s in shards if s.file not in written]
+        if joined and job.upload_to is not None:  # Ray to s3://: the tasks uploaded theirs, these go from here
+            _upload(job.upload_to, folder, joined)
+        elif joined and upload is not None:  # s3:// with local workers: staged in output.folder, sent by it
+            upload(joined)
+        return shards
+    finally:
+        if job.folder is None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _widest_dtype(shards: list[ShardInfo], default: str) -> str:
