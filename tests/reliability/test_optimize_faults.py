@@ -202,3 +202,15 @@ def test_fn_raising_names_the_input(tmp_path, fn, error, workers) -> None:
         optimize(fn, list(range(6)), tmp_path / "ds", num_workers=workers, item_loader=TokensLoader(), progress=False)
     assert workers or isinstance(info.value.__cause__, (ValueError, KeyError))  # 0 workers: the original is the cause
     assert not (tmp_path / "ds" / INDEX_NAME).exists()
+
+
+def _exits_at_5(i: int) -> list[int]:
+    if i == 5:
+        os._exit(3)  # the worker process ends mid-task, as an out-of-memory kill would
+    return [i, 7]
+
+
+def test_a_worker_that_dies_is_named(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match=r"^optimize: worker process \d+ exited with code 3 \(fn ended the process") as info:
+        optimize(_exits_at_5, list(range(12)), tmp_path / "ds", num_workers=2, item_loader=TokensLoader(), progress=False)
+    assert "\n" not in str(info.value) and not (tmp_path / "ds").exists()
