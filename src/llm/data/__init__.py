@@ -25,6 +25,7 @@ _EXPORTS = {
     "load_tokenizer": "llm.data.tokenize.tokenizers",
     "map": "llm.data.shards.jobs.map",
     "MapError": "llm.data.shards.jobs.map",
+    "OptimizeError": "llm.data.shards.prepare.optimize",
     "collate_items": "llm.data.shards.read.collate",
 }
 

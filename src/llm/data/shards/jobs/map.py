@@ -265,6 +265,7 @@ def map(
     if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0):
         raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
     inputs = list(inputs)
+    keys = _keys(inputs, key)  # before anything is created or locked: an input that cannot be keyed stops here
     location = parse_location(output_dir)
     output = location.url() if location.is_object_store else str(location.local_path())
     if not location.is_object_store:
@@ -276,7 +277,6 @@ def map(
     try:
         if not location.is_object_store:  # staging folders of an earlier run that died (we hold the lock)
             shutil.rmtree(location.local_path() / STATE_DIR / "tmp", ignore_errors=True)
-        keys = _keys(inputs, key)
         already = _already_done(inputs, keys, _done_keys(output, storage_options))
         todo, seen = [], set()
         summary = MapSummary(output, inputs=len(inputs))

@@ -282,7 +282,7 @@ def optimize(
     `engine='ray'` runs the tasks as Ray tasks on the cluster at `ray_address` (or the
     running session, or a local one); `num_workers` tasks run at once (default: the
     cluster's CPUs). The same `num_workers` gives the same shards, and fingerprint, on
-    either engine.
+    either engine. `fn` raising stops the run with an OptimizeError naming the input.
     """
     started = time.perf_counter()
     inputs = list(inputs)
