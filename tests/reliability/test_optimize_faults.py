@@ -214,3 +214,17 @@ def test_a_worker_that_dies_is_named(tmp_path) -> None:
     with pytest.raises(RuntimeError, match=r"^optimize: worker process \d+ exited with code 3 \(fn ended the process") as info:
         optimize(_exits_at_5, list(range(12)), tmp_path / "ds", num_workers=2, item_loader=TokensLoader(), progress=False)
     assert "\n" not in str(info.value) and not (tmp_path / "ds").exists()
+
+
+def _reads_a_corrupt_shard(i: int) -> list[int]:
+    from llm.data.shards.format.pread import ShardError
+
+    raise ShardError(f"shard /data/s{i}.bin fails its checksum: the file is corrupt")
+
+
+def test_our_errors_that_name_a_file_pass_through_fn_unchanged(tmp_path) -> None:
+    # e.g. `llm-data convert` reading a corrupt foreign shard: the CLI reports these as one sentence
+    from llm.data.shards.format.pread import ShardError
+
+    with pytest.raises(ShardError, match=r"^shard /data/s0.bin fails its checksum: the file is corrupt$"):
+        optimize(_reads_a_corrupt_shard, [0, 1], tmp_path / "ds", num_workers=0, item_loader=TokensLoader(), progress=False)

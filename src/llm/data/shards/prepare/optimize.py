@@ -25,7 +25,9 @@ from typing import Any
 
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest, ShardInfo
+from llm.data.shards.format.pread import ShardError
 from llm.data.shards.format.serializers import StructureError
+from llm.data.shards.format.validate import ManifestError
 from llm.data.shards.format.writer import (
     ItemShardWriter,
     TokenShardWriter,
@@ -36,6 +38,7 @@ from llm.data.shards.jobs import Tasks, check_engine, engine_session, run_tasks
 from llm.data.shards.prepare.item_layout import check_append_layout, common_layout
 from llm.data.shards.prepare.output import SHARD_PREFIX, open_output
 from llm.data.shards.prepare.tails import join_tails, tail_writer
+from llm.data.storage.s3 import StorageError
 from llm.data.text.errors import InputError
 from llm.data.tokenize.tokenizers import Tokenizer, token_dtype
 
@@ -170,6 +173,9 @@ def _write_task(job: _Job, task_id: int, folder: Path, report: Callable[[int, in
 
 
 _END = object()  # the end of fn's documents
+# Our own errors about files fn read (text inputs, shards and manifests of a converted
+# folder, objects of a store): they name the file already, and the CLI reports them as such.
+_NAMED = (InputError, ShardError, ManifestError, StorageError)
 
 
 def _outputs(job: _Job, item: Any, prefix: str) -> Iterator[Any]:
@@ -184,7 +190,7 @@ def _named(prefix: str, call: Callable[..., Any], *args: Any) -> Any:
     """call(*args): fn's work, its errors naming the input."""
     try:
         return call(*args)
-    except InputError:  # text inputs: already names the file, line and key
+    except _NAMED:
         raise
     except Exception as e:
         raise OptimizeError(f"{prefix} failed: {type(e).__name__}: {e}") from e
