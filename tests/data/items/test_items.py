@@ -274,3 +274,12 @@ def test_an_unpicklable_item_names_the_input_and_the_field(tmp_path: Path, worke
                                               r"\(TypeError: cannot pickle '_thread.lock' object\); return only") as info:
         optimize(_with_lock_at_4, list(range(10)), tmp_path / "ds", num_workers=workers, progress=False)
     assert "\n" not in str(info.value) and not (tmp_path / "ds" / INDEX_NAME).exists()
+
+
+def test_a_shard_removed_after_it_was_verified_is_named(tmp_path: Path) -> None:
+    from llm.data.shards.format.pread import DatasetChanged, DescriptorPool
+
+    gone = str(tmp_path / "shard-x.bin")
+    with pytest.raises(DatasetChanged, match=rf"^shard {gone} was removed after its checksum was verified: the dataset changed"):
+        with DescriptorPool().use([0], lambda i: gone, [(1, 2)]):
+            pass
