@@ -73,7 +73,12 @@ def input_key(value: Any, key: KeyFn | None = None) -> str:
         if not isinstance(given, bytes):
             raise TypeError(f"key() returned {type(given).__name__}, expected str or bytes")
         return "k-" + xxhash.xxh3_128_hexdigest(given)
-    return "p-" + xxhash.xxh3_128_hexdigest(pickle.dumps(value, protocol=5))
+    # protocol 5 hands large buffers (numpy arrays) out of band: hashed in place, never copied
+    buffers: list[pickle.PickleBuffer] = []
+    digest = xxhash.xxh3_128(pickle.dumps(value, protocol=5, buffer_callback=buffers.append))
+    for buffer in buffers:
+        digest.update(buffer.raw())
+    return "p-" + digest.hexdigest()
 
 
 def legacy_key(value: Any) -> str:
