@@ -199,3 +199,54 @@ def test_rerun_with_a_glob_matching_the_output_is_refused(tmp_path) -> None:
         _one_sentence(_cli("optimize", pattern, "-o", str(out), "--mode", "append", "--no-progress"), "output folder")
     assert (out / INDEX_NAME).read_bytes() == index
     verify_dataset(out)
+
+
+def _fails_at_3(i: int) -> list[int]:
+    if i == 3:
+        raise ValueError("boom")
+    return [i, 7]
+
+
+def _generator_fails_at_3(i: int):
+    yield [i, 7]
+    if i == 3:
+        raise KeyError("gone")
+    yield [i]
+
+
+@pytest.mark.parametrize("fn, error", [(_fails_at_3, "ValueError: boom"), (_generator_fails_at_3, "KeyError: 'gone'")],
+                         ids=["call", "generator"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_fn_raising_names_the_input(tmp_path, fn, error, workers) -> None:
+    from llm.data.shards.prepare.optimize import OptimizeError
+
+    with pytest.raises(OptimizeError, match=rf"^optimize: input 3 \(3\) failed: {error}$") as info:
+        optimize(fn, list(range(6)), tmp_path / "ds", num_workers=workers, item_loader=TokensLoader(), progress=False)
+    assert workers or isinstance(info.value.__cause__, (ValueError, KeyError))  # 0 workers: the original is the cause
+    assert not (tmp_path / "ds" / INDEX_NAME).exists()
+
+
+def _exits_at_5(i: int) -> list[int]:
+    if i == 5:
+        os._exit(3)  # the worker process ends mid-task, as an out-of-memory kill would
+    return [i, 7]
+
+
+def test_a_worker_that_dies_is_named(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match=r"^optimize: worker process \d+ exited with code 3 \(fn ended the process") as info:
+        optimize(_exits_at_5, list(range(12)), tmp_path / "ds", num_workers=2, item_loader=TokensLoader(), progress=False)
+    assert "\n" not in str(info.value) and not (tmp_path / "ds").exists()
+
+
+def _reads_a_corrupt_shard(i: int) -> list[int]:
+    from llm.data.shards.format.pread import ShardError
+
+    raise ShardError(f"shard /data/s{i}.bin fails its checksum: the file is corrupt")
+
+
+def test_our_errors_that_name_a_file_pass_through_fn_unchanged(tmp_path) -> None:
+    # e.g. `llm-data convert` reading a corrupt foreign shard: the CLI reports these as one sentence
+    from llm.data.shards.format.pread import ShardError
+
+    with pytest.raises(ShardError, match=r"^shard /data/s0.bin fails its checksum: the file is corrupt$"):
+        optimize(_reads_a_corrupt_shard, [0, 1], tmp_path / "ds", num_workers=0, item_loader=TokensLoader(), progress=False)

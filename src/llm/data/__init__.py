@@ -24,8 +24,8 @@ _EXPORTS = {
     "StreamingTextDataset": "llm.data.text.stream",
     "load_tokenizer": "llm.data.tokenize.tokenizers",
     "map": "llm.data.shards.jobs.map",
-    "map_fn": "llm.data.shards.jobs.map",
     "MapError": "llm.data.shards.jobs.map",
+    "OptimizeError": "llm.data.shards.prepare.optimize",
     "collate_items": "llm.data.shards.read.collate",
 }
 

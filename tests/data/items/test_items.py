@@ -112,10 +112,10 @@ def test_append_needs_the_same_layout(tmp_path: Path) -> None:
     optimize(lambda i: {"x": np.ones(5), "y": 10 + i}, list(range(4)), out, num_workers=0, mode="append", progress=False)
     ds = StreamingDataset(out)
     assert [ds[i]["y"] for i in range(8)] == [0, 1, 2, 3, 10, 11, 12, 13]
-    before = (out / INDEX_NAME).read_text()
+    before, files = (out / INDEX_NAME).read_text(), sorted(out.glob("shard-*.bin"))
     with pytest.raises(ValueError, match=r"cannot append to .*: this run's field 'y' is str, the dataset's is int"):
         optimize(lambda i: {"x": np.zeros(3), "y": "s"}, [0], out, num_workers=0, mode="append", progress=False)
-    assert (out / INDEX_NAME).read_text() == before and len(list(out.glob("shard-*.bin"))) == 8
+    assert (out / INDEX_NAME).read_text() == before and sorted(out.glob("shard-*.bin")) == files
 
 
 def test_v1_item_datasets_still_read_and_refuse_an_append(tmp_path: Path) -> None:
@@ -224,3 +224,62 @@ def test_an_epoch_of_items_keeps_no_pages_and_a_truncated_shard_is_named(tmp_pat
     os.truncate(shard, 1000)
     with pytest.raises(ShardError, match=f"shard {shard} ended before byte .* while reading an item: the file was truncated"):
         fresh[50]
+
+
+def _numbered(i: int) -> dict:
+    return {"x": i, "y": np.arange(i % 5)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])  # 2: reader threads (the default backend without a custom collate_fn)
+def test_a_dataset_overwritten_under_its_reader_is_named(tmp_path: Path, workers: int) -> None:
+    from llm.data.shards.format.pread import DatasetChanged
+
+    out = tmp_path / "ds"
+    optimize(_numbered, list(range(2000)), out, num_workers=0, chunk_size=20, progress=False)
+    # in order, so that the reader threads' read-ahead has not opened every shard yet (an open shard
+    # stays readable: its old file lives on until closed)
+    loader = StreamingDataLoader(StreamingDataset(out), batch_size=4, num_workers=workers,
+                                 collate_fn=list, worker_backend="threads")
+    batches = iter(loader)
+    for _ in range(3):
+        next(batches)
+    optimize(_numbered, list(range(2000)), out, num_workers=0, chunk_size=20, progress=False, mode="overwrite")
+    with pytest.raises(DatasetChanged, match=rf"^dataset {out} changed under this reader \(shard shard-\S+\.bin is gone") as info:
+        for _ in batches:
+            pass
+    assert "\n" not in str(info.value)
+
+
+def test_a_shard_deleted_under_its_reader_is_named_missing(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    optimize(_numbered, list(range(100)), out, num_workers=0, chunk_size=20, progress=False)
+    ds = StreamingDataset(out)
+    shard = sorted(out.glob("shard-*.bin"))[-1]
+    shard.unlink()  # the manifest still lists it: a lost file, not a new dataset
+    with pytest.raises(ShardError, match=rf"shard {shard} is missing \(listed in {out / INDEX_NAME}\)"):
+        [ds[i] for i in range(len(ds))]
+
+
+def _with_lock_at_4(i: int) -> dict:
+    import threading
+
+    return {"x": i, "meta": {"k": threading.Lock() if i == 4 else Point(i)}}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_unpicklable_item_names_the_input_and_the_field(tmp_path: Path, workers: int) -> None:
+    from llm.data.shards.format.serializers import UnpicklableItem
+
+    with pytest.raises(UnpicklableItem, match=r"^optimize: input 4 \(4\): field 'meta.k' \(lock\) cannot be pickled "
+                                              r"\(TypeError: cannot pickle '_thread.lock' object\); return only") as info:
+        optimize(_with_lock_at_4, list(range(10)), tmp_path / "ds", num_workers=workers, progress=False)
+    assert "\n" not in str(info.value) and not (tmp_path / "ds" / INDEX_NAME).exists()
+
+
+def test_a_shard_removed_after_it_was_verified_is_named(tmp_path: Path) -> None:
+    from llm.data.shards.format.pread import DatasetChanged, DescriptorPool
+
+    gone = str(tmp_path / "shard-x.bin")
+    with pytest.raises(DatasetChanged, match=rf"^shard {gone} was removed after its checksum was verified: the dataset changed"):
+        with DescriptorPool().use([0], lambda i: gone, [(1, 2)]):
+            pass

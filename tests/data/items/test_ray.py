@@ -27,7 +27,7 @@ def _item(i: int) -> dict:
 @pytest.mark.parametrize("kind", ["tokens", "items"])
 def test_ray_writes_the_same_dataset_as_local(tmp_path: Path, kind: str) -> None:
     fn, loader = (_doc, TokensLoader()) if kind == "tokens" else (_item, None)
-    kwargs = dict(num_workers=2, chunk_bytes="2KB", item_loader=loader, progress=False)
+    kwargs = dict(num_workers=2, chunk_bytes="1KB", item_loader=loader, progress=False)  # tasks not far below it: not joined
     optimize(fn, list(range(60)), tmp_path / "local", **kwargs)
     optimize(fn, list(range(60)), tmp_path / "ray", engine="ray", **kwargs)
     a, b = Manifest.load(tmp_path / "local"), Manifest.load(tmp_path / "ray")
@@ -66,3 +66,16 @@ def _touch(name: str, folder: str) -> None:
 def test_map_on_ray(tmp_path: Path) -> None:
     summary = map(_touch, [f"f{i}" for i in range(6)], tmp_path / "out", engine="ray", progress=False)
     assert summary.done == 6 and sorted(p.name for p in (tmp_path / "out").glob("*.txt")) == [f"f{i}.txt" for i in range(6)]
+
+
+def _with_lock_at_4(i: int) -> dict:
+    import threading
+
+    return {"x": i, "meta": {"k": threading.Lock() if i == 4 else {i}}}  # a set: stored as a pickle
+
+
+def test_an_unpicklable_item_on_ray_names_the_input_and_the_field(tmp_path: Path) -> None:
+    from llm.data.shards.format.serializers import UnpicklableItem
+
+    with pytest.raises(UnpicklableItem, match=r"^optimize: input 4 \(4\): field 'meta.k' \(lock\) cannot be pickled"):
+        optimize(_with_lock_at_4, list(range(8)), tmp_path / "ds", num_workers=2, engine="ray", progress=False)

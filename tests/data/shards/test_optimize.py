@@ -278,3 +278,35 @@ def test_corruption_names_the_shard(tmp_path, texts):
     (out / "index.json").unlink()
     with pytest.raises(ValueError, match=f"{out}: no index.json"):
         StreamingDataset(out, item_loader=TokensLoader(block_size=64))
+
+
+def _small_item(i: int) -> dict:
+    return {"x": i, "name": f"n{i}"}
+
+
+def _doc100(i: int) -> np.ndarray:
+    return np.arange(i, i + 100)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_small_input_in_many_tasks_gives_full_shards(tmp_path, compression) -> None:
+    # 8 workers cut 40 inputs into 32 tasks; their tiny last shards are joined, in input order
+    optimize(_small_item, list(range(40)), tmp_path / "items", num_workers=8, compression=compression, progress=False)
+    ds = StreamingDataset(tmp_path / "items")
+    assert len(ds.manifest.shards) <= 2 and [ds[i]["x"] for i in range(len(ds))] == list(range(40))
+    optimize(_doc100, list(range(40)), tmp_path / "tokens", num_workers=8, chunk_size=3000, item_loader=TokensLoader(),
+             compression=compression, progress=False)
+    manifest = Manifest.load(tmp_path / "tokens")
+    assert [s.tokens for s in manifest.shards] == [3000, 1000]  # joined, then cut at chunk_size
+    if compression is None:  # all_tokens reads the raw files
+        assert all_tokens(tmp_path / "tokens").tolist() == np.concatenate([_doc100(i) for i in range(40)]).tolist()
+
+
+def test_a_big_input_still_runs_in_many_tasks(tmp_path) -> None:
+    # tasks whose output is near the limit keep their own shards (nothing is rewritten)
+    optimize(_doc100, list(range(400)), tmp_path / "ds", num_workers=2, chunk_size=2000, item_loader=TokensLoader(),
+             progress=False)
+    shards = Manifest.load(tmp_path / "ds").shards
+    tasks = {s.file.split("-")[3] for s in shards}
+    assert len(tasks) == 8 and not any("joined" in s.file for s in shards)
+    assert all_tokens(tmp_path / "ds").tolist() == np.concatenate([_doc100(i) for i in range(400)]).tolist()

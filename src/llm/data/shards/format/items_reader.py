@@ -2,9 +2,9 @@
 
 Plain shards are read with one `pread` per record into the buffer the decoder takes, so the
 process keeps none of the dataset's pages and a shard truncated under a reader is a named
-error, not a SIGBUS (a mapped read with the pages handed back was 13-22% faster for 3 KB
-items here, but a truncated file would kill the process); compressed and cached remote
-shards are read through their maps, whose pages are handed back every 32 MB.
+error, not a SIGBUS (a mapped read with the pages handed back is faster for small items,
+docs/benchmarks-more.md "Items", but a truncated file would kill the process); compressed
+and cached remote shards are read through their maps, whose pages are handed back every 32 MB.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ import numpy as np
 def _max_open() -> int:
     """Descriptors a pool keeps open (unpinned ones beyond are closed, oldest first): a quarter
     of the process's limit, between 128 and 4,096. A shuffled chunk touches nearly every shard,
-    so a pool smaller than the shard count reopens files on every chunk (3x slower at 321 shards)."""
+    so a pool smaller than the shard count reopens files on every chunk (docs/benchmarks-more.md,
+    "Memory with data size")."""
     try:
         import resource
 
@@ -45,6 +46,10 @@ class ShardError(ValueError):
 
 class ShardChanged(ShardError):
     """The file at a shard's path is no longer the one whose checksum was verified."""
+
+
+class DatasetChanged(ShardChanged):
+    """The dataset folder was rewritten (re-optimized, overwritten, removed) while a reader streamed it."""
 
 
 class DescriptorPool:
@@ -86,7 +91,11 @@ class DescriptorPool:
 
     @staticmethod
     def _open_checked(path: str | Path, identity: tuple[int, int] | None) -> int:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:  # it was verified (so present) before: the dataset was rewritten since
+            raise DatasetChanged(f"shard {path} was removed after its checksum was verified: the dataset changed "
+                                 "under this reader; recreate the dataset to read the new one") from None
         st = os.fstat(fd)
         if identity is not None and (st.st_dev, st.st_ino) != identity:
             os.close(fd)

@@ -16,7 +16,7 @@ from llm.data.shards.arrays import group_rows
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
 from llm.data.shards.format.manifest import Manifest, ShardInfo
-from llm.data.shards.format.pread import DescriptorPool, ShardError, read_rows
+from llm.data.shards.format.pread import DatasetChanged, DescriptorPool, ShardError, read_rows
 
 
 class _ShardBytes:
@@ -104,6 +104,23 @@ class _ShardBytes:
             return self._decompressed[i]
         info = self.shards[i]
         path = self.folder / info.file
+        try:
+            return self._load(i, info, path, verify)
+        except FileNotFoundError:
+            raise self._gone(info) from None
+
+    def _gone(self, info: ShardInfo) -> ShardError:
+        """A shard that existed at open is gone: the dataset changed under us, or a file was deleted."""
+        try:
+            listed = any(s.file == info.file for s in Manifest.load(self.folder).shards)
+        except (OSError, ValueError):
+            listed = False  # no readable manifest: a rewrite in progress, or a removed dataset
+        if listed:  # the folder's manifest still wants it: a lost file, not a new dataset
+            return ShardError(f"shard {self.folder / info.file} is missing (listed in {self.folder / 'index.json'})")
+        return DatasetChanged(f"dataset {self.folder} changed under this reader (shard {info.file} is gone: the "
+                              "folder was re-optimized or removed while it was read); recreate the dataset to read the new one")
+
+    def _load(self, i: int, info: ShardInfo, path: Path, verify: bool) -> np.ndarray:
         if info.compression is None:
             st = os.stat(path)  # the file verified is the file read (pread.py checks its descriptors)
             self._identity[i] = (st.st_dev, st.st_ino)

@@ -12,6 +12,7 @@ from llm.data.shards.format.fastdecode import compile_decoder
 from llm.data.shards.format.serializers import (
     INT64_RANGE,
     StructureError,
+    UnpicklableItem,
     check_layout,
     describe,
     dtype_name,
@@ -90,9 +91,17 @@ class _Blob(_Node):
                 raise self.mismatch(value, path)
             data = encode_image(value)
         else:
-            data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            data = _pickled(value, path)
         out.fixed.append(len(data))
         out.payload(data, len(data))
+
+
+def _pickled(value: Any, path: str) -> bytes:
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # TypeError, PicklingError, AttributeError...: whatever the object's reduce raises
+        raise UnpicklableItem(f"{where(path)} ({type(value).__name__}) cannot be pickled ({type(e).__name__}: {e}); "
+                              "return only picklable values from fn, or convert this one there") from None
 
 
 def _uint8_view(arr: np.ndarray) -> Any:

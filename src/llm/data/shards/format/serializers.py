@@ -33,6 +33,10 @@ class StructureError(ValueError):
     """An item whose structure differs from the first item's; names the field path."""
 
 
+class UnpicklableItem(StructureError):
+    """A value stored as a pickle (the last resort) that cannot be pickled; names the field path."""
+
+
 def join_path(path: str, key: object) -> str:
     if isinstance(key, str):
         return f"{path}.{key}" if path else key

@@ -37,7 +37,13 @@ _stores: dict[Path, _Store] = {}  # store file -> what this process has read of 
 
 class _Store:
     """What this process read of one store: its bytes, parsed into a dict only once many lookups
-    need it, so the first batch of a dataset with 10^4 shards does not parse 10^4 lines."""
+    need it, so the first batch of a dataset with 10^4 shards does not parse 10^4 lines.
+
+    Measured on a 1,500-entry store: a first lookup takes 3 us by search, 1.06 ms by parsing
+    the store whole; a restart's first batch touches a few shards, so the search keeps ~1 ms
+    (x datasets x worker processes) off its latency. 1,500 lookups by search cost 11 ms
+    against 3 ms parsed, hence the switch to the dict after `_PARSE_AFTER` lookups.
+    """
 
     def __init__(self) -> None:
         self.raw = b"\n"  # whole lines read so far (a leading newline: every line starts after one)

@@ -67,6 +67,17 @@ def check_batch(tokens: np.ndarray, lengths: np.ndarray, where: str) -> tuple[np
     return tokens.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False)
 
 
+TAIL_MAX_BYTES = 4 << 20  # a task's last shard is handed to the driver (to be joined) only below this
+
+
+def is_small(size: int, count: int, chunk_bytes: int | None, chunk_count: int | None) -> bool:
+    """A last shard far below its limit (a quarter of chunk_bytes / chunk_size, and 4 MiB): worth
+    joining with its neighbours rather than writing alone. Tasks are cut for parallelism, so a
+    small input in many tasks would otherwise leave one tiny shard per task."""
+    return (size < TAIL_MAX_BYTES and (chunk_bytes is None or size <= chunk_bytes // 4)
+            and (chunk_count is None or count <= chunk_count // 4))
+
+
 def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str | None) -> tuple[int, int, str]:
     """Write parts to path (compressed when asked); returns (stored bytes, raw bytes, checksum)."""
     raw = b"".join(parts)
@@ -136,6 +147,14 @@ class TokenShardWriter:
             limits.append(self.chunk_bytes // (2 if self.dtype == "uint16" else 4))
         return min(limits) - self._tokens
 
+    def small_tail(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """What is buffered (ids, lengths), taken out unwritten if it is far below a shard (see `is_small`)."""
+        if not self._lengths or not is_small(self._tokens * np.dtype(self.dtype).itemsize, self._tokens, self.chunk_bytes, self.chunk_tokens):
+            return None
+        tail = np.concatenate(self._pieces), np.concatenate(self._lengths)
+        self._pieces, self._lengths, self._tokens = [], [], 0
+        return tail
+
     def flush(self) -> None:
         """Write what is buffered as one shard."""
         if not self._lengths:
@@ -186,13 +205,23 @@ class ItemShardWriter:
         """Add one item; StructureError (naming the field) when it does not match the first item."""
         if self.codec is None:
             self.codec = ItemCodec.for_item(item)
-        blob = self.codec.encode(item)
+        self.add_record(self.codec.encode(item))
+
+    def add_record(self, blob: bytes) -> None:
+        """Add one item already encoded (a record of this dataset's layout)."""
         self._blobs.append(blob)
         self._size += len(blob)
         if (self.chunk_items and len(self._blobs) >= self.chunk_items) or (
             self.chunk_bytes and self._size >= self.chunk_bytes
         ):
             self.flush()
+
+    def small_tail(self) -> list[bytes] | None:
+        """The buffered records, taken out unwritten if they are far below a shard (see `is_small`)."""
+        if not self._blobs or not is_small(self._size, len(self._blobs), self.chunk_bytes, self.chunk_items):
+            return None
+        tail, self._blobs, self._size = self._blobs, [], 0
+        return tail
 
     def flush(self) -> None:
         if not self._blobs:

@@ -1,4 +1,12 @@
-"""The local engine: tasks in forked worker processes of this machine (or in this process for 0 workers)."""
+"""The local engine: tasks in forked worker processes of this machine (or in this process for 0 workers).
+
+Why not concurrent.futures.ProcessPoolExecutor (fork context): measured on optimize_text of
+20 MB of JSONL with 2 workers, 3 alternating runs, it was as fast (median 1.92 s vs 1.91 s,
+ratio 1.00) but loses two guarantees: a failed run stops at once here (the other workers are
+terminated), where the executor waits for every running task to finish; and a worker that
+dies is named with its pid and exit code or signal here, where the executor only says that
+the pool broke. Workers also stop by themselves if this process is killed (`report`).
+"""
 
 from __future__ import annotations
 
@@ -90,7 +98,7 @@ def _run_parallel(tasks: Tasks, workers: int, bar: Any) -> None:
             except queue.Empty:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
-                    raise RuntimeError(f"{getattr(bar, 'desc', 'optimize')} worker {dead[0].pid} died with exit code {dead[0].exitcode}") from None
+                    raise RuntimeError(_died(getattr(bar, "desc", "optimize"), dead[0].pid, dead[0].exitcode)) from None
                 continue
             if message[0] == "progress":
                 counts[0] += message[1]
@@ -108,3 +116,9 @@ def _run_parallel(tasks: Tasks, workers: int, bar: Any) -> None:
                 p.terminate()
         for p in procs:
             p.join(timeout=5)
+
+
+def _died(desc: str, pid: int | None, code: int) -> str:
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    return (f"{desc}: worker process {pid} {how} (fn ended the process, or the system killed it, e.g. out of "
+            "memory); the run stopped, rerun it once the cause is fixed")

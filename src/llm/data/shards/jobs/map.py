@@ -3,7 +3,9 @@
 Each input is one task. `fn` writes whatever it likes under the folder it is given (a
 fresh staging folder); when it returns, the task moves those files into `output_dir`
 (renames on a local disk, uploads for s3://), then writes the input's done-marker
-(`output_dir/.llm-map/done/<key>`). A rerun skips the inputs with a marker, so a
+(`output_dir/.llm-map/done/<key>`: `p-` and a hash of the pickled input, or `k-` and a
+hash of the user's `key(input)`; markers of older runs, a hash of type and repr, still
+count, see `_already_done`). A rerun skips the inputs with a marker, so a
 crashed or failed run continues where it stopped, and an input's files appear only
 after `fn` finished them.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -41,19 +44,81 @@ class MapSummary:
     inputs: int = 0
     done: int = 0  # inputs processed by this run
     skipped: int = 0  # inputs already done by an earlier run
+    duplicates: int = 0  # inputs equal to (same key as) an earlier input of this run: done once
     files: int = 0
     seconds: float = 0.0
 
     def line(self) -> str:
-        return (f"map: {self.done:,} inputs done, {self.skipped:,} already done, {self.files:,} files "
+        dups = f", {self.duplicates:,} duplicates" if self.duplicates else ""
+        return (f"map: {self.done:,} inputs done, {self.skipped:,} already done{dups}, {self.files:,} files "
                 f"in {self.seconds:.1f} s -> {self.output_dir}")
 
 
-def input_key(value: Any) -> str:
-    """The name of an input's done-marker: a hash of its type and repr (equal inputs share it)."""
+KeyFn = Callable[[Any], "str | bytes"]
+
+
+def input_key(value: Any, key: KeyFn | None = None) -> str:
+    """The name of an input's done-marker: a hash of `key(value)`, else of the pickled value.
+
+    Content, not repr: two arrays whose reprs are equal (numpy elides the middle) are two
+    inputs, and an object whose repr holds its address keeps its key across runs. Raises
+    TypeError when the value cannot be pickled (the caller names the input).
+    """
+    import xxhash
+
+    if key is not None:
+        given = key(value)
+        if isinstance(given, str):
+            given = given.encode("utf-8", "surrogatepass")
+        if not isinstance(given, bytes):
+            raise TypeError(f"key() returned {type(given).__name__}, expected str or bytes")
+        return "k-" + xxhash.xxh3_128_hexdigest(given)
+    # protocol 5 hands large buffers (numpy arrays) out of band: hashed in place, never copied
+    buffers: list[pickle.PickleBuffer] = []
+    digest = xxhash.xxh3_128(pickle.dumps(value, protocol=5, buffer_callback=buffers.append))
+    for buffer in buffers:
+        digest.update(buffer.raw())
+    return "p-" + digest.hexdigest()
+
+
+def legacy_key(value: Any) -> str:
+    """The marker name of runs before content keys (a hash of type and repr), still honoured."""
     import xxhash
 
     return xxhash.xxh3_128_hexdigest(f"{type(value).__qualname__}:{value!r}".encode())
+
+
+def _is_legacy(name: str) -> bool:
+    return len(name) == 32 and "-" not in name
+
+
+def _keys(inputs: list[Any], key: KeyFn | None) -> list[str]:
+    """Every input's key, before any work starts: an input that cannot be keyed stops the run here."""
+    keys = []
+    for index, value in enumerate(inputs):
+        try:
+            keys.append(input_key(value, key))
+        except Exception as e:  # pickling raises TypeError, PicklingError, AttributeError... by object
+            if key is not None:
+                raise MapError(f"map: key() failed on input {index} ({value!r:.80}): {type(e).__name__}: {e}") from e
+            raise MapError(f"map: input {index} ({value!r:.80}) cannot be pickled to key its done-marker "
+                           f"({type(e).__name__}: {e}); pass key=, a function giving each input a unique "
+                           f"string, e.g. key=lambda x: x.name") from e
+    return keys
+
+
+def _already_done(inputs: list[Any], keys: list[str], done: set[str]) -> list[bool]:
+    """Which inputs have a marker: their content key, or (folders from earlier versions) the
+    repr key, taken only where that repr is unique among the inputs, so inputs it confused redo."""
+    found = [k in done for k in keys]
+    legacy = {name for name in done if _is_legacy(name)}
+    if legacy:
+        old = [legacy_key(v) for v in inputs]
+        counts: dict[str, int] = {}
+        for k in old:
+            counts[k] = counts.get(k, 0) + 1
+        found = [f or (k in legacy and counts[k] == 1) for f, k in zip(found, old)]
+    return found
 
 
 @dataclass(frozen=True)
@@ -183,22 +248,29 @@ def map(
     progress: bool = True,
     storage_options: dict | None = None,
     wait: bool = False,
+    key: KeyFn | None = None,
 ) -> MapSummary:
     """Call `fn(input, folder)` for every input, in `num_workers` processes (or Ray tasks).
 
     Files `fn` writes under `folder` end up at the same relative path in `output_dir` (a
     folder, or `s3://bucket/prefix`), all of an input's files once `fn` returned. A failure
     stops the run with a MapError naming the input; inputs finished before it stay done,
-    and a rerun skips them (inputs are told apart by type and repr). One run per output at a
-    time: another one is refused, or waited for with `wait=True`. docs/items.md.
+    and a rerun skips them. Inputs are told apart by content (a hash of the pickled value),
+    or by `key(input)` (a str or bytes, unique per input) when given: an input that cannot
+    be pickled, without `key=`, stops the run before any work with a MapError naming it.
+    Equal inputs are one input (counted in `duplicates`). One run per output at a time:
+    another one is refused, or waited for with `wait=True`. docs/items.md.
     """
     started = time.perf_counter()
     check_engine(engine, ray_address)
     if not callable(fn):
         raise TypeError(f"map: fn must be callable as fn(input, folder), got {type(fn).__name__}")
+    if key is not None and not callable(key):
+        raise TypeError(f"map: key must be callable as key(input) -> str, got {type(key).__name__}")
     if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0):
         raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
     inputs = list(inputs)
+    keys = _keys(inputs, key)  # before anything is created or locked: an input that cannot be keyed stops here
     location = parse_location(output_dir)
     output = location.url() if location.is_object_store else str(location.local_path())
     if not location.is_object_store:
@@ -210,14 +282,17 @@ def map(
     try:
         if not location.is_object_store:  # staging folders of an earlier run that died (we hold the lock)
             shutil.rmtree(location.local_path() / STATE_DIR / "tmp", ignore_errors=True)
-        done = _done_keys(output, storage_options)
+        already = _already_done(inputs, keys, _done_keys(output, storage_options))
         todo, seen = [], set()
-        for index, value in enumerate(inputs):
-            key = input_key(value)
-            if key not in done and key not in seen:
-                todo.append((index, value, key))
-            seen.add(key)
-        summary = MapSummary(output, inputs=len(inputs), skipped=sum(1 for v in inputs if input_key(v) in done))
+        summary = MapSummary(output, inputs=len(inputs))
+        for index, (value, k, skip) in enumerate(zip(inputs, keys, already)):
+            if skip:
+                summary.skipped += 1
+            elif k in seen:
+                summary.duplicates += 1
+            else:
+                todo.append((index, value, k))
+            seen.add(k)
         if location.is_object_store and engine == "local":
             uploads = tempfile.mkdtemp(prefix="llm-map-uploads-")
         job = _MapJob(fn, todo, output, storage_options, driver_uploads=uploads)
@@ -245,6 +320,3 @@ def map(
     if progress:
         print(summary.line(), file=sys.stderr)
     return summary
-
-
-map_fn = map  # the same function, for code where `map` would shadow the builtin

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -25,7 +25,9 @@ from typing import Any
 
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest, ShardInfo
-from llm.data.shards.format.serializers import StructureError, first_difference
+from llm.data.shards.format.pread import ShardError
+from llm.data.shards.format.serializers import StructureError
+from llm.data.shards.format.validate import ManifestError
 from llm.data.shards.format.writer import (
     ItemShardWriter,
     TokenShardWriter,
@@ -33,8 +35,16 @@ from llm.data.shards.format.writer import (
     check_batch,
 )
 from llm.data.shards.jobs import Tasks, check_engine, engine_session, run_tasks
+from llm.data.shards.prepare.item_layout import check_append_layout, common_layout
 from llm.data.shards.prepare.output import SHARD_PREFIX, open_output
+from llm.data.shards.prepare.tails import join_tails, tail_writer
+from llm.data.storage.s3 import StorageError
+from llm.data.text.errors import InputError
 from llm.data.tokenize.tokenizers import Tokenizer, token_dtype
+
+
+class OptimizeError(RuntimeError):
+    """fn raised on an input; the message names the input (the original error is its cause)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,11 @@ class _TaskResult:
     shards: list[ShardInfo]
     stats: dict
     layout: Any = None  # items: the layout of this task's first item
+    tail: Any = None  # a small last shard, unwritten (records, or ids and lengths): the driver joins it (tails.py)
+
+    @property
+    def items(self) -> int:
+        return sum(s.items for s in self.shards) + (len(self.tail) if isinstance(self.tail, list) else 0)
 
 
 def _documents(result: Any) -> Iterable[Any]:
@@ -134,9 +149,8 @@ def _write_task(job: _Job, task_id: int, folder: Path, report: Callable[[int, in
         writer = ItemShardWriter(folder, prefix, job.chunk_bytes, job.chunk_size, job.compression)
     first = sum(len(t) for t in job.tasks[:task_id])  # index of this task's first input
     for index, item in enumerate(job.tasks[task_id], first):
-        result = job.fn(item)
         prefix = f"optimize: input {index} ({item!r:.80})"
-        for d, doc in enumerate(_documents(result) if job.kind == "tokens" else _items(result)):
+        for d, doc in enumerate(_outputs(job, item, prefix)):
             where = f"{prefix}, document {d}"
             if isinstance(doc, DocumentBatch):
                 tokens, lengths = check_batch(doc.tokens, doc.lengths, where)
@@ -149,12 +163,37 @@ def _write_task(job: _Job, task_id: int, folder: Path, report: Callable[[int, in
             else:
                 try:
                     writer.add(doc)
-                except StructureError as e:
-                    raise StructureError(f"{prefix}{f', its item {d}' if d else ''}: {e}") from None
+                except StructureError as e:  # and UnpicklableItem: the same class, with the input's name
+                    raise type(e)(f"{prefix}{f', its item {d}' if d else ''}: {e}") from None
                 report(1, 0)
+    tail = writer.small_tail()
     writer.flush()
     pop_stats = getattr(job.fn, "pop_stats", None)
-    return _TaskResult(writer.shards, pop_stats() if pop_stats else {}, getattr(writer, "layout", None))
+    return _TaskResult(writer.shards, pop_stats() if pop_stats else {}, getattr(writer, "layout", None), tail)
+
+
+_END = object()  # the end of fn's documents
+# Our own errors about files fn read (text inputs, shards and manifests of a converted
+# folder, objects of a store): they name the file already, and the CLI reports them as such.
+_NAMED = (InputError, ShardError, ManifestError, StorageError)
+
+
+def _outputs(job: _Job, item: Any, prefix: str) -> Iterator[Any]:
+    """fn's documents or items for one input; an error in fn (its call or its generator) names the input."""
+    result = _named(prefix, job.fn, item)
+    docs = iter(_documents(result) if job.kind == "tokens" else _items(result))
+    while (doc := _named(prefix, next, docs, _END)) is not _END:
+        yield doc
+
+
+def _named(prefix: str, call: Callable[..., Any], *args: Any) -> Any:
+    """call(*args): fn's work, its errors naming the input."""
+    try:
+        return call(*args)
+    except _NAMED:
+        raise
+    except Exception as e:
+        raise OptimizeError(f"{prefix} failed: {type(e).__name__}: {e}") from e
 
 
 def _upload(target: tuple[str, dict | None], folder: Path, shards: list[ShardInfo]) -> None:
@@ -249,7 +288,7 @@ def optimize(
     `engine='ray'` runs the tasks as Ray tasks on the cluster at `ray_address` (or the
     running session, or a local one); `num_workers` tasks run at once (default: the
     cluster's CPUs). The same `num_workers` gives the same shards, and fingerprint, on
-    either engine.
+    either engine. `fn` raising stops the run with an OptimizeError naming the input.
     """
     started = time.perf_counter()
     inputs = list(inputs)
@@ -288,8 +327,8 @@ def optimize(
             counters = ("docs", "tokens") if kind == "tokens" else ("items",)  # the bar shows these counts
             run_tasks(Tasks(partial(_run_task, job), len(job.tasks), done, counters=counters), engine=engine, workers=workers,
                       ray_address=ray_address, desc="optimize", progress=progress)
-            shards = [s for task_id in range(len(job.tasks)) for s in results[task_id].shards]
-            layout = _common_layout(job, results) if kind == "items" else None
+            shards = _join_tails(job, results, output, upload)
+            layout = common_layout(len(job.tasks), results) if kind == "items" else None
             manifest = Manifest(
                 kind=kind,
                 shards=shards,
@@ -329,39 +368,26 @@ def optimize(
     return summary
 
 
+def _join_tails(job: _Job, results: dict[int, _TaskResult], output: Any, upload: Any) -> list[ShardInfo]:
+    """Every shard in input order, the tasks' small tails joined and written here (then uploaded if remote)."""
+    folder = job.folder if job.folder is not None else Path(tempfile.mkdtemp(prefix="llm-optimize-tails-"))
+    try:
+        def new_writer(task_id: int) -> Any:
+            return tail_writer(job.kind, folder, f"{SHARD_PREFIX}{job.run_id}-{task_id:05d}-joined", job.dtype,
+                               job.chunk_bytes, job.chunk_size, job.compression)
+
+        shards = join_tails([(results[t].shards, results[t].tail) for t in range(len(job.tasks))], new_writer)
+        written = {s.file for r in results.values() for s in r.shards}
+        joined = [s for s in shards if s.file not in written]
+        if joined and job.upload_to is not None:  # Ray to s3://: the tasks uploaded theirs, these go from here
+            _upload(job.upload_to, folder, joined)
+        elif joined and upload is not None:  # s3:// with local workers: staged in output.folder, sent by it
+            upload(joined)
+        return shards
+    finally:
+        if job.folder is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _widest_dtype(shards: list[ShardInfo], default: str) -> str:
     return "uint32" if any(s.dtype == "uint32" for s in shards) else default
-
-
-def _common_layout(job: _Job, results: dict[int, _TaskResult]) -> Any:
-    """Every task's items must have the first item's layout (each task checked its own against its first)."""
-    reference, seen = None, 0
-    for task_id in range(len(job.tasks)):
-        result = results[task_id]
-        if result.layout is not None:
-            if reference is None:
-                reference = result.layout
-            elif (diff := first_difference(reference, result.layout)) is not None:
-                path, got, want = diff
-                field = f"field '{path}'" if path else "the item"
-                raise StructureError(f"optimize: item {seen} (the first of task {task_id}): {field} is {got}, "
-                                     f"the first item's is {want}")
-        seen += sum(s.items for s in result.shards)
-    return reference
-
-
-def check_append_layout(output: Any, manifest: Manifest) -> None:
-    """Appended items must be laid out as the dataset's (checked under the output's lock)."""
-    previous = output._current()
-    if previous is None or previous.kind != "items" or manifest.kind != "items":
-        return
-    where = getattr(output, "display", None) or output.folder
-    if previous.item_layout is None and previous.total_items:
-        raise ValueError(f"cannot append to {where}: its items are format v{previous.format_version} pickles; "
-                         "rebuild it with mode='overwrite' to use the item layout of format v2")
-    if manifest.item_layout is not None and previous.item_layout is not None:
-        diff = first_difference(previous.item_layout, manifest.item_layout)
-        if diff is not None:
-            path, got, want = diff
-            field = f"field '{path}'" if path else "the item"
-            raise ValueError(f"cannot append to {where}: this run's {field} is {got}, the dataset's is {want}")
