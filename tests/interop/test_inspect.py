@@ -91,3 +91,14 @@ def test_convert_cli(mds_raw, tmp_path, capsys):
     assert len(ours) == 80 and ours[5]["text"] == theirs[5]["text"] == "doc 5"
     assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "again")]) == 2
     assert "not a LitData or MosaicML MDS folder" in capsys.readouterr().err
+
+
+def test_info_describes_peer_folders(lit_tokens, mds_zstd, capsys):
+    assert main(["info", str(lit_tokens)]) == 0
+    rows = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[1:] if "  " in line.strip())
+    assert rows["format"].startswith("LitData folder") and rows["kind"] == "tokens" and rows["documents"] == "120"
+    assert rows["chunks"] == str(len(json.loads((lit_tokens / "index.json").read_text())["chunks"]))
+    assert main(["info", str(mds_zstd), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["format"] == "mds" and data["totals"]["items"] == 80 and data["raw_bytes"] > data["totals"]["bytes"]
+    assert data["details"]["columns"]["text"] == "str"

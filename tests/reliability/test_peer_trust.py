@@ -173,3 +173,21 @@ def test_lying_index_convert(peer_folders, case, tmp_path, capsys):
     assert err.startswith("llm-data: error: ") and err.count("\n") == 1, err
     assert re.search(expected, err), err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_lying_index_verify(peer_folders, case, tmp_path, capsys):
+    folder, expected = _corrupt(peer_folders, case, tmp_path)
+    with pytest.raises(SystemExit) as e:
+        llm_data(["verify", str(folder)])
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and err.startswith("llm-data: verify: ") and err.count("\n") == 1, err
+    assert re.search(expected, err), err
+
+
+@pytest.mark.parametrize("fixture", ["lit_tokens", "lit_tokens_zstd", "lit_items", "mds_raw", "mds_zstd"])
+def test_verify_a_valid_peer_folder(peer_folders, fixture, capsys):
+    assert llm_data(["verify", str(peer_folders[fixture])]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("verify: ") and f" OK in {peer_folders[fixture]} " in out
+    assert ("hashes" in out) == fixture.startswith("mds")  # MDS has hashes, LitData none

@@ -23,6 +23,11 @@ for folders with formats read only by the peer (docs/interop.md), or to get our 
 and our block layout (blocks across shards, no per-chunk tail dropped)."""
 
 
+def plural(n: int, word: str) -> str:
+    """`1 shard`, `2 shards`, `1,000 shards`: counts in CLI output."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def add_commands(add: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
     """Register `inspect` and `convert` with llm-data's sub-command factory."""
     ins = add("inspect", "describe a dataset: totals, sizes, dtype, tokenizer, fingerprint, length percentiles",

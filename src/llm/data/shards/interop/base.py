@@ -16,6 +16,7 @@ import numpy as np
 
 from llm.data.shards.format.manifest import Manifest, ShardInfo
 from llm.data.shards.format.reader import ShardError, TokenReader
+from llm.data.shards.format.validate import ManifestError
 
 
 @dataclass
@@ -213,3 +214,26 @@ class ForeignSource:
     def item_sizes(self, shard: int) -> np.ndarray:
         """Stored size of each item / document of one shard (bytes, or tokens for token data)."""
         raise NotImplementedError
+
+    def shard_files(self, verify: bool) -> ForeignShardBytes:  # pragma: no cover - abstract
+        """The folder's shard files by index (`verify`: the peer's hashes on first use)."""
+        raise NotImplementedError
+
+    def verify(self) -> None:
+        """`llm-data verify`: every shard's size, header and (where the peer has them) hashes; every item decodes.
+
+        Sizes, counts and offsets tables were checked when the folder was opened; this reads every
+        file, checks its hashes and decompressed size, and decodes each item (raises ShardError).
+        """
+        files = self.shard_files(True)
+        files.verify_all()
+        if self.manifest.kind == "tokens":
+            return
+        try:
+            reader = self.item_reader(verify=False)  # the files were verified just above
+        except (ManifestError, ShardError):
+            raise
+        except ValueError:
+            return  # leaves only litdata itself decodes: the files and their layout are all we can check
+        for i in range(reader.total):
+            reader.get(i)

@@ -138,7 +138,7 @@ class LitDataSource(ForeignSource):
         # Decoders are closures and tables are big: worker processes rebuild them on first use.
         return {**self.__dict__, "_decoders": None, "_unflatten": None, "_arrow": None}
 
-    def _files(self, verify: bool) -> ForeignShardBytes:
+    def shard_files(self, verify: bool) -> ForeignShardBytes:
         return ForeignShardBytes(self.folder, self.manifest, verify)
 
     # ---- tokens ----------------------------------------------------------------------------
@@ -159,7 +159,7 @@ class LitDataSource(ForeignSource):
         # LitData's TokensLoader: block i lies inside one chunk; each chunk's tail shorter than a
         # block is never served. Keep exactly those tokens, so our block i is their ds[i].
         counts = [s.tokens // block_size * block_size for s in self.manifest.shards]
-        return ForeignTokenReader(self.manifest, self._files(verify), self.token_layout, counts)
+        return ForeignTokenReader(self.manifest, self.shard_files(verify), self.token_layout, counts)
 
     # ---- items -----------------------------------------------------------------------------
 
@@ -214,10 +214,10 @@ class LitDataSource(ForeignSource):
             return super().item_reader(verify)
         for f in self.formats:  # a format we cannot decode is refused now, not at step 10,000
             leaf_decoder(f)
-        return ForeignItemReader(self._files(verify), self.decode_item)
+        return ForeignItemReader(self.shard_files(verify), self.decode_item)
 
     def item_sizes(self, shard: int) -> np.ndarray:
-        raw = self._files(False).raw(shard)
+        raw = self.shard_files(False).raw(shard)
         _, offsets = _header(raw)
         sizes = np.diff(offsets.astype(np.int64))
         return sizes // self.dtype.itemsize if self.manifest.kind == "tokens" else sizes

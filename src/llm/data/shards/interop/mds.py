@@ -245,7 +245,7 @@ class MDSSource(ForeignSource):
                 raise ShardError(f"shard {self.folder / self.files_info[i]['basename']} fails its {algo} hash "
                                  f"({actual} != {expected}): the file is corrupt")
 
-    def _files(self, verify: bool) -> ForeignShardBytes:
+    def shard_files(self, verify: bool) -> ForeignShardBytes:
         return ForeignShardBytes(self.folder, self.manifest, verify, check=self._check)
 
     def decode_item(self, raw: np.ndarray, local: int, shard: int) -> dict[str, Any]:
@@ -278,10 +278,10 @@ class MDSSource(ForeignSource):
         for entry in self.entries:  # an unknown encoding is refused now, not at step 10,000
             for encoding in entry["column_encodings"]:
                 column_decoder(encoding)
-        return ForeignItemReader(self._files(verify), self.decode_item)
+        return ForeignItemReader(self.shard_files(verify), self.decode_item)
 
     def item_sizes(self, shard: int) -> np.ndarray:
-        raw = self._files(False).raw(shard)
+        raw = self.shard_files(False).raw(shard)
         n = int(raw[:4].view("<u4")[0])
         return np.diff(raw[4 : 4 * (n + 2)].view("<u4").astype(np.int64))
 
