@@ -229,50 +229,15 @@ def info_lines(manifest, folder: str) -> list[str]:
     return [f"dataset {folder}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
 
 
-def peer_info_lines(source, folder: str) -> list[str]:
-    """`llm-data info` of a LitData / MDS folder: what its index says, its counts checked against its files."""
-    from llm.cli.inspect import plural
-
-    m = source.manifest
-    totals = m.totals()
-    stored, raw = totals["bytes"], sum(s.raw_bytes or s.bytes for s in m.shards)
-    name = {"litdata": "LitData", "mds": "MosaicML MDS"}.get(m.foreign_format, m.foreign_format)
-    unit = "chunk" if m.foreign_format == "litdata" else "shard"
-    rows = [("format", f"{name} folder (read in place; `llm-data convert` rewrites it as ours)"),
-            ("kind", m.kind), (f"{unit}s", f"{totals['shards']:,}")]
-    if m.kind == "tokens":
-        rows += [("documents", f"{totals['documents']:,}"), ("tokens", f"{totals['tokens']:,}"), ("dtype", str(m.dtype))]
-    else:
-        rows += [("items", f"{totals['items']:,}")]
-    codecs = sorted({s.compression for s in m.shards if s.compression})
-    rows += [("on disk", f"{_size(stored)} in {plural(totals['shards'], 'file')}"),
-             ("compression", f"{', '.join(codecs)}, {_size(raw)} raw" if codecs else "none")]
-    rows += [(key.replace("_", " "), _listed(value)) for key, value in m.details.items()]
-    rows.append(("fingerprint", m.fingerprint()))
-    width = max(len(k) for k, _ in rows)
-    return [f"dataset {folder}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
-
-
-def _listed(value: object) -> str:
-    """A peer's index detail as text: a list or a column -> encoding mapping, comma separated."""
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {v}" for k, v in value.items())
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
-    return str(value)
-
-
 def _info(dataset: str, as_json: bool) -> None:
     from llm.data.shards.format.remote import load_any
     from llm.data.shards.interop import open_peer
 
     source = open_peer(dataset)  # a peer's folder is described from its own index, checked against its files
     if source is not None:
-        m = source.manifest
-        data = {"format": m.foreign_format, "kind": m.kind, "dtype": m.dtype, "totals": m.totals(),
-                "raw_bytes": sum(s.raw_bytes or s.bytes for s in m.shards), "details": m.details,
-                "fingerprint": m.fingerprint()}
-        print(json.dumps(data, indent=1) if as_json else "\n".join(peer_info_lines(source, dataset)))
+        from llm.cli.inspect import peer_info
+
+        peer_info(source, dataset, as_json)
         return
     manifest = load_any(dataset)  # a folder, local:, or s3://
     if as_json:
@@ -293,12 +258,9 @@ def _verify(dataset: str) -> None:
     try:
         source = open_peer(dataset)
         if source is not None:
-            source.verify()
-            m = source.manifest
-            unit = "chunk" if m.foreign_format == "litdata" else "shard"
-            checked = "sizes, counts, offsets" + (", hashes" if unit == "shard" else "")
-            checked += ", every item decoded" if m.kind == "items" else ""
-            print(f"verify: {plural(len(m.shards), unit)} OK in {dataset} ({m.foreign_format}: {checked})")
+            from llm.cli.inspect import peer_verify
+
+            peer_verify(source, dataset)
             return
     except (ShardError, ManifestError) as e:  # the peer's folder is bad: exit 1, naming the file
         print(f"llm-data: verify: {e}", file=sys.stderr)

@@ -117,3 +117,55 @@ def draw(stats: Any, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def peer_info_lines(source, folder: str) -> list[str]:
+    """`llm-data info` of a LitData / MDS folder: what its index says, its counts checked against its files."""
+    from llm.data.shards.interop.stats import _size
+
+    m = source.manifest
+    totals = m.totals()
+    stored, raw = totals["bytes"], sum(s.raw_bytes or s.bytes for s in m.shards)
+    name = {"litdata": "LitData", "mds": "MosaicML MDS"}.get(m.foreign_format, m.foreign_format)
+    unit = "chunk" if m.foreign_format == "litdata" else "shard"
+    rows = [("format", f"{name} folder (read in place; `llm-data convert` rewrites it as ours)"),
+            ("kind", m.kind), (f"{unit}s", f"{totals['shards']:,}")]
+    if m.kind == "tokens":
+        rows += [("documents", f"{totals['documents']:,}"), ("tokens", f"{totals['tokens']:,}"), ("dtype", str(m.dtype))]
+    else:
+        rows += [("items", f"{totals['items']:,}")]
+    codecs = sorted({s.compression for s in m.shards if s.compression})
+    rows += [("on disk", f"{_size(stored)} in {plural(totals['shards'], 'file')}"),
+             ("compression", f"{', '.join(codecs)}, {_size(raw)} raw" if codecs else "none")]
+    rows += [(key.replace("_", " "), _listed(value)) for key, value in m.details.items()]
+    rows.append(("fingerprint", m.fingerprint()))
+    width = max(len(k) for k, _ in rows)
+    return [f"dataset {folder}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+
+
+def _listed(value: object) -> str:
+    """A peer's index detail as text: a list or a column -> encoding mapping, comma separated."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def peer_info(source: Any, dataset: str, as_json: bool) -> None:
+    """`llm-data info` of a LitData / MDS folder, as text or JSON."""
+    m = source.manifest
+    data = {"format": m.foreign_format, "kind": m.kind, "dtype": m.dtype, "totals": m.totals(),
+            "raw_bytes": sum(s.raw_bytes or s.bytes for s in m.shards), "details": m.details,
+            "fingerprint": m.fingerprint()}
+    print(json.dumps(data, indent=1) if as_json else "\n".join(peer_info_lines(source, dataset)))
+
+
+def peer_verify(source: Any, dataset: str) -> None:
+    """`llm-data verify` of a LitData / MDS folder: every file read and checked (raises ShardError)."""
+    source.verify()
+    m = source.manifest
+    unit = "chunk" if m.foreign_format == "litdata" else "shard"
+    checked = "sizes, counts, offsets" + (", hashes" if unit == "shard" else "")
+    checked += ", every item decoded" if m.kind == "items" else ""
+    print(f"verify: {plural(len(m.shards), unit)} OK in {dataset} ({m.foreign_format}: {checked})")
