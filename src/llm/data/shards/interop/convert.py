@@ -9,6 +9,7 @@ types, ...) are read through `litdata` itself when it is installed.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@functools.lru_cache(maxsize=4)
 def _opened(folder: str) -> Any:
     """The folder opened (its index checked against every file) once per worker process, not once per shard."""
+    index = os.stat(Path(folder) / "index.json")
+    return _open_cached(folder, index.st_mtime_ns, index.st_size)  # a rewritten index is opened (checked) again
+
+
+@functools.lru_cache(maxsize=4)
+def _open_cached(folder: str, mtime_ns: int, size: int) -> Any:
     return open_foreign(folder)
 
 
