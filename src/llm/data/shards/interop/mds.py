@@ -233,16 +233,19 @@ class MDSSource(ForeignSource):
                      "column_sets": len(columns)},
         )
         super().__init__(manifest, folder)
+        self._by_file = {info["basename"]: info for info in self.files_info}
         self._decoders: dict[int, list] = {}
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_decoders": {}}  # closures: worker processes rebuild them on first use
 
-    def _check(self, i: int, stored: bytes) -> None:
-        for algo, expected in (self.files_info[i].get("hashes") or {}).items():
+    def _check(self, info: ShardInfo, stored: bytes) -> None:
+        """The peer's own hashes (sha1, xxh64, ...) of the file read, where its index has them."""
+        entry = self._by_file[info.file]
+        for algo, expected in (entry.get("hashes") or {}).items():
             actual = _hash(algo, stored)
             if actual != expected:
-                raise ShardError(f"shard {self.folder / self.files_info[i]['basename']} fails its {algo} hash "
+                raise ShardError(f"shard {self.folder / info.file} fails its {algo} hash "
                                  f"({actual} != {expected}): the file is corrupt")
 
     def shard_files(self, verify: bool) -> ForeignShardBytes:
