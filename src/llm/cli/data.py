@@ -222,8 +222,9 @@ def info_lines(manifest, folder: str) -> list[str]:
     if manifest.tokenizer_backend:
         rows.append(("encoded by", manifest.tokenizer_backend.replace(",", ", ")))
     if manifest.sources:
-        text = sum(int(s.get("bytes", 0)) for s in manifest.sources)
-        rows.append(("sources", f"{len(manifest.sources):,} file(s), {_size(text)} of text"))
+        from llm.cli.inspect import sources_row
+
+        rows.append(("sources", sources_row(manifest.sources)))
     rows.append(("fingerprint", manifest.fingerprint()))
     width = max(len(k) for k, _ in rows)
     return [f"dataset {folder}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
