@@ -93,9 +93,9 @@ def length_axis(lengths: Any) -> tuple[str, Any]:
 
     lo, hi = float(lengths.min()), float(lengths.max())
     if hi < 10 * max(lo, 1):
-        if hi - lo < 1:  # all one length: one bar, one unit wide, centred on it
-            return "linear", np.array([lo - 0.5, lo + 0.5])
-        return "linear", np.linspace(lo, hi, min(50, int(hi - lo) + 1) + 1)
+        if hi - lo <= 50:  # one bar per length, centred on it (one bar when all are equal)
+            return "linear", np.arange(lo - 0.5, hi + 1.0)
+        return "linear", np.linspace(lo, hi, 51)
     return "log", np.unique(np.geomspace(max(lo, 1), hi, 50).round())
 
 
@@ -114,6 +114,7 @@ def draw(stats: Any, path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     what = "tokens" if stats.manifest.kind == "tokens" else "items"
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -124,14 +125,18 @@ def draw(stats: Any, path: str) -> None:
         left.set_xscale(scale)
         pct = stats.percentiles()
         marks = [(name, pct[name]) for name in ("p50", "p90", "p99")]
-        top = left.get_ylim()[1]
+        top, (x0, x1) = left.get_ylim()[1], left.get_xlim()
+        middle = np.sqrt(x0 * x1) if scale == "log" else (x0 + x1) / 2
         for (name, value), height in zip(marks, label_heights([v for _, v in marks])):
             left.axvline(value, color="#c44e52", linestyle=":", linewidth=1)
-            left.text(value, top * height, f" {name} {value:,.0f}", va="top", fontsize=8)
+            left.text(value, top * height, f" {name} {value:,.0f} ", va="top", fontsize=8,
+                      ha="right" if value > middle else "left",  # inside the axes, on the free side of its line
+                      bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1})
     left.set_xlabel(f"{'document length' if what == 'tokens' else 'item size'} ({stats.length_unit})")
     left.set_ylabel("count")
     left.set_title(f"{len(stats.lengths):,} {'documents' if what == 'tokens' else 'items'}")
     right.bar(np.arange(len(stats.shard_counts)), stats.shard_counts, width=1.0, color="#55a868")
+    right.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # shard numbers, not 0.5 steps
     right.set_xlabel("shard")
     right.set_ylabel(f"{what} per shard")
     right.set_title(f"{len(stats.shard_counts):,} shards, {int(stats.shard_counts.sum()):,} {what}")
