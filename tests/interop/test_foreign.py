@@ -233,3 +233,12 @@ def test_foreign_items_through_spawned_workers(request, fixture):
     (batch,) = list(loader)
     key = "index" if "index" in first else "id"  # (DataLoader's default_convert turns arrays into tensors)
     assert list(batch[0]) == list(first) and [b[key] for b in batch] == [ds[i][key] for i in range(len(ds))]
+
+
+def test_peer_shard_bytes_share_our_shard_bytes():
+    # one implementation of maps, LRU, locking and pickling: the peer's class only adds its own checks
+    from llm.data.shards.format.reader import _ShardBytes
+    from llm.data.shards.interop.base import ForeignShardBytes
+
+    assert issubclass(ForeignShardBytes, _ShardBytes)
+    assert not {"raw", "_open", "verify_all", "__getstate__"} & set(vars(ForeignShardBytes))
