@@ -36,8 +36,9 @@ def unique_files(where: Path, names: list[str], label: str) -> None:
     first: dict[str, int] = {}
     for i, name in enumerate(names):
         if name in first:
-            raise ManifestError(f"{where}: {label} {i} lists the file {name!r} again (already {label} {first[name]}); "
-                                f"each file may be listed once, so {FIX}")
+            raise ManifestError(f"{where}: {label} {i} lists the file {name!r} again (already {label} {first[name]}), "
+                                "so its items would be served twice; restore the folder's index.json or write the "
+                                "folder again with its writer")
         first[name] = i
 
 
@@ -90,11 +91,15 @@ def check_offsets(path: Path, offsets: np.ndarray, expected: int, count_name: st
     if first < 4 * (count + 2) or (first != 4 * (count + 2) and not header_extra):
         raise ShardError(f"shard {path} has its first item at byte {int(offsets[0])}, not right after its offsets "
                          f"table (byte {4 * (count + 2)}): the file is corrupt")
+    if end is not None and int(offsets.max()) > end:
+        bad = int(np.argmax(offsets > end))
+        raise ShardError(f"shard {path} has item {bad} at byte {int(offsets[bad])}, past the end of its items at "
+                         f"byte {end} ({end_name} in {where}): the file is corrupt or the index does not describe it")
     steps = np.diff(offsets)
     if len(steps) and int(steps.min()) < 0:
         bad = int(np.argmax(steps < 0)) + 1
-        raise ShardError(f"shard {path} has item {bad} at byte {int(offsets[bad])}, before the item ahead of it "
-                         "(offsets must not decrease): the file is corrupt")
+        raise ShardError(f"shard {path} has item {bad} at byte {int(offsets[bad])}, before item {bad - 1} at byte "
+                         f"{int(offsets[bad - 1])} (offsets must not decrease): the file is corrupt")
     if end is not None and int(offsets[-1]) != end:
         raise ShardError(f"shard {path} has its items end at byte {int(offsets[-1])} but {where} says {end_name} "
                          f"{end}: {FIX}")
