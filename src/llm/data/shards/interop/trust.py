@@ -52,29 +52,30 @@ def check_size(path: Path, expected: int, field: str, where: Path) -> None:
         raise ShardError(f"shard {path} has {size} bytes but {where} says {field} {expected}: {FIX}")
 
 
-def _read_start(path: Path, compressed: bool, size: int) -> bytes:
-    """The first `size` uncompressed bytes of a chunk file (only they are read or decompressed)."""
-    if not compressed:
-        with open(path, "rb") as f:
-            return f.read(size)
-    import zstandard
-
-    with open(path, "rb") as f:
-        reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-        try:
-            return reader.read(size)
-        except zstandard.ZstdError as e:
-            raise ShardError(f"shard {path} does not decompress ({e}): the file is corrupt") from None
-
-
 def read_header(path: Path, compressed: bool, raw_size: int) -> np.ndarray:
-    """A chunk's offsets table (int64, count + 1 entries), checked to fit in its `raw_size` bytes."""
-    head = _read_start(path, compressed, 4)
-    count = int.from_bytes(head, "little") if len(head) == 4 else -1
-    if count < 0 or 4 * (count + 2) > raw_size:
-        raise ShardError(f"shard {path} starts with an item count {count} whose offsets table does not fit in "
-                         f"its {raw_size} bytes: the file is corrupt or not this format")
-    table = _read_start(path, compressed, 4 * (count + 2))[4:]
+    """A chunk's offsets table (int64, count + 1 entries), checked to fit in its `raw_size` bytes.
+
+    Only the header is read (one open; a zstd file is decompressed as far as the table).
+    """
+    with open(path, "rb") as f:
+        stream: Any = f
+        if compressed:
+            import zstandard
+
+            stream = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+        try:
+            head = stream.read(4)
+            count = int.from_bytes(head, "little") if len(head) == 4 else -1
+            if count < 0 or 4 * (count + 2) > raw_size:
+                raise ShardError(f"shard {path} starts with an item count {count} whose offsets table does not fit "
+                                 f"in its {raw_size} bytes: the file is corrupt or not this format")
+            table = stream.read(4 * (count + 1))
+        except ShardError:
+            raise
+        except Exception as e:  # zstandard.ZstdError: a corrupt compressed file
+            raise ShardError(f"shard {path} does not decompress ({e}): the file is corrupt") from None
+    if len(table) != 4 * (count + 1):
+        raise ShardError(f"shard {path} ends inside its offsets table: the file is truncated")
     return np.frombuffer(table, "<u4").astype(np.int64)
 
 
