@@ -205,7 +205,9 @@ def _shard_info(folder: Path, i: int, entry: Any) -> tuple[dict, ShardInfo]:
     raw_bytes = count_field(where, label, "raw_data.bytes", raw.get("bytes"))
     stored = count_field(where, label, "zip_data.bytes", info.get("bytes")) if use_zip else raw_bytes
     check_size(folder / info["basename"], stored, "zip_data.bytes" if use_zip else "raw_data.bytes", where)
-    return info, ShardInfo(file=info["basename"], bytes=stored, checksum="", items=samples,
+    hashes = info.get("hashes") or {}  # the checksum key our verified-files memo remembers
+    checksum = ",".join(f"{algo}:{value}" for algo, value in sorted(hashes.items()) if isinstance(value, str))
+    return info, ShardInfo(file=info["basename"], bytes=stored, checksum=checksum, items=samples,
                            compression="zstd" if use_zip else None, raw_bytes=raw_bytes)
 
 
