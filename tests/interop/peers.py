@@ -6,6 +6,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,30 @@ def mosaic():
     except ImportError as e:
         pytest.skip(f"mosaicml-streaming does not import here ({e})")
     return streaming
+
+
+def lit_write(out: Path, fn, n: int, **kwargs) -> Path:
+    """Write with litdata's own chunk writer, in this process (what each `litdata.optimize` worker runs,
+    then its index merge), so the fixtures take milliseconds instead of a worker pool's seconds."""
+    litdata()
+    from litdata.streaming.writer import BinaryWriter
+
+    out.mkdir(parents=True)
+    writer = BinaryWriter(str(out), **kwargs)
+    for i in range(n):
+        writer[i] = fn(i)
+    writer.done()
+    writer.merge(1)
+    return out
+
+
+def mds_write(out: Path, compression: str | None, n: int = 80) -> Path:
+    """`n` samples of every MDS column kind, written by MosaicML's MDSWriter with sha1 and xxh64 hashes."""
+    from tests.interop.samples import MDS_COLUMNS, mds_sample
+
+    streaming = mosaic()
+    with streaming.MDSWriter(out=str(out), columns=MDS_COLUMNS, compression=compression, size_limit=3000,
+                             hashes=["sha1", "xxh64"]) as writer:
+        for i in range(n):
+            writer.write(mds_sample(i))
+    return out

@@ -143,6 +143,29 @@ def test_mds_corrupt_shard_fails_its_hash(mds_raw, tmp_path):
         StreamingDataset(copy)[0]
 
 
+def test_mds_hashes_are_remembered_like_our_checksums(mds_raw, tmp_path):
+    # checked on first use, then remembered by file identity: a restart does not hash again,
+    # a file edited in place is hashed again and refused
+    import time
+
+    from llm.data.shards.format import verified
+
+    copy = tmp_path / "copy"
+    shutil.copytree(mds_raw, copy)
+    time.sleep(0.06)  # a file is remembered only once it has been quiet for 50 ms
+    ds = StreamingDataset(copy)
+    [ds[i] for i in range(len(ds))]
+    shards = ds.manifest.shards
+    assert all(s.checksum.startswith("sha1:") and verified.is_verified(copy / s.file, s.checksum) for s in shards)
+    shard = copy / shards[0].file
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    assert not verified.is_verified(shard, shards[0].checksum)
+    with pytest.raises(ShardError, match="fails its sha1 hash"):
+        StreamingDataset(copy)[0]
+
+
 # ---- our order, fingerprint and resume over foreign folders ----------------------------------
 
 
@@ -233,3 +256,12 @@ def test_foreign_items_through_spawned_workers(request, fixture):
     (batch,) = list(loader)
     key = "index" if "index" in first else "id"  # (DataLoader's default_convert turns arrays into tensors)
     assert list(batch[0]) == list(first) and [b[key] for b in batch] == [ds[i][key] for i in range(len(ds))]
+
+
+def test_peer_shard_bytes_share_our_shard_bytes():
+    # one implementation of maps, LRU, locking and pickling: the peer's class only adds its own checks
+    from llm.data.shards.format.reader import _ShardBytes
+    from llm.data.shards.interop.base import ForeignShardBytes
+
+    assert issubclass(ForeignShardBytes, _ShardBytes)
+    assert not {"raw", "_open", "verify_all", "__getstate__"} & set(vars(ForeignShardBytes))

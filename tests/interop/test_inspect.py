@@ -91,3 +91,72 @@ def test_convert_cli(mds_raw, tmp_path, capsys):
     assert len(ours) == 80 and ours[5]["text"] == theirs[5]["text"] == "doc 5"
     assert main(["convert", str(tmp_path / "ours"), str(tmp_path / "again")]) == 2
     assert "not a LitData or MosaicML MDS folder" in capsys.readouterr().err
+
+
+def test_info_describes_peer_folders(lit_tokens, mds_zstd, capsys):
+    assert main(["info", str(lit_tokens)]) == 0
+    rows = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[1:] if "  " in line.strip())
+    assert rows["format"].startswith("LitData folder") and rows["kind"] == "tokens" and rows["documents"] == "120"
+    assert rows["chunks"] == str(len(json.loads((lit_tokens / "index.json").read_text())["chunks"]))
+    assert main(["info", str(mds_zstd), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["format"] == "mds" and data["totals"]["items"] == 80 and data["raw_bytes"] > data["totals"]["bytes"]
+    assert data["details"]["columns"]["text"] == "str"
+
+
+def test_inspect_json_gives_numbers_as_numbers(ours, capsys):
+    data = _inspect(capsys, str(ours))
+    manifest = Manifest.load(ours)
+    assert data["shards"] == len(manifest.shards) and data["documents"] == 40 and data["tokens"] == data["totals"]["tokens"]
+    assert data["bytes_on_disk"] == sum(s.bytes for s in manifest.shards) < data["bytes_raw"]
+    assert data["compression"] == "zstd" and data["compression_ratio"] == pytest.approx(data["bytes_raw"] / data["bytes_on_disk"], rel=1e-3)
+    assert data["format"] == "llm" and data["format_version"] == manifest.format_version
+    numeric = {k: v for k, v in data.items() if isinstance(v, str) and v.replace(",", "").replace(".", "").isdigit()}
+    assert not numeric, numeric  # no number spelled as a string
+
+
+def test_plot_axis_suits_the_length_range(tmp_path, capsys):
+    from llm.cli.inspect import label_heights, length_axis
+
+    assert length_axis(np.full(100, 512))[0] == "linear" and len(length_axis(np.full(100, 512))[1]) == 2
+    scale, bins = length_axis(np.arange(500, 530))
+    assert scale == "linear" and list(bins) == [x - 0.5 for x in range(500, 531)]  # one bar per length
+    assert length_axis(np.array([3, 40, 900]))[0] == "log"
+    heights = label_heights([512.0, 512.0, 513.0])  # p50, p90, p99 nearly equal: still three rows
+    assert len(set(heights)) == 3 and min(np.diff(sorted(heights))) >= 0.08
+    optimize(lambda i: np.full(64, i % 300, dtype=np.int64), list(range(20)), tmp_path / "flat", num_workers=0,
+             item_loader=TokensLoader(), progress=False)
+    assert main(["inspect", str(tmp_path / "flat"), "--plot", str(tmp_path / "flat.png")]) == 0
+    assert (tmp_path / "flat.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_convert_prints_its_summary_once(tmp_path, capsys, progress):
+    from tests.interop import peers
+
+    small = peers.mds_write(tmp_path / "mds", None, n=5)  # one MDS shard: one shard of ours
+    args = ["convert", str(small), str(tmp_path / "ours"), "--num-workers", "0"]
+    assert main(args + ([] if progress else ["--no-progress"])) == 0
+    err = capsys.readouterr().err
+    assert err.count("items/s") == 1, err
+    assert "in 1 shard," in err and "1 shards" not in err
+
+
+def test_info_says_what_the_manifest_knows_of_its_sources(mds_raw, tmp_path, capsys):
+    import zstandard
+
+    from llm.data.shards.prepare.optimize_text import optimize_text
+
+    assert main(["convert", str(mds_raw), str(tmp_path / "ours"), "--num-workers", "0", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "ours")]) == 0
+    out = capsys.readouterr().out
+    assert f"converted from mds folder {mds_raw}" in out and "of text" not in out
+    src = tmp_path / "a.jsonl.zst"
+    src.write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "hello there"}\n' * 200))
+    optimize_text([str(src)], tmp_path / "text", "simple", progress=False)
+    assert main(["info", str(tmp_path / "text")]) == 0
+    out = capsys.readouterr().out
+    assert f"1 file, {src.stat().st_size} B as stored (1 compressed" in out and "of text" not in out
+    assert main(["verify", str(tmp_path / "text")]) == 0
+    assert "verify: 1 shard OK" in capsys.readouterr().out

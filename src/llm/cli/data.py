@@ -222,11 +222,52 @@ def info_lines(manifest, folder: str) -> list[str]:
     if manifest.tokenizer_backend:
         rows.append(("encoded by", manifest.tokenizer_backend.replace(",", ", ")))
     if manifest.sources:
-        text = sum(int(s.get("bytes", 0)) for s in manifest.sources)
-        rows.append(("sources", f"{len(manifest.sources):,} file(s), {_size(text)} of text"))
+        from llm.cli.inspect import sources_row
+
+        rows.append(("sources", sources_row(manifest.sources)))
     rows.append(("fingerprint", manifest.fingerprint()))
     width = max(len(k) for k, _ in rows)
     return [f"dataset {folder}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+
+
+def _info(dataset: str, as_json: bool) -> None:
+    from llm.data.shards.format.remote import load_any
+    from llm.data.shards.interop import open_peer
+
+    source = open_peer(dataset)  # a peer's folder is described from its own index, checked against its files
+    if source is not None:
+        from llm.cli.inspect import peer_info
+
+        peer_info(source, dataset, as_json)
+        return
+    manifest = load_any(dataset)  # a folder, local:, or s3://
+    if as_json:
+        data = manifest.to_json()
+        data.pop("shards")
+        print(json.dumps(data, indent=1))
+    else:
+        print("\n".join(info_lines(manifest, dataset)))
+
+
+def _verify(dataset: str) -> None:
+    from llm.cli.inspect import plural
+    from llm.data.shards.format.pread import ShardError
+    from llm.data.shards.format.remote import verify_any
+    from llm.data.shards.format.validate import ManifestError
+    from llm.data.shards.interop import open_peer
+
+    try:
+        source = open_peer(dataset)
+        if source is not None:
+            from llm.cli.inspect import peer_verify
+
+            peer_verify(source, dataset)
+            return
+    except (ShardError, ManifestError) as e:  # the peer's folder is bad: exit 1, naming the file
+        print(f"llm-data: verify: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+    manifest = verify_any(dataset)
+    print(f"verify: {plural(len(manifest.shards), 'shard')} OK in {dataset}")
 
 
 def _train_tokenizer(args: argparse.Namespace) -> None:
@@ -305,20 +346,9 @@ def _run(args: argparse.Namespace) -> None:
     elif args.command == "optimize":
         _optimize(args)
     elif args.command == "info":
-        from llm.data.shards.format.remote import load_any
-
-        manifest = load_any(args.dataset)  # a folder, local:, or s3://
-        if args.json:
-            data = manifest.to_json()
-            data.pop("shards")
-            print(json.dumps(data, indent=1))
-        else:
-            print("\n".join(info_lines(manifest, args.dataset)))
+        _info(args.dataset, args.json)
     elif args.command == "verify":
-        from llm.data.shards.format.remote import verify_any
-
-        manifest = verify_any(args.dataset)
-        print(f"verify: {len(manifest.shards)} shards OK in {args.dataset}")
+        _verify(args.dataset)
     elif args.command == "train-tokenizer":
         _train_tokenizer(args)
     elif args.command in ("inspect", "convert"):

@@ -23,6 +23,11 @@ for folders with formats read only by the peer (docs/interop.md), or to get our 
 and our block layout (blocks across shards, no per-chunk tail dropped)."""
 
 
+def plural(n: int, word: str) -> str:
+    """`1 shard`, `2 shards`, `1,000 shards`: counts in CLI output."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def add_commands(add: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
     """Register `inspect` and `convert` with llm-data's sub-command factory."""
     ins = add("inspect", "describe a dataset: totals, sizes, dtype, tokenizer, fingerprint, length percentiles",
@@ -50,14 +55,15 @@ def run(args: argparse.Namespace) -> None:
 
         summary = convert(args.src, args.dst, num_workers=args.num_workers, chunk_bytes=args.chunk_bytes,
                           compression=args.compression, mode=args.mode, progress=not args.no_progress)
-        print(f"convert: {args.src} -> {args.dst}: {summary.line()}", file=sys.stderr)
+        if args.no_progress:  # with progress on, optimize() has printed this summary already
+            print(f"convert: {args.src}: {summary.line()}", file=sys.stderr)
         return
     inspect(args.dataset, plot=args.plot, max_shards=args.shards, as_json=args.json)
 
 
 def inspect(dataset: str, plot: str | None = None, max_shards: int | None = None, as_json: bool = False) -> dict[str, Any]:
     """Print a dataset's summary (and draw `plot`); returns it as a dict."""
-    from llm.data.shards.interop.stats import collect_stats, summary_rows
+    from llm.data.shards.interop.stats import collect_stats, summary_json, summary_rows
     from llm.data.storage.paths import parse_location
 
     if max_shards is not None and max_shards < 1:
@@ -65,12 +71,11 @@ def inspect(dataset: str, plot: str | None = None, max_shards: int | None = None
     if max_shards is None and parse_location(dataset).is_object_store:
         max_shards = 16  # every measured shard is downloaded
     stats = collect_stats(dataset, max_shards=max_shards)
-    rows = summary_rows(stats)
-    data = {"dataset": dataset, **{k: v for k, v in rows}, "totals": stats.manifest.totals(),
-            "lengths": {"unit": stats.length_unit, "shards_measured": stats.shards_measured, **stats.percentiles()}}
+    data = {"dataset": dataset, **summary_json(stats)}
     if as_json:
         print(json.dumps(data, indent=1))
     else:
+        rows = summary_rows(stats)
         width = max(len(k) for k, _ in rows)
         print("\n".join([f"dataset {dataset}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]))
     if plot:
@@ -79,8 +84,28 @@ def inspect(dataset: str, plot: str | None = None, max_shards: int | None = None
     return data
 
 
+def length_axis(lengths: Any) -> tuple[str, Any]:
+    """(x scale, bin edges) for the length histogram: log across decades, linear when the range is narrow.
+
+    Nearly constant lengths on a log axis crowd their ticks into one unreadable spot.
+    """
+    import numpy as np
+
+    lo, hi = float(lengths.min()), float(lengths.max())
+    if hi < 10 * max(lo, 1):
+        if hi - lo <= 50:  # one bar per length, centred on it (one bar when all are equal)
+            return "linear", np.arange(lo - 0.5, hi + 1.0)
+        return "linear", np.linspace(lo, hi, 51)
+    return "log", np.unique(np.geomspace(max(lo, 1), hi, 50).round())
+
+
+def label_heights(values: list[float]) -> list[float]:
+    """Heights (fractions of the axis) of the percentile labels: one row each, top down, so they never overlap."""
+    return [0.97 - 0.09 * k for k in range(len(values))]
+
+
 def draw(stats: Any, path: str) -> None:
-    """Two panels: the histogram of document lengths (log x), and tokens (items) per shard."""
+    """Two panels: the histogram of document lengths (log x unless the range is narrow), and tokens (items) per shard."""
     try:
         import matplotlib
     except ImportError:
@@ -89,22 +114,29 @@ def draw(stats: Any, path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     what = "tokens" if stats.manifest.kind == "tokens" else "items"
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     lengths = stats.lengths[stats.lengths > 0]
     if len(lengths):
-        bins = np.unique(np.geomspace(max(lengths.min(), 1), max(lengths.max(), 2), 50).round())
+        scale, bins = length_axis(lengths)
         left.hist(lengths, bins=bins, color="#4c72b0")
-        left.set_xscale("log")
-        for name, value in stats.percentiles().items():
-            if name in ("p50", "p90", "p99"):
-                left.axvline(value, color="#c44e52", linestyle=":", linewidth=1)
-                left.text(value, left.get_ylim()[1] * 0.95, name, rotation=90, va="top", fontsize=8)
+        left.set_xscale(scale)
+        pct = stats.percentiles()
+        marks = [(name, pct[name]) for name in ("p50", "p90", "p99")]
+        top, (x0, x1) = left.get_ylim()[1], left.get_xlim()
+        middle = np.sqrt(x0 * x1) if scale == "log" else (x0 + x1) / 2
+        for (name, value), height in zip(marks, label_heights([v for _, v in marks])):
+            left.axvline(value, color="#c44e52", linestyle=":", linewidth=1)
+            left.text(value, top * height, f" {name} {value:,.0f} ", va="top", fontsize=8,
+                      ha="right" if value > middle else "left",  # inside the axes, on the free side of its line
+                      bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1})
     left.set_xlabel(f"{'document length' if what == 'tokens' else 'item size'} ({stats.length_unit})")
     left.set_ylabel("count")
     left.set_title(f"{len(stats.lengths):,} {'documents' if what == 'tokens' else 'items'}")
     right.bar(np.arange(len(stats.shard_counts)), stats.shard_counts, width=1.0, color="#55a868")
+    right.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # shard numbers, not 0.5 steps
     right.set_xlabel("shard")
     right.set_ylabel(f"{what} per shard")
     right.set_title(f"{len(stats.shard_counts):,} shards, {int(stats.shard_counts.sum()):,} {what}")
@@ -112,3 +144,73 @@ def draw(stats: Any, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def peer_info_lines(source, folder: str) -> list[str]:
+    """`llm-data info` of a LitData / MDS folder: what its index says, its counts checked against its files."""
+    from llm.data.shards.interop.stats import _size
+
+    m = source.manifest
+    totals = m.totals()
+    stored, raw = totals["bytes"], sum(s.raw_bytes or s.bytes for s in m.shards)
+    name = {"litdata": "LitData", "mds": "MosaicML MDS"}.get(m.foreign_format, m.foreign_format)
+    unit = "chunk" if m.foreign_format == "litdata" else "shard"
+    rows = [("format", f"{name} folder (read in place; `llm-data convert` rewrites it as ours)"),
+            ("kind", m.kind), (f"{unit}s", f"{totals['shards']:,}")]
+    if m.kind == "tokens":
+        rows += [("documents", f"{totals['documents']:,}"), ("tokens", f"{totals['tokens']:,}"), ("dtype", str(m.dtype))]
+    else:
+        rows += [("items", f"{totals['items']:,}")]
+    codecs = sorted({s.compression for s in m.shards if s.compression})
+    rows += [("on disk", f"{_size(stored)} in {plural(totals['shards'], 'file')}"),
+             ("compression", f"{', '.join(codecs)}, {_size(raw)} raw" if codecs else "none")]
+    rows += [(key.replace("_", " "), _listed(value)) for key, value in m.details.items()]
+    rows.append(("fingerprint", m.fingerprint()))
+    width = max(len(k) for k, _ in rows)
+    return [f"dataset {folder}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+
+
+def _listed(value: object) -> str:
+    """A peer's index detail as text: a list or a column -> encoding mapping, comma separated."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def peer_info(source: Any, dataset: str, as_json: bool) -> None:
+    """`llm-data info` of a LitData / MDS folder, as text or JSON."""
+    m = source.manifest
+    data = {"format": m.foreign_format, "kind": m.kind, "dtype": m.dtype, "totals": m.totals(),
+            "raw_bytes": sum(s.raw_bytes or s.bytes for s in m.shards), "details": m.details,
+            "fingerprint": m.fingerprint()}
+    print(json.dumps(data, indent=1) if as_json else "\n".join(peer_info_lines(source, dataset)))
+
+
+def peer_verify(source: Any, dataset: str) -> None:
+    """`llm-data verify` of a LitData / MDS folder: every file read and checked (raises ShardError)."""
+    source.verify()
+    m = source.manifest
+    unit = "chunk" if m.foreign_format == "litdata" else "shard"
+    checked = "sizes, counts, offsets" + (", hashes" if unit == "shard" else "")
+    checked += ", every item decoded" if m.kind == "items" else ""
+    print(f"verify: {plural(len(m.shards), unit)} OK in {dataset} ({m.foreign_format}: {checked})")
+
+
+_COMPRESSED_INPUTS = (".zst", ".zstd", ".gz", ".bz2", ".xz")
+
+
+def sources_row(sources: list[dict]) -> str:
+    """What the manifest knows of its inputs: files and their stored sizes (compressed inputs said so), or peers converted."""
+    from llm.data.shards.interop.stats import _size
+
+    peers = [s for s in sources if "format" in s and "bytes" not in s]  # `llm-data convert` records no text size
+    files = [s for s in sources if s not in peers]
+    parts = [f"converted from {s['format']} folder {s.get('path', '?')}" for s in peers]
+    if files:
+        stored = sum(int(s.get("bytes", 0)) for s in files)
+        packed = sum(str(s.get("path", "")).endswith(_COMPRESSED_INPUTS) for s in files)
+        what = f"{plural(len(files), 'file')}, {_size(stored)} as stored"
+        parts.append(what + (f" ({packed} compressed: the text itself is larger)" if packed else ""))
+    return "; ".join(parts)

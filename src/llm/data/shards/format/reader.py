@@ -131,20 +131,24 @@ class _ShardBytes:
             _unmap_pages(data)  # the check touched the tail (~64 KB mapped with fault-around): not kept per shard
             self._maps[i] = data
             return data
-        import zstandard
-
         stored = path.read_bytes()
         if self.verify or verify:
             self._verify(info, np.frombuffer(stored, np.uint8), force=verify)
-        try:
-            data = np.frombuffer(zstandard.ZstdDecompressor().decompress(stored, max_output_size=info.raw_bytes), np.uint8)
-        except zstandard.ZstdError as e:
-            raise ShardError(f"shard {path} does not decompress to its raw_bytes {info.raw_bytes} ({e})") from None
+        data = self._decompress(info, stored)
         self._check_layout(info, data)
         self._decompressed[i] = data
         while len(self._decompressed) > self._cache_shards:
             self._decompressed.popitem(last=False)
         return data
+
+    def _decompress(self, info: ShardInfo, stored: bytes) -> np.ndarray:
+        """A compressed shard's raw bytes (one zstd frame of `raw_bytes`; peers' folders override it)."""
+        import zstandard
+
+        try:
+            return np.frombuffer(zstandard.ZstdDecompressor().decompress(stored, max_output_size=info.raw_bytes), np.uint8)
+        except zstandard.ZstdError as e:
+            raise ShardError(f"shard {self.folder / info.file} does not decompress to its raw_bytes {info.raw_bytes} ({e})") from None
 
     @contextmanager
     def pinned_descriptors(self, shards: list[int]) -> Iterator[list[int]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from llm.data.shards.interop.base import ForeignManifest, ForeignSource
 
-__all__ = ["ForeignManifest", "ForeignSource", "detect_format", "open_foreign"]
+__all__ = ["ForeignManifest", "ForeignSource", "detect_format", "open_foreign", "open_peer"]
 
 
 def _read_index(folder: Path) -> dict | None:
@@ -58,3 +58,11 @@ def open_foreign(folder: str | Path) -> ForeignSource | None:
     from llm.data.shards.interop.mds import open_mds
 
     return open_mds(folder, data)
+
+
+def open_peer(dataset: str | Path) -> ForeignSource | None:
+    """The peer folder a CLI argument names, or None: ours, remote (s3://, local:) or not a dataset."""
+    from llm.data.storage.paths import parse_location
+
+    location = parse_location(str(dataset))
+    return None if location.is_remote else open_foreign(location.local_path())

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.shards.format import verified
 from llm.data.shards.format.manifest import Manifest, ShardInfo
-from llm.data.shards.format.reader import ShardError, TokenReader
+from llm.data.shards.format.reader import ShardError, TokenReader, _ShardBytes
+from llm.data.shards.format.validate import ManifestError
 
 
 @dataclass
@@ -50,99 +49,60 @@ def zstd_decompress(data: bytes, raw_size: int | None = None) -> bytes:
     return out
 
 
-# Optional per-shard check: (shard index, stored bytes) -> None or raise ShardError.
-Checker = Callable[[int, bytes], None]
+# Optional per-shard check of a file's stored bytes (the peer's own hashes): raise ShardError.
+Checker = Callable[[ShardInfo, bytes], None]
 
 
-class ForeignShardBytes:
-    """Shard files by index, the interface `TokenReader` / our readers use (`raw(i)`, `shards`).
+class ForeignShardBytes(_ShardBytes):
+    """A peer's shard files by index: our `_ShardBytes` (maps, LRU, descriptors), with the peer's checks.
 
-    Stored raw: a memory map. Compressed (zstd): decompressed whole, kept in a small LRU.
+    Stored raw: a memory map. Compressed (zstd, possibly several frames): decompressed whole.
     Sizes are checked up front; `check` (the peer's own hashes, when its index has them) runs
-    the first time a process opens a shard when `verify` is on.
+    the first time a process opens a shard when `verify` is on. The peer's offsets tables were
+    checked against its index when the folder was opened (trust.py).
     """
 
-    keep_views = True
+    # A peer's tokens start after its offsets table, not at byte 0: TokenReader's pread path (which
+    # looks this attribute up) would read the header as tokens, so reads go through the maps.
+    pinned_descriptors = None
 
     def __init__(self, folder: Path, manifest: ForeignManifest, verify: bool = True,
                  check: Checker | None = None, cache_shards: int = 4):
-        self.folder, self.shards, self.verify, self.check = folder, manifest.shards, verify, check
-        self._maps: dict[int, np.ndarray] = {}
-        self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._cache_shards = cache_shards
-        self._lock = threading.Lock()
-        for info in self.shards:
-            self._check_size(info)
+        self.check = check
+        super().__init__(folder, manifest, verify, cache_shards)
 
-    def _check_size(self, info: ShardInfo) -> None:
+    def _verify(self, info: ShardInfo, data: np.ndarray | None = None, force: bool = False) -> None:
+        """The peer's hashes, skipped (like our checksums) when this very file passed them here before.
+
+        `info.checksum` names the hashes the index states (MDS: `sha1:...,xxh64:...`); files
+        without one (LitData) have nothing to check or remember.
+        """
+        if self.check is None:
+            return
         path = self.folder / info.file
-        try:
-            size = os.stat(path).st_size
-        except FileNotFoundError:
-            raise ShardError(f"shard {path} is missing (listed in {self.folder / 'index.json'})") from None
-        if size != info.bytes:
-            raise ShardError(f"shard {path} has {size} bytes, its index says {info.bytes}: the file is corrupt or was rewritten")
+        key = info.checksum
+        if key and not force and self.verify != "always" and verified.is_verified(path, key):
+            return
+        before = verified.identity(path)
+        self.check(info, data.tobytes() if data is not None else path.read_bytes())
+        if key:
+            verified.remember(path, key, before)
 
-    def raw(self, i: int) -> np.ndarray:
-        """Shard i's uncompressed bytes as a uint8 array."""
-        data = self._maps.get(i)
-        if data is not None:
-            return data
-        with self._lock:
-            return self._open(i)
+    def _check_layout(self, info: ShardInfo, data: np.ndarray, deep: bool = False) -> None:
+        if len(data) != info.raw_bytes:
+            raise ShardError(f"shard {self.folder / info.file} holds {len(data)} bytes uncompressed but its index "
+                             f"says {info.raw_bytes}: the file is corrupt or the index does not describe it")
 
-    def _open(self, i: int, verify: bool = False) -> np.ndarray:
-        if i in self._maps:
-            return self._maps[i]
-        if i in self._decompressed:
-            self._decompressed.move_to_end(i)
-            return self._decompressed[i]
-        info = self.shards[i]
-        path = self.folder / info.file
-        if info.compression is None:
-            if (self.verify or verify) and self.check is not None:
-                self.check(i, path.read_bytes())
-            data = np.memmap(path, dtype=np.uint8, mode="r") if info.bytes else np.zeros(0, np.uint8)
-            self._maps[i] = data
-            return data
-        stored = path.read_bytes()
-        if (self.verify or verify) and self.check is not None:
-            self.check(i, stored)
+    def _decompress(self, info: ShardInfo, stored: bytes) -> np.ndarray:
         try:
-            data = np.frombuffer(zstd_decompress(stored, info.raw_bytes or None), np.uint8)
+            return np.frombuffer(zstd_decompress(stored, info.raw_bytes), np.uint8)
         except ShardError as e:
-            raise ShardError(f"shard {path}: {e}") from None
+            raise ShardError(f"shard {self.folder / info.file}: {e}") from None
         except Exception as e:  # zstandard.ZstdError and friends: a corrupt file
-            raise ShardError(f"shard {path} does not decompress ({e})") from None
-        self._decompressed[i] = data
-        while len(self._decompressed) > self._cache_shards:
-            self._decompressed.popitem(last=False)
-        return data
-
-    def release_pages(self, shards: set[int]) -> None:
-        """Nothing kept mapped matters here: foreign shards are small; the page cache keeps them."""
+            raise ShardError(f"shard {self.folder / info.file} does not decompress ({e})") from None
 
     def release(self) -> None:
         """The remote-cache pin of our own shards; foreign folders are local."""
-
-    def verify_all(self) -> None:
-        """Every shard's size, and the peer's hashes where its index has them."""
-        for i, info in enumerate(self.shards):
-            self._check_size(info)
-            with self._lock:
-                self._maps.pop(i, None)
-                self._decompressed.pop(i, None)
-                self._open(i, verify=True)
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_maps"], state["_decompressed"] = {}, OrderedDict()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
 
 # (raw shard bytes, shard index) -> (tokens view, document ends in tokens, uint64)
@@ -213,3 +173,26 @@ class ForeignSource:
     def item_sizes(self, shard: int) -> np.ndarray:
         """Stored size of each item / document of one shard (bytes, or tokens for token data)."""
         raise NotImplementedError
+
+    def shard_files(self, verify: bool) -> ForeignShardBytes:  # pragma: no cover - abstract
+        """The folder's shard files by index (`verify`: the peer's hashes on first use)."""
+        raise NotImplementedError
+
+    def verify(self) -> None:
+        """`llm-data verify`: every shard's size, header and (where the peer has them) hashes; every item decodes.
+
+        Sizes, counts and offsets tables were checked when the folder was opened; this reads every
+        file, checks its hashes and decompressed size, and decodes each item (raises ShardError).
+        """
+        files = self.shard_files(True)
+        files.verify_all()
+        if self.manifest.kind == "tokens":
+            return
+        try:
+            reader = self.item_reader(verify=False)  # the files were verified just above
+        except (ManifestError, ShardError):
+            raise
+        except ValueError:
+            return  # leaves only litdata itself decodes: the files and their layout are all we can check
+        for i in range(reader.total):
+            reader.get(i)

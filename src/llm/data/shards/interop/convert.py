@@ -8,6 +8,8 @@ types, ...) are read through `litdata` itself when it is installed.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,10 +30,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _opened(folder: str) -> Any:
+    """The folder opened (its index checked against every file) once per worker process, not once per shard."""
+    index = os.stat(Path(folder) / "index.json")
+    return _open_cached(folder, index.st_mtime_ns, index.st_size)  # a rewritten index is opened (checked) again
+
+
+@functools.lru_cache(maxsize=4)
+def _open_cached(folder: str, mtime_ns: int, size: int) -> Any:
+    return open_foreign(folder)
+
+
 def _documents(job: tuple[str, int]) -> Iterator[np.ndarray]:
     folder, shard = job
-    source = open_foreign(folder)
-    tokens, ends = source.token_layout(source._files(False).raw(shard), shard)  # type: ignore[union-attr]
+    source = _opened(folder)
+    tokens, ends = source.token_layout(source.shard_files(False).raw(shard), shard)  # type: ignore[union-attr]
     start = 0
     for end in ends.astype(np.int64).tolist():
         yield np.array(tokens[start:end], dtype=np.int64)
@@ -40,7 +53,7 @@ def _documents(job: tuple[str, int]) -> Iterator[np.ndarray]:
 
 def _items(job: tuple[str, int, bool]) -> Iterator[Any]:
     folder, shard, through_litdata = job
-    source = open_foreign(folder)
+    source = _opened(folder)
     first = sum(s.items for s in source.manifest.shards[:shard])  # type: ignore[union-attr]
     count = source.manifest.shards[shard].items  # type: ignore[union-attr]
     if through_litdata:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.shards.format.manifest import ShardInfo
+from llm.data.shards.format.pread import ShardError
 from llm.data.shards.format.validate import ManifestError
 from llm.data.shards.interop.base import (
     ForeignItemReader,
@@ -29,6 +30,17 @@ from llm.data.shards.interop.base import (
     file_digest,
 )
 from llm.data.shards.interop.litdata_codecs import leaf_decoder, token_dtype, unflatten
+from llm.data.shards.interop.trust import (
+    DECODE_ERRORS,
+    FIX,
+    check_item_span,
+    check_offsets,
+    check_size,
+    count_field,
+    decode_error,
+    read_header,
+    unique_files,
+)
 
 ARROW_MAGIC = b"LDARW01\0"
 _CONVERT = "rewrite it with `llm-data convert SRC DST` (reads through litdata itself) and stream DST"
@@ -42,6 +54,53 @@ def is_litdata_index(data: Any) -> bool:
 def _header(raw: np.ndarray) -> tuple[int, np.ndarray]:
     n = int(raw[:4].view("<u4")[0])
     return n, raw[4 : 4 * (n + 2)].view("<u4")
+
+
+def _chunk_info(folder: Path, i: int, chunk: Any, kind: str, dtype: np.dtype | None) -> ShardInfo:
+    """Chunk i of the index as a ShardInfo, its counts checked to be counts."""
+    where = folder / "index.json"
+    if not isinstance(chunk, dict):
+        raise ManifestError(f"{where}: chunk {i} is {chunk!r}, not an object with filename, chunk_size and chunk_bytes")
+    name = chunk.get("filename")
+    if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+        raise ManifestError(f"{where}: chunk {i} has filename {name!r}")
+    compressed = name.endswith(".zstd.bin")
+    path = folder / name
+    if compressed and not path.exists() and (folder / name.replace(".zstd.bin", ".bin")).exists():
+        # LitData's own reader, given a local folder, decompresses each chunk in place.
+        name, compressed = name.replace(".zstd.bin", ".bin"), False
+        path = folder / name
+    count = count_field(where, f"chunk {i} ({name})", "chunk_size", chunk.get("chunk_size"))
+    raw_bytes = count_field(where, f"chunk {i} ({name})", "chunk_bytes", chunk.get("chunk_bytes"))
+    tokens = count_field(where, f"chunk {i} ({name})", "dim", chunk.get("dim")) if kind == "tokens" else 0
+    if compressed:
+        if not path.is_file():
+            raise ShardError(f"shard {path} is missing (listed in {where}); restore it or write the folder again")
+        on_disk = path.stat().st_size
+    else:
+        check_size(path, raw_bytes, "chunk_bytes", where)
+        on_disk = raw_bytes
+    return ShardInfo(
+        file=name, bytes=on_disk, checksum="", documents=count if kind == "tokens" else 0,
+        tokens=tokens, items=0 if kind == "tokens" else count,
+        dtype=dtype.name if dtype is not None else None, compression="zstd" if compressed else None,
+        raw_bytes=raw_bytes,
+    )
+
+
+def _check_chunk(folder: Path, info: ShardInfo, dtype: np.dtype | None) -> None:
+    """A chunk's offsets table against chunk_size, chunk_bytes and (tokens) dim."""
+    where, path = folder / "index.json", folder / info.file
+    offsets = read_header(path, info.compression is not None, info.raw_bytes)
+    count = info.documents if dtype is not None else info.items
+    arrow = dtype is None and count > 0 and int(offsets[-1]) == int(offsets[0])  # rows in an Arrow footer
+    check_offsets(path, offsets, count, "chunk_size", None if arrow else info.raw_bytes, "chunk_bytes", where)
+    if dtype is None:
+        return
+    size = int(offsets[-1] - offsets[0])
+    if size != info.tokens * dtype.itemsize or np.any(np.diff(offsets) % dtype.itemsize):
+        raise ShardError(f"shard {path} holds {size // dtype.itemsize} tokens of {dtype.name} but {where} says "
+                         f"dim {info.tokens}: {FIX}")
 
 
 class LitDataSource(ForeignSource):
@@ -60,26 +119,10 @@ class LitDataSource(ForeignSource):
         self.formats = list(config.get("data_format") or [])
         kind = "tokens" if config["item_loader"] == "TokensLoader" else "items"
         dtype = token_dtype(self.formats[0]) if kind == "tokens" else None
-        shards = []
-        for i, chunk in enumerate(data["chunks"]):
-            name = chunk.get("filename")
-            if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
-                raise ManifestError(f"{where}: chunk {i} has filename {name!r}")
-            compressed = name.endswith(".zstd.bin")
-            path = folder / name
-            if compressed and not path.exists() and (folder / name.replace(".zstd.bin", ".bin")).exists():
-                # LitData's own reader, given a local folder, decompresses each chunk in place.
-                name, compressed = name.replace(".zstd.bin", ".bin"), False
-                path = folder / name
-            on_disk = path.stat().st_size if compressed and path.exists() else int(chunk.get("chunk_bytes") or 0)
-            count = int(chunk.get("chunk_size") or 0)
-            tokens = int(chunk.get("dim") or 0) if kind == "tokens" else 0
-            shards.append(ShardInfo(
-                file=name, bytes=on_disk, checksum="", documents=count if kind == "tokens" else 0,
-                tokens=tokens, items=0 if kind == "tokens" else count,
-                dtype=dtype.name if dtype is not None else None, compression="zstd" if compressed else None,
-                raw_bytes=int(chunk.get("chunk_bytes") or 0) if compressed else on_disk,
-            ))
+        shards = [_chunk_info(folder, i, chunk, kind, dtype) for i, chunk in enumerate(data["chunks"])]
+        unique_files(where, [s.file for s in shards], "chunk")
+        for info in shards:  # before anything is served: each chunk's header against its index entry
+            _check_chunk(folder, info, dtype)
         manifest = ForeignManifest(
             kind=kind, shards=shards, dtype=dtype.name if dtype is not None else None,
             foreign_format="litdata", index_digest=file_digest(where),
@@ -95,7 +138,7 @@ class LitDataSource(ForeignSource):
         # Decoders are closures and tables are big: worker processes rebuild them on first use.
         return {**self.__dict__, "_decoders": None, "_unflatten": None, "_arrow": None}
 
-    def _files(self, verify: bool) -> ForeignShardBytes:
+    def shard_files(self, verify: bool) -> ForeignShardBytes:
         return ForeignShardBytes(self.folder, self.manifest, verify)
 
     # ---- tokens ----------------------------------------------------------------------------
@@ -116,16 +159,33 @@ class LitDataSource(ForeignSource):
         # LitData's TokensLoader: block i lies inside one chunk; each chunk's tail shorter than a
         # block is never served. Keep exactly those tokens, so our block i is their ds[i].
         counts = [s.tokens // block_size * block_size for s in self.manifest.shards]
-        return ForeignTokenReader(self.manifest, self._files(verify), self.token_layout, counts)
+        return ForeignTokenReader(self.manifest, self.shard_files(verify), self.token_layout, counts)
 
     # ---- items -----------------------------------------------------------------------------
 
     def decode_item(self, raw: np.ndarray, local: int, shard: int) -> Any:
         """Item `local` of chunk `shard`, as LitData's PyTreeLoader returns it."""
-        if raw[-8:].tobytes() == ARROW_MAGIC:
-            if self._arrow is None or self._arrow[0] != shard:
-                self._arrow = (shard, self._arrow_table(raw))
-            return self._arrow[1].slice(local, 1).to_pylist()[0]
+        path = self.folder / self.manifest.shards[shard].file
+        try:
+            if raw[-8:].tobytes() == ARROW_MAGIC:
+                return self._arrow_row(raw, local, shard)
+            return self._tree_item(raw, local, path)
+        except ShardError:
+            raise
+        except DECODE_ERRORS as e:  # a leaf that does not decode as data_format says: the file or index lies
+            raise decode_error(path, local, "its leaves", e) from None
+
+    def _arrow_row(self, raw: np.ndarray, local: int, shard: int) -> Any:
+        if self._arrow is None or self._arrow[0] != shard:
+            table = self._arrow_table(raw)
+            info = self.manifest.shards[shard]
+            if table.num_rows != info.items:
+                raise ShardError(f"shard {self.folder / info.file} holds {table.num_rows} rows but "
+                                 f"{self.folder / 'index.json'} says chunk_size {info.items}: {FIX}")
+            self._arrow = (shard, table)
+        return self._arrow[1].slice(local, 1).to_pylist()[0]
+
+    def _tree_item(self, raw: np.ndarray, local: int, path: Path) -> Any:
         if self._decoders is None:
             self._decoders = [leaf_decoder(f) for f in self.formats]
             self._unflatten = unflatten(self.config["data_spec"])
@@ -133,6 +193,7 @@ class LitDataSource(ForeignSource):
         data = raw[int(offsets[local]) : int(offsets[local + 1])].tobytes()
         k = len(self._decoders)
         sizes = struct.unpack_from(f"<{k}I", data, 0)
+        check_item_span(path, local, 4 * k + sum(sizes), len(data))
         leaves, pos = [], 4 * k
         for size, decode in zip(sizes, self._decoders):
             leaves.append(decode(data[pos : pos + size]))
@@ -153,10 +214,10 @@ class LitDataSource(ForeignSource):
             return super().item_reader(verify)
         for f in self.formats:  # a format we cannot decode is refused now, not at step 10,000
             leaf_decoder(f)
-        return ForeignItemReader(self._files(verify), self.decode_item)
+        return ForeignItemReader(self.shard_files(verify), self.decode_item)
 
     def item_sizes(self, shard: int) -> np.ndarray:
-        raw = self._files(False).raw(shard)
+        raw = self.shard_files(False).raw(shard)
         _, offsets = _header(raw)
         sizes = np.diff(offsets.astype(np.int64))
         return sizes // self.dtype.itemsize if self.manifest.kind == "tokens" else sizes

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.shards.format.manifest import ShardInfo
-from llm.data.shards.format.reader import ShardError
+from llm.data.shards.format.pread import ShardError
 from llm.data.shards.format.validate import ManifestError
 from llm.data.shards.interop.base import (
     ForeignItemReader,
@@ -29,6 +29,17 @@ from llm.data.shards.interop.base import (
     ForeignShardBytes,
     ForeignSource,
     file_digest,
+)
+from llm.data.shards.interop.trust import (
+    DECODE_ERRORS,
+    FIX,
+    check_item_span,
+    check_offsets,
+    check_size,
+    count_field,
+    decode_error,
+    read_header,
+    unique_files,
 )
 
 _SHAPE_DTYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "uint64"}
@@ -141,6 +152,65 @@ def _hash(algo: str, data: bytes) -> str:
     return hashlib.new(algo, data).hexdigest()
 
 
+def _fixed_size(encoding: str) -> int | None:
+    """Bytes of every value of a fixed-size encoding (None: sized per sample), as MosaicML's `size`."""
+    name, _, config = encoding.partition(":")
+    if name == "int":
+        return 8
+    if name in _SCALARS and not config:
+        return np.dtype(name).itemsize
+    args = config.split(":")
+    if name == "ndarray" and len(args) == 2:
+        return int(np.prod([int(x) for x in args[1].split(",")])) * np.dtype(args[0]).itemsize
+    return None
+
+
+def _check_columns(where: Path, i: int, entry: dict) -> None:
+    """Names, encodings and sizes line up, and each fixed size is its encoding's (a changed encoding is caught)."""
+    names, encodings, sizes = entry.get("column_names"), entry.get("column_encodings"), entry.get("column_sizes")
+    if not all(isinstance(x, list) for x in (names, encodings, sizes)) or not len(names) == len(encodings) == len(sizes):
+        raise ManifestError(f"{where}: shard {i} needs column_names, column_encodings and column_sizes lists of one "
+                            f"length; {FIX}")
+    for name, encoding, size in zip(names, encodings, sizes):
+        try:
+            column_decoder(encoding)
+            expected = _fixed_size(encoding)
+        except (ValueError, TypeError, AttributeError):
+            raise ManifestError(f"{where}: shard {i} column {name!r} has encoding {encoding!r}, not one MosaicML "
+                                f"Streaming defines; {FIX}") from None
+        if size != expected:
+            raise ManifestError(f"{where}: shard {i} column {name!r} has encoding {encoding!r} (values of "
+                                f"{expected or 'any'} bytes) but column_sizes says {size}; {FIX}")
+
+
+def _shard_info(folder: Path, i: int, entry: Any) -> tuple[dict, ShardInfo]:
+    """(the file entry read: raw_data or zip_data, the ShardInfo) of shard i, its fields checked."""
+    where = folder / "index.json"
+    if not isinstance(entry, dict) or entry.get("format") != "mds":
+        got = entry.get("format") if isinstance(entry, dict) else entry
+        raise ManifestError(f"{where}: shard {i} has format {got!r}; only 'mds' is read (xsv/json: convert with MosaicML first)")
+    compression = entry.get("compression")
+    if compression and not str(compression).startswith("zstd"):
+        raise ManifestError(f"{where}: shard {i} is compressed with {compression!r}; only zstd is read")
+    raw, zipped = entry["raw_data"], entry.get("zip_data")
+    for name in (raw["basename"], *([zipped["basename"]] if zipped else [])):
+        if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+            raise ManifestError(f"{where}: shard {i} names the file {name!r}; only files of this folder are read")
+    _check_columns(where, i, entry)
+    # Prefer the raw file when it is there (memory-mapped); else the compressed one.
+    use_zip = bool(zipped) and not (folder / raw["basename"]).exists()
+    info = zipped if use_zip else raw
+    label = f"shard {i} ({raw['basename']})"
+    samples = count_field(where, label, "samples", entry.get("samples"))
+    raw_bytes = count_field(where, label, "raw_data.bytes", raw.get("bytes"))
+    stored = count_field(where, label, "zip_data.bytes", info.get("bytes")) if use_zip else raw_bytes
+    check_size(folder / info["basename"], stored, "zip_data.bytes" if use_zip else "raw_data.bytes", where)
+    hashes = info.get("hashes") or {}  # the checksum key our verified-files memo remembers
+    checksum = ",".join(f"{algo}:{value}" for algo, value in sorted(hashes.items()) if isinstance(value, str))
+    return info, ShardInfo(file=info["basename"], bytes=stored, checksum=checksum, items=samples,
+                           compression="zstd" if use_zip else None, raw_bytes=raw_bytes)
+
+
 class MDSSource(ForeignSource):
     """An MDS folder: every shard an item shard, a sample a dict of columns, as their `ds[i]`."""
 
@@ -148,24 +218,15 @@ class MDSSource(ForeignSource):
         where = folder / "index.json"
         self.entries, shards, self.files_info = [], [], []
         for i, entry in enumerate(data["shards"]):
-            if entry.get("format") != "mds":
-                raise ManifestError(f"{where}: shard {i} has format {entry.get('format')!r}; only 'mds' is read (xsv/json: convert with MosaicML first)")
-            compression = entry.get("compression")
-            if compression and not str(compression).startswith("zstd"):
-                raise ManifestError(f"{where}: shard {i} is compressed with {compression!r}; only zstd is read")
-            raw, zipped = entry["raw_data"], entry.get("zip_data")
-            # Prefer the raw file when it is there (memory-mapped); else the compressed one.
-            use_zip = bool(zipped) and not (folder / raw["basename"]).exists()
-            info = zipped if use_zip else raw
-            for name in (raw["basename"], *([zipped["basename"]] if zipped else [])):
-                if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
-                    raise ManifestError(f"{where}: shard {i} names the file {name!r}; only files of this folder are read")
+            info, shard = _shard_info(folder, i, entry)
             self.entries.append(entry)
             self.files_info.append(info)
-            shards.append(ShardInfo(
-                file=info["basename"], bytes=int(info["bytes"]), checksum="", items=int(entry["samples"]),
-                compression="zstd" if use_zip else None, raw_bytes=int(raw["bytes"]),
-            ))
+            shards.append(shard)
+        unique_files(where, [e["raw_data"]["basename"] for e in self.entries], "shard")
+        for shard in shards:  # before anything is served: each header against its index entry
+            offsets = read_header(folder / shard.file, shard.compression is not None, shard.raw_bytes)
+            check_offsets(folder / shard.file, offsets, shard.items, "samples", shard.raw_bytes, "raw_data.bytes", where,
+                          header_extra=True)
         columns = {(tuple(e["column_names"]), tuple(e["column_encodings"])) for e in self.entries}
         first = self.entries[0] if self.entries else {"column_names": [], "column_encodings": []}
         manifest = ForeignManifest(
@@ -174,24 +235,28 @@ class MDSSource(ForeignSource):
                      "column_sets": len(columns)},
         )
         super().__init__(manifest, folder)
+        self._by_file = {info["basename"]: info for info in self.files_info}
         self._decoders: dict[int, list] = {}
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_decoders": {}}  # closures: worker processes rebuild them on first use
 
-    def _check(self, i: int, stored: bytes) -> None:
-        for algo, expected in (self.files_info[i].get("hashes") or {}).items():
+    def _check(self, info: ShardInfo, stored: bytes) -> None:
+        """The peer's own hashes (sha1, xxh64, ...) of the file read, where its index has them."""
+        entry = self._by_file[info.file]
+        for algo, expected in (entry.get("hashes") or {}).items():
             actual = _hash(algo, stored)
             if actual != expected:
-                raise ShardError(f"shard {self.folder / self.files_info[i]['basename']} fails its {algo} hash "
+                raise ShardError(f"shard {self.folder / info.file} fails its {algo} hash "
                                  f"({actual} != {expected}): the file is corrupt")
 
-    def _files(self, verify: bool) -> ForeignShardBytes:
+    def shard_files(self, verify: bool) -> ForeignShardBytes:
         return ForeignShardBytes(self.folder, self.manifest, verify, check=self._check)
 
     def decode_item(self, raw: np.ndarray, local: int, shard: int) -> dict[str, Any]:
         """Sample `local` of shard `shard`: a dict of its columns."""
         entry = self.entries[shard]
+        path = self.folder / self.manifest.shards[shard].file
         decoders = self._decoders.get(shard)
         if decoders is None:
             decoders = self._decoders[shard] = [column_decoder(e) for e in entry["column_encodings"]]
@@ -204,9 +269,13 @@ class MDSSource(ForeignSource):
             else:
                 sizes.append(int.from_bytes(data[i : i + 4], "little"))
                 i += 4
+        check_item_span(path, local, i + sum(sizes), len(data))
         sample = {}
-        for name, decode, size in zip(entry["column_names"], decoders, sizes):
-            sample[name] = decode(data[i : i + size])
+        for name, encoding, decode, size in zip(entry["column_names"], entry["column_encodings"], decoders, sizes):
+            try:
+                sample[name] = decode(data[i : i + size])
+            except DECODE_ERRORS as e:  # the bytes are not what the column's encoding says
+                raise decode_error(path, local, f"column {name!r} ({encoding})", e) from None
             i += size
         return sample
 
@@ -214,10 +283,10 @@ class MDSSource(ForeignSource):
         for entry in self.entries:  # an unknown encoding is refused now, not at step 10,000
             for encoding in entry["column_encodings"]:
                 column_decoder(encoding)
-        return ForeignItemReader(self._files(verify), self.decode_item)
+        return ForeignItemReader(self.shard_files(verify), self.decode_item)
 
     def item_sizes(self, shard: int) -> np.ndarray:
-        raw = self._files(False).raw(shard)
+        raw = self.shard_files(False).raw(shard)
         n = int(raw[:4].view("<u4")[0])
         return np.diff(raw[4 : 4 * (n + 2)].view("<u4").astype(np.int64))
 

@@ -132,6 +132,26 @@ def summary_rows(stats: DatasetStats) -> list[tuple[str, str]]:
     return rows
 
 
+def summary_json(stats: DatasetStats) -> dict:
+    """`llm-data inspect --json`: the same facts as `summary_rows`, numbers as numbers (no formatting)."""
+    m = stats.manifest
+    totals = m.totals()
+    raw = sum(s.raw_bytes or s.bytes for s in m.shards)
+    codecs = sorted({s.compression for s in m.shards if s.compression})
+    counts = {k: totals[k] for k in (("tokens", "documents") if m.kind == "tokens" else ("items",))}
+    return {
+        "format": stats.foreign or "llm", "format_version": None if stats.foreign else m.format_version,
+        "kind": m.kind, "shards": totals["shards"], **counts,
+        "bytes_on_disk": totals["bytes"], "bytes_raw": raw,
+        "compression": ", ".join(codecs) if codecs else None,
+        "compression_ratio": round(raw / max(totals["bytes"], 1), 4),
+        "dtype": m.dtype, "tokenizer": dict(m.tokenizer) if m.tokenizer else None,
+        "details": dict(getattr(m, "details", None) or {}), "fingerprint": m.fingerprint(),
+        "totals": totals,
+        "lengths": {"unit": stats.length_unit, "shards_measured": stats.shards_measured, **stats.percentiles()},
+    }
+
+
 def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":

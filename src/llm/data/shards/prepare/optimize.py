@@ -71,7 +71,7 @@ class OptimizeSummary:
         parts = [f"{self.documents:,} documents" if self.tokens else f"{self.items:,} items"]
         if self.tokens:
             parts.append(f"{self.tokens:,} tokens")
-        parts.append(f"{self.bytes / 1e6:,.1f} MB in {self.shards} shards")
+        parts.append(f"{self.bytes / 1e6:,.1f} MB in {self.shards} shard{'' if self.shards == 1 else 's'}")
         parts.append(f"{self.seconds:.1f} s")
         rate = f"{self.tokens / secs / 1e6:,.2f} M tokens/s" if self.tokens else f"{self.items / secs:,.0f} items/s"
         if self.stats.get("input_bytes"):
