@@ -26,6 +26,7 @@ from llm.data.storage.s3 import (
     S3Config,
     StorageError,
     _client,
+    http_status,
     resolve_config,
     with_retries,
 )
@@ -89,7 +90,7 @@ def _forbidden_as_denied(error: Exception) -> Exception:
     """obstore reports a 403 on a list as a generic error: make it the access-denied one explain() words."""
     from obstore import exceptions as ox
 
-    if isinstance(error, ox.GenericError) and "status code: 403" in str(error):
+    if isinstance(error, ox.GenericError) and http_status(error) == 403:
         return ox.PermissionDeniedError(str(error))
     return error
 
@@ -117,7 +118,7 @@ def head_object(config: S3Config, key: str) -> RemoteObject | None:
         try:
             return _meta(config, obstore.head(_client(config), key))
         except Exception as e:  # a HEAD answer has no body: some stores' 404s come as generic errors
-            if isinstance(e, ox.NotFoundError) or "status code: 404" in str(e):
+            if isinstance(e, (FileNotFoundError, ox.NotFoundError)) or http_status(e) == 404:
                 return None
             raise _forbidden_as_denied(e) from None
 

@@ -34,7 +34,11 @@ class StorageError(OSError):
 
 
 class ObjectNotFound(StorageError, FileNotFoundError):
-    """The bucket or the object does not exist."""
+    """The object (or the bucket, see BucketNotFound) does not exist."""
+
+
+class BucketNotFound(ObjectNotFound):
+    """The bucket itself does not exist: callers that treat a missing object as "empty" must not."""
 
 
 @dataclass(frozen=True)
@@ -117,15 +121,30 @@ def _client(config: S3Config) -> Any:
     return store
 
 
-_STATUS = re.compile(r"status code: (\d{3})")
+_STATUS = re.compile(r"non-2xx status code: (\d{3})")  # obstore's wording; a key in its URL is %-encoded
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 
 
+def http_status(error: BaseException) -> int | None:
+    """The HTTP status of a failed request, or None when no answer came (refused, reset, timed out)."""
+    found = _STATUS.search(str(error))
+    return int(found.group(1)) if found else None
+
+
+def s3_error_code(error: BaseException) -> str | None:
+    """The S3 error code (`NoSuchBucket`, `NoSuchKey`, ...) from the response body obstore quotes.
+
+    obstore exposes neither the status nor the body as attributes, only in its text; this reads the
+    protocol's `<Code>` element, never the message's words (which hold the user's URL).
+    """
+    found = _CODE.search(str(error))
+    return found.group(1) if found else None
+
+
 def _summary(error: BaseException) -> str:
-    text = str(error)
-    status, code = _STATUS.search(text), _CODE.search(text)
+    text, status, code = str(error), http_status(error), s3_error_code(error)
     if status:
-        return f"HTTP {status.group(1)}" + (f" {code.group(1)}" if code else "")
+        return f"HTTP {status}" + (f" {code}" if code else "")
     for kind in ("Connect", "Timeout", "Request", "Body", "Decode"):
         if f"kind: {kind}" in text:
             return {"Connect": "connection failed", "Timeout": "timed out"}.get(kind, f"{kind.lower()} error")
@@ -142,9 +161,8 @@ def is_transient(error: BaseException) -> bool:
         return False
     if not isinstance(error, ox.BaseError):
         return isinstance(error, (ConnectionError, TimeoutError))
-    status = _STATUS.search(str(error))
-    if status:
-        code = int(status.group(1))
+    code = http_status(error)
+    if code is not None:
         return code >= 500 or code in (408, 429)
     return True  # no status: the connection failed, was reset or timed out
 
@@ -160,9 +178,9 @@ def explain(error: BaseException, config: S3Config, key: str, action: str, attem
             f"access denied ({what}) to {url} at {config.where}: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
             "(or AWS_PROFILE, ~/.aws/credentials, storage_options) and the bucket's permissions"
         )
-    if isinstance(error, ox.NotFoundError) or "HTTP 404" in what:
-        if "NoSuchBucket" in str(error):
-            return ObjectNotFound(
+    if isinstance(error, (FileNotFoundError, ox.NotFoundError)) or http_status(error) == 404:
+        if s3_error_code(error) == "NoSuchBucket":
+            return BucketNotFound(
                 f"bucket {config.bucket!r} does not exist at {config.where} (while reading {url}): "
                 "check the bucket name and the endpoint (AWS_ENDPOINT_URL)"
             )

@@ -17,7 +17,7 @@ from llm.data.storage.lock import LOCK_NAME
 from llm.data.storage.objects import open_objects
 from llm.data.storage.paths import Location
 from llm.data.storage.remote_lock import RemoteLock
-from llm.data.storage.s3 import ObjectNotFound, StorageError
+from llm.data.storage.s3 import BucketNotFound, ObjectNotFound, StorageError
 
 SHARD_PREFIX = "shard-"
 
@@ -54,9 +54,9 @@ class RemoteOutput:
     def _current(self) -> Manifest | None:
         try:
             raw = self.objects.get(INDEX_NAME)
-        except ObjectNotFound as e:
-            if "bucket" in str(e):
-                raise
+        except BucketNotFound:
+            raise
+        except ObjectNotFound:
             return None
         return Manifest.from_json(json.loads(raw), self.objects.url(INDEX_NAME))  # type: ignore[arg-type]
 
