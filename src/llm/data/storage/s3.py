@@ -167,12 +167,34 @@ def is_transient(error: BaseException) -> bool:
     return True  # no status: the connection failed, was reset or timed out
 
 
+# Credentials the client finds by itself besides the metadata address (web identity, ECS containers).
+_OTHER_CREDENTIALS = ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                      "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+_ANSWERED: set[S3Config] = set()  # configs whose requests have succeeded in this process (or before its fork)
+
+
+def _unproven_credentials(config: S3Config, error: BaseException) -> bool:
+    """No credentials set, none that worked yet, and no HTTP answer: the client was asking the metadata address
+    (AWS_METADATA_ENDPOINT, default 169.254.169.254) for them. Asked once, as the AWS CLI does: off a cloud
+    machine nothing answers there, and retrying would only make the user wait."""
+    if config.access_key_id or config in _ANSWERED or http_status(error) is not None:
+        return False
+    return not any(os.environ.get(name) for name in _OTHER_CREDENTIALS)
+
+
 def explain(error: BaseException, config: S3Config, key: str, action: str, attempts: int = 1) -> StorageError:
     """The one sentence a user sees for a failed request."""
     from obstore import exceptions as ox
 
     url = f"s3://{config.bucket}/{key}"
     what = _summary(error)
+    if _unproven_credentials(config, error):
+        return StorageError(
+            f"{action} {url} at {config.where} failed ({what}) and no AWS credentials are set: set AWS_ACCESS_KEY_ID / "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, ~/.aws/credentials, storage_options); without them the client asks "
+            f"the cloud metadata address ({os.environ.get('AWS_METADATA_ENDPOINT') or 'http://169.254.169.254'}), "
+            "which answers only on a cloud machine"
+        )
     if isinstance(error, (ox.PermissionDeniedError, ox.UnauthenticatedError)):
         return StorageError(
             f"access denied ({what}) to {url} at {config.where}: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
@@ -197,12 +219,14 @@ def with_retries(config: S3Config, key: str, action: str, fn: Callable[[], T]) -
     attempt = 0
     while True:
         try:
-            return fn()
+            result = fn()
+            _ANSWERED.add(config)
+            return result
         except (StorageError, FileExistsError):
             raise
         except Exception as e:  # obstore raises its own exception types
             attempt += 1
-            if not is_transient(e):
+            if not is_transient(e) or _unproven_credentials(config, e):
                 raise explain(e, config, key, action) from None
             if attempt > config.retries:
                 raise explain(e, config, key, action, attempt) from None
