@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from llm.data.storage.awsconfig import aws_settings
+from llm.data.storage.awsconfig import aws_sources, check_endpoint
 
 T = TypeVar("T")
 
@@ -70,9 +70,12 @@ def resolve_config(bucket: str, storage_options: dict | None = None) -> S3Config
         if key not in OPTION_KEYS:
             raise ValueError(f"unknown storage option {key!r}; expected one of {', '.join(OPTION_KEYS)}")
         opts[key] = value
-    aws = aws_settings(opts.get("profile"))
+    sources = aws_sources(opts.get("profile"))
+    aws = {key: value for key, (value, _) in sources.items()}
     config = S3Config(bucket=bucket)
     values = {k: opts.get(k) or aws.get(k) for k in ("endpoint", "region", "access_key_id", "secret_access_key", "session_token")}
+    if values["endpoint"]:
+        check_endpoint(values["endpoint"], "storage_options['endpoint']" if opts.get("endpoint") else sources["endpoint"][1])
     config = replace(config, **{k: v for k, v in values.items() if v})
     env_retries = os.environ.get("LLM_STORAGE_RETRIES")
     numbers = {"retries": opts.get("retries", env_retries)}
