@@ -199,11 +199,6 @@ class ShardCache:
             with self._mutex:
                 self._inflight.discard(i)
 
-    def close(self) -> None:
-        if self._pool is not None and self._pid == os.getpid():
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
-
     # ---- downloading --------------------------------------------------------------------
 
     def _download(self, i: int, demand: bool) -> Pin | None:
