@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import shutil
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from llm.data.shards.format.manifest import INDEX_NAME, Manifest, merge_backends
@@ -14,7 +15,49 @@ MODES = ("append", "overwrite")
 SHARD_PREFIX = "shard-"
 
 
-class OutputFolder:
+class Output(ABC):
+    """What the local and the remote output share: the mode checks at start, the append merge at commit."""
+
+    mode: str | None
+    kind: str
+    tokenizer: dict | None
+    display: str  # the folder or URL, as messages name it
+    label: str  # "output folder X" or "output URL": what is not empty
+
+    @abstractmethod
+    def _entries(self) -> list[str]:
+        """Names in the output now, its lock left out."""
+
+    @abstractmethod
+    def _current(self) -> Manifest | None:
+        """The committed manifest, or None when there is none yet."""
+
+    def _check_mode(self) -> None:
+        if self._entries() and self.mode is None:
+            raise ValueError(f"{self.label} is not empty; pass mode='append' or mode='overwrite' (CLI: --mode)")
+        previous = self._current()
+        if self.mode == "append" and previous is not None:
+            self._check_append(previous)
+
+    def _check_append(self, prev: Manifest) -> None:
+        if prev.kind != self.kind:
+            raise ValueError(f"cannot append {self.kind} to {self.display}, which holds {prev.kind}")
+        if prev.tokenizer and self.tokenizer and prev.tokenizer != self.tokenizer:
+            raise ValueError(
+                f"cannot append to {self.display}: it was tokenized with {prev.tokenizer}, this run uses {self.tokenizer}"
+            )
+
+    def _add_previous(self, manifest: Manifest) -> None:
+        """Re-read under the lock: what we append to is what is there now, not what we saw at start."""
+        previous = self._current()
+        if self.mode == "append" and previous is not None:
+            self._check_append(previous)
+            manifest.shards = previous.shards + manifest.shards
+            manifest.sources = previous.sources + manifest.sources
+            manifest.tokenizer_backend = merge_backends(previous.tokenizer_backend, manifest.tokenizer_backend)
+
+
+class OutputFolder(Output):
     """Holds the folder's lock from the mode checks to the commit, so two runs never interleave.
 
     Without it, two runs appending to one folder both commit, and each commit deletes the
@@ -28,6 +71,7 @@ class OutputFolder:
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"output {folder} exists and is not a folder")
         self.folder, self.mode, self.kind, self.tokenizer = folder, mode, kind, tokenizer
+        self.display, self.label = str(folder), f"output folder {folder}"
         self.created = not folder.exists()
         self.committed = False
         self.lock = FolderLock(folder, wait=wait, what="an optimize")
@@ -38,33 +82,14 @@ class OutputFolder:
             self.release()
             raise
 
-    def _check_mode(self) -> None:
-        entries = [p for p in self.folder.iterdir() if p.name != LOCK_NAME]
-        if entries and self.mode is None:
-            raise ValueError(f"output folder {self.folder} is not empty; pass mode='append' or mode='overwrite' (CLI: --mode)")
-        previous = self._current()
-        if self.mode == "append" and previous is not None:
-            self._check_append(previous)
+    def _entries(self) -> list[str]:
+        return [p.name for p in self.folder.iterdir() if p.name != LOCK_NAME]
 
     def _current(self) -> Manifest | None:
         return Manifest.load(self.folder) if (self.folder / INDEX_NAME).exists() else None
 
-    def _check_append(self, prev: Manifest) -> None:
-        if prev.kind != self.kind:
-            raise ValueError(f"cannot append {self.kind} to {self.folder}, which holds {prev.kind}")
-        if prev.tokenizer and self.tokenizer and prev.tokenizer != self.tokenizer:
-            raise ValueError(
-                f"cannot append to {self.folder}: it was tokenized with {prev.tokenizer}, this run uses {self.tokenizer}"
-            )
-
     def commit(self, manifest: Manifest) -> None:
-        # Re-read under the lock: what we append to is what is on disk now, not what we saw at start.
-        previous = self._current()
-        if self.mode == "append" and previous is not None:
-            self._check_append(previous)
-            manifest.shards = previous.shards + manifest.shards
-            manifest.sources = previous.sources + manifest.sources
-            manifest.tokenizer_backend = merge_backends(previous.tokenizer_backend, manifest.tokenizer_backend)
+        self._add_previous(manifest)
         manifest.save(self.folder)
         self.committed = True
         self._remove_unlisted(manifest)
