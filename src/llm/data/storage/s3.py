@@ -1,14 +1,16 @@
-"""S3-compatible object storage through obstore: configuration the AWS way, retries with
-backoff and jitter, and every failure as one sentence naming the endpoint, bucket and key.
+"""S3-compatible object storage through obstore: configuration the AWS way, obstore's retries,
+and every failure as one sentence naming the endpoint, bucket and key.
 
-obstore's own retries are off: this module decides what is retried (5xx, 429, resets,
-timeouts, refused connections) and what fails at once (403, 404, 412, other 4xx).
+Retries are obstore's own (5xx, connection errors, resets and stalls, a GET body that breaks
+mid-stream resumed from where it broke; exponential backoff with jitter): with our hand-written
+loop switched off, tests/storage/test_s3_faults.py (503, reset mid-body, stall) and
+test_s3_restart.py (server killed and restarted mid-epoch) pass unchanged. What stays here is
+the classification (`call`): which failures are final, and the sentence a user reads.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import re
 import time
 from collections.abc import Callable
@@ -95,6 +97,9 @@ def resolve_config(bucket: str, storage_options: dict | None = None) -> S3Config
 
 
 _STORES: dict[tuple[int, S3Config], Any] = {}
+# obstore's default: a retried request is not signed again, so its retries stop within this time
+# (SigV4 signatures expire); a stall longer than it (timeout) is therefore not retried.
+RETRY_TIMEOUT_S = 180.0
 
 
 def _client(config: S3Config) -> Any:
@@ -117,7 +122,9 @@ def _client(config: S3Config) -> Any:
                 "timeout": f"{max(config.timeout, 0.001)}s",
                 "connect_timeout": f"{max(config.connect_timeout, 0.001)}s",
             },
-            retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=max(config.timeout, 1))},
+            retry_config={"max_retries": config.retries, "retry_timeout": timedelta(seconds=RETRY_TIMEOUT_S),
+                          "backoff": {"init_backoff": timedelta(seconds=config.backoff),
+                                      "max_backoff": timedelta(seconds=config.max_backoff)}},
             **kwargs,
         )
         _STORES[key] = store
@@ -210,31 +217,29 @@ def explain(error: BaseException, config: S3Config, key: str, action: str, attem
                 "check the bucket name and the endpoint (AWS_ENDPOINT_URL)"
             )
         return ObjectNotFound(f"{url} does not exist at {config.where}: check the path")
-    if attempts > 1:
+    if attempts != 1:  # 0: retried for RETRY_TIMEOUT_S
         hint = "check that the endpoint is up and reachable (AWS_ENDPOINT_URL)" if "connection" in what else \
             "the store kept failing; try again later or raise storage_options['retries']"
-        return StorageError(f"{action} {url} at {config.where} failed after {attempts} attempts ({what}): {hint}")
+        tried = f"{attempts} attempts" if attempts else f"retrying for {RETRY_TIMEOUT_S:.0f} s"
+        return StorageError(f"{action} {url} at {config.where} failed after {tried} ({what}): {hint}")
     return StorageError(f"{action} {url} at {config.where} failed ({what})")
 
 
-def with_retries(config: S3Config, key: str, action: str, fn: Callable[[], T]) -> T:
-    """Run `fn`, retrying transient failures with exponential backoff and full jitter."""
-    attempt = 0
-    while True:
-        try:
-            result = fn()
-            _ANSWERED.add(config)
-            return result
-        except (StorageError, FileExistsError):
-            raise
-        except Exception as e:  # obstore raises its own exception types
-            attempt += 1
-            if not is_transient(e) or _unproven_credentials(config, e):
-                raise explain(e, config, key, action) from None
-            if attempt > config.retries:
-                raise explain(e, config, key, action, attempt) from None
-            delay = min(config.max_backoff, config.backoff * (2 ** (attempt - 1)))
-            time.sleep(random.uniform(delay / 2, delay))
+def call(config: S3Config, key: str, action: str, fn: Callable[[], T]) -> T:
+    """Run `fn` (obstore retries transient failures inside it); a failure becomes one StorageError sentence."""
+    start = time.monotonic()
+    try:
+        result = fn()
+    except (StorageError, FileExistsError):
+        raise
+    except Exception as e:  # obstore raises its own exception types
+        if not is_transient(e) or _unproven_credentials(config, e):
+            raise explain(e, config, key, action) from None
+        # obstore retried it, until its count or its time ran out
+        attempts = config.retries + 1 if time.monotonic() - start < RETRY_TIMEOUT_S else 0
+        raise explain(e, config, key, action, attempts) from None
+    _ANSWERED.add(config)
+    return result
 
 
 class S3Objects:
@@ -253,22 +258,20 @@ class S3Objects:
         import obstore
 
         key = self.key(name)
-        return with_retries(self.config, key, "reading", lambda: bytes(obstore.get(_client(self.config), key).bytes()))
+        return call(self.config, key, "reading", lambda: bytes(obstore.get(_client(self.config), key).bytes()))
 
     def get_into(self, name: str, sink: Callable[[int], Any]) -> None:
-        """Stream the object into `sink(attempt)`'s writer; the sink restarts on each retry."""
+        """Stream the object into `sink(1)`'s writer (obstore resumes a broken body itself)."""
         import obstore
 
         key = self.key(name)
-        attempts = [0]
 
         def fetch() -> None:
-            attempts[0] += 1
-            write = sink(attempts[0])
+            write = sink(1)
             for chunk in obstore.get(_client(self.config), key).stream(min_chunk_size=1 << 20):
                 write(memoryview(chunk))
 
-        with_retries(self.config, key, "reading", fetch)
+        call(self.config, key, "reading", fetch)
 
     def put(self, name: str, data: bytes | Path, create: bool = False) -> None:
         """Write an object (a file is sent in parts); `create=True` fails if it exists (AlreadyExists)."""
@@ -284,13 +287,13 @@ class S3Objects:
             except (ox.AlreadyExistsError, ox.PreconditionError):
                 raise FileExistsError(f"{self.url(name)} already exists") from None
 
-        with_retries(self.config, key, "writing", send)
+        call(self.config, key, "writing", send)
 
     def delete(self, name: str) -> None:
         import obstore
 
         key = self.key(name)
-        with_retries(self.config, key, "deleting", lambda: obstore.delete(_client(self.config), key))
+        call(self.config, key, "deleting", lambda: obstore.delete(_client(self.config), key))
 
     def list(self) -> dict[str, int]:
         """name -> size of every object directly under the prefix."""
@@ -307,4 +310,4 @@ class S3Objects:
                         out[name] = int(meta["size"])
             return out
 
-        return with_retries(self.config, prefix, "listing", run)
+        return call(self.config, prefix, "listing", run)
