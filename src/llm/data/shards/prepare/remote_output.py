@@ -13,7 +13,7 @@ from pathlib import Path
 from llm.data.shards.format.checksum import checksum_file
 from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ShardInfo
 from llm.data.shards.format.reader import ShardError
-from llm.data.shards.prepare.output import SHARD_PREFIX, Output
+from llm.data.shards.prepare.output_base import SHARD_PREFIX, Output
 from llm.data.storage.lock import LOCK_NAME
 from llm.data.storage.objects import open_objects
 from llm.data.storage.paths import Location
