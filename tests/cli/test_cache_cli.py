@@ -124,3 +124,24 @@ def test_mistakes_are_one_sentence_with_exit_2(caches, tmp_path: Path) -> None:
     for args, expected in cases.items():
         assert first_error(run("llm-data", "cache", *args, cwd=tmp_path)).startswith(expected), args
     assert len(list(cache.iterdir())) == 2, "nothing removed by a refused command"
+
+
+def test_clear_all_removes_only_shard_caches_and_names_what_it_left_alone(caches, tmp_path: Path) -> None:
+    cache, (a, b) = caches
+    a.cache.registration.close(), b.cache.registration.close()
+    _dataset(cache / "my-dataset", 7)  # an optimized dataset someone wrote into the cache root
+    (cache / "notes").mkdir()
+    (cache / "notes" / "todo.txt").write_text("keep me")
+    old = cache / ("0123456789abcdef" * 2)  # a cache from before .source.json: its exact layout
+    old.mkdir()
+    (old / ".lock").write_text("")
+    (old / "shard-00000.bin").write_bytes(b"x" * 10)
+    rows = {row[0] for row in _ls(tmp_path, "--cache-dir", str(cache))}
+    assert rows == {a.fingerprint, b.fingerprint, old.name}
+    proc = run("llm-data", "cache", "clear", "--all", "--cache-dir", str(cache), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in cache.iterdir()) == ["my-dataset", "notes"]
+    assert "left alone 2 folder(s) that are not shard caches: my-dataset, notes" in proc.stderr
+    assert (cache / "notes" / "todo.txt").read_text() == "keep me" and (cache / "my-dataset" / "index.json").is_file()
+    assert first_error(run("llm-data", "cache", "clear", "notes", "--cache-dir", str(cache), cwd=tmp_path)).startswith(
+        f"llm-data: error: {cache / 'notes'} is not a shard cache (no .source.json)")

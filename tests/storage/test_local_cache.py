@@ -74,3 +74,15 @@ def test_a_killed_download_leaves_no_reservation(share, tmp_path):
     assert np.array_equal(stream_tokens(f"local:{folder}", block=32, cache_dir=tmp_path, max_cache_size=8192), want)
     assert not stale.exists()
     assert os.listdir(ds.cache.folder)
+
+
+def test_chunk_and_cache_sizes_are_read_by_one_parser_in_binary_units():
+    from llm.data.shards.prepare.optimize import parse_size
+
+    for text, expected in (("64MB", 64 << 20), ("512kb", 512 << 10), ("1GiB", 1 << 30), ("1.5 KB", 1536), ("4096", 4096)):
+        assert parse_size(text) == expected == parse_cache_size(text)
+    for bad in ("lots", "nanMB", "infGB"):
+        with pytest.raises(ValueError, match=f"^chunk size '{bad}' is not a size like 64MB"):
+            parse_size(bad)
+    with pytest.raises(ValueError, match="^chunk size '2TB' is out of range"):
+        parse_size("2TB")

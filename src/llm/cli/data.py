@@ -318,6 +318,7 @@ def _cache(args: argparse.Namespace) -> None:
             used = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_used)) if f.last_used else "never"
             print(f"{f.fingerprint}  {f.url or '(url unknown)'}  {f.shards:,} shards  {_size(f.bytes)}  last used {used}")
         print(f"cache: {len(folders)} folder(s), {_size(sum(f.bytes for f in folders))} under {root}", file=sys.stderr)
+        _others(root)
         return
     if args.all == bool(args.targets):
         raise ValueError("cache clear needs either FINGERPRINT or URL arguments (as `llm-data cache ls` shows them) "
@@ -338,6 +339,15 @@ def _cache(args: argparse.Namespace) -> None:
         print(f"kept {what}: {why}; removed {done.removed:,} shards, {_size(done.freed)}")
     print(f"cache clear: freed {_size(freed)} in {len(chosen)} folder(s)"
           + (f"; {kept} kept because a running reader uses them" if kept else ""), file=sys.stderr)
+    _others(root)
+
+
+def _others(root: Path) -> None:
+    from llm.data.storage import cache_admin
+
+    others = cache_admin.not_caches(root)
+    if others:
+        print(f"cache: left alone {len(others)} folder(s) that are not shard caches: {', '.join(others)}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> None:

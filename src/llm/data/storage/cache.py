@@ -30,6 +30,7 @@ import xxhash
 
 from llm.data.storage.local import cache_home, pid_alive
 from llm.data.storage.s3 import StorageError
+from llm.data.storage.sizes import parse_bytes
 
 LOCK = ".lock"
 _COUNTER = itertools.count()
@@ -46,17 +47,9 @@ def parse_cache_size(value: int | str | None) -> int | None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    if isinstance(value, str):
-        text = value.strip().upper().replace("IB", "B")
-        for suffix, scale in (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("TB", 1 << 40), ("B", 1)):
-            if text.endswith(suffix):
-                try:
-                    size = int(float(text[: -len(suffix)]) * scale)
-                except ValueError:
-                    break
-                if size > 0:
-                    return size
-                break
+    size = parse_bytes(value) if isinstance(value, str) else None
+    if size is not None and size > 0:
+        return size
     raise ValueError(f"max_cache_size {value!r} is not a size like '50GB' or '500MB' (or None for no limit)")
 
 
@@ -205,11 +198,6 @@ class ShardCache:
         finally:
             with self._mutex:
                 self._inflight.discard(i)
-
-    def close(self) -> None:
-        if self._pool is not None and self._pid == os.getpid():
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
 
     # ---- downloading --------------------------------------------------------------------
 

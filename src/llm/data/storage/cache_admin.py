@@ -5,6 +5,11 @@ waits for a training run and never removes a file that run is reading; what is i
 skipped and reported, and a folder a running reader has open (`.source.json` is held with
 a shared lock for the reader's lifetime) keeps its folder, so the run can go on (it fetches
 again what it needs). A cache made before `.source.json` existed lists its URL as unknown.
+
+Only shard caches are listed or removed, never whatever else sits under the root (an optimized
+dataset, a user's folder): a cache folder is one holding `.source.json` (written by `register`
+when the folder is created), or, for caches made before that file existed, one with their exact
+layout: a 32-hex fingerprint name, the cache's `.lock` file, only plain files and no index.json.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +27,7 @@ from llm.data.storage.cache import Pin, default_cache_root
 from llm.data.storage.local import pid_alive
 
 SOURCE = ".source.json"
+_FINGERPRINT = re.compile(r"[0-9a-f]{32}")
 
 
 def register(folder: Path, url: str) -> Pin:
@@ -105,12 +112,34 @@ def _scan(folder: Path) -> CacheFolder:
     return CacheFolder(folder, url if isinstance(url, str) else None, shards, size, used)
 
 
-def list_caches(root: Path) -> list[CacheFolder]:
-    """Every cache folder under `root`, most recently used first."""
+def is_cache_folder(folder: Path) -> bool:
+    """Whether `folder` is a shard cache: marked by `.source.json`, or laid out as one made before it."""
+    if (folder / SOURCE).is_file():
+        return True
+    if not _FINGERPRINT.fullmatch(folder.name) or not (folder / ".lock").is_file():
+        return False
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    return all(e.is_file(follow_symlinks=False) and e.name != "index.json" for e in entries)
+
+
+def _subfolders(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
-    folders = [_scan(Path(e.path)) for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
+    return sorted(Path(e.path) for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
+
+
+def list_caches(root: Path) -> list[CacheFolder]:
+    """Every cache folder under `root`, most recently used first (other folders are not caches)."""
+    folders = [_scan(path) for path in _subfolders(root) if is_cache_folder(path)]
     return sorted(folders, key=lambda f: (-f.last_used, f.fingerprint))
+
+
+def not_caches(root: Path) -> list[str]:
+    """Names of the folders under `root` that are not shard caches: never listed, never removed."""
+    return [path.name for path in _subfolders(root) if not is_cache_folder(path)]
 
 
 def select(folders: list[CacheFolder], targets: list[str], root: Path) -> list[CacheFolder]:
@@ -124,6 +153,9 @@ def select(folders: list[CacheFolder], targets: list[str], root: Path) -> list[C
             hits = [f for f in folders if f.fingerprint.startswith(target)]
             if len(hits) > 1:
                 raise ValueError(f"{target} is the start of {len(hits)} cache folders' names under {root}; give more of it")
+        if not hits and (root / target).is_dir() and not is_cache_folder(root / target):
+            raise ValueError(f"{root / target} is not a shard cache (no {SOURCE}); `llm-data cache clear` removes "
+                             "only cache folders: delete it yourself if you mean to")
         if not hits:
             raise ValueError(f"no cache folder under {root} for {target}; `llm-data cache ls` lists fingerprints and URLs")
         chosen.update((f.path, f) for f in hits)

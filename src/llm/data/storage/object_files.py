@@ -1,14 +1,13 @@
 """Objects of an s3:// bucket read like local files: found by key, prefix or glob; read by ranged GETs.
 
 Text sources use this to stream `s3://bucket/prefix/*.jsonl` with the cursors they use on
-local files. Everything goes through `s3.py` (one client per process, retries with backoff,
+local files. Everything goes through `s3.py` (one client per process, obstore's retries,
 one-sentence errors). Two rules keep the records exact:
 
 * every GET names the ETag seen when the object was listed (`If-Match`): an object replaced
   since is an error (`ObjectChanged`), never a mix of two versions;
-* a transient failure mid-body is retried from the byte where it broke: a ranged read asks
-  again for its own window only (nothing reaches the reader until the window is whole), a
-  download resumes after the bytes already written.
+* a transient failure mid-body is retried (by obstore) from the byte where it broke: nothing
+  reaches the reader until its window is whole, and a download checks the bytes it got.
 """
 
 from __future__ import annotations
@@ -26,8 +25,9 @@ from llm.data.storage.s3 import (
     S3Config,
     StorageError,
     _client,
+    call,
+    http_status,
     resolve_config,
-    with_retries,
 )
 
 # Ranged reads: a byte range [pos, end) is fetched in one window up to _MAX_WINDOW, plus _TAIL
@@ -89,7 +89,7 @@ def _forbidden_as_denied(error: Exception) -> Exception:
     """obstore reports a 403 on a list as a generic error: make it the access-denied one explain() words."""
     from obstore import exceptions as ox
 
-    if isinstance(error, ox.GenericError) and "status code: 403" in str(error):
+    if isinstance(error, ox.GenericError) and http_status(error) == 403:
         return ox.PermissionDeniedError(str(error))
     return error
 
@@ -102,10 +102,10 @@ def list_objects(config: S3Config, prefix: str) -> list[RemoteObject]:
         try:
             return [_meta(config, m) for batch in obstore.list(_client(config), prefix or None) for m in batch
                     if not m["path"].endswith("/")]
-        except Exception as e:  # obstore's own types; with_retries sorts them
+        except Exception as e:  # obstore's own types; call sorts them
             raise _forbidden_as_denied(e) from None
 
-    return with_retries(config, prefix, "listing", run)
+    return call(config, prefix, "listing", run)
 
 
 def head_object(config: S3Config, key: str) -> RemoteObject | None:
@@ -117,11 +117,11 @@ def head_object(config: S3Config, key: str) -> RemoteObject | None:
         try:
             return _meta(config, obstore.head(_client(config), key))
         except Exception as e:  # a HEAD answer has no body: some stores' 404s come as generic errors
-            if isinstance(e, ox.NotFoundError) or "status code: 404" in str(e):
+            if isinstance(e, (FileNotFoundError, ox.NotFoundError)) or http_status(e) == 404:
                 return None
             raise _forbidden_as_denied(e) from None
 
-    return with_retries(config, key, "reading", run)
+    return call(config, key, "reading", run)
 
 
 def glob_match(pattern: str, key: str) -> bool:
@@ -192,7 +192,7 @@ def read_range(obj: RemoteObject, start: int, end: int) -> bytes:
         except ox.PreconditionError:
             raise _changed(obj, f"its ETag is no longer {obj.etag}") from None
 
-    data = with_retries(obj.config, obj.key, "reading", get)
+    data = call(obj.config, obj.key, "reading", get)
     if len(data) != end - start:  # no ETag to check, and the object is shorter than listed
         raise _changed(obj, f"bytes {start}-{end} asked, {len(data)} received")
     return data
@@ -220,7 +220,7 @@ def download(obj: RemoteObject, sink: BinaryIO) -> None:
             sink.write(chunk)
             written += len(chunk)
 
-    with_retries(obj.config, obj.key, "reading", fetch)
+    call(obj.config, obj.key, "reading", fetch)
     if written != obj.size:
         raise _changed(obj, f"{written} bytes received, {obj.size} listed")
 

@@ -1,14 +1,16 @@
-"""S3-compatible object storage through obstore: configuration the AWS way, retries with
-backoff and jitter, and every failure as one sentence naming the endpoint, bucket and key.
+"""S3-compatible object storage through obstore: configuration the AWS way, obstore's retries,
+and every failure as one sentence naming the endpoint, bucket and key.
 
-obstore's own retries are off: this module decides what is retried (5xx, 429, resets,
-timeouts, refused connections) and what fails at once (403, 404, 412, other 4xx).
+Retries are obstore's own (5xx, connection errors, resets and stalls, a GET body that breaks
+mid-stream resumed from where it broke; exponential backoff with jitter): with our hand-written
+loop switched off, tests/storage/test_s3_faults.py (503, reset mid-body, stall) and
+test_s3_restart.py (server killed and restarted mid-epoch) pass unchanged. What stays here is
+the classification (`call`): which failures are final, and the sentence a user reads.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import re
 import time
 from collections.abc import Callable
@@ -17,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from llm.data.storage.awsconfig import aws_settings
+from llm.data.storage.awsconfig import aws_sources, check_endpoint
 
 T = TypeVar("T")
 
@@ -34,7 +36,11 @@ class StorageError(OSError):
 
 
 class ObjectNotFound(StorageError, FileNotFoundError):
-    """The bucket or the object does not exist."""
+    """The object (or the bucket, see BucketNotFound) does not exist."""
+
+
+class BucketNotFound(ObjectNotFound):
+    """The bucket itself does not exist: callers that treat a missing object as "empty" must not."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +72,12 @@ def resolve_config(bucket: str, storage_options: dict | None = None) -> S3Config
         if key not in OPTION_KEYS:
             raise ValueError(f"unknown storage option {key!r}; expected one of {', '.join(OPTION_KEYS)}")
         opts[key] = value
-    aws = aws_settings(opts.get("profile"))
+    sources = aws_sources(opts.get("profile"))
+    aws = {key: value for key, (value, _) in sources.items()}
     config = S3Config(bucket=bucket)
     values = {k: opts.get(k) or aws.get(k) for k in ("endpoint", "region", "access_key_id", "secret_access_key", "session_token")}
+    if values["endpoint"]:
+        check_endpoint(values["endpoint"], "storage_options['endpoint']" if opts.get("endpoint") else sources["endpoint"][1])
     config = replace(config, **{k: v for k, v in values.items() if v})
     env_retries = os.environ.get("LLM_STORAGE_RETRIES")
     numbers = {"retries": opts.get("retries", env_retries)}
@@ -88,6 +97,9 @@ def resolve_config(bucket: str, storage_options: dict | None = None) -> S3Config
 
 
 _STORES: dict[tuple[int, S3Config], Any] = {}
+# obstore's default: a retried request is not signed again, so its retries stop within this time
+# (SigV4 signatures expire); a stall longer than it (timeout) is therefore not retried.
+RETRY_TIMEOUT_S = 180.0
 
 
 def _client(config: S3Config) -> Any:
@@ -110,22 +122,39 @@ def _client(config: S3Config) -> Any:
                 "timeout": f"{max(config.timeout, 0.001)}s",
                 "connect_timeout": f"{max(config.connect_timeout, 0.001)}s",
             },
-            retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=max(config.timeout, 1))},
+            retry_config={"max_retries": config.retries, "retry_timeout": timedelta(seconds=RETRY_TIMEOUT_S),
+                          "backoff": {"init_backoff": timedelta(seconds=config.backoff),
+                                      "max_backoff": timedelta(seconds=config.max_backoff)}},
             **kwargs,
         )
         _STORES[key] = store
     return store
 
 
-_STATUS = re.compile(r"status code: (\d{3})")
+_STATUS = re.compile(r"non-2xx status code: (\d{3})")  # obstore's wording; a key in its URL is %-encoded
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 
 
+def http_status(error: BaseException) -> int | None:
+    """The HTTP status of a failed request, or None when no answer came (refused, reset, timed out)."""
+    found = _STATUS.search(str(error))
+    return int(found.group(1)) if found else None
+
+
+def s3_error_code(error: BaseException) -> str | None:
+    """The S3 error code (`NoSuchBucket`, `NoSuchKey`, ...) from the response body obstore quotes.
+
+    obstore exposes neither the status nor the body as attributes, only in its text; this reads the
+    protocol's `<Code>` element, never the message's words (which hold the user's URL).
+    """
+    found = _CODE.search(str(error))
+    return found.group(1) if found else None
+
+
 def _summary(error: BaseException) -> str:
-    text = str(error)
-    status, code = _STATUS.search(text), _CODE.search(text)
+    text, status, code = str(error), http_status(error), s3_error_code(error)
     if status:
-        return f"HTTP {status.group(1)}" + (f" {code.group(1)}" if code else "")
+        return f"HTTP {status}" + (f" {code}" if code else "")
     for kind in ("Connect", "Timeout", "Request", "Body", "Decode"):
         if f"kind: {kind}" in text:
             return {"Connect": "connection failed", "Timeout": "timed out"}.get(kind, f"{kind.lower()} error")
@@ -142,11 +171,25 @@ def is_transient(error: BaseException) -> bool:
         return False
     if not isinstance(error, ox.BaseError):
         return isinstance(error, (ConnectionError, TimeoutError))
-    status = _STATUS.search(str(error))
-    if status:
-        code = int(status.group(1))
+    code = http_status(error)
+    if code is not None:
         return code >= 500 or code in (408, 429)
     return True  # no status: the connection failed, was reset or timed out
+
+
+# Credentials the client finds by itself besides the metadata address (web identity, ECS containers).
+_OTHER_CREDENTIALS = ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                      "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+_ANSWERED: set[S3Config] = set()  # configs whose requests have succeeded in this process (or before its fork)
+
+
+def _unproven_credentials(config: S3Config, error: BaseException) -> bool:
+    """No credentials set, none that worked yet, and no HTTP answer: the client was asking the metadata address
+    (AWS_METADATA_ENDPOINT, default 169.254.169.254) for them. Asked once, as the AWS CLI does: off a cloud
+    machine nothing answers there, and retrying would only make the user wait."""
+    if config.access_key_id or config in _ANSWERED or http_status(error) is not None:
+        return False
+    return not any(os.environ.get(name) for name in _OTHER_CREDENTIALS)
 
 
 def explain(error: BaseException, config: S3Config, key: str, action: str, attempts: int = 1) -> StorageError:
@@ -155,41 +198,48 @@ def explain(error: BaseException, config: S3Config, key: str, action: str, attem
 
     url = f"s3://{config.bucket}/{key}"
     what = _summary(error)
+    if _unproven_credentials(config, error):
+        return StorageError(
+            f"{action} {url} at {config.where} failed ({what}) and no AWS credentials are set: set AWS_ACCESS_KEY_ID / "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, ~/.aws/credentials, storage_options); without them the client asks "
+            f"the cloud metadata address ({os.environ.get('AWS_METADATA_ENDPOINT') or 'http://169.254.169.254'}), "
+            "which answers only on a cloud machine"
+        )
     if isinstance(error, (ox.PermissionDeniedError, ox.UnauthenticatedError)):
         return StorageError(
             f"access denied ({what}) to {url} at {config.where}: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
             "(or AWS_PROFILE, ~/.aws/credentials, storage_options) and the bucket's permissions"
         )
-    if isinstance(error, ox.NotFoundError) or "HTTP 404" in what:
-        if "NoSuchBucket" in str(error):
-            return ObjectNotFound(
+    if isinstance(error, (FileNotFoundError, ox.NotFoundError)) or http_status(error) == 404:
+        if s3_error_code(error) == "NoSuchBucket":
+            return BucketNotFound(
                 f"bucket {config.bucket!r} does not exist at {config.where} (while reading {url}): "
                 "check the bucket name and the endpoint (AWS_ENDPOINT_URL)"
             )
         return ObjectNotFound(f"{url} does not exist at {config.where}: check the path")
-    if attempts > 1:
+    if attempts != 1:  # 0: retried for RETRY_TIMEOUT_S
         hint = "check that the endpoint is up and reachable (AWS_ENDPOINT_URL)" if "connection" in what else \
             "the store kept failing; try again later or raise storage_options['retries']"
-        return StorageError(f"{action} {url} at {config.where} failed after {attempts} attempts ({what}): {hint}")
+        tried = f"{attempts} attempts" if attempts else f"retrying for {RETRY_TIMEOUT_S:.0f} s"
+        return StorageError(f"{action} {url} at {config.where} failed after {tried} ({what}): {hint}")
     return StorageError(f"{action} {url} at {config.where} failed ({what})")
 
 
-def with_retries(config: S3Config, key: str, action: str, fn: Callable[[], T]) -> T:
-    """Run `fn`, retrying transient failures with exponential backoff and full jitter."""
-    attempt = 0
-    while True:
-        try:
-            return fn()
-        except (StorageError, FileExistsError):
-            raise
-        except Exception as e:  # obstore raises its own exception types
-            attempt += 1
-            if not is_transient(e):
-                raise explain(e, config, key, action) from None
-            if attempt > config.retries:
-                raise explain(e, config, key, action, attempt) from None
-            delay = min(config.max_backoff, config.backoff * (2 ** (attempt - 1)))
-            time.sleep(random.uniform(delay / 2, delay))
+def call(config: S3Config, key: str, action: str, fn: Callable[[], T]) -> T:
+    """Run `fn` (obstore retries transient failures inside it); a failure becomes one StorageError sentence."""
+    start = time.monotonic()
+    try:
+        result = fn()
+    except (StorageError, FileExistsError):
+        raise
+    except Exception as e:  # obstore raises its own exception types
+        if not is_transient(e) or _unproven_credentials(config, e):
+            raise explain(e, config, key, action) from None
+        # obstore retried it, until its count or its time ran out
+        attempts = config.retries + 1 if time.monotonic() - start < RETRY_TIMEOUT_S else 0
+        raise explain(e, config, key, action, attempts) from None
+    _ANSWERED.add(config)
+    return result
 
 
 class S3Objects:
@@ -208,22 +258,20 @@ class S3Objects:
         import obstore
 
         key = self.key(name)
-        return with_retries(self.config, key, "reading", lambda: bytes(obstore.get(_client(self.config), key).bytes()))
+        return call(self.config, key, "reading", lambda: bytes(obstore.get(_client(self.config), key).bytes()))
 
     def get_into(self, name: str, sink: Callable[[int], Any]) -> None:
-        """Stream the object into `sink(attempt)`'s writer; the sink restarts on each retry."""
+        """Stream the object into `sink(1)`'s writer (obstore resumes a broken body itself)."""
         import obstore
 
         key = self.key(name)
-        attempts = [0]
 
         def fetch() -> None:
-            attempts[0] += 1
-            write = sink(attempts[0])
+            write = sink(1)
             for chunk in obstore.get(_client(self.config), key).stream(min_chunk_size=1 << 20):
                 write(memoryview(chunk))
 
-        with_retries(self.config, key, "reading", fetch)
+        call(self.config, key, "reading", fetch)
 
     def put(self, name: str, data: bytes | Path, create: bool = False) -> None:
         """Write an object (a file is sent in parts); `create=True` fails if it exists (AlreadyExists)."""
@@ -239,13 +287,13 @@ class S3Objects:
             except (ox.AlreadyExistsError, ox.PreconditionError):
                 raise FileExistsError(f"{self.url(name)} already exists") from None
 
-        with_retries(self.config, key, "writing", send)
+        call(self.config, key, "writing", send)
 
     def delete(self, name: str) -> None:
         import obstore
 
         key = self.key(name)
-        with_retries(self.config, key, "deleting", lambda: obstore.delete(_client(self.config), key))
+        call(self.config, key, "deleting", lambda: obstore.delete(_client(self.config), key))
 
     def list(self) -> dict[str, int]:
         """name -> size of every object directly under the prefix."""
@@ -262,4 +310,4 @@ class S3Objects:
                         out[name] = int(meta["size"])
             return out
 
-        return with_retries(self.config, prefix, "listing", run)
+        return call(self.config, prefix, "listing", run)

@@ -18,7 +18,7 @@ from llm.data.shards.format.reader import ShardError, _ShardBytes
 from llm.data.storage.cache import CorruptObject, ShardCache, default_cache_root, parse_cache_size
 from llm.data.storage.objects import open_objects
 from llm.data.storage.paths import Location, parse_location
-from llm.data.storage.s3 import ObjectNotFound
+from llm.data.storage.s3 import BucketNotFound, ObjectNotFound
 
 
 def load_manifest(location: Location, storage_options: dict | None = None) -> tuple[Manifest, Any]:
@@ -27,9 +27,9 @@ def load_manifest(location: Location, storage_options: dict | None = None) -> tu
     url = objects.url(INDEX_NAME)
     try:
         raw = objects.get(INDEX_NAME)
-    except ObjectNotFound as e:
-        if "bucket" in str(e):
-            raise
+    except BucketNotFound:
+        raise
+    except ObjectNotFound:
         raise ManifestError(f"{location}: no {INDEX_NAME} ({url} does not exist); is this a dataset made by `llm-data optimize`?") from None
     try:
         data = json.loads(raw)

@@ -11,7 +11,6 @@ the one readers see, even after a kill -9.
 from __future__ import annotations
 
 import inspect
-import math
 import shutil
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from llm.data.shards.prepare.item_layout import check_append_layout, common_layo
 from llm.data.shards.prepare.output import SHARD_PREFIX, open_output
 from llm.data.shards.prepare.tails import join_tails, tail_writer
 from llm.data.storage.s3 import StorageError
+from llm.data.storage.sizes import parse_bytes
 from llm.data.text.errors import InputError
 from llm.data.tokenize.tokenizers import Tokenizer, token_dtype
 
@@ -232,27 +232,12 @@ def parse_size(value: int | str | None) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError(f"chunk size {value!r} is not a size like 64MB, 512KB or 1GB")
-    size = value if isinstance(value, int) else _parse_size_text(value)
+    size = value if isinstance(value, int) else parse_bytes(value)
+    if size is None:
+        raise ValueError(f"chunk size {value!r} is not a size like 64MB, 512KB or 1GB")
     if not 1 <= size <= _MAX_CHUNK_BYTES:
         raise ValueError(f"chunk size {value!r} is out of range: give between 1 byte and 1TB, e.g. 64MB")
     return size
-
-
-def _parse_size_text(value: str) -> int:
-    text = value.strip().upper().replace("IB", "B")
-    for suffix, scale in (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("TB", 1 << 40), ("B", 1)):
-        if text.endswith(suffix):
-            text, factor = text[: -len(suffix)], scale
-            break
-    else:
-        factor = 1
-    try:
-        number = float(text)
-        if not math.isfinite(number):
-            raise ValueError
-        return int(number * factor)
-    except (ValueError, OverflowError):
-        raise ValueError(f"chunk size {value!r} is not a size like 64MB, 512KB or 1GB") from None
 
 
 def optimize(

@@ -6,15 +6,13 @@ import errno
 import shutil
 from pathlib import Path
 
-from llm.data.shards.format.manifest import INDEX_NAME, Manifest, merge_backends
+from llm.data.shards.format.manifest import INDEX_NAME, Manifest
+from llm.data.shards.prepare.output_base import MODES, SHARD_PREFIX, Output
 from llm.data.storage.lock import LOCK_NAME, FolderLock
 from llm.data.storage.paths import parse_location
 
-MODES = ("append", "overwrite")
-SHARD_PREFIX = "shard-"
 
-
-class OutputFolder:
+class OutputFolder(Output):
     """Holds the folder's lock from the mode checks to the commit, so two runs never interleave.
 
     Without it, two runs appending to one folder both commit, and each commit deletes the
@@ -28,6 +26,7 @@ class OutputFolder:
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"output {folder} exists and is not a folder")
         self.folder, self.mode, self.kind, self.tokenizer = folder, mode, kind, tokenizer
+        self.display, self.label = str(folder), f"output folder {folder}"
         self.created = not folder.exists()
         self.committed = False
         self.lock = FolderLock(folder, wait=wait, what="an optimize")
@@ -38,33 +37,14 @@ class OutputFolder:
             self.release()
             raise
 
-    def _check_mode(self) -> None:
-        entries = [p for p in self.folder.iterdir() if p.name != LOCK_NAME]
-        if entries and self.mode is None:
-            raise ValueError(f"output folder {self.folder} is not empty; pass mode='append' or mode='overwrite' (CLI: --mode)")
-        previous = self._current()
-        if self.mode == "append" and previous is not None:
-            self._check_append(previous)
+    def _entries(self) -> list[str]:
+        return [p.name for p in self.folder.iterdir() if p.name != LOCK_NAME]
 
     def _current(self) -> Manifest | None:
         return Manifest.load(self.folder) if (self.folder / INDEX_NAME).exists() else None
 
-    def _check_append(self, prev: Manifest) -> None:
-        if prev.kind != self.kind:
-            raise ValueError(f"cannot append {self.kind} to {self.folder}, which holds {prev.kind}")
-        if prev.tokenizer and self.tokenizer and prev.tokenizer != self.tokenizer:
-            raise ValueError(
-                f"cannot append to {self.folder}: it was tokenized with {prev.tokenizer}, this run uses {self.tokenizer}"
-            )
-
     def commit(self, manifest: Manifest) -> None:
-        # Re-read under the lock: what we append to is what is on disk now, not what we saw at start.
-        previous = self._current()
-        if self.mode == "append" and previous is not None:
-            self._check_append(previous)
-            manifest.shards = previous.shards + manifest.shards
-            manifest.sources = previous.sources + manifest.sources
-            manifest.tokenizer_backend = merge_backends(previous.tokenizer_backend, manifest.tokenizer_backend)
+        self._add_previous(manifest)
         manifest.save(self.folder)
         self.committed = True
         self._remove_unlisted(manifest)

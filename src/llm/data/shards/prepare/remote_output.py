@@ -11,18 +11,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from llm.data.shards.format.checksum import checksum_file
-from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ShardInfo, merge_backends
+from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ShardInfo
 from llm.data.shards.format.reader import ShardError
+from llm.data.shards.prepare.output_base import SHARD_PREFIX, Output
 from llm.data.storage.lock import LOCK_NAME
 from llm.data.storage.objects import open_objects
 from llm.data.storage.paths import Location
 from llm.data.storage.remote_lock import RemoteLock
-from llm.data.storage.s3 import ObjectNotFound, StorageError
-
-SHARD_PREFIX = "shard-"
+from llm.data.storage.s3 import BucketNotFound, ObjectNotFound, StorageError
 
 
-class RemoteOutput:
+class RemoteOutput(Output):
     """Same interface as OutputFolder; `folder` is the local staging folder the workers write to."""
 
     def __init__(self, location: Location, mode: str | None, kind: str, tokenizer: dict | None,
@@ -30,6 +29,7 @@ class RemoteOutput:
         self.location, self.mode, self.kind, self.tokenizer = location, mode, kind, tokenizer
         self.objects = open_objects(location, storage_options)
         self.display = location.url()
+        self.label = f"output {self.display}"
         self.committed = False
         self.uploaded: list[str] = []
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="llm-upload")
@@ -43,28 +43,17 @@ class RemoteOutput:
             raise
         self.folder = Path(tempfile.mkdtemp(prefix="llm-optimize-staging-"))
 
-    def _check_mode(self) -> None:
-        entries = [n for n in self.objects.list() if n != LOCK_NAME]
-        if entries and self.mode is None:
-            raise ValueError(f"output {self.display} is not empty; pass mode='append' or mode='overwrite' (CLI: --mode)")
-        previous = self._current()
-        if self.mode == "append" and previous is not None:
-            self._check_append(previous)
+    def _entries(self) -> list[str]:
+        return [n for n in self.objects.list() if n != LOCK_NAME]
 
     def _current(self) -> Manifest | None:
         try:
             raw = self.objects.get(INDEX_NAME)
-        except ObjectNotFound as e:
-            if "bucket" in str(e):
-                raise
+        except BucketNotFound:
+            raise
+        except ObjectNotFound:
             return None
         return Manifest.from_json(json.loads(raw), self.objects.url(INDEX_NAME))  # type: ignore[arg-type]
-
-    def _check_append(self, prev: Manifest) -> None:
-        if prev.kind != self.kind:
-            raise ValueError(f"cannot append {self.kind} to {self.display}, which holds {prev.kind}")
-        if prev.tokenizer and self.tokenizer and prev.tokenizer != self.tokenizer:
-            raise ValueError(f"cannot append to {self.display}: it was tokenized with {prev.tokenizer}, this run uses {self.tokenizer}")
 
     def upload(self, shards: list[ShardInfo]) -> None:
         """Queue a finished task's shards: each is checked against its ShardInfo, sent, then removed locally."""
@@ -88,12 +77,7 @@ class RemoteOutput:
 
     def commit(self, manifest: Manifest) -> None:
         self._drain()
-        previous = self._current()
-        if self.mode == "append" and previous is not None:
-            self._check_append(previous)
-            manifest.shards = previous.shards + manifest.shards
-            manifest.sources = previous.sources + manifest.sources
-            manifest.tokenizer_backend = merge_backends(previous.tokenizer_backend, manifest.tokenizer_backend)
+        self._add_previous(manifest)
         present = self.objects.list()
         for info in manifest.shards:  # every listed shard is in the store, whole, before the manifest names it
             if present.get(info.file) != info.bytes:

@@ -1,0 +1,28 @@
+"""Size strings ("64MB", "1.5GiB", "512kb", "100 MB", "4096") read as bytes: the one parser for cache and chunk sizes.
+
+Hand-written rather than pydantic's ByteSize (already a dependency): ByteSize reads "MB" as 10**6
+bytes, while every size in this library has meant 2**20 since its first release (chunk_bytes,
+max_cache_size; tests/storage/test_local_cache.py::test_cache_sizes holds it). Switching would
+silently shrink every user's chunks and caches by 5-10%.
+"""
+
+from __future__ import annotations
+
+import math
+
+_UNITS = (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("TB", 1 << 40), ("B", 1))
+
+
+def parse_bytes(text: str) -> int | None:
+    """Bytes in `text` (binary units: KB = 1024, KiB the same; no unit: bytes), or None when it is not a size."""
+    upper = text.strip().upper().replace("IB", "B")
+    factor = 1
+    for suffix, scale in _UNITS:
+        if upper.endswith(suffix):
+            upper, factor = upper[: -len(suffix)], scale
+            break
+    try:
+        number = float(upper)
+        return int(number * factor) if math.isfinite(number) else None
+    except (ValueError, OverflowError):
+        return None
