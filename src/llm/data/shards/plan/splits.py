@@ -6,7 +6,6 @@ import copy
 import math
 from collections.abc import Sequence
 
-from llm.data.shards.mix.combined import CombinedStreamingDataset
 from llm.data.shards.plan.subset import SUM_TOLERANCE, as_fraction, split_views
 from llm.data.shards.read.dataset import StreamingDataset
 
@@ -35,7 +34,7 @@ def train_test_split(dataset: StreamingDataset, splits: Sequence[float], seed: i
     state saved on one split is refused by another. Splits are taken shard by shard (subset.py), so a
     windowed shuffle and a remote cache keep their locality.
     """
-    if not isinstance(dataset, StreamingDataset) or isinstance(dataset, CombinedStreamingDataset):
+    if not isinstance(dataset, StreamingDataset):
         raise TypeError(
             f"train_test_split needs a StreamingDataset, got {type(dataset).__name__}; "
             "to split a CombinedStreamingDataset, split each source and mix the splits"
@@ -47,7 +46,7 @@ def train_test_split(dataset: StreamingDataset, splits: Sequence[float], seed: i
     out = []
     for index, view in enumerate(views):
         part = copy.copy(dataset)  # shares the reader and cache; its own plan, epoch and view
-        part.view, part._iteration, part.epoch = dataset.view, None, 0
+        part.view, part._plan, part.epoch = dataset.view, None, 0
         part.set_view(view)
         part.split = [*(dataset.split or []), [index, fractions, seed]]
         out.append(part)

@@ -138,8 +138,7 @@ class SampleAccess:
 
     def to_base(self, ids: np.ndarray) -> np.ndarray:
         """Sample ids of this dataset (a subsample or split of the stored samples) -> stored sample ids."""
-        view = getattr(self, "view", None)
-        return np.asarray(ids, dtype=np.int64) if view is None else view(ids)
+        return np.asarray(ids, dtype=np.int64)
 
     def _samples(self, samples: np.ndarray) -> Iterator[Any]:
         """Single samples, as `ds[i]` gives them, but read a chunk at a time (a plain DataLoader's path)."""
