@@ -1,15 +1,17 @@
 """Mixture weights: checked once, turned into integer quotas per period and a smooth, rotated slot table.
 
 Each block of `period` schedule slots holds exactly `quota[s]` slots of source s
-(largest-remainder rounding of its share). The period is PERIOD, or the smallest
-multiple of it that gives every positive weight at least one slot (up to MAX_PERIOD),
-so a small but positive weight is served in proportion instead of rounding to nothing.
+(largest-remainder rounding of its share). The period is about PERIOD, longer where a
+small share needs it (up to MAX_PERIOD, see `period_for`), so a small but positive
+weight is served in proportion instead of rounding to nothing; a share below
+1 / MAX_PERIOD is refused with its value.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 
@@ -49,9 +51,22 @@ def check_weights(weights: object, sizes: Sequence[int], names: Sequence[str]) -
 
 
 def period_for(shares: Sequence[float]) -> int:
-    """PERIOD, or the smallest multiple of it in which every positive share has at least one slot."""
-    smallest = min(s for s in shares if s > 0)
-    return PERIOD * max(1, math.ceil(1 / (smallest * PERIOD) - 1e-9))
+    """The period in slots: exact when the shares are fractions of a small denominator, else fine enough.
+
+    Shares that are fractions with a common denominator D <= MAX_PERIOD (0.9996 and 0.0004: D = 2500;
+    sizes 23125 and 2: D = 23127) get a multiple of D near PERIOD, so every quota is exact. Others get
+    the smallest multiple of PERIOD (up to MAX_PERIOD) in which the smallest share has 100 slots, so
+    its rounding stays within 1% where the cap allows, and at least one slot always (check_weights).
+    """
+    positive = [s for s in shares if s > 0]
+    common = 1
+    for s in positive:
+        common = math.lcm(common, Fraction(s).limit_denominator(MAX_PERIOD).denominator)
+        if common > MAX_PERIOD:
+            break
+    else:
+        return common * max(1, math.ceil(PERIOD / common))
+    return min(MAX_PERIOD, PERIOD * max(1, math.ceil(100 / (min(positive) * PERIOD))))
 
 
 def quotas(weights: Sequence[float], period: int = PERIOD, floor: bool = False) -> list[int]:

@@ -42,12 +42,18 @@ def train_test_split(dataset: StreamingDataset, splits: Sequence[float], seed: i
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     fractions = check_splits(splits)
-    views = split_views(dataset.sample_starts, fractions, f"split:{seed}")
+    # An upsampled dataset repeats stored samples: splitting its copies would put one stored
+    # sample in several splits. Split the stored samples, then upsample each split alone.
+    upsampled = dataset.subsample > 1
+    parent_view, parent_starts = dataset.unsampled if upsampled else (dataset.view, dataset.sample_starts)
+    views = split_views(parent_starts, fractions, f"split:{seed}")
     out = []
     for index, view in enumerate(views):
         part = copy.copy(dataset)  # shares the reader and cache; its own plan, epoch and view
-        part.view, part._plan, part.epoch = dataset.view, None, 0
+        part.view, part._plan, part.epoch, part._order = parent_view, None, 0, None
         part.set_view(view)
+        if upsampled:
+            part.apply_subsample()
         part.split = [*(dataset.split or []), [index, fractions, seed]]
         out.append(part)
     return out

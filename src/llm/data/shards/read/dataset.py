@@ -95,10 +95,16 @@ class StreamingDataset(SampleSource):
         block = self.block_size if self.manifest.kind == "tokens" else None
         self.sample_starts = shard_sample_starts(self.reader.starts, block, self.num_samples)
         self.view: SampleView | ComposedView | None = None
-        view = subsample_view(self.sample_starts, self.subsample, f"subsample:{seed}")
+        self.apply_subsample()
+        self.shuffle_window = self._resolve_window(shuffle_window)
+
+    def apply_subsample(self) -> None:
+        """Serve `subsample` of the current samples; `unsampled` keeps (view, starts) from before it,
+        so that a split of an upsampled dataset splits the stored samples first (plan/splits.py)."""
+        self.unsampled = (self.view, self.sample_starts)
+        view = subsample_view(self.sample_starts, self.subsample, f"subsample:{self.seed}")
         if view is not None:
             self.set_view(view)
-        self.shuffle_window = self._resolve_window(shuffle_window)
 
     def set_view(self, view: SampleView) -> None:
         """Serve only the samples of `view` (ids of this dataset's current samples): a subsample or split."""
