@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -102,6 +103,11 @@ class StreamingDataLoader(DataLoader, Stage):
             dataset, batch_size=None, num_workers=0 if worker_backend == "threads" else num_workers, **kwargs
         )
         self.reader_threads = num_workers if worker_backend == "threads" else 0
+        # Reader threads pin chunks themselves; without a GPU that only warns, as torch's DataLoader does.
+        self._pin = bool(self.pin_memory) and self.reader_threads > 0 and torch.cuda.is_available()
+        if self.pin_memory and self.reader_threads and not self._pin:
+            warnings.warn("'pin_memory' argument is set as true but no accelerator is found, "
+                          "then device pinned memory won't be used.", UserWarning, stacklevel=2)
         self.read_ahead = self.reader_threads * (prefetch or 2)
         # DataLoader forbids setting these after __init__; ours describe the batches we yield.
         object.__setattr__(self, "batch_size", batch_size)
@@ -210,7 +216,7 @@ class StreamingDataLoader(DataLoader, Stage):
 
     def _to_tensors(self, chunk: dict[str, Any]) -> dict[str, Any]:
         out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in chunk.items()}
-        if self.pin_memory:
+        if self._pin:
             out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and k != "sizes" else v for k, v in out.items()}
         return out
 
