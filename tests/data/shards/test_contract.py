@@ -176,3 +176,14 @@ def test_default_weights_serve_a_tiny_source(tmp_path):
     mix = CombinedStreamingDataset(ds, iterate_over_all=False)
     ids = np.concatenate([mix.global_ids(e, np.arange(mix.num_samples)) for e in range(3)])
     assert abs(int((mix.sources_of(ids) == 1).sum()) - len(ids) * 2 / 4202) <= 1
+
+
+def test_the_two_drop_last_meanings_have_their_own_names_and_the_old_one_still_works(sources):
+    block = TokensLoader(block_size=9)  # 1400 tokens: a short last block of 5
+    new, old = (StreamingDataset(sources[0], item_loader=block, **kw) for kw in ({"drop_partial_block": True},
+                                                                                  {"drop_last": True}))
+    assert len(new) == len(old) == 1400 // 9 and new.drop_partial_block and old.drop_partial_block
+    short = [StreamingDataLoader(new, batch_size=4, **kw) for kw in ({"drop_short_batch": True}, {"drop_last": True})]
+    assert len(short[0]) == len(short[1]) == (1400 // 9) // 4
+    with pytest.raises(ValueError, match="drop_short_batch=True and drop_last=False disagree"):
+        StreamingDataLoader(new, batch_size=4, drop_short_batch=True, drop_last=False)

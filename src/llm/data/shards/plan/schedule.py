@@ -106,7 +106,7 @@ class BatchSchedule:
     batch_size: int  # per rank
     rank: int = 0
     world_size: int = 1
-    drop_last: bool = False
+    drop_short_batch: bool = False
 
     @property
     def global_batch(self) -> int:
@@ -114,8 +114,8 @@ class BatchSchedule:
 
     @property
     def end(self) -> int:
-        """Last position (exclusive) this epoch delivers; drop_last drops a short final global batch."""
-        if not self.drop_last:
+        """Last position (exclusive) this epoch delivers; drop_short_batch drops a short final global batch."""
+        if not self.drop_short_batch:
             return self.total
         return self.start + (self.total - self.start) // self.global_batch * self.global_batch
 

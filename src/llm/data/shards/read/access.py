@@ -58,6 +58,10 @@ class SampleAccess:
     num_samples: int
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Why rewrite a subclass's __getitem__: LitData users subclass the dataset and override
+        # `__getitem__(self, index: int)`; `ds[a:b]` must still be a list of their samples, and
+        # their code must never receive a slice it was not written for. A base method cannot do
+        # it (the override replaces it), so the override is wrapped once, when the class is made.
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__getitem__")
         if own is None or getattr(own, "handles_slices", False):

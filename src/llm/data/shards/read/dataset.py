@@ -23,7 +23,7 @@ from llm.data.shards.plan.schedule import epoch_order
 from llm.data.shards.plan.shuffle.windowed import shard_sample_starts
 from llm.data.shards.plan.subset import ComposedView, SampleView, check_subsample, subsample_view
 from llm.data.shards.read.access import as_transform
-from llm.data.shards.read.source import SampleSource
+from llm.data.shards.read.source import SampleSource, renamed
 from llm.data.storage.paths import parse_location
 
 
@@ -35,7 +35,7 @@ class StreamingDataset(SampleSource):
         input_dir: str | Path,
         item_loader: TokensLoader | ItemsLoader | None = None,
         shuffle: bool = False,
-        drop_last: bool = False,
+        drop_partial_block: bool = False,
         seed: int = 42,
         verify_checksums: bool | str = True,
         shuffle_algorithm: str = "feistel",
@@ -45,6 +45,7 @@ class StreamingDataset(SampleSource):
         shuffle_window: int | str | None = None,
         subsample: float = 1.0,
         transform: Callable[[Any], Any] | list[Callable[[Any], Any]] | None = None,
+        drop_last: bool | None = None,
     ):
         """`input_dir`: a folder, `local:/network/folder` or `s3://bucket/prefix`. Remote shards are
         downloaded ahead of use into `cache_dir/<fingerprint>` (default: the user cache dir), verified,
@@ -56,6 +57,8 @@ class StreamingDataset(SampleSource):
         anything else a global shuffle; "global" forces the global one.
         `verify_checksums`: True checks each shard's checksum on first use unless this machine
         already verified that very file (format/verified.py); "always" hashes regardless.
+        `drop_partial_block`: drop the short last token block instead of padding it (`drop_last`, its
+        older name, is accepted; the loader's `drop_short_batch` is the other meaning).
         `subsample`: a seeded subset of floor(subsample * n) samples (> 1 repeats them; subset.py).
         `transform`: a callable (or a list, applied in order) on each sample as `ds[i]` gives it, also in
         workers; it moves the loader to the per-sample path (access.py)."""
@@ -81,7 +84,8 @@ class StreamingDataset(SampleSource):
                 f"{self.input_dir} holds {self.manifest.kind}, but item_loader is {type(self.item_loader).__name__}; "
                 f"use {'TokensLoader(block_size=...)' if self.manifest.kind == 'tokens' else 'ItemsLoader()'}"
             )
-        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
+        self.drop_partial_block = renamed(drop_partial_block, drop_last, "drop_partial_block", "drop_last")
+        self.shuffle, self.seed = shuffle, seed
         self.shuffle_algorithm = shuffle_algorithm
         self.fingerprint = self.manifest.fingerprint()
         self.epoch = 0
@@ -146,7 +150,7 @@ class StreamingDataset(SampleSource):
         self.reader = (self.foreign.token_reader(block, verify) if self.foreign else
                        TokenReader(self.input_dir, self.manifest, verify, self._remote_files(verify)))
         total = self.reader.total
-        self.num_samples = total // block if self.drop_last else math.ceil(total / block)
+        self.num_samples = total // block if self.drop_partial_block else math.ceil(total / block)
         pad = self.item_loader.pad_id
         self.pad_id = pad if pad is not None else (self.manifest.eos_id or 0)
         self.token_dtype = self._token_dtype()

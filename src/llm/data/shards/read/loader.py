@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.profiling import LoaderProfile
-from llm.data.shards.read.source import ReadPlan, Resume, SampleSource
+from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
 from llm.data.shards.read.state import STATE_KEYS, check_header, check_int
 from llm.data.stage import Stage
 from llm.data.topology import current_topology
@@ -55,13 +55,15 @@ class StreamingDataLoader(DataLoader, Stage):
         batch_size: int = 1,
         num_workers: int = 0,
         collate_fn: Callable[[list], Any] | None = None,
-        drop_last: bool = False,
+        drop_short_batch: bool = False,
         worker_backend: str = "auto",
         profile_batches: int | None = None,
         profile_dir: str | Path = ".",
+        drop_last: bool | None = None,
         **kwargs: Any,
     ):
-        """`profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
+        """`drop_short_batch`: drop an epoch's short final global batch (`drop_last`, torch's name, is
+        accepted; the dataset's `drop_partial_block` is the other meaning). `profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
         (profiling.py). Other keyword arguments go to torch's DataLoader."""
         if not isinstance(dataset, SampleSource):
             raise TypeError(f"StreamingDataLoader needs a StreamingDataset or CombinedStreamingDataset (a SampleSource), "
@@ -111,7 +113,8 @@ class StreamingDataLoader(DataLoader, Stage):
         self.read_ahead = self.reader_threads * (prefetch or 2)
         # DataLoader forbids setting these after __init__; ours describe the batches we yield.
         object.__setattr__(self, "batch_size", batch_size)
-        object.__setattr__(self, "drop_last", drop_last)
+        self.drop_short_batch = renamed(drop_short_batch, drop_last, "drop_short_batch", "drop_last")
+        object.__setattr__(self, "drop_last", self.drop_short_batch)  # torch's name, for code that reads it
         self._collate = collate_fn
         dataset.set_global_batch(batch_size * current_topology()[1])  # a per_batch mixture: one source per global batch
         self._chunk_batches = self._pick_chunk_batches(dataset, batch_size)
@@ -130,7 +133,7 @@ class StreamingDataLoader(DataLoader, Stage):
 
     def _schedule_from(self, start: int) -> BatchSchedule:
         rank, world = current_topology()
-        return BatchSchedule(self.dataset.num_samples, start, self.batch_size, rank, world, self.drop_last)
+        return BatchSchedule(self.dataset.num_samples, start, self.batch_size, rank, world, self.drop_short_batch)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""

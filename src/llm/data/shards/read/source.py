@@ -41,6 +41,15 @@ from llm.data.topology import current_topology
 Order = Callable[[np.ndarray], np.ndarray]
 
 
+def renamed(value: bool, alias: bool | None, name: str, old: str) -> bool:
+    """A flag passed by its name or by its older, ambiguous one (`drop_last`), never both differently."""
+    if alias is None or alias == value:
+        return bool(alias if alias is not None else value)
+    if value:
+        raise ValueError(f"{name}={value!r} and {old}={alias!r} disagree; pass {name} only ({old} is its older name)")
+    return bool(alias)
+
+
 def chunk_bounds(n_batches: int, workers: int, max_batches: int) -> list[int]:
     """Batch boundaries of the chunks workers hand over: 1, 1, 2, 2, 4, 4, ... up to max_batches.
 
