@@ -174,7 +174,8 @@ class StreamingDataLoader(DataLoader, Stage):
                 chunks = super().__iter__()
             finally:
                 self.dataset._plan = None
-        boundaries = getattr(self.dataset.item_loader, "document_boundaries", False)
+        ds = self.dataset
+        boundaries = ds.manifest.kind == "tokens" and ds.item_loader.document_boundaries  # ItemsLoader has none
         asked = time.perf_counter_ns()
         try:
             for chunk in chunks:
