@@ -187,3 +187,8 @@ def test_the_two_drop_last_meanings_have_their_own_names_and_the_old_one_still_w
     assert len(short[0]) == len(short[1]) == (1400 // 9) // 4
     with pytest.raises(ValueError, match="drop_short_batch=True and drop_last=False disagree"):
         StreamingDataLoader(new, batch_size=4, drop_short_batch=True, drop_last=False)
+
+
+def test_the_loader_names_the_base_it_takes():
+    with pytest.raises(TypeError, match=r"StreamingDataset or CombinedStreamingDataset \(a SampleSource\), got list"):
+        StreamingDataLoader([1, 2, 3])
