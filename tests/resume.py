@@ -125,3 +125,18 @@ def check_resume(
                     f"{what}: {sum(lost.values())} records lost, {sum(repeated.values())} repeated"
                 )
     return reference
+
+
+def check_refused_state_changes_nothing(stage: Any, bad_state: Any, run: Callable[[Any], Sequence[Any]],
+                                        fresh: Any) -> None:
+    """`stage.check(bad_state)` and `stage.load_state_dict(bad_state)` raise StateError, and afterwards
+    `run(stage)` gives exactly what `run(fresh)` gives: a refused state changed nothing (stage.py)."""
+    import pytest
+
+    from llm.data.stage import StateError
+
+    with pytest.raises(StateError):
+        stage.check(bad_state)
+    with pytest.raises(StateError):
+        stage.load_state_dict(bad_state)
+    assert_same_steps(run(stage), run(fresh), "after a refused state")

@@ -180,3 +180,49 @@ def test_any_edit_of_a_loader_state_is_a_clear_error_or_an_exact_resume(datasets
     want = ds.read_blocks(samples)["input_ids"] if len(samples) else np.zeros((0, BLOCK), np.int64)
     got = [b.numpy() for b in fresh]
     assert np.array_equal(np.concatenate(got) if got else np.zeros((0, BLOCK), np.int64), want)
+
+
+def test_a_mixture_of_two_tokenizers_is_refused_naming_both(datasets, tmp_path) -> None:
+    import json
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(datasets["small-shards"], other)
+    index = json.loads((other / "index.json").read_text())
+    index["tokenizer"] = {**index["tokenizer"], "type": "tiktoken", "fingerprint": "abc"}
+    index.pop("fingerprint", None)  # derived from the entries; recomputed on load
+    (other / "index.json").write_text(json.dumps(index))
+    from llm.data import CombinedStreamingDataset
+
+    a, b = (StreamingDataset(p, item_loader=TokensLoader(block_size=8)) for p in (datasets["small-shards"], other))
+    with pytest.raises(ValueError, match=r"datasets\[1\] \(.*other\) was tokenized with .*tiktoken.* but datasets\[0\] "
+                                         r"\(.*\) with .*simple.*; mix datasets made with one tokenizer"):
+        CombinedStreamingDataset([a, b])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="pins for real where a GPU is present")
+def test_pin_memory_without_a_gpu_only_warns(datasets) -> None:
+    ds = StreamingDataset(datasets["small-shards"], item_loader=TokensLoader(block_size=8))
+    with pytest.warns(UserWarning, match="pin_memory"):
+        loader = StreamingDataLoader(ds, batch_size=2, num_workers=2, pin_memory=True)
+        first = next(iter(loader))
+    assert first.shape == (2, 8)
+
+
+@pytest.mark.parametrize("how", ["break", "held"])
+def test_a_threaded_loader_left_mid_epoch_exits_quietly(datasets, how) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    body = "for i, b in enumerate(loader):\n    if i == 3:\n        break" if how == "break" else \
+        "it = iter(loader)\nfor _ in range(3):\n    next(it)"
+    script = textwrap.dedent(f"""
+        from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
+        ds = StreamingDataset({str(datasets["small-shards"])!r}, item_loader=TokensLoader(block_size=16), shuffle=True)
+        loader = StreamingDataLoader(ds, batch_size=2, num_workers=2)
+    """) + body + "\n"
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and proc.stderr == ""

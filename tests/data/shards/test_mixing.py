@@ -15,7 +15,7 @@ from llm.data import (
     TokensLoader,
     optimize,
 )
-from llm.data.shards.mix.combined import PERIOD, quotas, slot_table
+from llm.data.shards.mix.weights import MAX_PERIOD, check_weights, period_for, quotas, slot_table
 from tests.resume import check_resume
 
 
@@ -42,17 +42,32 @@ def combined(paths, weights=(0.5, 0.5), seed=3, over_all=False, block=7, batchin
                                     iterate_over_all=over_all, batching=batching)
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 20), min_size=2, max_size=5).filter(lambda w: sum(w) > 0), st.integers(0, 10**6),
-       st.integers(0, 5 * PERIOD))
-def test_every_window_of_a_period_holds_each_weight_within_one_percent(raw, seed, start):
-    weights = [w / sum(raw) for w in raw]
-    quota = quotas(weights)
-    assert sum(quota) == PERIOD
-    slots = np.tile(slot_table(quota, seed), 7)
-    window = slots[start : start + PERIOD]
+_WEIGHT = st.one_of(st.just(0.0), st.floats(0, 1), st.floats(1e-12, 1e-3), st.floats(1, 1e300),
+                    st.integers(0, 20))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_WEIGHT, min_size=2, max_size=5).filter(lambda w: max(w) > 0), st.integers(0, 10**6),
+       st.integers(0, 5 * MAX_PERIOD))
+def test_every_positive_weight_is_served_in_every_window_of_a_period(raw, seed, start):
+    """Small and extreme floats: each positive weight gets its share of every period within one slot,
+    or the mixture refuses it up front naming it (a share below 1 / MAX_PERIOD)."""
+    try:
+        weights = check_weights(raw, [1] * len(raw), ["d"] * len(raw))
+    except ValueError as e:
+        assert "is a share of" in str(e)
+        top = max(raw)
+        assert any(w > 0 and w / top / sum(x / top for x in raw) < 1 / MAX_PERIOD for w in raw)
+        return
+    period = period_for(weights)
+    quota = quotas(weights, period, floor=True)
+    assert sum(quota) == period
+    slots = np.tile(slot_table(quota, seed, period), 7)
+    window = slots[start % period : start % period + period]
     for s, w in enumerate(weights):
-        assert abs((window == s).mean() - w) <= 0.01
+        assert (window == s).sum() == quota[s]
+        assert abs(quota[s] - w * period) < 2
+        assert quota[s] >= 1 or w == 0
 
 
 def samples(ds: CombinedStreamingDataset, epochs: int = 1) -> np.ndarray:
@@ -148,7 +163,13 @@ def test_changing_the_weights_on_resume_repeats_nothing(sources):
     "kwargs, message",
     [
         ({"weights": [0.5]}, "weights has 1 entries but there are 2 datasets"),
-        ({"weights": [1.0, -0.5]}, "weights must be non-negative numbers"),
+        ({"weights": [0.5, 0.3, 0.2]}, "weights has 3 entries but there are 2 datasets"),
+        ({"weights": [1.0, -0.5]}, r"weights\[1\] is -0.5, expected a finite number >= 0"),
+        ({"weights": [float("inf"), 1]}, r"weights\[0\] is inf, expected a finite number"),
+        ({"weights": [float("nan"), 1]}, r"weights\[0\] is nan, expected a finite number"),
+        ({"weights": ["0.5", 0.5]}, r"weights\[0\] is '0.5', expected a finite number"),
+        ({"weights": "0.5, 0.5"}, "weights must be a list of 2 numbers"),
+        ({"weights": [1e308, 1e-300]}, r"weights\[1\] \(1e-300\) is a share"),
         ({"weights": [0, 0]}, "weights are all zero"),
         ({"weights": [0.5, 0.5], "batching": "per_step"}, "batching='per_step' is not known"),
     ],

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
-from llm.data.shards.read.dataset import chunk_bounds
+from llm.data.shards.read.source import chunk_bounds
 
 NAMES = {"read", "decode", "transform", "collate", "wait"}
 

@@ -88,7 +88,7 @@ def test_blocks_cover_the_token_stream_exactly_once(tmp_path_factory, docs, bloc
 
 @given(n=st.integers(0, 3000), workers=st.integers(1, 8), most=st.integers(1, 64))
 def test_worker_chunks_tile_the_batches_in_order(n, workers, most):
-    from llm.data.shards.read.dataset import chunk_bounds
+    from llm.data.shards.read.source import chunk_bounds
 
     bounds = chunk_bounds(n, workers, most)
     assert bounds[0] == 0 and bounds[-1] == n
@@ -100,10 +100,11 @@ def test_worker_chunks_tile_the_batches_in_order(n, workers, most):
 @given(st.integers(1, 40_000), st.integers(0, 2**32), st.lists(st.tuples(st.integers(0, 40_000), st.integers(1, 3000)),
                                                             min_size=1, max_size=8))
 def test_the_segment_cache_gives_the_permutations_own_values(n, seed, ranges):
+    from llm.data.seeds import derive_seed
     from llm.data.shards.plan.schedule import SegmentedOrder, epoch_order
     from llm.data.shards.plan.shuffle import make_permutation
 
-    order, plain = epoch_order(n, seed, 0, True), make_permutation("feistel", n, seed)
+    order, plain = epoch_order(n, seed, 0, True), make_permutation("feistel", n, derive_seed(seed, "shuffle", 0))
     assert isinstance(order, SegmentedOrder)
     for lo, size in ranges:
         lo = lo % n

@@ -194,8 +194,8 @@ def test_a_mixture_of_windowed_sources_reads_them_in_their_windows(dataset, resu
     assert loader.state_dict()["shuffle_window"] == [2, 3]
     ids = mix.global_ids(0, np.arange(mix.num_samples))
     assert np.array_equal(torch.cat(batches).numpy(), mix.read_blocks(ids)["input_ids"])
-    firsts = ids[ids < mix.offsets[1]][:10]  # source a's first samples: a's own windowed order
-    assert np.array_equal(firsts, a.epoch_permutation(0)(np.arange(10)))
+    firsts = ids[ids < mix.offsets[1]][:10]  # source a's first samples: a's own windowed order, keyed for the mixture
+    assert np.array_equal(firsts, a.epoch_permutation(0, "mixture/source0")(np.arange(10)))
 
 
 def test_items_are_windowed_by_the_shard_that_holds_them(tmp_path):

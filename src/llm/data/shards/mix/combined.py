@@ -1,20 +1,21 @@
 """`CombinedStreamingDataset`: several optimized datasets mixed by a schedule that is a pure function of position.
 
-Which source global position P comes from is a periodic, low-discrepancy pattern:
-each block of `PERIOD` positions holds exactly `quota[s]` samples of source s
-(largest-remainder rounding of its weight), interleaved smoothly and rotated by
-the seed. So any window of `PERIOD` consecutive samples holds each source's
-quota exactly (within 0.05% of its weight), and the number of samples source s
-gave before P is a closed form: `(P // PERIOD) * quota[s] + prefix[s][P % PERIOD]`.
-Source s's q-th sample is sample `q % n_s` of its own epoch `q // n_s`
-(reshuffled by its own seed + epoch), so a source that runs out starts its next
-epoch while the others go on. Nothing depends on what was read: the loader's
+The mixture holds its sources (composition): it plans, they read. Which source global
+position P comes from is a periodic, low-discrepancy pattern: each block of `period`
+slots holds exactly `quota[s]` slots of source s (weights.py), interleaved smoothly and
+rotated by a seed derived from the mixture's. So any window of `period` consecutive slots
+holds each source's quota exactly, and the number of samples source s gave before P is a
+closed form: `(P // period) * quota[s] + prefix[s][P % period]`. Source s's q-th sample
+is sample `q % n_s` of its own epoch `q // n_s`, in an order keyed by
+`derive_seed(its seed, "mixture/source{s}", that epoch)`, so a source that runs out
+starts its next epoch while the others go on, and two same-size sources with the same
+seed still get different orders. Nothing depends on what was read: the loader's
 position is the whole state, resume is O(1) and exact on any topology.
 
-With `batching="per_batch"` a slot is one global batch (`unit` = batch_size x world
-size, set by the loader) instead of one sample: every global batch comes from one
-source, and the counts are the same closed form times `unit` plus the position
-inside the current slot.
+With `batching="per_batch"` a slot is one global batch (`samples_per_slot` = batch_size x
+world size, set by the loader) instead of one sample: every global batch comes from one
+source, and the counts are the same closed form times `samples_per_slot` plus the
+position inside the current slot.
 
 A combined epoch is `num_samples` positions: until the first source has given all
 its samples (`iterate_over_all=False`) or until every source has (`True`).
@@ -31,38 +32,21 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.seeds import check_seed, derive_seed
 from llm.data.shards.arrays import distinct
-from llm.data.shards.read.dataset import StreamingDataset, _Iteration, chunk_bounds
+from llm.data.shards.mix.sources import check_sources
+from llm.data.shards.mix.weights import PERIOD, check_weights, period_for, quotas, slot_table
+from llm.data.shards.read.dataset import StreamingDataset
+from llm.data.shards.read.source import Order, Resume, SampleSource
+from llm.data.shards.read.state import StateError
 
-PERIOD = 1000
+__all__ = ["CombinedStreamingDataset", "PERIOD", "quotas", "slot_table"]
 BATCHING = ("stratified", "per_batch")
 _MATERIALISE = 1 << 20  # samples: sources up to this size keep their epoch order as an array
 
 
-def quotas(weights: Sequence[float], period: int = PERIOD) -> list[int]:
-    """Integer samples per period for each weight (largest remainder), summing to `period`."""
-    exact = [w * period for w in weights]
-    base = [int(x) for x in exact]
-    for i in sorted(range(len(exact)), key=lambda i: (base[i] - exact[i], i))[: period - sum(base)]:
-        base[i] += 1
-    return base
-
-
-def slot_table(quota: list[int], seed: int, period: int = PERIOD) -> np.ndarray:
-    """Source of each slot of a period: smooth weighted round robin, rotated by the seed."""
-    slots = np.empty(period, dtype=np.int64)
-    credit = [0] * len(quota)
-    for k in range(period):
-        for i, q in enumerate(quota):
-            credit[i] += q
-        pick = max(range(len(quota)), key=lambda i: (credit[i], -i))
-        credit[pick] -= period
-        slots[k] = pick
-    return np.roll(slots, seed % period)
-
-
-class CombinedStreamingDataset(StreamingDataset):
-    """Mix several `StreamingDataset`s (same kind, same block size) by weight, with an exact resume."""
+class CombinedStreamingDataset(SampleSource):
+    """Mix several `StreamingDataset`s (same kind, block size and tokenizer) by weight, with an exact resume."""
 
     def __init__(
         self,
@@ -72,154 +56,156 @@ class CombinedStreamingDataset(StreamingDataset):
         iterate_over_all: bool = True,
         batching: str = "stratified",
     ):
-        self.datasets = list(datasets)
-        self._check_sources()
+        self.datasets: list[StreamingDataset] = check_sources(datasets)
         if batching not in BATCHING:
             raise ValueError(
                 f"batching={batching!r} is not known; use 'stratified' (sources mixed within each batch by "
                 "the weights) or 'per_batch' (each global batch from one source, sources by the weights)"
             )
         self.batching = batching
-        self.unit = 1  # samples per schedule slot: 1, or the global batch with per_batch
-        self.seed, self.iterate_over_all = seed, iterate_over_all
+        self.samples_per_slot = 1  # 1, or the global batch with per_batch
+        self.seed, self.iterate_over_all = check_seed(seed), iterate_over_all
         first = self.datasets[0]
         self.manifest, self.item_loader = first.manifest, first.item_loader
-        self.block_size = getattr(first, "block_size", None)
-        self.pad_id = getattr(first, "pad_id", None)
-        self.shuffle, self.drop_last, self.epoch = True, False, 0
+        tokens = first.manifest.kind == "tokens"
+        self.block_size = first.block_size if tokens else None
+        self.pad_id = first.pad_id if tokens else None
+        self.token_dtype = first.token_dtype if tokens else None
+        self.shuffle, self.epoch = True, 0
         self.input_dir = "CombinedStreamingDataset(" + ", ".join(str(d.input_dir) for d in self.datasets) + ")"
-        self._iteration: _Iteration | None = None
-        self._orders: dict[tuple[int, int], Callable[[np.ndarray], np.ndarray]] = {}
-        self.cache = None  # remote sources keep their own caches
+        self._orders: dict[tuple[int, int], Order] = {}
         windows = [d.shuffle_window for d in self.datasets]  # each source's own order; in the state
         self.shuffle_window = windows if any(w is not None for w in windows) else None
         subsamples, splits = [d.subsample for d in self.datasets], [d.split for d in self.datasets]
         self.subsample = subsamples if any(f != 1 for f in subsamples) else 1.0  # the sources' subsets, in the state
-        self.split, self.view, self.transform = (splits if any(splits) else None), None, None
+        self.split = splits if any(splits) else None
         self.sizes = np.array([d.num_samples for d in self.datasets], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         self.fingerprint = hashlib.sha256(
             json.dumps([d.fingerprint for d in self.datasets] + [seed]).encode()
         ).hexdigest()
-        self.set_weights(weights, np.zeros(len(self.datasets), dtype=np.int64))
+        shares = check_weights(weights, self.sizes.tolist(), [str(d.input_dir) for d in self.datasets])
+        self.reanchor(shares, np.zeros(len(self.datasets), dtype=np.int64))
 
-    def _check_sources(self) -> None:
-        if not self.datasets:
-            raise ValueError("CombinedStreamingDataset needs at least one dataset")
-        for i, d in enumerate(self.datasets):
-            if not isinstance(d, StreamingDataset) or isinstance(d, CombinedStreamingDataset):
-                raise TypeError(f"datasets[{i}] is a {type(d).__name__}, expected a StreamingDataset")
-            if d.manifest.kind != self.datasets[0].manifest.kind:
-                raise ValueError(f"datasets[{i}] holds {d.manifest.kind} but datasets[0] holds {self.datasets[0].manifest.kind}; mix datasets of one kind")
-            if getattr(d, "block_size", None) != getattr(self.datasets[0], "block_size", None):
-                raise ValueError(f"datasets[{i}] has block_size {d.block_size} but datasets[0] has {self.datasets[0].block_size}; use one TokensLoader block size")
-            if getattr(d, "token_dtype", None) != getattr(self.datasets[0], "token_dtype", None):
-                raise ValueError(f"datasets[{i}] gives {d.token_dtype} tokens but datasets[0] gives {self.datasets[0].token_dtype}; pass one TokensLoader dtype")
-            bounds = getattr(d.item_loader, "document_boundaries", False)
-            if bounds != getattr(self.datasets[0].item_loader, "document_boundaries", False):
-                raise ValueError(f"datasets[{i}] has document_boundaries={bounds} but datasets[0] does not; use one TokensLoader setting")
-
-    def set_weights(self, weights: Sequence[float] | None, counts: np.ndarray) -> None:
-        """Mixture weights (None: proportional to sizes) from an anchor where source s had given counts[s]."""
+    def reanchor(self, weights: Sequence[float], counts: np.ndarray) -> None:
+        """Start the schedule of these (checked) weights at a point where source s had given counts[s]."""
         n = len(self.datasets)
-        if weights is None:
-            weights = (self.sizes / self.sizes.sum()).tolist()
-        weights = list(weights)
-        if len(weights) != n:
-            raise ValueError(f"weights has {len(weights)} entries but there are {n} datasets")
-        if any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 or w != w for w in weights):
-            raise ValueError(f"weights must be non-negative numbers, got {weights}")
-        if sum(weights) <= 0:
-            raise ValueError(f"weights are all zero ({weights}); give at least one dataset a positive weight")
-        self.weights = [w / sum(weights) for w in weights]
-        self.quota = np.array(quotas(self.weights), dtype=np.int64)
-        self.slots = slot_table(self.quota.tolist(), self.seed)
-        # prefix[s, k]: samples of source s in slots [0, k)
-        self.prefix = np.zeros((n, PERIOD + 1), dtype=np.int64)
+        self.weights = list(weights)
+        if self.legacy_seeds:  # a version-1 state: its period and rotation, zero quotas included
+            self.period, rotation = PERIOD, self.seed
+            self.quota = np.array(quotas(self.weights), dtype=np.int64)
+        else:
+            self.period, rotation = period_for(self.weights), derive_seed(self.seed, "mixture")
+            self.quota = np.array(quotas(self.weights, self.period, floor=True), dtype=np.int64)
+        self.slots = slot_table(self.quota.tolist(), rotation, self.period)
+        # prefix[s, k]: slots of source s in [0, k)
+        self.prefix = np.zeros((n, self.period + 1), dtype=np.int64)
         for s in range(n):
             self.prefix[s, 1:] = np.cumsum(self.slots == s)
         self.anchor = np.asarray(counts, dtype=np.int64)
         self.num_samples = self._epoch_length()
+        self._orders = {}
 
     def set_global_batch(self, global_batch: int) -> None:
         """Called by StreamingDataLoader: with per_batch, one slot of the schedule is one global batch."""
-        if self.batching == "per_batch" and global_batch != self.unit:
-            self.unit = int(global_batch)
-            self.set_weights(self.weights, self.anchor)
+        if self.batching == "per_batch" and global_batch != self.samples_per_slot:
+            self.samples_per_slot = int(global_batch)
+            self.reanchor(self.weights, self.anchor)
 
     def _counts(self, positions: np.ndarray) -> np.ndarray:
         """Samples each source gave before each position: shape (sources, len(positions))."""
-        slot, within = np.divmod(positions, self.unit)
-        full, rest = np.divmod(slot, PERIOD)
+        slot, within = np.divmod(positions, self.samples_per_slot)
+        full, rest = np.divmod(slot, self.period)
         before = full[None, :] * self.quota[:, None] + self.prefix[:, rest]
         current = self.slots[rest][None, :] == np.arange(len(self.datasets))[:, None]
-        return self.anchor[:, None] + before * self.unit + current * within[None, :]
+        return self.anchor[:, None] + before * self.samples_per_slot + current * within[None, :]
 
     def _epoch_length(self) -> int:
         """Positions until the first (or every) weighted source has given all its samples once."""
         ends = []
         for s in np.flatnonzero(self.quota):
-            need = -(-int(self.sizes[s]) // self.unit)  # slots, each `unit` samples
+            need = -(-int(self.sizes[s]) // self.samples_per_slot)  # slots
             periods = max(0, (need - 1) // int(self.quota[s]))
             within = int(np.searchsorted(self.prefix[s], need - periods * self.quota[s]))
-            ends.append(periods * PERIOD + within)
-        return int(max(ends) if self.iterate_over_all else min(ends)) * self.unit
+            ends.append(periods * self.period + within)
+        return int(max(ends) if self.iterate_over_all else min(ends)) * self.samples_per_slot
 
-    def mixture_state(self, epoch: int, consumed: int) -> dict[str, Any]:
+    # ---- the source contract (read/source.py) --------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "seed": self.seed, "shuffle": self.shuffle,
+                "shuffle_window": self.shuffle_window, "subsample": self.subsample, "split": self.split,
+                "num_samples": self.num_samples}
+
+    def extra_state(self, epoch: int, consumed: int) -> dict[str, Any]:
         """Weights, anchor and per-source counts at the loader's position (a few numbers per source)."""
         absolute = np.array([epoch * self.num_samples + consumed], dtype=np.int64)
-        return {"weights": self.weights, "anchor": self.anchor.tolist(), "counts": self._counts(absolute)[:, 0].tolist(),
-                "batching": self.batching, "unit": self.unit}
+        return {"mixture": {"weights": self.weights, "anchor": self.anchor.tolist(),
+                            "counts": self._counts(absolute)[:, 0].tolist(), "batching": self.batching,
+                            "unit": self.samples_per_slot}}
 
-    def load_mixture_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The loader state to resume from: as saved, or re-anchored when the mixture changed.
-
-        With other weights (or a state saved after such a change) the schedule restarts at
-        the saved per-source counts: epoch 0, position 0 of the new mixture, nothing repeated.
-        """
-        mixture = state.get("mixture") if isinstance(state, dict) else None
+    def resume_anchor(self, state: dict[str, Any]) -> tuple[np.ndarray | None, bool]:
+        """As saved; re-anchored where it was saved after a weight change; or, with other weights now,
+        re-anchored at the saved per-source counts (epoch 0, position 0 of the new mixture)."""
+        mixture = state.get("mixture")
         if not mixture:
-            return state
+            return None, False
         n = len(self.datasets)
         try:
             weights = [float(w) for w in mixture["weights"]]
             anchor = np.asarray(mixture["anchor"], dtype=np.int64)
             counts = np.asarray(mixture["counts"], dtype=np.int64)
         except (KeyError, TypeError, ValueError):
-            raise ValueError("loader state key 'mixture' must hold weights, anchor and counts lists") from None
+            raise StateError("loader state key 'mixture' must hold weights, anchor and counts lists") from None
         if len(weights) != n or anchor.shape != (n,) or counts.shape != (n,) or (counts < 0).any():
-            raise ValueError(f"loader state key 'mixture' does not describe {n} datasets: {mixture!r}")
+            raise StateError(f"loader state key 'mixture' does not describe {n} datasets: {mixture!r}")
         saved = (mixture.get("batching", "stratified"), mixture.get("unit", 1))
-        if saved != (self.batching, self.unit):
-            raise ValueError(
+        if saved != (self.batching, self.samples_per_slot):
+            raise StateError(
                 f"loader state key 'mixture' was saved with batching={saved[0]!r} and {saved[1]} samples per "
-                f"schedule slot, but this mixture has batching={self.batching!r} and {self.unit}; a per_batch "
-                "mixture resumes with the same batching and global batch (batch_size x world size)"
+                f"schedule slot, but this mixture has batching={self.batching!r} and {self.samples_per_slot}; a "
+                "per_batch mixture resumes with the same batching and global batch (batch_size x world size)"
             )
-        if np.allclose(weights, self.weights) and (anchor == self.anchor).all():
-            return state
-        if np.allclose(weights, self.weights) and not (anchor == 0).all():
-            self.set_weights(self.weights, anchor)  # the same re-anchored mixture as when it was saved
-            return {**state, "num_samples": self.num_samples}
-        self.set_weights(self.weights, counts)
-        return {**state, "epoch": 0, "samples_consumed": 0, "num_samples": self.num_samples}
+        if np.allclose(weights, self.weights):
+            return (None if (anchor == self.anchor).all() else anchor), False
+        return counts, True
+
+    def apply(self, resume: Resume) -> None:
+        super().apply(resume)
+        self.reanchor(self.weights, self.anchor if resume.anchor is None else resume.anchor)
+
+    def reads_remote(self) -> bool:
+        return any(d.reads_remote() for d in self.datasets)
+
+    def release(self) -> None:
+        for d in self.datasets:  # a remote source's pin must not outlive the chunk that read it
+            d.release()
+
+    def hint_samples(self, sample_ids: np.ndarray) -> None:
+        """Each source's cache gets the shards its samples among these read, in order of first use."""
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        src = self.sources_of(ids)
+        for s, d in enumerate(self.datasets):
+            if d.reads_remote():
+                d.hint_samples(ids[src == s] - self.offsets[s])
 
     # ---- the plan --------------------------------------------------------------------------
+
+    def order(self, epoch: int) -> Order:
+        return lambda positions: self.global_ids(epoch, positions)
 
     def global_ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         """Combined sample ids (source offset + its own sample) of epoch positions."""
         absolute = epoch * self.num_samples + np.asarray(positions, dtype=np.int64)
-        src = self.slots[(absolute // self.unit) % PERIOD]
+        src = self.slots[(absolute // self.samples_per_slot) % self.period]
         q = self._counts(absolute)[src, np.arange(len(absolute))]
         out = np.empty(len(absolute), dtype=np.int64)
-        for s in range(len(self.datasets)):
-            mine = np.flatnonzero(src == s)
-            if not len(mine):
-                continue
-            own_epoch, index = np.divmod(q[mine], self.sizes[s])
+        for s in distinct(src):
+            rows = np.flatnonzero(src == s)  # the positions source s serves
+            own_epoch, index = np.divmod(q[rows], self.sizes[s])
             for e in distinct(own_epoch):
-                at = mine[own_epoch == e]
-                out[at] = self.offsets[s] + self._source_order(s, int(e))(index[own_epoch == e])
+                at = own_epoch == e
+                out[rows[at]] = self.offsets[s] + self._source_order(s, int(e))(index[at])
         return out
 
     def _source_order(self, s: int, epoch: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -232,7 +218,7 @@ class CombinedStreamingDataset(StreamingDataset):
         key = (s, epoch)
         cached = self._orders.get(key)
         if cached is None:
-            order = self.datasets[s].epoch_permutation(epoch)
+            order = self.datasets[s].epoch_permutation(epoch, f"mixture/source{s}", self.legacy_seeds)
             if self.sizes[s] <= _MATERIALISE:
                 table = order(np.arange(self.sizes[s], dtype=np.int64))
                 order = table.__getitem__
@@ -240,17 +226,6 @@ class CombinedStreamingDataset(StreamingDataset):
                 self._orders.pop(next(iter(self._orders)), None)  # threads share this dict
             self._orders[key] = cached = order
         return cached
-
-    def chunk_plan(self, it: _Iteration, workers: int) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
-        return chunk_bounds(len(it.schedule), workers, it.chunk_batches), lambda p: self.global_ids(it.epoch, p)
-
-    def read_chunk(self, it: _Iteration, order: Callable, lo: int, hi: int) -> dict[str, Any]:
-        try:
-            return super().read_chunk(it, order, lo, hi)
-        finally:  # a remote source's pin must not outlive the chunk that read it
-            for d in self.datasets:
-                if d.cache is not None:
-                    d.reader.files.release()
 
     def sources_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, ids, side="right") - 1
@@ -260,9 +235,8 @@ class CombinedStreamingDataset(StreamingDataset):
     def read_blocks(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         ids = np.asarray(sample_ids, dtype=np.int64)
         src = self.sources_of(ids)
-        first = self.datasets[0]
-        out = {"input_ids": np.empty((len(ids), self.block_size), dtype=first.token_dtype)}
-        if first.item_loader.document_boundaries:
+        out = {"input_ids": np.empty((len(ids), self.block_size), dtype=self.token_dtype)}
+        if self.item_loader.document_boundaries:
             out["position_ids"] = np.empty_like(out["input_ids"])
         for s in distinct(src):
             at = np.flatnonzero(src == s)  # each source gathers straight into its rows of the batch

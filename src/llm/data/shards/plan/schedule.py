@@ -1,6 +1,6 @@
 """The global order as pure functions: (fingerprint, seed, epoch) -> which sample each rank reads when.
 
-Position p of an epoch is sample `permutation(seed + epoch)(p)`: global, or windowed
+Position p of an epoch is sample `permutation(derive_seed(seed, "shuffle", epoch))(p)`: global, or windowed
 over shards (`shuffle/windowed.py`) so that a remote reader's working set fits its
 cache. Global batch k after a resume point `start` covers positions
 [start + k*G, start + (k+1)*G) with G = batch_size * world_size; rank r reads its
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llm.data.seeds import derive_seed
 from llm.data.shards.plan.shuffle import make_permutation, make_windowed
 
 
@@ -31,20 +32,26 @@ def epoch_order(
     algorithm: str = "feistel",
     window: int | None = None,
     sample_starts: np.ndarray | None = None,
+    component: str = "shuffle",
+    legacy: bool = False,
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """position -> sample id for one epoch (reshuffled by seed + epoch).
+    """position -> sample id for one epoch, shuffled by `derive_seed(seed, component, epoch)`.
+
+    `legacy=True` keys the shuffle by `seed + epoch` as loader states of version 1 did (so
+    (42, epoch 1) was (43, epoch 0)); it exists only to resume such a state exactly.
 
     `window=None`: a global shuffle over all samples. `window=W`: shards in a seeded order,
     samples shuffled within each window of W shards of it; `sample_starts` (first sample of
     each shard, then num_samples) says which samples each shard owns (shuffle/windowed.py).
     """
+    stream = seed + epoch if legacy else derive_seed(seed, component, epoch)
     if shuffle and window is not None:
         if sample_starts is None or int(sample_starts[-1]) != num_samples:
             raise ValueError("a windowed shuffle needs sample_starts ending at num_samples")
-        return make_windowed(sample_starts, window, seed + epoch, algorithm)
+        return make_windowed(sample_starts, window, stream, algorithm)
     if not shuffle:
-        return make_permutation("none", num_samples, seed + epoch)
-    return SegmentedOrder(make_permutation(algorithm, num_samples, seed + epoch), num_samples)
+        return make_permutation("none", num_samples, stream)
+    return SegmentedOrder(make_permutation(algorithm, num_samples, stream), num_samples)
 
 
 class SegmentedOrder:
@@ -99,7 +106,7 @@ class BatchSchedule:
     batch_size: int  # per rank
     rank: int = 0
     world_size: int = 1
-    drop_last: bool = False
+    drop_short_batch: bool = False
 
     @property
     def global_batch(self) -> int:
@@ -107,8 +114,8 @@ class BatchSchedule:
 
     @property
     def end(self) -> int:
-        """Last position (exclusive) this epoch delivers; drop_last drops a short final global batch."""
-        if not self.drop_last:
+        """Last position (exclusive) this epoch delivers; drop_short_batch drops a short final global batch."""
+        if not self.drop_short_batch:
             return self.total
         return self.start + (self.total - self.start) // self.global_batch * self.global_batch
 

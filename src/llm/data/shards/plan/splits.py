@@ -6,7 +6,6 @@ import copy
 import math
 from collections.abc import Sequence
 
-from llm.data.shards.mix.combined import CombinedStreamingDataset
 from llm.data.shards.plan.subset import SUM_TOLERANCE, as_fraction, split_views
 from llm.data.shards.read.dataset import StreamingDataset
 
@@ -35,7 +34,7 @@ def train_test_split(dataset: StreamingDataset, splits: Sequence[float], seed: i
     state saved on one split is refused by another. Splits are taken shard by shard (subset.py), so a
     windowed shuffle and a remote cache keep their locality.
     """
-    if not isinstance(dataset, StreamingDataset) or isinstance(dataset, CombinedStreamingDataset):
+    if not isinstance(dataset, StreamingDataset):
         raise TypeError(
             f"train_test_split needs a StreamingDataset, got {type(dataset).__name__}; "
             "to split a CombinedStreamingDataset, split each source and mix the splits"
@@ -43,12 +42,18 @@ def train_test_split(dataset: StreamingDataset, splits: Sequence[float], seed: i
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     fractions = check_splits(splits)
-    views = split_views(dataset.sample_starts, fractions, f"split:{seed}")
+    # An upsampled dataset repeats stored samples: splitting its copies would put one stored
+    # sample in several splits. Split the stored samples, then upsample each split alone.
+    upsampled = dataset.subsample > 1
+    parent_view, parent_starts = dataset.unsampled if upsampled else (dataset.view, dataset.sample_starts)
+    views = split_views(parent_starts, fractions, f"split:{seed}")
     out = []
     for index, view in enumerate(views):
         part = copy.copy(dataset)  # shares the reader and cache; its own plan, epoch and view
-        part.view, part._iteration, part.epoch = dataset.view, None, 0
+        part.view, part._plan, part.epoch, part._order = parent_view, None, 0, None
         part.set_view(view)
+        if upsampled:
+            part.apply_subsample()
         part.split = [*(dataset.split or []), [index, fractions, seed]]
         out.append(part)
     return out

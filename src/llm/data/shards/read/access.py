@@ -58,6 +58,10 @@ class SampleAccess:
     num_samples: int
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Why rewrite a subclass's __getitem__: LitData users subclass the dataset and override
+        # `__getitem__(self, index: int)`; `ds[a:b]` must still be a list of their samples, and
+        # their code must never receive a slice it was not written for. A base method cannot do
+        # it (the override replaces it), so the override is wrapped once, when the class is made.
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__getitem__")
         if own is None or getattr(own, "handles_slices", False):
@@ -138,8 +142,7 @@ class SampleAccess:
 
     def to_base(self, ids: np.ndarray) -> np.ndarray:
         """Sample ids of this dataset (a subsample or split of the stored samples) -> stored sample ids."""
-        view = getattr(self, "view", None)
-        return np.asarray(ids, dtype=np.int64) if view is None else view(ids)
+        return np.asarray(ids, dtype=np.int64)
 
     def _samples(self, samples: np.ndarray) -> Iterator[Any]:
         """Single samples, as `ds[i]` gives them, but read a chunk at a time (a plain DataLoader's path)."""

@@ -1,75 +1,33 @@
-"""StreamingDataset: optimized shards to samples, read by a plan; `loader.py` turns them into batches.
+"""StreamingDataset: one folder of optimized shards (local, remote or a peer's) as samples in a seeded order.
 
-How a batch is made: the loader fixes the plan for this iteration (epoch, resume
-position, rank, world size) on the dataset before its workers start. Each worker
-computes, from that plan alone, the chunks of batches it serves, reads their
-blocks with vectorised memory-mapped copies and sends a whole chunk at once (one
-inter-process hand-off per chunk, not per sample). The loader splits chunks back
-into batches, in order, and counts only the batches it hands to the caller: that
-count is the whole resume state.
+The read path (plans, chunks, the resume contract) is `source.py`'s, shared with the mixture;
+this module owns what is particular to one dataset: its manifest and reader, its subset
+(subsample, split), its shuffle, and its remote cache.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.data import IterableDataset, get_worker_info
 
 from llm.data.shards.format.items_reader import ItemReader
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import TokenReader
 from llm.data.shards.interop import open_foreign
-from llm.data.shards.plan.schedule import BatchSchedule, epoch_order
+from llm.data.shards.plan.schedule import epoch_order
 from llm.data.shards.plan.shuffle.windowed import shard_sample_starts
 from llm.data.shards.plan.subset import ComposedView, SampleView, check_subsample, subsample_view
-from llm.data.shards.read.access import SampleAccess, as_transform
-from llm.data.shards.read.profiling import recording
+from llm.data.shards.read.access import as_transform
+from llm.data.shards.read.source import SampleSource, renamed
 from llm.data.storage.paths import parse_location
-from llm.data.topology import current_topology
 
 
-def current_rank_world() -> tuple[int, int]:
-    """(rank, world_size) of this process (see `llm.data.topology`)."""
-    return current_topology()
-
-
-def chunk_bounds(n_batches: int, workers: int, max_batches: int) -> list[int]:
-    """Batch boundaries of the chunks workers hand over: 1, 1, 2, 2, 4, 4, ... up to max_batches.
-
-    Chunk c goes to worker c % workers; small first chunks make the first batch (also
-    after a resume) quick, large later ones amortise the hand-off. Deterministic, so
-    DataLoader's round-robin merge still yields batches in plan order.
-    """
-    bounds, size, c = [0], 1, 0
-    while bounds[-1] < n_batches:
-        bounds.append(min(bounds[-1] + size, n_batches))
-        c += 1
-        if c % max(workers, 1) == 0:
-            size = min(size * 2, max_batches)
-    return bounds
-
-
-@dataclass(frozen=True)
-class _Iteration:
-    """What one pass over the data reads, fixed in the main process before workers start."""
-
-    epoch: int
-    schedule: BatchSchedule
-    chunk_batches: int
-    collate: Callable[[list], Any] | None = None
-    batched: bool = True  # False: yield single samples (the dataset iterated without the loader)
-    profile: int = 0  # chunks holding one of the first `profile` batches record spans (profiling.py)
-    t0: int = 0  # the profile's time origin (perf_counter_ns)
-
-
-class StreamingDataset(SampleAccess, IterableDataset):
+class StreamingDataset(SampleSource):
     """Samples of a dataset made by `optimize`: token blocks (TokensLoader) or items (ItemsLoader)."""
 
     def __init__(
@@ -77,7 +35,7 @@ class StreamingDataset(SampleAccess, IterableDataset):
         input_dir: str | Path,
         item_loader: TokensLoader | ItemsLoader | None = None,
         shuffle: bool = False,
-        drop_last: bool = False,
+        drop_partial_block: bool = False,
         seed: int = 42,
         verify_checksums: bool | str = True,
         shuffle_algorithm: str = "feistel",
@@ -87,6 +45,7 @@ class StreamingDataset(SampleAccess, IterableDataset):
         shuffle_window: int | str | None = None,
         subsample: float = 1.0,
         transform: Callable[[Any], Any] | list[Callable[[Any], Any]] | None = None,
+        drop_last: bool | None = None,
     ):
         """`input_dir`: a folder, `local:/network/folder` or `s3://bucket/prefix`. Remote shards are
         downloaded ahead of use into `cache_dir/<fingerprint>` (default: the user cache dir), verified,
@@ -98,6 +57,8 @@ class StreamingDataset(SampleAccess, IterableDataset):
         anything else a global shuffle; "global" forces the global one.
         `verify_checksums`: True checks each shard's checksum on first use unless this machine
         already verified that very file (format/verified.py); "always" hashes regardless.
+        `drop_partial_block`: drop the short last token block instead of padding it (`drop_last`, its
+        older name, is accepted; the loader's `drop_short_batch` is the other meaning).
         `subsample`: a seeded subset of floor(subsample * n) samples (> 1 repeats them; subset.py).
         `transform`: a callable (or a list, applied in order) on each sample as `ds[i]` gives it, also in
         workers; it moves the loader to the per-sample path (access.py)."""
@@ -123,11 +84,12 @@ class StreamingDataset(SampleAccess, IterableDataset):
                 f"{self.input_dir} holds {self.manifest.kind}, but item_loader is {type(self.item_loader).__name__}; "
                 f"use {'TokensLoader(block_size=...)' if self.manifest.kind == 'tokens' else 'ItemsLoader()'}"
             )
-        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
+        self.drop_partial_block = renamed(drop_partial_block, drop_last, "drop_partial_block", "drop_last")
+        self.shuffle, self.seed = shuffle, seed
         self.shuffle_algorithm = shuffle_algorithm
         self.fingerprint = self.manifest.fingerprint()
         self.epoch = 0
-        self._iteration: _Iteration | None = None
+        self._order: tuple | None = None  # (key, the last epoch order): see epoch_permutation
         if self.manifest.kind == "tokens":
             self._init_tokens(verify_checksums)
         else:
@@ -137,10 +99,16 @@ class StreamingDataset(SampleAccess, IterableDataset):
         block = self.block_size if self.manifest.kind == "tokens" else None
         self.sample_starts = shard_sample_starts(self.reader.starts, block, self.num_samples)
         self.view: SampleView | ComposedView | None = None
-        view = subsample_view(self.sample_starts, self.subsample, f"subsample:{seed}")
+        self.apply_subsample()
+        self.shuffle_window = self._resolve_window(shuffle_window)
+
+    def apply_subsample(self) -> None:
+        """Serve `subsample` of the current samples; `unsampled` keeps (view, starts) from before it,
+        so that a split of an upsampled dataset splits the stored samples first (plan/splits.py)."""
+        self.unsampled = (self.view, self.sample_starts)
+        view = subsample_view(self.sample_starts, self.subsample, f"subsample:{self.seed}")
         if view is not None:
             self.set_view(view)
-        self.shuffle_window = self._resolve_window(shuffle_window)
 
     def set_view(self, view: SampleView) -> None:
         """Serve only the samples of `view` (ids of this dataset's current samples): a subsample or split."""
@@ -182,7 +150,7 @@ class StreamingDataset(SampleAccess, IterableDataset):
         self.reader = (self.foreign.token_reader(block, verify) if self.foreign else
                        TokenReader(self.input_dir, self.manifest, verify, self._remote_files(verify)))
         total = self.reader.total
-        self.num_samples = total // block if self.drop_last else math.ceil(total / block)
+        self.num_samples = total // block if self.drop_partial_block else math.ceil(total / block)
         pad = self.item_loader.pad_id
         self.pad_id = pad if pad is not None else (self.manifest.eos_id or 0)
         self.token_dtype = self._token_dtype()
@@ -200,13 +168,6 @@ class StreamingDataset(SampleAccess, IterableDataset):
                 f"{stored}); use torch.int64"
             )
         return wanted
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-    def set_epoch(self, epoch: int) -> None:
-        """Epoch used when the dataset is iterated on its own (the loader tracks its own)."""
-        self.epoch = epoch
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -243,80 +204,56 @@ class StreamingDataset(SampleAccess, IterableDataset):
         """Check every shard's size and checksum against the manifest (raises ShardError)."""
         self.reader.verify()
 
-    # ---- iteration -------------------------------------------------------------------------
+    # ---- the source contract (source.py) ------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Any]:
-        # Not a generator itself: the plan must be read now, while the loader has it set.
-        it = self._iteration
-        if it is None:  # iterated on its own: one sample at a time, this rank's share
-            rank, world = current_rank_world()
-            it = _Iteration(self.epoch, BatchSchedule(self.num_samples, 0, 1, rank, world), 256, batched=False)
-        return self._iterate(it)
+    def identity(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "seed": self.seed, "shuffle": self.shuffle,
+                "shuffle_window": self.shuffle_window, "subsample": self.subsample, "split": self.split,
+                "num_samples": self.num_samples}
 
-    def _iterate(self, it: _Iteration) -> Iterator[Any]:
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        bounds, order = self.chunk_plan(it, workers)
-        try:
-            for chunk in range(worker, len(bounds) - 1, workers):
-                if it.batched:
-                    yield self.read_chunk(it, order, bounds[chunk], bounds[chunk + 1])
-                else:
-                    self._hint(it, order, bounds[chunk], bounds[chunk + 1])
-                    yield from self._samples(order(self._positions(it, bounds[chunk], bounds[chunk + 1])))
-        finally:
-            if self.cache is not None:
-                self.reader.files.release()
+    def to_base(self, ids: np.ndarray) -> np.ndarray:
+        """Sample ids of this dataset (a subsample or split of the stored samples) -> stored sample ids."""
+        return np.asarray(ids, dtype=np.int64) if self.view is None else self.view(ids)
 
-    def chunk_plan(self, it: _Iteration, workers: int) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
-        """The chunk boundaries (in batches) and the epoch's position -> sample map."""
-        return chunk_bounds(len(it.schedule), workers, it.chunk_batches), self.epoch_permutation(it.epoch)
+    def reads_remote(self) -> bool:
+        return self.cache is not None
 
-    def epoch_permutation(self, epoch: int) -> Callable[[np.ndarray], np.ndarray]:
-        """Epoch position -> sample id: global or windowed shuffle (or storage order), by seed + epoch."""
-        key = (epoch, self.seed, self.shuffle, self.shuffle_algorithm, self.shuffle_window)
-        cached = getattr(self, "_order", None)  # a windowed order costs O(shards) to set up: keep the last
+    def release(self) -> None:
+        if self.cache is not None:
+            self.reader.files.release()
+
+    def order(self, epoch: int) -> Callable[[np.ndarray], np.ndarray]:
+        return self.epoch_permutation(epoch)
+
+    def epoch_permutation(self, epoch: int, component: str = "shuffle",
+                          legacy: bool | None = None) -> Callable[[np.ndarray], np.ndarray]:
+        """Epoch position -> sample id: global or windowed shuffle (or storage order).
+
+        The shuffle's seed is `derive_seed(seed, component, epoch)` (a mixture asks for its sources'
+        orders under components of their own); `legacy` (default: this dataset's, set by a
+        version-1 state) keys it by seed + epoch instead, as before state version 2.
+        """
+        legacy = self.legacy_seeds if legacy is None else legacy
+        key = (epoch, component, legacy, self.seed, self.shuffle, self.shuffle_algorithm, self.shuffle_window)
+        cached = self._order  # a windowed order costs O(shards) to set up: keep the last
         if cached is None or cached[0] != key:
             cached = self._order = (key, epoch_order(self.num_samples, self.seed, epoch, self.shuffle,
-                                                     self.shuffle_algorithm, self.shuffle_window, self.sample_starts))
+                                                     self.shuffle_algorithm, self.shuffle_window, self.sample_starts,
+                                                     component=component, legacy=legacy))
         return cached[1]
 
-    @staticmethod
-    def _positions(it: _Iteration, lo: int, hi: int) -> np.ndarray:
-        return np.concatenate([it.schedule.positions(k) for k in range(lo, hi)])
-
-    def read_chunk(self, it: _Iteration, order: Callable, lo: int, hi: int) -> dict[str, Any]:
-        """Batches [lo, hi) of this rank's schedule, read at once (safe to call from threads)."""
-        self._hint(it, order, lo, hi)
-        positions = [it.schedule.positions(k) for k in range(lo, hi)]
-        sizes = np.array([len(p) for p in positions], dtype=np.int64)
-        try:
-            if lo >= it.profile:
-                return self._chunk(order(np.concatenate(positions)), sizes, it.collate)
-            info = get_worker_info()
-            with recording(it.t0, f"DataLoader worker {info.id}" if info else threading.current_thread().name) as rec:
-                chunk = self._chunk(order(np.concatenate(positions)), sizes, it.collate)
-            return {**chunk, "trace": rec.events}
-        finally:
-            if self.cache is not None:  # this thread's pin: an idle reader must not hold cache room
-                self.reader.files.release()
-
-    def _hint(self, it: _Iteration, order: Callable, lo: int, hi: int) -> None:
-        """Remote data: tell the cache which shards batches [lo, hi + a few chunks) read, in order."""
-        if self.cache is None:
+    def hint_samples(self, sample_ids: np.ndarray) -> None:
+        """Remote data: tell the cache which shards these samples read, each once, in order of first use."""
+        if self.cache is None or not len(sample_ids):
             return
-        ahead = min(len(it.schedule), hi + 4 * max(hi - lo, 1))
-        if ahead <= lo:
-            return
-        samples = self.to_base(order(self._positions(it, lo, ahead)))
-        starts = self.reader.starts
+        samples = self.to_base(sample_ids)
         if self.manifest.kind == "tokens":
             first = samples * self.block_size
             last = np.minimum(first + self.block_size, self.reader.total) - 1
             ids = np.stack([first, last], axis=1).reshape(-1)
         else:
             ids = samples
-        shards = np.searchsorted(starts, ids, side="right") - 1
-        first_seen = np.ones(len(shards), dtype=bool)  # each shard once, in order of first use
+        shards = np.searchsorted(self.reader.starts, ids, side="right") - 1
+        first_seen = np.ones(len(shards), dtype=bool)
         first_seen[1:] = shards[1:] != shards[:-1]
         self.cache.hint(list(dict.fromkeys(shards[first_seen].tolist())))

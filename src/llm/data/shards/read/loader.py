@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,9 +15,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from llm.data.shards.plan.schedule import BatchSchedule
-from llm.data.shards.read.dataset import StreamingDataset, _Iteration, current_rank_world
 from llm.data.shards.read.profiling import LoaderProfile
-from llm.data.shards.read.state import STATE_VERSION, check_state
+from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
+from llm.data.shards.read.state import STATE_KEYS, check_header, check_int
+from llm.data.stage import Stage
+from llm.data.topology import current_topology
 
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 
@@ -35,10 +38,10 @@ def _split_chunk(chunk: dict[str, Any], document_boundaries: bool) -> Iterator[A
         row += size
 
 
-class StreamingDataLoader(DataLoader):
-    """A DataLoader over a StreamingDataset with an exact, tiny, topology-free `state_dict()`.
+class StreamingDataLoader(DataLoader, Stage):
+    """A DataLoader over a StreamingDataset or a mixture with an exact, tiny, topology-free `state_dict()`.
 
-    Iterating it again starts the next epoch (reshuffled by seed + epoch); iterating
+    Iterating it again starts the next epoch (reshuffled by a seed derived from the epoch); iterating
     after a `break` or a `load_state_dict` continues where the consumed batches end.
     The epoch boundary is defined once (`_cursor`): when every batch of epoch e has been
     handed out, the loader is at epoch e + 1, position 0, however the loop was left.
@@ -48,20 +51,23 @@ class StreamingDataLoader(DataLoader):
 
     def __init__(
         self,
-        dataset: StreamingDataset,
+        dataset: SampleSource,
         batch_size: int = 1,
         num_workers: int = 0,
         collate_fn: Callable[[list], Any] | None = None,
-        drop_last: bool = False,
+        drop_short_batch: bool = False,
         worker_backend: str = "auto",
         profile_batches: int | None = None,
         profile_dir: str | Path = ".",
+        drop_last: bool | None = None,
         **kwargs: Any,
     ):
-        """`profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
+        """`drop_short_batch`: drop an epoch's short final global batch (`drop_last`, torch's name, is
+        accepted; the dataset's `drop_partial_block` is the other meaning). `profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
         (profiling.py). Other keyword arguments go to torch's DataLoader."""
-        if not isinstance(dataset, StreamingDataset):
-            raise TypeError(f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}")
+        if not isinstance(dataset, SampleSource):
+            raise TypeError(f"StreamingDataLoader needs a StreamingDataset or CombinedStreamingDataset (a SampleSource), "
+                            f"got {type(dataset).__name__}")
         for key in ("sampler", "batch_sampler", "shuffle"):
             if kwargs.get(key) not in (None, False):
                 raise ValueError(f"StreamingDataLoader does not take {key}=; order is set by StreamingDataset(shuffle=, seed=)")
@@ -81,14 +87,14 @@ class StreamingDataLoader(DataLoader):
             # Token blocks are memory copies that release the GIL, and items of fixed-layout fields
             # are decoded with one NumPy view each: reader threads beat worker processes (no pickling
             # of every batch back to the parent, no extra memory). A transform on token blocks stays
-            # on threads (typical ones are tensor ops, ~8x faster than processes here); items with a
+            # on threads (typical ones are tensor ops; docs/benchmarks.md has the numbers); items with a
             # transform or collate_fn run user Python code per sample: processes. Pass
             # worker_backend="processes" for heavy Python code of any kind.
             custom = kwargs.get("worker_init_fn") or kwargs.get("multiprocessing_context")
             user_code = dataset.manifest.kind == "items" and (dataset.reads_per_sample() or collate_fn is not None)
             worker_backend = "processes" if custom or user_code else "threads"
         self.worker_backend = worker_backend
-        if worker_backend == "processes" and num_workers and dataset.cache is not None:
+        if worker_backend == "processes" and num_workers and dataset.reads_remote():
             # The object-store client's runtime does not survive fork(): remote datasets start
             # their worker processes from a fresh forkserver instead.
             kwargs.setdefault("multiprocessing_context", "forkserver")
@@ -99,13 +105,18 @@ class StreamingDataLoader(DataLoader):
             dataset, batch_size=None, num_workers=0 if worker_backend == "threads" else num_workers, **kwargs
         )
         self.reader_threads = num_workers if worker_backend == "threads" else 0
+        # Reader threads pin chunks themselves; without a GPU that only warns, as torch's DataLoader does.
+        self._pin = bool(self.pin_memory) and self.reader_threads > 0 and torch.cuda.is_available()
+        if self.pin_memory and self.reader_threads and not self._pin:
+            warnings.warn("'pin_memory' argument is set as true but no accelerator is found, "
+                          "then device pinned memory won't be used.", UserWarning, stacklevel=2)
         self.read_ahead = self.reader_threads * (prefetch or 2)
         # DataLoader forbids setting these after __init__; ours describe the batches we yield.
         object.__setattr__(self, "batch_size", batch_size)
-        object.__setattr__(self, "drop_last", drop_last)
+        self.drop_short_batch = renamed(drop_short_batch, drop_last, "drop_short_batch", "drop_last")
+        object.__setattr__(self, "drop_last", self.drop_short_batch)  # torch's name, for code that reads it
         self._collate = collate_fn
-        if hasattr(dataset, "set_global_batch"):  # a per_batch mixture: one source per global batch
-            dataset.set_global_batch(batch_size * current_rank_world()[1])
+        dataset.set_global_batch(batch_size * current_topology()[1])  # a per_batch mixture: one source per global batch
         self._chunk_batches = self._pick_chunk_batches(dataset, batch_size)
         self._epoch = 0
         self._start = 0
@@ -115,14 +126,14 @@ class StreamingDataLoader(DataLoader):
         self._profile = LoaderProfile(profile_batches, profile_dir) if profile_batches else None
 
     @staticmethod
-    def _pick_chunk_batches(dataset: StreamingDataset, batch_size: int) -> int:
+    def _pick_chunk_batches(dataset: SampleSource, batch_size: int) -> int:
         if dataset.manifest.kind != "tokens":
             return 4
         return max(1, min(64, _CHUNK_TOKENS // (batch_size * dataset.block_size)))
 
     def _schedule_from(self, start: int) -> BatchSchedule:
-        rank, world = current_rank_world()
-        return BatchSchedule(self.dataset.num_samples, start, self.batch_size, rank, world, self.drop_last)
+        rank, world = current_topology()
+        return BatchSchedule(self.dataset.num_samples, start, self.batch_size, rank, world, self.drop_short_batch)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -149,21 +160,22 @@ class StreamingDataLoader(DataLoader):
         self._epoch, self._start, self._schedule, self._yielded = epoch, start, schedule, 0
         token = self._active = object()  # supersedes any earlier iterator of this loader
         profile = self._profile if self._profile is not None and not self._profile.done else None
-        it = _Iteration(epoch, schedule, self._chunk_batches, self._collate,
+        it = ReadPlan(epoch, schedule, self._chunk_batches, self._collate,
                         profile=profile.batches if profile else 0, t0=profile.t0 if profile else 0)
         return self._batches(token, it, profile)
 
-    def _batches(self, token: object, it: _Iteration, profile: LoaderProfile | None) -> Iterator[Any]:
+    def _batches(self, token: object, it: ReadPlan, profile: LoaderProfile | None) -> Iterator[Any]:
         self._check_live(token)
         if self.reader_threads:
             chunks: Iterator[Any] = self._threaded_chunks(it)
         else:
-            self.dataset._iteration = it
+            self.dataset._plan = it
             try:
                 chunks = super().__iter__()
             finally:
-                self.dataset._iteration = None
-        boundaries = getattr(self.dataset.item_loader, "document_boundaries", False)
+                self.dataset._plan = None
+        ds = self.dataset
+        boundaries = ds.manifest.kind == "tokens" and ds.item_loader.document_boundaries  # ItemsLoader has none
         asked = time.perf_counter_ns()
         try:
             for chunk in chunks:
@@ -190,7 +202,7 @@ class StreamingDataLoader(DataLoader):
                 "a loader has one position, so use the newest iterator only"
             )
 
-    def _threaded_chunks(self, it: _Iteration) -> Iterator[Any]:
+    def _threaded_chunks(self, it: ReadPlan) -> Iterator[Any]:
         """Chunks read ahead by `reader_threads` threads, yielded in plan order."""
         ds = self.dataset
         bounds, order = ds.chunk_plan(it, self.reader_threads)
@@ -208,35 +220,30 @@ class StreamingDataLoader(DataLoader):
 
     def _to_tensors(self, chunk: dict[str, Any]) -> dict[str, Any]:
         out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in chunk.items()}
-        if self.pin_memory:
+        if self._pin:
             out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and k != "sizes" else v for k, v in out.items()}
         return out
 
-    def state_dict(self) -> dict[str, Any]:
+    # ---- the stage contract (llm.data.stage): state_dict / load_state_dict are Stage's ----------
+
+    def state(self) -> dict[str, Any]:
         """{version, fingerprint, seed, shuffle, shuffle_window, epoch, samples_consumed, ...}: a few hundred bytes."""
         epoch, consumed = self._cursor()
-        ds = self.dataset
-        return {
-            "version": STATE_VERSION,
-            "fingerprint": ds.fingerprint,
-            "seed": ds.seed,
-            "shuffle": ds.shuffle,
-            "shuffle_window": ds.shuffle_window,
-            "subsample": ds.subsample,
-            "split": ds.split,
-            "num_samples": ds.num_samples,
-            "epoch": epoch,
-            "samples_consumed": consumed,
-            "global_batch_size": self.batch_size * (self._schedule.world_size if self._schedule else current_rank_world()[1]),
-            **({"mixture": ds.mixture_state(epoch, consumed)} if hasattr(ds, "mixture_state") else {}),
-        }
+        world = self._schedule.world_size if self._schedule else current_topology()[1]
+        return {**self.dataset.state_at(epoch, consumed), "global_batch_size": self.batch_size * world}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def _resolve(self, state: Any) -> Resume:
+        """Where `state` resumes, the dataset's (or mixture's) part included; changes nothing."""
+        check_int(check_header(state, STATE_KEYS), "global_batch_size", 1, 1 << 62,
+                  "batch_size x world size when it was saved")
+        return self.dataset.resolve(state)
+
+    def check(self, state: Any) -> None:
+        self._resolve(state)
+
+    def restore(self, state: dict[str, Any]) -> None:
         """Continue exactly after the batches counted in `state`, on any num_workers or world size."""
-        ds = self.dataset
-        if hasattr(ds, "load_mixture_state"):  # a mixture may re-anchor (other weights on resume)
-            state = ds.load_mixture_state(state)
-        mine = {"fingerprint": ds.fingerprint, "seed": ds.seed, "shuffle": ds.shuffle, "subsample": ds.subsample,
-                "split": ds.split, "num_samples": ds.num_samples, "shuffle_window": ds.shuffle_window}
-        self._epoch, self._start = check_state(state, ds.input_dir, mine)
+        resume = self._resolve(state)
+        self.dataset.apply(resume)
+        self._epoch, self._start = resume.epoch, resume.consumed
         self._schedule, self._yielded, self._active = None, 0, None

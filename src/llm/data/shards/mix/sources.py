@@ -1,0 +1,39 @@
+"""What a mixture's sources must share (kind, block size, dtype, boundaries, tokenizer), checked once, in one sentence."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llm.data.shards.read.dataset import StreamingDataset
+
+
+def check_sources(datasets: Sequence[StreamingDataset]) -> list[StreamingDataset]:
+    """The sources as a list, or one error naming the source that does not fit datasets[0]."""
+    if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence) or not datasets:
+        raise ValueError(f"CombinedStreamingDataset needs a non-empty list of StreamingDatasets, got {datasets!r}")
+    sources = list(datasets)
+    first = sources[0]
+    for i, d in enumerate(sources):
+        if not isinstance(d, StreamingDataset):
+            raise TypeError(f"datasets[{i}] is a {type(d).__name__}, expected a StreamingDataset")
+        _check_same(i, d, first)
+    return sources
+
+
+def _check_same(i: int, d: StreamingDataset, first: StreamingDataset) -> None:
+    if d.manifest.kind != first.manifest.kind:
+        raise ValueError(f"datasets[{i}] holds {d.manifest.kind} but datasets[0] holds {first.manifest.kind}; mix datasets of one kind")
+    if d.manifest.tokenizer and first.manifest.tokenizer and d.manifest.tokenizer != first.manifest.tokenizer:
+        raise ValueError(
+            f"datasets[{i}] ({d.input_dir}) was tokenized with {d.manifest.tokenizer} but datasets[0] "
+            f"({first.input_dir}) with {first.manifest.tokenizer}; mix datasets made with one tokenizer"
+        )
+    if d.manifest.kind != "tokens":
+        return
+    if d.block_size != first.block_size:
+        raise ValueError(f"datasets[{i}] has block_size {d.block_size} but datasets[0] has {first.block_size}; use one TokensLoader block size")
+    if d.token_dtype != first.token_dtype:
+        raise ValueError(f"datasets[{i}] gives {d.token_dtype} tokens but datasets[0] gives {first.token_dtype}; pass one TokensLoader dtype")
+    bounds = d.item_loader.document_boundaries
+    if bounds != first.item_loader.document_boundaries:
+        raise ValueError(f"datasets[{i}] has document_boundaries={bounds} but datasets[0] does not; use one TokensLoader setting")
