@@ -79,6 +79,9 @@ class LocalLineTextSource(TextSource):
         """Whether some input is in object storage (its client does not survive fork())."""
         return any(isinstance(f, RemoteObject) for f in self.files)
 
+    def local_files(self) -> list[Path | RemoteObject]:
+        return list(self.files)
+
     def source_fingerprint(self) -> dict:
         names = [f.name for f in self.files]
         keys = names if len(set(names)) == len(names) else [str(f) for f in self.files]

@@ -107,17 +107,15 @@ class MixedTextSource(TextSource):
                     continue
                 yield text
 
-    # dedup sources inside a mixture keep their own seen-sets
-    def begin(self) -> None:
-        for s in self.sources:
-            if hasattr(s, "begin"):
-                s.begin()
+    def wrapped(self) -> list[TextSource]:
+        # begin() reaches every source through this: dedup sources inside a mixture keep their own seen-sets
+        return list(self.sources)
 
     @property
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int]:  # type: ignore[override]
         out: dict[str, int] = {}
         for s in self.sources:
-            for k, v in getattr(s, "stats", {}).items():
+            for k, v in s.stats.items():
                 out[k] = out.get(k, 0) + v
         return out
 
@@ -150,6 +148,19 @@ class DedupMixture(DedupTextSource):
         else:
             yield from self.inner.iter_partition(part, offset, want)
 
+    def mixture(self) -> MixedTextSource:
+        """The mixture this dedup layer wraps (its strategy, weights, seed and sources)."""
+        return self.inner  # type: ignore[return-value]
+
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         tagged = ((text, i in self.dedup_sources) for i, s in enumerate(self.inner.sources) for text in s.iter_texts())
         return self._standalone_pass(tagged, skip)
+
+
+def as_mixture(source: TextSource) -> MixedTextSource | None:
+    """The mixture a source is (or a dedup layer over one); None for a single source."""
+    if isinstance(source, MixedTextSource):
+        return source
+    if isinstance(source, DedupMixture):
+        return source.mixture()
+    return None

@@ -16,11 +16,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from llm.data.stage import Stage, StateError
 from llm.data.text.dataset import StreamingTextDataset
+from llm.data.text.dedup import DedupTextSource
+from llm.data.text.mixing import as_mixture
 from llm.data.text.packing import new_cursor
 from llm.data.text.partitions import STRIPES, owned_partitions, stripe_partitions
 from llm.data.text.readers import InputError, require_records
 from llm.data.text.registry import build_text_source
+from llm.data.text.seen_file import read_seen_file
 from llm.data.text.source import (
     FINGERPRINT_MISMATCH,
     Partition,
@@ -28,22 +32,10 @@ from llm.data.text.source import (
     reads_object_store,
     validate_source_fingerprint,
 )
+from llm.data.text.state import STATE_VERSION, check_layout, merge_stream_states
 from llm.data.topology import current_topology
 
-STATE_VERSION = 1
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
-
-
-def merge_stream_states(states: Iterable[dict]) -> dict:
-    """One state from the states of several ranks (each holds the cursors of its own partitions)."""
-    states = list(states)
-    merged = {**states[0], "partitions": {}, "line_index": {}, "next_worker": {}}
-    for s in states:
-        merged["partitions"].update(s["partitions"])
-        merged["line_index"].update(s["line_index"])
-        merged["next_worker"].update(s["next_worker"])
-    return merged
-
 
 
 def _as_is(item: dict) -> dict:
@@ -80,8 +72,11 @@ class _ValLoader:
                 yield {"input_ids": item["input_ids"], "labels": item["labels"]}
 
 
-class StreamingTextDataModule:
-    """Config -> source, tokenizer, dataset and loader, with `state_dict()` / `load_state_dict()`.
+class StreamingTextDataModule(Stage):
+    """Config -> source, tokenizer, dataset and loader, a `Stage` (state / check / restore).
+
+    `state_dict()` / `load_state_dict()` are the contract's public names; a refused
+    state (`StateError`) leaves the module exactly as it was.
 
     `train_dataloader()` yields `steps_per_epoch` batches per epoch, continuing the
     stream where the previous epoch stopped; when this rank's partitions are all
@@ -211,7 +206,7 @@ class StreamingTextDataModule:
             worker_rotation=self._next_worker.get(key, 0), packed=self.num_workers > 0,
             batch_format=self.batch_format(),
             # a mixture reads at most `streaming_buffer_per_dataset` records ahead before encoding
-            chunk_records=min(64, getattr(self.source, "buffer", 64)),
+            chunk_records=self._chunk_records(),
         )
         if self.num_workers:
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
@@ -242,12 +237,17 @@ class StreamingTextDataModule:
                 item["input_ids"], item["labels"] = both[:, 0].contiguous(), both[:, 1].contiguous()
             yield item
 
+    def _chunk_records(self) -> int:
+        mixture = as_mixture(self.source)
+        return min(64, mixture.buffer) if mixture is not None else 64
+
     def _check_not_all_seen(self) -> None:
         """A pass that yielded nothing because every record was seen before says so."""
         read, seen = self._pass_stats.get("read", 0), self._pass_stats.get("seen_before", 0)
         if not read or seen != read:
             return
-        path = getattr(self.source, "seen_hashes_path", None)
+        dedup = self._dedup()
+        path = dedup.seen_hashes_path if dedup is not None else None
         if not self._handed_over:
             raise ValueError(
                 f"all {read} records are in the seen-hashes file {path}; nothing is left to train on: "
@@ -261,7 +261,7 @@ class StreamingTextDataModule:
 
     def _check_not_empty(self, own: list[Partition]) -> None:
         """Local files that yielded no record at all (read whole by this rank) are named, not trained on."""
-        files = getattr(self.source, "files", None) or getattr(getattr(self.source, "inner", None), "files", None)
+        files = self.source.local_files()
         read = sum(self._cursors.get(p.key, {}).get("records", 0) for p in own)
         if files and not read and len(own) == len(self.partitions()):
             require_records(files, self.config.text_column)
@@ -271,14 +271,21 @@ class StreamingTextDataModule:
             prev = self._cursors.get(k, {})
             self._cursors[k] = cursor | {"pass": prev.get("pass", 0)}
             self._last_key = k
-        if st["digests"]:
-            self.source.mark_consumed(st["digests"])  # type: ignore[attr-defined]
+        dedup = self._dedup()
+        if st["digests"] and dedup is not None:  # only a dedup source sends digests
+            dedup.mark_consumed(st["digests"])
             self._uncommitted.append(st["digests"])
 
-    # -- state ----------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    # -- state (the Stage contract: state / check / restore) --------------------------------
+    def _dedup(self) -> DedupTextSource | None:
+        """The source's seen-set, when it deduplicates (a dedup source or a mixture with dedup entries)."""
+        return self.source if isinstance(self.source, DedupTextSource) else None
+
+    def state(self) -> dict:
         """This rank's state: the cursors of its partitions. A pure getter (no I/O, no collective).
 
+        `line_index` is informational, kept for the guide's readers: per rank, the number of
+        records consumed (a record count, not a line number); `partitions` is what resumes.
         With a dedup source, `seen_hashes.count` is what the seen-hashes file holds and
         `pending` how many consumed records are not committed to it yet: call
         `checkpoint_state()` when a checkpoint is written, so they are.
@@ -295,17 +302,15 @@ class StreamingTextDataModule:
             "num_workers": self.num_workers,
             "partitions": partitions,
             "next_worker": {str(rank): self._next_worker.get(str(rank), 0)},
-            # the guide's view, informational: records consumed per rank (a record count, not a
-            # line number) and the buffer of the partition read last; `partitions` is what resumes
             "line_index": {str(rank): records},
             "token_buffer": list(last.get("token_buffer", [])),
         }
-        if hasattr(self.source, "commit"):
-            writes = self.source.seen_hashes_path and self.source.write_seen_hashes  # type: ignore[attr-defined]
-            pending = sum(len(d) for d in self._uncommitted) // 16 if writes else 0
+        dedup = self._dedup()
+        if dedup is not None:
+            pending = sum(len(d) for d in self._uncommitted) // 16 if dedup.writes else 0
             state["seen_hashes"] = {
-                "path": str(self.source.seen_hashes_path or ""),  # type: ignore[attr-defined]
-                "count": self.source.committed_count,  # type: ignore[attr-defined]
+                "path": str(dedup.seen_hashes_path or ""),
+                "count": dedup.committed_count,
                 "pending": pending,
             }
         return state
@@ -318,7 +323,7 @@ class StreamingTextDataModule:
         seen-hashes file (rank 0 writes), so the state and the file agree.
         """
         rank, world = current_topology(self.rank, self.world_size)
-        state = self.state_dict()
+        state = self.state()
         digests = b"".join(self._uncommitted)
         self._uncommitted = []
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -329,11 +334,12 @@ class StreamingTextDataModule:
             state = merge_stream_states([s for s, _ in gathered])
             state["token_buffer"] = gathered[0][0]["token_buffer"]
             others = b"".join(d for r, (_, d) in enumerate(gathered) if r != rank)
-            if others:
-                self.source.mark_consumed(others)  # type: ignore[attr-defined]
+            if others and self._dedup() is not None:
+                self._dedup().mark_consumed(others)  # type: ignore[union-attr]
             digests = b"".join(d for _, d in gathered)
-        if hasattr(self.source, "commit"):
-            count = self.source.commit(digests) if rank == 0 else 0  # type: ignore[attr-defined]
+        dedup = self._dedup()
+        if dedup is not None:
+            count = dedup.commit(digests) if rank == 0 else 0
             if collective:
                 box = [count]
                 torch.distributed.broadcast_object_list(box, src=0)
@@ -341,24 +347,49 @@ class StreamingTextDataModule:
             state["seen_hashes"] = {**state["seen_hashes"], "count": count, "pending": 0}
         return state
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from `state`: exactly on the same topology, by reassigning partitions on another."""
+    def check(self, state: Any) -> None:
+        """Raise StateError naming the key when `state` cannot resume this stream; changes nothing."""
+        check_layout(state)
         validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
-        if "partitions" not in state:
-            raise ValueError("data state has no 'partitions' cursors; it was not saved by StreamingTextDataModule")
+        self._check_seen(state.get("seen_hashes"))
+
+    def _check_seen(self, seen: Any) -> None:
+        """A seen-hashes file that holds fewer digests than the state counts cannot resume it."""
+        dedup = self._dedup()
+        if dedup is None or not seen:
+            return
+        if not isinstance(seen, dict) or not isinstance(seen.get("count", 0), int):
+            raise StateError(f"data state key 'seen_hashes' is {seen!r}, not {{path, count, pending}}")
+        if not (seen.get("path") and seen["count"] and dedup.seen_hashes_path):
+            return
+        held = read_seen_file(dedup.seen_hashes_path, dedup.hash_algo)
+        if held is None:
+            raise StateError(
+                f"seen-hashes file {dedup.seen_hashes_path} is missing but the data state expects {seen['count']} "
+                "digests in it; resume with the seen-hashes file the state was saved with"
+            )
+        if held.count < seen["count"]:
+            raise StateError(
+                f"seen-hashes file {dedup.seen_hashes_path} holds {held.count} digests but the data state "
+                f"expects {seen['count']}; resume with the seen-hashes file the state was saved with"
+            )
+
+    def restore(self, state: dict) -> None:
+        """Continue from a checked `state`: exactly on the same topology, by reassigning partitions on another."""
+        seen = state.get("seen_hashes")
+        dedup = self._dedup()
+        if seen and dedup is not None:
+            # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
+            dedup.load_committed(seen["count"] if seen.get("path") else None)
         self._cursors = {k: dict(c) for k, c in state["partitions"].items()}
         _, world = current_topology(self.rank, self.world_size)
         same = state.get("world_size") == world and state.get("num_workers") == self.num_workers
         self._next_worker = dict(state.get("next_worker", {})) if same else {}
         self._uncommitted = []
-        seen = state.get("seen_hashes")
         if seen and seen.get("pending"):
             warnings.warn(
                 f"the data state was taken with state_dict(), not checkpoint_state(): {seen['pending']} "
                 "consumed records were never committed to the seen-hashes file, so later copies of "
                 "them are not dropped; save states for checkpoints with checkpoint_state()",
-                stacklevel=2,
+                stacklevel=3,
             )
-        if seen and hasattr(self.source, "load_committed"):
-            # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
-            self.source.load_committed(seen["count"] if seen.get("path") else None)  # type: ignore[attr-defined]

@@ -57,6 +57,10 @@ class StreamTextData:
     def fingerprint(self) -> dict[str, Any]:
         return self.module.source_fingerprint()
 
+    def validation(self) -> Any:
+        """No evaluation data of its own: the trainer reads data.val_dataset_path."""
+        return None
+
 
 def build_stream_lm_data(config: Any, rank: int, world_size: int) -> Any:
     """TrainData for `--task stream_lm`: optimized shards or a streamed text source."""
