@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from llm.data.config import DataConfig
-from llm.data.text.mixing import choose
+from llm.data.text.mixing import check_weights, choose
+from llm.data.text.readers import InputError
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
 from tests.resume import check_resume
 
@@ -206,3 +207,31 @@ def test_dedup_entries_share_one_seen_set_and_resume_exactly(tmp_path):
     texts = list(dedup_module(config, tmp_path / "standalone.bin").source.iter_texts())
     assert Counter(texts)["plain repeat"] == 5 and Counter(texts)["shared 3"] == 1
     assert len(texts) == 95 and texts.index("only b 0") == 60 and texts[-1] == "plain 9"
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ([float("nan"), 1.0], r"streaming_mixing_weights\[0\] \(datasets\[0\]\) is nan, but weights must be non-negative"),
+        ([0.5, float("inf")], r"streaming_mixing_weights\[1\] \(datasets\[1\]\) is inf"),
+        ([1.5, -0.5], r"streaming_mixing_weights\[1\] \(datasets\[1\]\) is -0.5"),
+        ([0.0, 0.0], "streaming_mixing_weights are all zero; give at least one dataset a positive weight"),
+    ],
+)
+@pytest.mark.parametrize("strategy", ["weighted", "random"])
+def test_nan_inf_negative_and_all_zero_weights_are_refused_naming_the_entry(weights, message, strategy):
+    entries = [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}]
+    with pytest.raises(ValidationError, match=message):
+        DataConfig(datasets=entries, streaming_mixing_weights=weights, streaming_dataset_mixing_strategy=strategy)
+    with pytest.raises(ValueError, match=message):
+        check_weights(weights, 2, strategy)
+
+
+@pytest.mark.parametrize("blank", [b"", b"\n  \n"])
+def test_an_entry_with_no_records_is_named_when_the_mixture_starts(tmp_path, blank):
+    full, empty = write_sources(tmp_path)[0], tmp_path / "empty.txt"
+    empty.write_bytes(blank)
+    data = DataConfig(datasets=[{"dataset_path": full}, {"dataset_path": str(empty)}], max_seq_len=16)
+    module = StreamingTextDataModule(data, batch_size=4, loop=False)
+    with pytest.raises(InputError, match=rf"^no records in {empty}: .*; fix or remove datasets\[1\] of the mixture$"):
+        next(iter(module.train_dataloader()))

@@ -22,6 +22,7 @@ from llm.data.text.readers import (
     iter_parquet_rows,
     iter_records,
     parquet_row_groups,
+    require_records,
     splittable,
 )
 from llm.data.text.source import Partition, Record, TextSource, Want
@@ -81,6 +82,9 @@ class LocalLineTextSource(TextSource):
 
     def local_files(self) -> list[Path | RemoteObject]:
         return list(self.files)
+
+    def require_records(self, hint: str = "check the input") -> None:
+        require_records(self.files, self.text_column, hint)  # type: ignore[arg-type]
 
     def source_fingerprint(self) -> dict:
         names = [f.name for f in self.files]

@@ -17,6 +17,7 @@ A source whose partitions this consumer has read to the end drops out; the other
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -37,8 +38,15 @@ def check_weights(weights: list[float] | None, n: int, strategy: str) -> list[fl
         return [1.0 / n] * n
     if len(weights) != n:
         raise ValueError(f"streaming_mixing_weights has {len(weights)} weights but datasets lists {n} datasets")
-    if any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in weights):
-        raise ValueError(f"streaming_mixing_weights must be non-negative numbers, got {weights}")
+    for i, w in enumerate(weights):
+        # NaN compares False with everything: `w < 0` let it through and `random` drew entry 0 only
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w) or w < 0:
+            raise ValueError(
+                f"streaming_mixing_weights[{i}] (datasets[{i}]) is {w!r}, but weights must be non-negative numbers "
+                "(finite, summing to 1); fix that weight"
+            )
+    if not any(weights):
+        raise ValueError("streaming_mixing_weights are all zero; give at least one dataset a positive weight")
     total = float(sum(weights))
     if abs(total - 1.0) > 1e-6:
         raise ValueError(f"streaming_mixing_weights must sum to 1 (within 1e-6), but they sum to {total:.9g}")
@@ -106,6 +114,11 @@ class MixedTextSource(TextSource):
                     skip -= 1
                     continue
                 yield text
+
+    def require_records(self, hint: str = "") -> None:
+        """Every entry must hold a record: an empty one would silently leave its share to the others."""
+        for i, source in enumerate(self.sources):
+            source.require_records(f"fix or remove datasets[{i}] of the mixture")
 
     def wrapped(self) -> list[TextSource]:
         # begin() reaches every source through this: dedup sources inside a mixture keep their own seen-sets

@@ -77,6 +77,11 @@ class TextSource:
         """The files this source reads (local paths or objects), for naming an empty input."""
         return [f for s in self.wrapped() for f in s.local_files()]
 
+    def require_records(self, hint: str = "check the input") -> None:
+        """Raise InputError naming the input when it holds no record at all (reads up to the first one)."""
+        for s in self.wrapped():
+            s.require_records(hint)
+
     def begin(self) -> None:
         """A new reader starts a pass; sources that keep per-pass state (dedup) reset it here."""
         for s in self.wrapped():

@@ -117,6 +117,7 @@ class StreamingTextDataModule(Stage):
         self._uncommitted: list[bytes] = []
         self._parts: list[Partition] | None = None
         self._pass_stats: dict[str, int] = {}
+        self._entries_checked = False  # has a mixture's every entry been seen to hold a record?
         self._handed_over = False  # has this module handed any batch over (this run)?
 
     merge_states = staticmethod(merge_stream_states)
@@ -168,6 +169,10 @@ class StreamingTextDataModule(Stage):
                 f"rank {rank} of {world} owns none of the {len(self.partitions())} partitions of the "
                 f"data source; use more input files / shards or fewer ranks"
             )
+        mixture = as_mixture(self.source)
+        if mixture is not None and not self._entries_checked:
+            mixture.require_records()
+            self._entries_checked = True
         limit = self.steps_per_epoch
         steps, passes_without_data = 0, 0
         while limit is None or steps < limit:
