@@ -99,7 +99,7 @@ class StreamingSFTDataModule(StreamingTextDataModule):
         else:
             kwargs.setdefault("source", MixedTextSource(
                 sources, config.streaming_dataset_mixing_strategy, config.streaming_mixing_weights,
-                seed=getattr(config, "mixing_seed", 0), buffer=config.streaming_buffer_per_dataset,
+                buffer=config.streaming_buffer_per_dataset,
             ))
         super().__init__(config, batch_size, **kwargs)
         self.collators = [

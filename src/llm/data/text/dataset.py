@@ -85,6 +85,7 @@ class StreamingTextDataset(IterableDataset):
         chunk_chars: int = 1 << 20,
         packed: bool = False,
         batch_format: Any = None,
+        mix_seed: int = 0,
     ):
         self.source = source
         self.tokenizer = tokenizer
@@ -96,6 +97,7 @@ class StreamingTextDataset(IterableDataset):
         self.chunk_records, self.chunk_chars = chunk_records, chunk_chars
         self.packed = packed
         self.format = batch_format or TokenBlocks(tokenizer, max_seq_len, packed)
+        self.mix_seed = mix_seed  # a `random` mixture's draws: the module derives it from the root seed
         self._consumer = 0  # rank * workers + worker, set when iterating: seeds a random mixture's draws
 
     def __iter__(self) -> Iterator[dict]:
@@ -190,7 +192,7 @@ class StreamingTextDataset(IterableDataset):
             counts[p.source] += int(self.cursors.get(p.key, {}).get("records", 0))
         live = sorted(streams)
         while live:
-            i = choose(mixture.strategy, live, counts, mixture.weights, mixture.seed, self._consumer)
+            i = choose(mixture.strategy, live, counts, mixture.weights, self.mix_seed, self._consumer)
             for event in streams[i]:
                 yield event
                 if event[0] == "record":

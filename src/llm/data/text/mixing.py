@@ -9,7 +9,8 @@ partitions' cursors, so the mixture resumes exactly with no state of its own.
 * `round_robin` (the default): the live source with the fewest draws, lowest index first.
 * `weighted`: the live source furthest behind its weight (a low-discrepancy schedule:
   the realised shares stay within one record of the weights at every point).
-* `random`: a seeded draw by weight, from a hash of (seed, consumer, draw number).
+* `random`: a seeded draw by weight, from a hash of (seed, consumer, draw number); the seed is
+  the stream's, derived from the one root seed per pass (`StreamingTextDataModule`).
 
 A source whose partitions this consumer has read to the end drops out; the others go on.
 """
@@ -77,13 +78,12 @@ class MixedTextSource(TextSource):
     """Several sources as one: partitions keyed `d<i>:<key>`, read by the dataset source by source and mixed."""
 
     def __init__(self, sources: list[TextSource], strategy: str = "round_robin",
-                 weights: list[float] | None = None, seed: int = 0, buffer: int = 1000):
+                 weights: list[float] | None = None, buffer: int = 1000):
         if not sources:
             raise ValueError("datasets is empty; list at least one source to mix")
         self.sources = sources
         self.strategy = strategy
         self.weights = check_weights(weights, len(sources), strategy)
-        self.seed = seed
         self.buffer = buffer  # records read ahead per source, at most
 
     def source_fingerprint(self) -> dict:
@@ -149,7 +149,6 @@ class DedupMixture(DedupTextSource):
     strategy = property(lambda self: self.inner.strategy)
     sources = property(lambda self: self.inner.sources)
     weights = property(lambda self: self.inner.weights)
-    seed = property(lambda self: self.inner.seed)
     buffer = property(lambda self: self.inner.buffer)
 
     def source_fingerprint(self) -> dict:

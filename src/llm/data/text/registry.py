@@ -112,7 +112,7 @@ class SourceRegistry:
                 raise ValueError(f"datasets[{i}]: {e}") from None
         mixture = MixedTextSource(
             sources, cfg.streaming_dataset_mixing_strategy, cfg.streaming_mixing_weights,
-            seed=getattr(cfg, "mixing_seed", 0), buffer=cfg.streaming_buffer_per_dataset,
+            buffer=cfg.streaming_buffer_per_dataset,
         )
         if not deduplicated:
             return mixture

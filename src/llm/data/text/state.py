@@ -1,14 +1,24 @@
-"""The text stream's saved state: its version, merging the states of several ranks, and checking a cursor."""
+"""The text stream's saved state: its versions (and their seed derivations), merging ranks' states, checking one.
+
+A state is checked whole here before the module assigns any of it (the `Stage` contract).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from llm.data.seeds import derive_seed
 from llm.data.stage import StateError
+from llm.data.text.dedup import DedupTextSource
+from llm.data.text.seen_file import read_seen_file
 
-STATE_VERSION = 1
-KNOWN_VERSIONS = (1,)
+# 2: a `random` mixture draws with derive_seed(root seed, "text.mixture", pass);
+# 1: it drew with LEGACY_MIX_SEED (`mixing_seed` could not be set): such states resume that way
+STATE_VERSION = 2
+KNOWN_VERSIONS = (1, 2)
+LEGACY_MIX_SEED = 0
+DEFAULT_SEED = 42  # training.seed's default: the module alone draws as a run with the default seed
 
 
 def merge_stream_states(states: Iterable[dict]) -> dict:
@@ -52,3 +62,31 @@ def check_cursor(key: str, cursor: Any) -> None:
     buffer = cursor.get("token_buffer", [])
     if not isinstance(buffer, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in buffer):
         raise StateError(f"data state partition {key!r} has a token_buffer that is not a list of token ids")
+
+
+def mixture_seed(version: int, root: int, epoch: int) -> int:
+    """The seed of a `random` mixture's draws in pass `epoch`, for a state of `version`."""
+    if version == 1:  # states saved before the root seed: `random` always drew with seed 0
+        return LEGACY_MIX_SEED
+    return derive_seed(root, "text.mixture", epoch)
+
+
+def check_seen_count(dedup: DedupTextSource | None, seen: Any) -> None:
+    """A seen-hashes file that holds fewer digests than the state counts cannot resume it."""
+    if dedup is None or not seen:
+        return
+    if not isinstance(seen, dict) or not isinstance(seen.get("count", 0), int):
+        raise StateError(f"data state key 'seen_hashes' is {seen!r}, not {{path, count, pending}}")
+    if not (seen.get("path") and seen["count"] and dedup.seen_hashes_path):
+        return
+    held = read_seen_file(dedup.seen_hashes_path, dedup.hash_algo)
+    if held is None:
+        raise StateError(
+            f"seen-hashes file {dedup.seen_hashes_path} is missing but the data state expects {seen['count']} "
+            "digests in it; resume with the seen-hashes file the state was saved with"
+        )
+    if held.count < seen["count"]:
+        raise StateError(
+            f"seen-hashes file {dedup.seen_hashes_path} holds {held.count} digests but the data state "
+            f"expects {seen['count']}; resume with the seen-hashes file the state was saved with"
+        )

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from llm.data.stage import Stage, StateError
+from llm.data.seeds import check_seed
+from llm.data.stage import Stage
 from llm.data.text.dataset import StreamingTextDataset
 from llm.data.text.dedup import DedupTextSource
 from llm.data.text.mixing import as_mixture
@@ -24,7 +25,6 @@ from llm.data.text.packing import new_cursor
 from llm.data.text.partitions import STRIPES, owned_partitions, stripe_partitions
 from llm.data.text.readers import InputError, require_records
 from llm.data.text.registry import build_text_source
-from llm.data.text.seen_file import read_seen_file
 from llm.data.text.source import (
     FINGERPRINT_MISMATCH,
     Partition,
@@ -32,7 +32,14 @@ from llm.data.text.source import (
     reads_object_store,
     validate_source_fingerprint,
 )
-from llm.data.text.state import STATE_VERSION, check_layout, merge_stream_states
+from llm.data.text.state import (
+    DEFAULT_SEED,
+    STATE_VERSION,
+    check_layout,
+    check_seen_count,
+    merge_stream_states,
+    mixture_seed,
+)
 from llm.data.topology import current_topology
 
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
@@ -94,6 +101,7 @@ class StreamingTextDataModule(Stage):
         loop: bool = True,
         source: TextSource | None = None,
         tokenizer: Any = None,
+        seed: int = DEFAULT_SEED,
     ):
         from llm.data.tokenize.tokenizers import load_tokenizer
 
@@ -106,6 +114,8 @@ class StreamingTextDataModule(Stage):
                 "(or --steps-per-epoch) to the number of batches in one epoch"
             )
         self.loop = loop
+        self.seed = check_seed(seed, "seed")  # the root seed (training.seed): the mixture's draws derive from it
+        self._version = STATE_VERSION  # a resumed version-1 state keeps its own derivation (and version)
         self.rank, self.world_size = rank, world_size
         self.num_workers = int(getattr(config, "num_workers", 0) or 0)
         self.source = source if source is not None else build_text_source(config)
@@ -209,7 +219,7 @@ class StreamingTextDataModule(Stage):
             self.source, self.tokenizer, self.max_seq_len, self.batch_size,
             rank=rank, world_size=world, cursors=self._cursors,
             worker_rotation=self._next_worker.get(key, 0), packed=self.num_workers > 0,
-            batch_format=self.batch_format(),
+            batch_format=self.batch_format(), mix_seed=self._mix_seed(),
             # a mixture reads at most `streaming_buffer_per_dataset` records ahead before encoding
             chunk_records=self._chunk_records(),
         )
@@ -241,6 +251,11 @@ class StreamingTextDataModule(Stage):
                 both = both.view(-1, 2, self.max_seq_len).long()
                 item["input_ids"], item["labels"] = both[:, 0].contiguous(), both[:, 1].contiguous()
             yield item
+
+    def _mix_seed(self) -> int:
+        """The seed of a `random` mixture's draws in this pass: derive_seed(root, "text.mixture", pass)."""
+        epoch = min((self._cursors.get(p.key, {}).get("pass", 0) for p in self._own()), default=0)
+        return mixture_seed(self._version, self.seed, epoch)
 
     def _chunk_records(self) -> int:
         mixture = as_mixture(self.source)
@@ -301,7 +316,8 @@ class StreamingTextDataModule(Stage):
         records = sum(c["records"] for c in partitions.values())
         last = self._cursors.get(self._last_key or "", {})
         state = {
-            "version": STATE_VERSION,
+            "version": self._version,
+            "seed": self.seed,
             "fingerprint": self.source_fingerprint(),
             "world_size": world,
             "num_workers": self.num_workers,
@@ -356,28 +372,7 @@ class StreamingTextDataModule(Stage):
         """Raise StateError naming the key when `state` cannot resume this stream; changes nothing."""
         check_layout(state)
         validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
-        self._check_seen(state.get("seen_hashes"))
-
-    def _check_seen(self, seen: Any) -> None:
-        """A seen-hashes file that holds fewer digests than the state counts cannot resume it."""
-        dedup = self._dedup()
-        if dedup is None or not seen:
-            return
-        if not isinstance(seen, dict) or not isinstance(seen.get("count", 0), int):
-            raise StateError(f"data state key 'seen_hashes' is {seen!r}, not {{path, count, pending}}")
-        if not (seen.get("path") and seen["count"] and dedup.seen_hashes_path):
-            return
-        held = read_seen_file(dedup.seen_hashes_path, dedup.hash_algo)
-        if held is None:
-            raise StateError(
-                f"seen-hashes file {dedup.seen_hashes_path} is missing but the data state expects {seen['count']} "
-                "digests in it; resume with the seen-hashes file the state was saved with"
-            )
-        if held.count < seen["count"]:
-            raise StateError(
-                f"seen-hashes file {dedup.seen_hashes_path} holds {held.count} digests but the data state "
-                f"expects {seen['count']}; resume with the seen-hashes file the state was saved with"
-            )
+        check_seen_count(self._dedup(), state.get("seen_hashes"))
 
     def restore(self, state: dict) -> None:
         """Continue from a checked `state`: exactly on the same topology, by reassigning partitions on another."""
@@ -387,6 +382,7 @@ class StreamingTextDataModule(Stage):
             # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
             dedup.load_committed(seen["count"] if seen.get("path") else None)
         self._cursors = {k: dict(c) for k, c in state["partitions"].items()}
+        self._version = state.get("version", 1)
         _, world = current_topology(self.rank, self.world_size)
         same = state.get("world_size") == world and state.get("num_workers") == self.num_workers
         self._next_worker = dict(state.get("next_worker", {})) if same else {}

@@ -45,7 +45,8 @@ class SftData(StreamTextData):
         steps = data.steps_per_epoch or (config.training.max_steps if data.streaming else None)
         if steps is None:  # streaming: false, Axolotl's default: an epoch is one pass over the records
             steps = self._one_pass(world_size)
-        self.module = StreamingSFTDataModule(data, config.training.batch_size, steps_per_epoch=steps)
+        self.module = StreamingSFTDataModule(data, config.training.batch_size, steps_per_epoch=steps,
+                                             seed=config.training.seed)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = steps
 

@@ -28,7 +28,8 @@ class StreamTextData:
 
         self.config = config
         self.rank = rank
-        self.module = StreamingTextDataModule(config.data, config.training.batch_size)
+        # training.seed is the one root seed: a random mixture's draws derive from it
+        self.module = StreamingTextDataModule(config.data, config.training.batch_size, seed=config.training.seed)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = None
 
