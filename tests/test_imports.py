@@ -146,3 +146,11 @@ def test_every_module_is_small() -> None:
     assert "llm.training.trainer" in sizes and "llm.data.text.stream" in sizes
     too_big = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert not too_big, f"modules over {MAX_LINES} lines (split them): {too_big}"
+
+
+def test_the_text_and_sft_wings_do_not_import_the_data_config() -> None:
+    # data.config builds the wings' typed configs; the wings take those, never the YAML model
+    # (text.presets, the guide's helpers that make a DataConfig, is the one exception)
+    graph = import_graph()
+    wings = [m for m in graph if m.startswith(("llm.data.text.", "llm.data.sft.")) and m != "llm.data.text.presets"]
+    assert wings and not [m for m in wings if "llm.data.config" in graph[m]]

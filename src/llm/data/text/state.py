@@ -18,7 +18,6 @@ from llm.data.text.seen_file import read_seen_file
 STATE_VERSION = 2
 KNOWN_VERSIONS = (1, 2)
 LEGACY_MIX_SEED = 0
-DEFAULT_SEED = 42  # training.seed's default: the module alone draws as a run with the default seed
 
 
 def merge_stream_states(states: Iterable[dict]) -> dict:

@@ -33,7 +33,6 @@ from llm.data.text.source import (
     validate_source_fingerprint,
 )
 from llm.data.text.state import (
-    DEFAULT_SEED,
     STATE_VERSION,
     check_layout,
     check_seen_count,
@@ -101,26 +100,29 @@ class StreamingTextDataModule(Stage):
         loop: bool = True,
         source: TextSource | None = None,
         tokenizer: Any = None,
-        seed: int = DEFAULT_SEED,
+        seed: int | None = None,
     ):
         from llm.data.tokenize.tokenizers import load_tokenizer
 
+        # a DataConfig or a TextStreamConfig (text/settings.py): both give the typed settings
+        settings = self.settings = config.text_stream()
         self.config = config
         self.batch_size = batch_size
-        self.steps_per_epoch = steps_per_epoch or config.steps_per_epoch
+        self.steps_per_epoch = steps_per_epoch or settings.steps_per_epoch
         if self.steps_per_epoch is None and loop:
             raise ValueError(
                 "steps_per_epoch is required for streaming data; set data.steps_per_epoch "
                 "(or --steps-per-epoch) to the number of batches in one epoch"
             )
         self.loop = loop
-        self.seed = check_seed(seed, "seed")  # the root seed (training.seed): the mixture's draws derive from it
+        # the root seed (training.seed): a random mixture's draws derive from it
+        self.seed = check_seed(settings.seed if seed is None else seed, "seed")
         self._version = STATE_VERSION  # a resumed version-1 state keeps its own derivation (and version)
         self.rank, self.world_size = rank, world_size
-        self.num_workers = int(getattr(config, "num_workers", 0) or 0)
-        self.source = source if source is not None else build_text_source(config)
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.tokenizer_spec())
-        self.max_seq_len = int(config.max_seq_len)
+        self.num_workers = settings.num_workers
+        self.source = source if source is not None else build_text_source(settings.source)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings.tokenizer)
+        self.max_seq_len = settings.max_seq_len
         self._cursors: dict[str, dict] = {}
         self._next_worker: dict[str, int] = {}
         self._last_key: str | None = None
@@ -159,16 +161,13 @@ class StreamingTextDataModule(Stage):
 
     def val_dataloader(self) -> Iterable[dict] | None:
         """One pass over `val_dataset_path` (local files, same tokenizer and blocks); None when unset."""
-        path = getattr(self.config, "val_dataset_path", None)
+        path, settings = self.settings.val_dataset_path, self.settings
         if not path:
             return None
         from llm.data.text.local import LocalLineTextSource
 
-        ds = StreamingTextDataset(
-            LocalLineTextSource(path, self.config.text_column,
-                                storage_options=getattr(self.config, "storage_options", None)), self.tokenizer, self.max_seq_len,
-            self.batch_size, rank=0, world_size=1,
-        )
+        val = LocalLineTextSource(path, settings.text_column, storage_options=settings.storage_options)
+        ds = StreamingTextDataset(val, self.tokenizer, self.max_seq_len, self.batch_size, rank=0, world_size=1)
         return _ValLoader(ds)
 
     def _iterate(self) -> Iterator[dict]:
@@ -284,7 +283,7 @@ class StreamingTextDataModule(Stage):
         files = self.source.local_files()
         read = sum(self._cursors.get(p.key, {}).get("records", 0) for p in own)
         if files and not read and len(own) == len(self.partitions()):
-            require_records(files, self.config.text_column)
+            require_records(files, self.settings.text_column)
 
     def _apply(self, st: dict) -> None:
         for k, cursor in st["cursors"].items():

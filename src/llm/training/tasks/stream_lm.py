@@ -24,12 +24,10 @@ class StreamTextData:
     """
 
     def __init__(self, config: Any, rank: int, world_size: int):
-        from llm.data import StreamingTextDataModule
-
         self.config = config
         self.rank = rank
         # training.seed is the one root seed: a random mixture's draws derive from it
-        self.module = StreamingTextDataModule(config.data, config.training.batch_size, seed=config.training.seed)
+        self.module = config.data.text_stream(seed=config.training.seed).build(config.training.batch_size)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = None
 
