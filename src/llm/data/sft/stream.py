@@ -21,8 +21,8 @@ from llm.data.text.source import TextSource
 from llm.data.text.stream import StreamingTextDataModule
 
 
-class SamplePacker:
-    """The cursor of one partition when each record is one sample: after the last record fed."""
+class RecordCursor:
+    """The cursor of one partition when each record is one sample (nothing is packed): after the last record fed."""
 
     def __init__(self, cursor: dict | None = None):
         cursor = cursor or {}
@@ -52,8 +52,8 @@ class SftSamples:
     def __init__(self, collators: list[StreamingDataCollator]):
         self.collators = collators
 
-    def packer(self, cursor: dict | None) -> SamplePacker:
-        return SamplePacker(cursor)
+    def packer(self, cursor: dict | None) -> RecordCursor:
+        return RecordCursor(cursor)
 
     def encode(self, texts: list[str], sources: list[int]) -> list[tuple[list[int], list[int]]]:
         out: list[Any] = [None] * len(texts)

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from llm.data.text.mixing import as_mixture, choose
-from llm.data.text.packing import PartitionPacker, to_example
+from llm.data.text.packing import WindowCutter, to_example
 from llm.data.text.partitions import assign_partitions, stripe_partitions
 from llm.data.text.readers import InputError
 from llm.data.text.source import Partition, Record, TextSource
@@ -40,8 +40,8 @@ class TokenBlocks:
     def __init__(self, tokenizer: Any, max_seq_len: int, packed: bool = False):
         self.tokenizer, self.max_seq_len, self.packed = tokenizer, max_seq_len, packed
 
-    def packer(self, cursor: dict | None) -> PartitionPacker:
-        return PartitionPacker(self.max_seq_len, self.tokenizer.eos_id, cursor)
+    def packer(self, cursor: dict | None) -> WindowCutter:
+        return WindowCutter(self.max_seq_len, self.tokenizer.eos_id, cursor)
 
     def encode(self, texts: list[str], sources: list[int]) -> list[np.ndarray]:
         return encode_each(self.tokenizer, texts)
@@ -236,7 +236,7 @@ def _groups(parts: list[Partition]) -> list[list[Partition]]:
     return list(groups.values())
 
 
-def _router(live: list[tuple[Partition, PartitionPacker, deque]]):
+def _router(live: list[tuple[Partition, WindowCutter, deque]]):
     """row -> (packer, digest queue) of the live partition that owns that row, or None."""
     if live[0][0].stripe is None:
         only = live[0][1:]
