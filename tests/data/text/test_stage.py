@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,24 @@ def test_a_state_counting_more_seen_hashes_than_the_file_holds_is_refused_whole(
     with pytest.raises(StateError, match=rf"seen-hashes file {seen} holds \d+ digests but the data state expects"):
         module.load_state_dict(state)
     assert_same_steps(take_steps(module.train_dataloader()), take_steps(fresh.train_dataloader()), "after a refused state")
+
+
+def _sft(records: Path) -> StreamingSFTDataModule:
+    data = DataConfig(datasets=[{"path": str(records), "type": "alpaca"}], max_seq_len=32)
+    return data.sft_stream(seed=3).build(batch_size=2, loop=False)
+
+
+def test_a_refused_state_changes_nothing_in_the_sft_stream(tmp_path):
+    records = tmp_path / "sft.jsonl"
+    records.write_text("".join(json.dumps({"instruction": f"say {i}", "output": f"{i}"}) + "\n" for i in range(20)))
+    saved = _sft(records)
+    take_steps(saved.train_dataloader(), 2)
+    good = saved.state_dict()
+    key = next(iter(good["partitions"]))
+    module = _sft(records)
+    with pytest.raises(StateError, match=rf"partition {re.escape(repr(key))} has records=.2."):
+        module.load_state_dict({**good, "partitions": {key: {**good["partitions"][key], "records": "2"}}})
+    assert_same_steps(take_steps(module.train_dataloader()), take_steps(_sft(records).train_dataloader()), "sft")
+    module.load_state_dict(good)  # the good state still resumes where the first run stopped
+    rest = take_steps(module.train_dataloader())
+    assert_same_steps(rest, take_steps(_sft(records).train_dataloader())[2:], "sft resumed")
