@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
+from llm.data.sft.settings import SFT_TYPES, DatasetEntry, SftStreamConfig
 from llm.data.text.dedup import check_hash_algo
+from llm.data.text.entries import SOURCE_KEYS, SourceEntry
+from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig
+
+__all__ = ["SFT_TYPES", "DataConfig", "DatasetEntry", "SourceEntry"]
 
 # "optimized": token shards made by `llm-data optimize` (read by the trainer, not a text source)
 BUILTIN_SOURCES = ("local", "hf", "dedup_local", "dedup_hf", "optimized")
@@ -15,53 +28,11 @@ _REQUIRED = {"local": "dataset_path", "dedup_local": "dataset_path", "optimized"
              "hf": "dataset_name", "dedup_hf": "dataset_name"}
 
 
-SFT_TYPES = ("alpaca", "chat", "completion")
-MIXING_STRATEGIES = ("round_robin", "weighted", "random")
-
-
-class DatasetEntry(BaseModel):
-    """One `datasets:` / `test_datasets:` entry, with Axolotl's keys: a local path (or glob) or a hub id."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str
-    type: str = "completion"
-    split: str = "train"
-    data_files: str | list[str] | None = None
-    name: str | None = None  # the hub dataset's subset (`load_dataset(path, name)`)
-
-    @field_validator("type")
-    @classmethod
-    def _check_type(cls, value: str) -> str:
-        if value not in SFT_TYPES:
-            raise ValueError(f"dataset type {value!r} is not known; use one of: {', '.join(SFT_TYPES)}")
-        return value
-
-
-class SourceEntry(BaseModel):
-    """One `datasets:` entry of a `stream_lm` mixture: a text source with the `data:` section's source keys."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # dedup_*: deduplicated against the mixture's one seen-set (the data: section's dedup keys)
-    data_source: Literal["local", "hf", "dedup_local", "dedup_hf"] = "local"
-    dataset_path: str = ""
-    dataset_name: str = ""
-    dataset_config: str | None = None
-    dataset_split: str = "train"
-    text_column: str = "text"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shared_dedup_keys(cls, value: object) -> object:
-        if isinstance(value, dict):
-            for key in ("seen_hashes_path", "write_seen_hashes", "hash_algo"):
-                if key in value:
-                    raise ValueError(
-                        f"{key} is not a datasets entry key: every dedup_* entry of a mixture shares one "
-                        f"seen-set, set {key} in the data: section"
-                    )
-        return value
+def _entry_kind(entry: object) -> str:
+    """A datasets: entry with a text source's keys is a `SourceEntry`; any other is a fine-tuning entry."""
+    if isinstance(entry, dict):
+        return "source" if SOURCE_KEYS & set(entry) else "sft"
+    return "source" if isinstance(entry, SourceEntry) else "sft"
 
 
 class DataConfig(BaseModel):
@@ -93,7 +64,9 @@ class DataConfig(BaseModel):
     # where local text is tokenized once for --task lm and validation; None: <checkpoint_dir>/.data
     cache_dir: str | None = None
     # fine-tuning (--task sft), Axolotl's names
-    datasets: list[DatasetEntry | SourceEntry] | None = None  # sft records, or text sources to mix
+    # sft records (path, type), or text sources to mix (data_source, dataset_path or path, ...)
+    datasets: list[Annotated[Annotated[DatasetEntry, Tag("sft")] | Annotated[SourceEntry, Tag("source")],
+                             Discriminator(_entry_kind)]] | None = None
     test_datasets: list[DatasetEntry] | None = None
     train_on_inputs: bool = False
     sample_packing: bool = False
@@ -101,6 +74,16 @@ class DataConfig(BaseModel):
     streaming_dataset_mixing_strategy: Literal["round_robin", "weighted", "random"] = "round_robin"
     streaming_mixing_weights: list[float] | None = None
     streaming_buffer_per_dataset: int = Field(default=1000, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_path_key(cls, value: object) -> object:
+        # path (the SFT word) and dataset_path name one key of a mixture entry: both is ambiguous
+        if isinstance(value, dict):
+            for i, entry in enumerate(value.get("datasets") or ()):
+                if isinstance(entry, dict) and "path" in entry and "dataset_path" in entry:
+                    raise ValueError(f"datasets[{i}] gives both path and dataset_path (the same key); keep one")
+        return value
 
     @field_validator("hash_algo")
     @classmethod
@@ -146,13 +129,36 @@ class DataConfig(BaseModel):
         if self.datasets:  # fine-tuning entries name their own data
             return self
         key = _REQUIRED.get(self.data_source)
-        if key and not getattr(self, key):
+        if key and not self.model_dump(include={key})[key]:
             raise ValueError(f"{key} is required when data_source={self.data_source!r}")
         return self
 
     def tokenizer_spec(self) -> str:
         """The spec string for `llm.data.tokenize.tokenizers.load_tokenizer`."""
         return "simple" if self.tokenizer_type == "simple" else str(self.tokenizer_path)
+
+    def mixture(self) -> MixtureConfig:
+        """How the `datasets:` entries mix."""
+        return MixtureConfig(self.streaming_dataset_mixing_strategy, self.streaming_mixing_weights,
+                             self.streaming_buffer_per_dataset)
+
+    def _stream_keys(self, seed: int) -> dict[str, Any]:
+        return {
+            "source": self, "tokenizer": self.tokenizer_spec(), "max_seq_len": self.max_seq_len,
+            "steps_per_epoch": self.steps_per_epoch, "num_workers": self.num_workers, "text_column": self.text_column,
+            "val_dataset_path": self.val_dataset_path, "storage_options": self.storage_options, "seed": seed,
+        }
+
+    def text_stream(self, seed: int = DEFAULT_SEED) -> TextStreamConfig:
+        """The text stream's typed settings; `seed` is the root seed (the trainer passes training.seed)."""
+        return TextStreamConfig(**self._stream_keys(seed))
+
+    def sft_stream(self, seed: int = DEFAULT_SEED) -> SftStreamConfig:
+        """The SFT stream's typed settings: the text stream's plus the entries, their mixture and masking."""
+        return SftStreamConfig(
+            **self._stream_keys(seed), entries=tuple(self.datasets or ()), mixture=self.mixture(),
+            train_on_inputs=self.train_on_inputs, sample_packing=self.sample_packing,
+        )
 
     def extra(self, key: str, default: Any = None) -> Any:
         """A key passed through for a custom source (e.g. `dataset_bucket`)."""

@@ -45,7 +45,7 @@ class PreparedText:
 
 def cache_root(config: Any) -> Path:
     """Where prepared datasets live: data.cache_dir, else <checkpoint_dir>/.data, else ~/.cache/llm/data."""
-    if getattr(config.data, "cache_dir", None):
+    if config.data.cache_dir:
         return Path(config.data.cache_dir)
     if config.checkpoint.checkpoint_dir:
         return Path(config.checkpoint.checkpoint_dir) / ".data"

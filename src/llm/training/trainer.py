@@ -104,10 +104,8 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
         use_fp16 = self.device.type == "cuda" and tc.amp_dtype == "fp16"
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_fp16)
-        own_validation = getattr(self.data, "validation", None)  # a task with its own eval data (sft)
-        self.val: ValidationSet | None = (own_validation() if own_validation else None) or build_validation(
-            config, self.tokenizer
-        )
+        # a task with its own eval data (sft) gives it; else data.val_dataset_path
+        self.val: ValidationSet | None = self.data.validation() or build_validation(config, self.tokenizer)
 
         self.step = 0
         self.epoch = 0

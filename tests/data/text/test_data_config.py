@@ -138,3 +138,31 @@ def test_explicit_config_keys():
     assert DataConfig(data_source="cfgtest2", b="bucket").extra("b") == "bucket"
     with pytest.raises(ValidationError, match="unknown data key 'c'"):
         DataConfig(data_source="cfgtest2", c=1)
+
+
+def test_data_config_builds_the_typed_stream_configs(tmp_path):
+    from llm.data.sft.settings import SftStreamConfig
+    from llm.data.text.settings import TextStreamConfig
+    from llm.data.text.stream import StreamingTextDataModule
+
+    (tmp_path / "a.txt").write_text("alpha beta\ngamma delta\n")
+    cfg = DataConfig(dataset_path=str(tmp_path / "a.txt"), max_seq_len=8, num_workers=0, steps_per_epoch=3)
+    text = cfg.text_stream(seed=7)
+    assert isinstance(text, TextStreamConfig) and (text.max_seq_len, text.steps_per_epoch, text.seed) == (8, 3, 7)
+    module = text.build(batch_size=2)
+    assert isinstance(module, StreamingTextDataModule) and module.seed == 7 and module.max_seq_len == 8
+    sft = DataConfig(datasets=[{"path": "x.jsonl", "type": "alpaca"}], streaming_mixing_weights=None).sft_stream()
+    assert isinstance(sft, SftStreamConfig) and sft.entries[0].type == "alpaca" and sft.mixture.strategy == "round_robin"
+
+
+def test_a_mixture_entry_says_path_or_dataset_path_not_both(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("alpha\n")
+    b.write_text("beta\n")
+    by_path = DataConfig(datasets=[{"path": str(a)}, {"data_source": "local", "path": str(b)}])
+    by_old_key = DataConfig(datasets=[{"dataset_path": str(a)}, {"data_source": "local", "dataset_path": str(b)}])
+    assert by_path.datasets[1] == by_old_key.datasets[1]
+    fingerprint = build_text_source(by_old_key).source_fingerprint()
+    assert build_text_source(by_path).source_fingerprint() == fingerprint
+    with pytest.raises(ValidationError, match=r"datasets\[1\] gives both path and dataset_path \(the same key\); keep one"):
+        DataConfig(datasets=[{"path": str(a)}, {"path": str(b), "dataset_path": str(b)}])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -13,9 +15,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from llm.data.config import DataConfig
-from llm.data.text.mixing import choose
+from llm.data.text.mixing import check_weights, choose
+from llm.data.text.readers import InputError
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
-from tests.resume import check_resume
+from tests.resume import assert_same_steps, check_resume
 
 
 @settings(max_examples=60, deadline=None)
@@ -206,3 +209,68 @@ def test_dedup_entries_share_one_seen_set_and_resume_exactly(tmp_path):
     texts = list(dedup_module(config, tmp_path / "standalone.bin").source.iter_texts())
     assert Counter(texts)["plain repeat"] == 5 and Counter(texts)["shared 3"] == 1
     assert len(texts) == 95 and texts.index("only b 0") == 60 and texts[-1] == "plain 9"
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ([float("nan"), 1.0], r"streaming_mixing_weights\[0\] \(datasets\[0\]\) is nan, but weights must be non-negative"),
+        ([0.5, float("inf")], r"streaming_mixing_weights\[1\] \(datasets\[1\]\) is inf"),
+        ([1.5, -0.5], r"streaming_mixing_weights\[1\] \(datasets\[1\]\) is -0.5"),
+        ([0.0, 0.0], "streaming_mixing_weights are all zero; give at least one dataset a positive weight"),
+    ],
+)
+@pytest.mark.parametrize("strategy", ["weighted", "random"])
+def test_nan_inf_negative_and_all_zero_weights_are_refused_naming_the_entry(weights, message, strategy):
+    entries = [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}]
+    with pytest.raises(ValidationError, match=message):
+        DataConfig(datasets=entries, streaming_mixing_weights=weights, streaming_dataset_mixing_strategy=strategy)
+    with pytest.raises(ValueError, match=message):
+        check_weights(weights, 2, strategy)
+
+
+@pytest.mark.parametrize("blank", [b"", b"\n  \n"])
+def test_an_entry_with_no_records_is_named_when_the_mixture_starts(tmp_path, blank):
+    full, empty = write_sources(tmp_path)[0], tmp_path / "empty.txt"
+    empty.write_bytes(blank)
+    data = DataConfig(datasets=[{"dataset_path": full}, {"dataset_path": str(empty)}], max_seq_len=16)
+    module = StreamingTextDataModule(data, batch_size=4, loop=False)
+    with pytest.raises(InputError, match=rf"^no records in {empty}: .*; fix or remove datasets\[1\] of the mixture$"):
+        next(iter(module.train_dataloader()))
+
+
+def _random_mix(paths: list[str], seed: int | None = None, state: dict | None = None, steps: int | None = None):
+    data = DataConfig(datasets=[{"dataset_path": p} for p in paths], max_seq_len=16,
+                      streaming_dataset_mixing_strategy="random", streaming_mixing_weights=[0.5, 0.5])
+    module = StreamingTextDataModule(data, batch_size=4, loop=False, **({} if seed is None else {"seed": seed}))
+    if state is not None:
+        module.load_state_dict(state)
+    out = [b["input_ids"].numpy() for b in islice(module.train_dataloader(), steps)]
+    return out, module
+
+
+def test_the_root_seed_sets_a_random_mixture_order(tmp_path):
+    paths = write_sources(tmp_path)
+    one, _ = _random_mix(paths, seed=1)
+    assert_same_steps(_random_mix(paths, seed=1)[0], one, "same seed")
+    two, module = _random_mix(paths, seed=2)
+    assert len(one) == len(two) and any((a != b).any() for a, b in zip(one, two))
+    assert module.state_dict()["version"] == 2 and module.state_dict()["seed"] == 2
+
+
+# every batch of the random mixture above before the root seed (state version 1: seed 0)
+LEGACY_ORDER = (106, "011bcb60b84237d4f66408d2aefe2c95812d10519f5936a901c43ca03c989939")
+
+
+def test_a_version_1_state_resumes_with_the_old_derivation_exactly(tmp_path):
+    paths = write_sources(tmp_path)
+    _, fresh = _random_mix(paths, steps=0)
+    old = {**fresh.state_dict(), "version": 1}
+    del old["seed"]
+    legacy, _ = _random_mix(paths, seed=5, state=old)
+    assert (len(legacy), hashlib.sha256(b"".join(b.tobytes() for b in legacy)).hexdigest()) == LEGACY_ORDER
+    head, module = _random_mix(paths, seed=5, state=old, steps=40)
+    state = module.state_dict()
+    assert state["version"] == 1  # saved again the old way, so it keeps resuming exactly
+    rest, _ = _random_mix(paths, seed=5, state=state)
+    assert_same_steps(head + rest, legacy, "a version-1 state resumed")

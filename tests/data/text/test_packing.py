@@ -4,14 +4,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm.data.text.packing import IGNORE_INDEX, PartitionPacker, to_example
+from llm.data.text.packing import IGNORE_INDEX, WindowCutter, to_example
 
 EOS = 999
 docs_st = st.lists(st.lists(st.integers(0, 50), min_size=1, max_size=40), min_size=0, max_size=30)
 
 
 def _pack(docs, L, cursor=None, start=0):
-    packer = PartitionPacker(L, EOS, cursor)
+    packer = WindowCutter(L, EOS, cursor)
     out = []
     for i, doc in enumerate(docs[start:], start=start):
         for w in packer.feed(np.array(doc), offset_after=i + 1):
@@ -54,7 +54,7 @@ def test_resume_from_any_cursor_is_exact(docs, L, cut):
 
 
 def test_long_document_keeps_cursor_before_it():
-    packer = PartitionPacker(4, EOS)
+    packer = WindowCutter(4, EOS)
     windows = list(packer.feed(np.arange(3), 1))
     assert windows == [] and packer.cursor()["offset"] == 1
     gen = packer.feed(np.arange(100, 120), 2)

@@ -17,13 +17,12 @@ from llm.data.sft.collator import StreamingDataCollator
 from llm.data.sft.prompts import prompter_for
 from llm.data.text.hf import HFStreamTextSource
 from llm.data.text.local import LocalLineTextSource
-from llm.data.text.mixing import MixedTextSource
 from llm.data.text.source import TextSource
 from llm.data.text.stream import StreamingTextDataModule
 
 
-class SamplePacker:
-    """The cursor of one partition when each record is one sample: after the last record fed."""
+class RecordCursor:
+    """The cursor of one partition when each record is one sample (nothing is packed): after the last record fed."""
 
     def __init__(self, cursor: dict | None = None):
         cursor = cursor or {}
@@ -53,8 +52,8 @@ class SftSamples:
     def __init__(self, collators: list[StreamingDataCollator]):
         self.collators = collators
 
-    def packer(self, cursor: dict | None) -> SamplePacker:
-        return SamplePacker(cursor)
+    def packer(self, cursor: dict | None) -> RecordCursor:
+        return RecordCursor(cursor)
 
     def encode(self, texts: list[str], sources: list[int]) -> list[tuple[list[int], list[int]]]:
         out: list[Any] = [None] * len(texts)
@@ -92,20 +91,16 @@ class StreamingSFTDataModule(StreamingTextDataModule):
     """
 
     def __init__(self, config: Any, batch_size: int, entry: Any = None, **kwargs: Any):
-        self.entries = [entry] if entry is not None else list(config.datasets)
+        # a DataConfig or an SftStreamConfig (sft/settings.py): both give the typed settings
+        settings = config.sft_stream()
+        self.entries = [entry] if entry is not None else list(settings.entries)
         sources = [record_source(e) for e in self.entries]
-        if len(sources) == 1:
-            kwargs.setdefault("source", sources[0])
-        else:
-            kwargs.setdefault("source", MixedTextSource(
-                sources, config.streaming_dataset_mixing_strategy, config.streaming_mixing_weights,
-                seed=getattr(config, "mixing_seed", 0), buffer=config.streaming_buffer_per_dataset,
-            ))
-        super().__init__(config, batch_size, **kwargs)
+        kwargs.setdefault("source", sources[0] if len(sources) == 1 else settings.mixture.build(sources))
+        super().__init__(settings, batch_size, **kwargs)
         self.collators = [
             StreamingDataCollator(
                 self.tokenizer, self.max_seq_len, prompter=prompter_for(e.type, self.tokenizer),
-                train_on_inputs=config.train_on_inputs, sample_packing=config.sample_packing,
+                train_on_inputs=settings.train_on_inputs, sample_packing=settings.sample_packing,
             )
             for e in self.entries
         ]

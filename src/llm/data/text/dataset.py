@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from llm.data.text.mixing import choose
-from llm.data.text.packing import PartitionPacker, to_example
+from llm.data.text.mixing import as_mixture, choose
+from llm.data.text.packing import WindowCutter, to_example
 from llm.data.text.partitions import assign_partitions, stripe_partitions
 from llm.data.text.readers import InputError
 from llm.data.text.source import Partition, Record, TextSource
@@ -40,8 +40,8 @@ class TokenBlocks:
     def __init__(self, tokenizer: Any, max_seq_len: int, packed: bool = False):
         self.tokenizer, self.max_seq_len, self.packed = tokenizer, max_seq_len, packed
 
-    def packer(self, cursor: dict | None) -> PartitionPacker:
-        return PartitionPacker(self.max_seq_len, self.tokenizer.eos_id, cursor)
+    def packer(self, cursor: dict | None) -> WindowCutter:
+        return WindowCutter(self.max_seq_len, self.tokenizer.eos_id, cursor)
 
     def encode(self, texts: list[str], sources: list[int]) -> list[np.ndarray]:
         return encode_each(self.tokenizer, texts)
@@ -85,6 +85,7 @@ class StreamingTextDataset(IterableDataset):
         chunk_chars: int = 1 << 20,
         packed: bool = False,
         batch_format: Any = None,
+        mix_seed: int = 0,
     ):
         self.source = source
         self.tokenizer = tokenizer
@@ -96,15 +97,15 @@ class StreamingTextDataset(IterableDataset):
         self.chunk_records, self.chunk_chars = chunk_records, chunk_chars
         self.packed = packed
         self.format = batch_format or TokenBlocks(tokenizer, max_seq_len, packed)
+        self.mix_seed = mix_seed  # a `random` mixture's draws: the module derives it from the root seed
+        self._consumer = 0  # rank * workers + worker, set when iterating: seeds a random mixture's draws
 
     def __iter__(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
         info = get_worker_info()
         n_workers = info.num_workers if info else 1
         worker = ((info.id if info else 0) + self.worker_rotation) % n_workers
-        begin = getattr(self.source, "begin", None)
-        if begin is not None:
-            begin()
+        self.source.begin()
         self._consumer = rank * n_workers + worker  # seeds a random mixture's draws
         parts = assign_partitions(
             stripe_partitions(self.source.partitions()), self._consumer, world * n_workers
@@ -173,7 +174,7 @@ class StreamingTextDataset(IterableDataset):
         yield from flush()
         if rows:
             yield batch()
-        yield {"_state": {**state(True), "stats": dict(getattr(self.source, "stats", {}))}}
+        yield {"_state": {**state(True), "stats": dict(self.source.stats)}}
 
     def _events(self, parts: list[Partition], touched: dict) -> Iterator[tuple]:
         """("record", record, (packer, queue), source) and ("end", packers) events, the sources mixed."""
@@ -181,18 +182,17 @@ class StreamingTextDataset(IterableDataset):
         for p in parts:
             by_source.setdefault(p.source, []).append(p)
         streams = {i: self._source_events(ps, touched, i) for i, ps in sorted(by_source.items())}
-        mixing = getattr(self.source, "strategy", None)
-        if mixing is None or len(streams) == 1:
+        mixture = as_mixture(self.source)
+        if mixture is None or len(streams) == 1:
             for stream in streams.values():
                 yield from stream
             return
-        counts = [0] * len(self.source.sources)  # type: ignore[attr-defined]
+        counts = [0] * len(mixture.sources)
         for p in parts:
             counts[p.source] += int(self.cursors.get(p.key, {}).get("records", 0))
-        consumer = getattr(self, "_consumer", 0)
         live = sorted(streams)
         while live:
-            i = choose(mixing, live, counts, self.source.weights, self.source.seed, consumer)  # type: ignore[attr-defined]
+            i = choose(mixture.strategy, live, counts, mixture.weights, self.mix_seed, self._consumer)
             for event in streams[i]:
                 yield event
                 if event[0] == "record":
@@ -236,7 +236,7 @@ def _groups(parts: list[Partition]) -> list[list[Partition]]:
     return list(groups.values())
 
 
-def _router(live: list[tuple[Partition, PartitionPacker, deque]]):
+def _router(live: list[tuple[Partition, WindowCutter, deque]]):
     """row -> (packer, digest queue) of the live partition that owns that row, or None."""
     if live[0][0].stripe is None:
         only = live[0][1:]

@@ -22,6 +22,7 @@ from llm.data.text.readers import (
     iter_parquet_rows,
     iter_records,
     parquet_row_groups,
+    require_records,
     splittable,
 )
 from llm.data.text.source import Partition, Record, TextSource, Want
@@ -78,6 +79,12 @@ class LocalLineTextSource(TextSource):
     def uses_object_store(self) -> bool:
         """Whether some input is in object storage (its client does not survive fork())."""
         return any(isinstance(f, RemoteObject) for f in self.files)
+
+    def local_files(self) -> list[Path | RemoteObject]:
+        return list(self.files)
+
+    def require_records(self, hint: str = "check the input") -> None:
+        require_records(self.files, self.text_column, hint)  # type: ignore[arg-type]
 
     def source_fingerprint(self) -> dict:
         names = [f.name for f in self.files]

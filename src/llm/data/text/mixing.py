@@ -9,7 +9,8 @@ partitions' cursors, so the mixture resumes exactly with no state of its own.
 * `round_robin` (the default): the live source with the fewest draws, lowest index first.
 * `weighted`: the live source furthest behind its weight (a low-discrepancy schedule:
   the realised shares stay within one record of the weights at every point).
-* `random`: a seeded draw by weight, from a hash of (seed, consumer, draw number).
+* `random`: a seeded draw by weight, from a hash of (seed, consumer, draw number); the seed is
+  the stream's, derived from the one root seed per pass (`StreamingTextDataModule`).
 
 A source whose partitions this consumer has read to the end drops out; the others go on.
 """
@@ -17,6 +18,7 @@ A source whose partitions this consumer has read to the end drops out; the other
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -37,8 +39,15 @@ def check_weights(weights: list[float] | None, n: int, strategy: str) -> list[fl
         return [1.0 / n] * n
     if len(weights) != n:
         raise ValueError(f"streaming_mixing_weights has {len(weights)} weights but datasets lists {n} datasets")
-    if any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in weights):
-        raise ValueError(f"streaming_mixing_weights must be non-negative numbers, got {weights}")
+    for i, w in enumerate(weights):
+        # NaN compares False with everything: `w < 0` let it through and `random` drew entry 0 only
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w) or w < 0:
+            raise ValueError(
+                f"streaming_mixing_weights[{i}] (datasets[{i}]) is {w!r}, but weights must be non-negative numbers "
+                "(finite, summing to 1); fix that weight"
+            )
+    if not any(weights):
+        raise ValueError("streaming_mixing_weights are all zero; give at least one dataset a positive weight")
     total = float(sum(weights))
     if abs(total - 1.0) > 1e-6:
         raise ValueError(f"streaming_mixing_weights must sum to 1 (within 1e-6), but they sum to {total:.9g}")
@@ -69,13 +78,12 @@ class MixedTextSource(TextSource):
     """Several sources as one: partitions keyed `d<i>:<key>`, read by the dataset source by source and mixed."""
 
     def __init__(self, sources: list[TextSource], strategy: str = "round_robin",
-                 weights: list[float] | None = None, seed: int = 0, buffer: int = 1000):
+                 weights: list[float] | None = None, buffer: int = 1000):
         if not sources:
             raise ValueError("datasets is empty; list at least one source to mix")
         self.sources = sources
         self.strategy = strategy
         self.weights = check_weights(weights, len(sources), strategy)
-        self.seed = seed
         self.buffer = buffer  # records read ahead per source, at most
 
     def source_fingerprint(self) -> dict:
@@ -107,17 +115,20 @@ class MixedTextSource(TextSource):
                     continue
                 yield text
 
-    # dedup sources inside a mixture keep their own seen-sets
-    def begin(self) -> None:
-        for s in self.sources:
-            if hasattr(s, "begin"):
-                s.begin()
+    def require_records(self, hint: str = "") -> None:
+        """Every entry must hold a record: an empty one would silently leave its share to the others."""
+        for i, source in enumerate(self.sources):
+            source.require_records(f"fix or remove datasets[{i}] of the mixture")
+
+    def wrapped(self) -> list[TextSource]:
+        # begin() reaches every source through this: dedup sources inside a mixture keep their own seen-sets
+        return list(self.sources)
 
     @property
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int]:  # type: ignore[override]
         out: dict[str, int] = {}
         for s in self.sources:
-            for k, v in getattr(s, "stats", {}).items():
+            for k, v in s.stats.items():
                 out[k] = out.get(k, 0) + v
         return out
 
@@ -138,7 +149,6 @@ class DedupMixture(DedupTextSource):
     strategy = property(lambda self: self.inner.strategy)
     sources = property(lambda self: self.inner.sources)
     weights = property(lambda self: self.inner.weights)
-    seed = property(lambda self: self.inner.seed)
     buffer = property(lambda self: self.inner.buffer)
 
     def source_fingerprint(self) -> dict:
@@ -150,6 +160,19 @@ class DedupMixture(DedupTextSource):
         else:
             yield from self.inner.iter_partition(part, offset, want)
 
+    def mixture(self) -> MixedTextSource:
+        """The mixture this dedup layer wraps (its strategy, weights, seed and sources)."""
+        return self.inner  # type: ignore[return-value]
+
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         tagged = ((text, i in self.dedup_sources) for i, s in enumerate(self.inner.sources) for text in s.iter_texts())
         return self._standalone_pass(tagged, skip)
+
+
+def as_mixture(source: TextSource) -> MixedTextSource | None:
+    """The mixture a source is (or a dedup layer over one); None for a single source."""
+    if isinstance(source, MixedTextSource):
+        return source
+    if isinstance(source, DedupMixture):
+        return source.mixture()
+    return None

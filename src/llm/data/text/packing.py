@@ -26,7 +26,7 @@ def new_cursor() -> dict:
     return {"offset": 0, "records": 0, "token_buffer": [], "skip": 0, "done": False}
 
 
-class PartitionPacker:
+class WindowCutter:
     """Cuts one partition's tokens into windows; `cursor()` is the exact position after the last one."""
 
     def __init__(self, max_seq_len: int, eos_id: int, cursor: dict | None = None):

@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from llm.data.text.dedup import DedupTextSource
+from llm.data.text.entries import SourceEntry
 from llm.data.text.hf import HFStreamTextSource
 from llm.data.text.local import LocalLineTextSource
-from llm.data.text.mixing import DedupMixture, MixedTextSource
+from llm.data.text.mixing import DedupMixture
 from llm.data.text.source import TextSource
 
 SourceFactory = Callable[[Any], TextSource]
@@ -72,7 +73,7 @@ class SourceRegistry:
 
         A config listing text sources in `datasets` is their mixture (`mixing.py`).
         """
-        entries = getattr(cfg, "datasets", None)
+        entries = cfg.datasets
         if entries:
             return self._mixture(cfg, entries)
         name = cfg.data_source
@@ -83,7 +84,7 @@ class SourceRegistry:
             return factory(cfg)
         recorder = _KeyRecorder(cfg)
         source = factory(recorder)
-        extra = set(getattr(cfg, "model_extra", None) or {})
+        extra = set(cfg.model_extra or {})
         unread = sorted(extra - recorder.read)
         if unread:
             read = ", ".join(sorted(extra & recorder.read)) or "none"
@@ -96,12 +97,7 @@ class SourceRegistry:
     def _mixture(self, cfg: Any, entries: list[Any]) -> TextSource:
         sources, deduplicated = [], set()
         for i, entry in enumerate(entries):
-            if not hasattr(entry, "data_source"):
-                raise ValueError(
-                    f"datasets[{i}] has fine-tuning keys (path, type): use --task sft, or give text sources "
-                    "(data_source, dataset_path / dataset_name) to mix them for stream_lm"
-                )
-            keys = entry.model_dump()
+            keys = _source_keys(i, entry)
             if keys["data_source"].startswith("dedup_"):  # deduplicated by the mixture's one seen-set
                 deduplicated.add(i)
                 keys["data_source"] = keys["data_source"][len("dedup_"):]
@@ -110,10 +106,7 @@ class SourceRegistry:
                 sources.append(self.build(one))
             except ValueError as e:
                 raise ValueError(f"datasets[{i}]: {e}") from None
-        mixture = MixedTextSource(
-            sources, cfg.streaming_dataset_mixing_strategy, cfg.streaming_mixing_weights,
-            seed=getattr(cfg, "mixing_seed", 0), buffer=cfg.streaming_buffer_per_dataset,
-        )
+        mixture = cfg.mixture().build(sources)
         if not deduplicated:
             return mixture
         return DedupMixture(
@@ -145,6 +138,18 @@ class _KeyRecorder:
         return self._cfg.extra(key, default)
 
 
+def _source_keys(i: int, entry: Any) -> dict[str, Any]:
+    """A mixture entry's source keys; a bare `{path}` entry (the SFT word) is a local text source."""
+    if isinstance(entry, SourceEntry):
+        return entry.model_dump()
+    if entry.model_fields_set <= {"path"}:
+        return SourceEntry(dataset_path=entry.path).model_dump()
+    raise ValueError(
+        f"datasets[{i}] has fine-tuning keys (path, type): use --task sft, or give text sources "
+        "(data_source, path / dataset_path / dataset_name) to mix them for stream_lm"
+    )
+
+
 def _require(cfg: Any, key: str) -> Any:
     value = getattr(cfg, key)
     if not value:
@@ -153,8 +158,7 @@ def _require(cfg: Any, key: str) -> Any:
 
 
 def _local(cfg: Any) -> TextSource:
-    return LocalLineTextSource(_require(cfg, "dataset_path"), cfg.text_column,
-                               storage_options=getattr(cfg, "storage_options", None))
+    return LocalLineTextSource(_require(cfg, "dataset_path"), cfg.text_column, storage_options=cfg.storage_options)
 
 
 def _hf(cfg: Any) -> TextSource:

@@ -11,9 +11,12 @@ How partitions are cut into stripes and dealt to ranks and workers is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from llm.data.stage import StateError
 
 Record = tuple[str, int, "bytes | None"]
 
@@ -55,6 +58,34 @@ class TextSource:
     """
 
     config_keys: ClassVar[tuple[str, ...]] = ()
+    # What a pass read and dropped ({"read", "seen_before", ...}); a dedup source counts, others
+    # keep this empty mapping. Declared here so readers never probe a source for it.
+    stats: Mapping[str, int] = MappingProxyType({})
+    # The one source a wrapping source (dedup) reads through; None for a source of its own.
+    inner: TextSource | None = None
+
+    def wrapped(self) -> list[TextSource]:
+        """The sources this one reads through: a dedup source's `inner`, a mixture's sources."""
+        return [self.inner] if self.inner is not None else []
+
+    @property
+    def uses_object_store(self) -> bool:
+        """Whether some input is in object storage (its client does not survive fork())."""
+        return any(s.uses_object_store for s in self.wrapped())
+
+    def local_files(self) -> list[Any]:
+        """The files this source reads (local paths or objects), for naming an empty input."""
+        return [f for s in self.wrapped() for f in s.local_files()]
+
+    def require_records(self, hint: str = "check the input") -> None:
+        """Raise InputError naming the input when it holds no record at all (reads up to the first one)."""
+        for s in self.wrapped():
+            s.require_records(hint)
+
+    def begin(self) -> None:
+        """A new reader starts a pass; sources that keep per-pass state (dedup) reset it here."""
+        for s in self.wrapped():
+            s.begin()
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         """Every record in order, after skipping the first `skip` records."""
@@ -84,11 +115,7 @@ def reads_object_store(source: TextSource) -> bool:
     Its DataLoader workers must not be forked: the object-store client's runtime does not
     survive fork() once the parent has used it (a forked child that uses it hangs).
     """
-    if getattr(source, "uses_object_store", False):
-        return True
-    inner = getattr(source, "inner", None)
-    wrapped = [inner] if inner is not None else list(getattr(source, "sources", ()))
-    return any(reads_object_store(s) for s in wrapped)
+    return source.uses_object_store
 
 
 FINGERPRINT_MISMATCH = "stream source fingerprint mismatch"
@@ -115,12 +142,12 @@ def validate_source_fingerprint(saved: dict | None, current: dict) -> None:
     if saved == current:
         return
     if not isinstance(saved, dict):
-        raise ValueError(
+        raise StateError(
             f"{FINGERPRINT_MISMATCH}: the state holds no source fingerprint (saved {saved!r}, current "
             f"{current!r}); resume with a state saved by this library"
         )
     diff = "; ".join(fingerprint_diff(saved, current))
-    raise ValueError(
+    raise StateError(
         f"{FINGERPRINT_MISMATCH}: {diff} (saved -> current); resume with the data settings the state "
         "was saved with, or start a fresh run"
     )

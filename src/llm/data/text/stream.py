@@ -16,7 +16,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from llm.data.seeds import check_seed
+from llm.data.stage import Stage
 from llm.data.text.dataset import StreamingTextDataset
+from llm.data.text.dedup import DedupTextSource
+from llm.data.text.mixing import as_mixture
 from llm.data.text.packing import new_cursor
 from llm.data.text.partitions import STRIPES, owned_partitions, stripe_partitions
 from llm.data.text.readers import InputError, require_records
@@ -28,22 +32,16 @@ from llm.data.text.source import (
     reads_object_store,
     validate_source_fingerprint,
 )
+from llm.data.text.state import (
+    STATE_VERSION,
+    check_layout,
+    check_seen_count,
+    merge_stream_states,
+    mixture_seed,
+)
 from llm.data.topology import current_topology
 
-STATE_VERSION = 1
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
-
-
-def merge_stream_states(states: Iterable[dict]) -> dict:
-    """One state from the states of several ranks (each holds the cursors of its own partitions)."""
-    states = list(states)
-    merged = {**states[0], "partitions": {}, "line_index": {}, "next_worker": {}}
-    for s in states:
-        merged["partitions"].update(s["partitions"])
-        merged["line_index"].update(s["line_index"])
-        merged["next_worker"].update(s["next_worker"])
-    return merged
-
 
 
 def _as_is(item: dict) -> dict:
@@ -80,8 +78,11 @@ class _ValLoader:
                 yield {"input_ids": item["input_ids"], "labels": item["labels"]}
 
 
-class StreamingTextDataModule:
-    """Config -> source, tokenizer, dataset and loader, with `state_dict()` / `load_state_dict()`.
+class StreamingTextDataModule(Stage):
+    """Config -> source, tokenizer, dataset and loader, a `Stage` (state / check / restore).
+
+    `state_dict()` / `load_state_dict()` are the contract's public names; a refused
+    state (`StateError`) leaves the module exactly as it was.
 
     `train_dataloader()` yields `steps_per_epoch` batches per epoch, continuing the
     stream where the previous epoch stopped; when this rank's partitions are all
@@ -99,29 +100,36 @@ class StreamingTextDataModule:
         loop: bool = True,
         source: TextSource | None = None,
         tokenizer: Any = None,
+        seed: int | None = None,
     ):
         from llm.data.tokenize.tokenizers import load_tokenizer
 
+        # a DataConfig or a TextStreamConfig (text/settings.py): both give the typed settings
+        settings = self.settings = config.text_stream()
         self.config = config
         self.batch_size = batch_size
-        self.steps_per_epoch = steps_per_epoch or config.steps_per_epoch
+        self.steps_per_epoch = steps_per_epoch or settings.steps_per_epoch
         if self.steps_per_epoch is None and loop:
             raise ValueError(
                 "steps_per_epoch is required for streaming data; set data.steps_per_epoch "
                 "(or --steps-per-epoch) to the number of batches in one epoch"
             )
         self.loop = loop
+        # the root seed (training.seed): a random mixture's draws derive from it
+        self.seed = check_seed(settings.seed if seed is None else seed, "seed")
+        self._version = STATE_VERSION  # a resumed version-1 state keeps its own derivation (and version)
         self.rank, self.world_size = rank, world_size
-        self.num_workers = int(getattr(config, "num_workers", 0) or 0)
-        self.source = source if source is not None else build_text_source(config)
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.tokenizer_spec())
-        self.max_seq_len = int(config.max_seq_len)
+        self.num_workers = settings.num_workers
+        self.source = source if source is not None else build_text_source(settings.source)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings.tokenizer)
+        self.max_seq_len = settings.max_seq_len
         self._cursors: dict[str, dict] = {}
         self._next_worker: dict[str, int] = {}
         self._last_key: str | None = None
         self._uncommitted: list[bytes] = []
         self._parts: list[Partition] | None = None
         self._pass_stats: dict[str, int] = {}
+        self._entries_checked = False  # has a mixture's every entry been seen to hold a record?
         self._handed_over = False  # has this module handed any batch over (this run)?
 
     merge_states = staticmethod(merge_stream_states)
@@ -153,16 +161,13 @@ class StreamingTextDataModule:
 
     def val_dataloader(self) -> Iterable[dict] | None:
         """One pass over `val_dataset_path` (local files, same tokenizer and blocks); None when unset."""
-        path = getattr(self.config, "val_dataset_path", None)
+        path, settings = self.settings.val_dataset_path, self.settings
         if not path:
             return None
         from llm.data.text.local import LocalLineTextSource
 
-        ds = StreamingTextDataset(
-            LocalLineTextSource(path, self.config.text_column,
-                                storage_options=getattr(self.config, "storage_options", None)), self.tokenizer, self.max_seq_len,
-            self.batch_size, rank=0, world_size=1,
-        )
+        val = LocalLineTextSource(path, settings.text_column, storage_options=settings.storage_options)
+        ds = StreamingTextDataset(val, self.tokenizer, self.max_seq_len, self.batch_size, rank=0, world_size=1)
         return _ValLoader(ds)
 
     def _iterate(self) -> Iterator[dict]:
@@ -173,6 +178,10 @@ class StreamingTextDataModule:
                 f"rank {rank} of {world} owns none of the {len(self.partitions())} partitions of the "
                 f"data source; use more input files / shards or fewer ranks"
             )
+        mixture = as_mixture(self.source)
+        if mixture is not None and not self._entries_checked:
+            mixture.require_records()
+            self._entries_checked = True
         limit = self.steps_per_epoch
         steps, passes_without_data = 0, 0
         while limit is None or steps < limit:
@@ -209,9 +218,9 @@ class StreamingTextDataModule:
             self.source, self.tokenizer, self.max_seq_len, self.batch_size,
             rank=rank, world_size=world, cursors=self._cursors,
             worker_rotation=self._next_worker.get(key, 0), packed=self.num_workers > 0,
-            batch_format=self.batch_format(),
+            batch_format=self.batch_format(), mix_seed=self._mix_seed(),
             # a mixture reads at most `streaming_buffer_per_dataset` records ahead before encoding
-            chunk_records=min(64, getattr(self.source, "buffer", 64)),
+            chunk_records=self._chunk_records(),
         )
         if self.num_workers:
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
@@ -242,12 +251,22 @@ class StreamingTextDataModule:
                 item["input_ids"], item["labels"] = both[:, 0].contiguous(), both[:, 1].contiguous()
             yield item
 
+    def _mix_seed(self) -> int:
+        """The seed of a `random` mixture's draws in this pass: derive_seed(root, "text.mixture", pass)."""
+        epoch = min((self._cursors.get(p.key, {}).get("pass", 0) for p in self._own()), default=0)
+        return mixture_seed(self._version, self.seed, epoch)
+
+    def _chunk_records(self) -> int:
+        mixture = as_mixture(self.source)
+        return min(64, mixture.buffer) if mixture is not None else 64
+
     def _check_not_all_seen(self) -> None:
         """A pass that yielded nothing because every record was seen before says so."""
         read, seen = self._pass_stats.get("read", 0), self._pass_stats.get("seen_before", 0)
         if not read or seen != read:
             return
-        path = getattr(self.source, "seen_hashes_path", None)
+        dedup = self._dedup()
+        path = dedup.seen_hashes_path if dedup is not None else None
         if not self._handed_over:
             raise ValueError(
                 f"all {read} records are in the seen-hashes file {path}; nothing is left to train on: "
@@ -261,24 +280,31 @@ class StreamingTextDataModule:
 
     def _check_not_empty(self, own: list[Partition]) -> None:
         """Local files that yielded no record at all (read whole by this rank) are named, not trained on."""
-        files = getattr(self.source, "files", None) or getattr(getattr(self.source, "inner", None), "files", None)
+        files = self.source.local_files()
         read = sum(self._cursors.get(p.key, {}).get("records", 0) for p in own)
         if files and not read and len(own) == len(self.partitions()):
-            require_records(files, self.config.text_column)
+            require_records(files, self.settings.text_column)
 
     def _apply(self, st: dict) -> None:
         for k, cursor in st["cursors"].items():
             prev = self._cursors.get(k, {})
             self._cursors[k] = cursor | {"pass": prev.get("pass", 0)}
             self._last_key = k
-        if st["digests"]:
-            self.source.mark_consumed(st["digests"])  # type: ignore[attr-defined]
+        dedup = self._dedup()
+        if st["digests"] and dedup is not None:  # only a dedup source sends digests
+            dedup.mark_consumed(st["digests"])
             self._uncommitted.append(st["digests"])
 
-    # -- state ----------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    # -- state (the Stage contract: state / check / restore) --------------------------------
+    def _dedup(self) -> DedupTextSource | None:
+        """The source's seen-set, when it deduplicates (a dedup source or a mixture with dedup entries)."""
+        return self.source if isinstance(self.source, DedupTextSource) else None
+
+    def state(self) -> dict:
         """This rank's state: the cursors of its partitions. A pure getter (no I/O, no collective).
 
+        `line_index` is informational, kept for the guide's readers: per rank, the number of
+        records consumed (a record count, not a line number); `partitions` is what resumes.
         With a dedup source, `seen_hashes.count` is what the seen-hashes file holds and
         `pending` how many consumed records are not committed to it yet: call
         `checkpoint_state()` when a checkpoint is written, so they are.
@@ -289,23 +315,22 @@ class StreamingTextDataModule:
         records = sum(c["records"] for c in partitions.values())
         last = self._cursors.get(self._last_key or "", {})
         state = {
-            "version": STATE_VERSION,
+            "version": self._version,
+            "seed": self.seed,
             "fingerprint": self.source_fingerprint(),
             "world_size": world,
             "num_workers": self.num_workers,
             "partitions": partitions,
             "next_worker": {str(rank): self._next_worker.get(str(rank), 0)},
-            # the guide's view, informational: records consumed per rank (a record count, not a
-            # line number) and the buffer of the partition read last; `partitions` is what resumes
             "line_index": {str(rank): records},
             "token_buffer": list(last.get("token_buffer", [])),
         }
-        if hasattr(self.source, "commit"):
-            writes = self.source.seen_hashes_path and self.source.write_seen_hashes  # type: ignore[attr-defined]
-            pending = sum(len(d) for d in self._uncommitted) // self.source.digest_bytes if writes else 0  # type: ignore[attr-defined]
+        dedup = self._dedup()
+        if dedup is not None:
+            pending = sum(len(d) for d in self._uncommitted) // dedup.digest_bytes if dedup.writes else 0
             state["seen_hashes"] = {
-                "path": str(self.source.seen_hashes_path or ""),  # type: ignore[attr-defined]
-                "count": self.source.committed_count,  # type: ignore[attr-defined]
+                "path": str(dedup.seen_hashes_path or ""),
+                "count": dedup.committed_count,
                 "pending": pending,
             }
         return state
@@ -319,7 +344,7 @@ class StreamingTextDataModule:
         on disk (for your own checkpoints: `llm.data.dedup.publish_seen_hashes(state)`).
         """
         rank, world = current_topology(self.rank, self.world_size)
-        state = self.state_dict()
+        state = self.state()
         digests = b"".join(self._uncommitted)
         self._uncommitted = []
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -330,31 +355,37 @@ class StreamingTextDataModule:
             state = merge_stream_states([s for s, _ in gathered])
             state["token_buffer"] = gathered[0][0]["token_buffer"]
             others = b"".join(d for r, (_, d) in enumerate(gathered) if r != rank)
-            if others:
-                self.source.mark_consumed(others)  # type: ignore[attr-defined]
+            if others and self._dedup() is not None:
+                self._dedup().mark_consumed(others)  # type: ignore[union-attr]
             digests = b"".join(d for _, d in gathered)
-        if hasattr(self.source, "commit"):
-            state["seen_hashes"] = self.source.stage_commit(digests)  # type: ignore[attr-defined]
+        dedup = self._dedup()
+        if dedup is not None:
+            state["seen_hashes"] = dedup.stage_commit(digests)
         return state
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from `state`: exactly on the same topology, by reassigning partitions on another."""
+    def check(self, state: Any) -> None:
+        """Raise StateError naming the key when `state` cannot resume this stream; changes nothing."""
+        check_layout(state)
         validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
-        if "partitions" not in state:
-            raise ValueError("data state has no 'partitions' cursors; it was not saved by StreamingTextDataModule")
+        check_seen_count(self._dedup(), state.get("seen_hashes"))
+
+    def restore(self, state: dict) -> None:
+        """Continue from a checked `state`: exactly on the same topology, by reassigning partitions on another."""
+        seen = state.get("seen_hashes")
+        dedup = self._dedup()
+        if seen and dedup is not None:
+            # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
+            dedup.restore_committed(seen)
         self._cursors = {k: dict(c) for k, c in state["partitions"].items()}
+        self._version = state.get("version", 1)
         _, world = current_topology(self.rank, self.world_size)
         same = state.get("world_size") == world and state.get("num_workers") == self.num_workers
         self._next_worker = dict(state.get("next_worker", {})) if same else {}
         self._uncommitted = []
-        seen = state.get("seen_hashes")
         if seen and seen.get("pending"):
             warnings.warn(
                 f"the data state was taken with state_dict(), not checkpoint_state(): {seen['pending']} "
                 "consumed records were never committed to the seen-hashes file, so later copies of "
                 "them are not dropped; save states for checkpoints with checkpoint_state()",
-                stacklevel=2,
+                stacklevel=3,
             )
-        if seen and hasattr(self.source, "load_committed"):
-            # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
-            self.source.restore_committed(seen)  # type: ignore[attr-defined]

@@ -34,6 +34,10 @@ class TrainData(Protocol):
 
     def fingerprint(self) -> dict[str, Any]: ...
 
+    def validation(self) -> Any:
+        """The task's own evaluation data (sft's test_datasets), or None: data.val_dataset_path applies."""
+        ...
+
 
 # name -> "module:function"; the function takes (config, rank, world_size) and returns TrainData.
 TASKS = {

@@ -82,6 +82,10 @@ class OptimizedData:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state)
 
+    def validation(self) -> None:
+        """No evaluation data of its own: the trainer reads data.val_dataset_path."""
+        return None
+
     def fingerprint(self) -> dict[str, Any]:
         return {
             "type": OPTIMIZED,

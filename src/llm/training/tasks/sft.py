@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from llm.data.sft.stream import StreamingSFTDataModule, record_source
+from llm.data.sft.stream import record_source
+from llm.data.text.entries import SourceEntry
 from llm.training.core.loading import ConfigError
 from llm.training.tasks.stream_lm import StreamTextData
 
@@ -37,7 +38,7 @@ class SftData(StreamTextData):
         if not data.datasets:
             raise ConfigError("--task sft needs datasets: [{path, type}] (Axolotl's key, or data.datasets)")
         for i, entry in enumerate(data.datasets):
-            if not hasattr(entry, "type"):
+            if isinstance(entry, SourceEntry):
                 raise ConfigError(f"datasets[{i}] is a text source (data_source ...); --task sft takes {{path, type}} entries")
         if data.streaming and not config.training.max_steps:
             raise ConfigError("max_steps must be set when using streaming datasets")
@@ -45,7 +46,8 @@ class SftData(StreamTextData):
         steps = data.steps_per_epoch or (config.training.max_steps if data.streaming else None)
         if steps is None:  # streaming: false, Axolotl's default: an epoch is one pass over the records
             steps = self._one_pass(world_size)
-        self.module = StreamingSFTDataModule(data, config.training.batch_size, steps_per_epoch=steps)
+        # training.seed is the one root seed: a random mixture's draws derive from it
+        self.module = data.sft_stream(seed=config.training.seed).build(config.training.batch_size, steps_per_epoch=steps)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = steps
 
@@ -80,8 +82,8 @@ class SftValidation:
 
     def __init__(self, config: Any, entry: Any, tokenizer: Any):
         tc = config.training
-        module = StreamingSFTDataModule(config.data, tc.batch_size, entry=entry, rank=0, world_size=1,
-                                        loop=False, tokenizer=tokenizer)
+        module = config.data.sft_stream(seed=tc.seed).build(tc.batch_size, entry=entry, rank=0, world_size=1,
+                                                            loop=False, tokenizer=tokenizer)
         module.num_workers = 0
         self.batches: list[dict[str, torch.Tensor]] = []
         for batch in module.train_dataloader():

@@ -24,11 +24,10 @@ class StreamTextData:
     """
 
     def __init__(self, config: Any, rank: int, world_size: int):
-        from llm.data import StreamingTextDataModule
-
         self.config = config
         self.rank = rank
-        self.module = StreamingTextDataModule(config.data, config.training.batch_size)
+        # training.seed is the one root seed: a random mixture's draws derive from it
+        self.module = config.data.text_stream(seed=config.training.seed).build(config.training.batch_size)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = None
 
@@ -56,6 +55,10 @@ class StreamTextData:
 
     def fingerprint(self) -> dict[str, Any]:
         return self.module.source_fingerprint()
+
+    def validation(self) -> Any:
+        """No evaluation data of its own: the trainer reads data.val_dataset_path."""
+        return None
 
 
 def build_stream_lm_data(config: Any, rank: int, world_size: int) -> Any:

@@ -1,0 +1,59 @@
+"""Typed settings of the on-the-fly text wing: a mixture, the stream; each stream config `build()`s its component.
+
+`DataConfig` (the `data:` YAML section) makes these (`DataConfig.text_stream()`); code that
+builds a stream by hand can make them directly. The source itself is built by
+`SOURCE_REGISTRY` from the `data:` section (`source`), since a registered custom source
+reads keys of its own from there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the components are imported when built: reading a config needs no torch
+    from llm.data.text.mixing import MixedTextSource
+    from llm.data.text.source import TextSource
+    from llm.data.text.stream import StreamingTextDataModule
+
+DEFAULT_SEED = 42  # training.seed's default: a module built alone draws as a run with the default seed
+
+
+@dataclass(frozen=True)
+class MixtureConfig:
+    """How several sources mix (`streaming_dataset_mixing_strategy`, `streaming_mixing_weights`, ...)."""
+
+    strategy: str = "round_robin"
+    weights: list[float] | None = None
+    buffer_per_dataset: int = 1000
+
+    def build(self, sources: list[TextSource]) -> MixedTextSource:
+        """The mixture of `sources` (weights checked: finite, non-negative, summing to 1)."""
+        from llm.data.text.mixing import MixedTextSource
+
+        return MixedTextSource(sources, self.strategy, self.weights, buffer=self.buffer_per_dataset)
+
+
+@dataclass(frozen=True)
+class TextStreamConfig:
+    """Everything `StreamingTextDataModule` reads; `seed` is the one root seed (training.seed)."""
+
+    source: Any = None  # the data: section SOURCE_REGISTRY builds the source from (a DataConfig)
+    tokenizer: str = "simple"
+    max_seq_len: int = 512
+    steps_per_epoch: int | None = None
+    num_workers: int = 0
+    text_column: str = "text"
+    val_dataset_path: str | None = None
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)  # keys: never printed
+    seed: int = DEFAULT_SEED
+
+    def text_stream(self) -> TextStreamConfig:
+        """Itself: the module takes this or a `DataConfig`, and asks either for its stream settings."""
+        return self
+
+    def build(self, batch_size: int, **kwargs: Any) -> StreamingTextDataModule:
+        """The text module (kwargs: rank, world_size, steps_per_epoch, loop, source, tokenizer)."""
+        from llm.data.text.stream import StreamingTextDataModule
+
+        return StreamingTextDataModule(self, batch_size, **kwargs)

@@ -1,0 +1,92 @@
+"""The text stream's saved state: its versions (and their seed derivations), merging ranks' states, checking one.
+
+A state is checked whole here before the module assigns any of it (the `Stage` contract).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from llm.data.seeds import derive_seed
+from llm.data.stage import StateError
+from llm.data.text.dedup import DedupTextSource
+from llm.data.text.seen_file import read_seen_file
+
+# 2: a `random` mixture draws with derive_seed(root seed, "text.mixture", pass);
+# 1: it drew with LEGACY_MIX_SEED (`mixing_seed` could not be set): such states resume that way
+STATE_VERSION = 2
+KNOWN_VERSIONS = (1, 2)
+LEGACY_MIX_SEED = 0
+
+
+def merge_stream_states(states: Iterable[dict]) -> dict:
+    """One state from the states of several ranks (each holds the cursors of its own partitions)."""
+    states = list(states)
+    merged = {**states[0], "partitions": {}, "line_index": {}, "next_worker": {}}
+    for s in states:
+        merged["partitions"].update(s["partitions"])
+        merged["line_index"].update(s["line_index"])
+        merged["next_worker"].update(s["next_worker"])
+    return merged
+
+
+def check_layout(state: Any) -> None:
+    """The shape of a saved text state (a dict, a known version, cursor dicts); StateError naming the key."""
+    if not isinstance(state, dict):
+        raise StateError(
+            f"the data state is a {type(state).__name__}, not a dict; resume with a state saved by StreamingTextDataModule"
+        )
+    version = state.get("version", 1)
+    if version not in KNOWN_VERSIONS:
+        raise StateError(
+            f"data state version {version!r} is not known here (this library reads {list(KNOWN_VERSIONS)}); "
+            "resume with the library version that saved it"
+        )
+    partitions = state.get("partitions")
+    if not isinstance(partitions, dict):
+        raise StateError("data state has no 'partitions' cursors; it was not saved by StreamingTextDataModule")
+    for key, cursor in partitions.items():
+        check_cursor(key, cursor)
+
+
+def check_cursor(key: str, cursor: Any) -> None:
+    """One partition's saved cursor must have whole-number offsets and a token list."""
+    if not isinstance(cursor, dict):
+        raise StateError(f"data state partition {key!r} holds {cursor!r}, not a cursor dict")
+    for field in ("offset", "records", "skip"):
+        value = cursor.get(field, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise StateError(f"data state partition {key!r} has {field}={value!r}; expected a whole number >= 0")
+    buffer = cursor.get("token_buffer", [])
+    if not isinstance(buffer, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in buffer):
+        raise StateError(f"data state partition {key!r} has a token_buffer that is not a list of token ids")
+
+
+def mixture_seed(version: int, root: int, epoch: int) -> int:
+    """The seed of a `random` mixture's draws in pass `epoch`, for a state of `version`."""
+    if version == 1:  # states saved before the root seed: `random` always drew with seed 0
+        return LEGACY_MIX_SEED
+    return derive_seed(root, "text.mixture", epoch)
+
+
+def check_seen_count(dedup: DedupTextSource | None, seen: Any) -> None:
+    """A seen-hashes file that holds fewer digests than the state counts cannot resume it."""
+    if dedup is None or not seen:
+        return
+    if not isinstance(seen, dict) or not isinstance(seen.get("count", 0), int):
+        raise StateError(f"data state key 'seen_hashes' is {seen!r}, not {{path, count, pending}}")
+    if not (seen.get("path") and seen["count"] and dedup.seen_hashes_path):
+        return
+    held = read_seen_file(dedup.seen_hashes_path, dedup.hash_algo)
+    if held is None:
+        raise StateError(
+            f"seen-hashes file {dedup.seen_hashes_path} is missing but the data state expects {seen['count']} "
+            "digests in it; resume with the seen-hashes file the state was saved with"
+        )
+    base = seen.get("base")  # a checkpoint whose staged digests were not appended yet: its file holds `base`
+    if held.count < seen["count"] and (base is None or held.count < base):
+        raise StateError(
+            f"seen-hashes file {dedup.seen_hashes_path} holds {held.count} digests but the data state "
+            f"expects {seen['count']}; resume with the seen-hashes file the state was saved with"
+        )
