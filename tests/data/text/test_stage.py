@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from llm.data.dedup import publish_seen_hashes
 from llm.data.sft.stream import StreamingSFTDataModule
 from llm.data.stage import Stage, StateError
 from llm.data.text.stream import StreamingTextDataModule
@@ -66,7 +67,9 @@ def test_a_state_counting_more_seen_hashes_than_the_file_holds_is_refused_whole(
     saved = _module(path, **extra)
     take_steps(saved.train_dataloader(), 3)
     state = saved.checkpoint_state()
+    publish_seen_hashes(state)  # the checkpoint landed and its digests are in the file
     state["seen_hashes"]["count"] += 1000
+    state["seen_hashes"]["base"] += 1000  # a state that says the file held 1000 more before it
     module, fresh = _module(path, **extra), _module(path, **extra)
     with pytest.raises(StateError, match=rf"seen-hashes file {seen} holds \d+ digests but the data state expects"):
         module.load_state_dict(state)
@@ -92,3 +95,14 @@ def test_a_refused_state_changes_nothing_in_the_sft_stream(tmp_path):
     module.load_state_dict(good)  # the good state still resumes where the first run stopped
     rest = take_steps(module.train_dataloader())
     assert_same_steps(rest, take_steps(_sft(records).train_dataloader())[2:], "sft resumed")
+
+
+def test_a_seen_hashes_entry_whose_count_is_not_base_plus_its_digests_is_refused(tmp_path):
+    path, seen = _corpus(tmp_path), tmp_path / "seen.bin"
+    extra = {"data_source": "dedup_local", "seen_hashes_path": str(seen), "write_seen_hashes": True}
+    saved = _module(path, **extra)
+    take_steps(saved.train_dataloader(), 3)
+    state = saved.checkpoint_state()
+    state["seen_hashes"]["count"] += 1000
+    with pytest.raises(StateError, match="seen_hashes"):
+        _module(path, **extra).load_state_dict(state)

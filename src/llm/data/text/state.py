@@ -76,17 +76,24 @@ def check_seen_count(dedup: DedupTextSource | None, seen: Any) -> None:
         return
     if not isinstance(seen, dict) or not isinstance(seen.get("count", 0), int):
         raise StateError(f"data state key 'seen_hashes' is {seen!r}, not {{path, count, pending}}")
+    base = seen.get("base")  # a checkpoint's entry: `base` digests in the file, then its staged ones
+    if base is not None and (not isinstance(base, int) or not isinstance(seen.get("digests"), bytes)
+                             or seen["count"] != base + len(seen["digests"]) // dedup.digest_bytes):
+        raise StateError(f"data state key 'seen_hashes' counts {seen['count']} digests, not its base {base!r} "
+                         "plus the digests it carries; resume with the state as checkpoint_state() saved it")
     if not (seen.get("path") and seen["count"] and dedup.seen_hashes_path):
         return
-    held = read_seen_file(dedup.seen_hashes_path, dedup.hash_algo)
-    if held is None:
+    seen_file = read_seen_file(dedup.seen_hashes_path, dedup.hash_algo, dedup.digest_bytes)
+    held = seen_file.count if seen_file is not None else 0
+    # a checkpoint whose staged digests were not appended yet needs only its `base` in the file
+    if held >= seen["count"] or (base is not None and held >= base):
+        return
+    if seen_file is None:
         raise StateError(
             f"seen-hashes file {dedup.seen_hashes_path} is missing but the data state expects {seen['count']} "
             "digests in it; resume with the seen-hashes file the state was saved with"
         )
-    base = seen.get("base")  # a checkpoint whose staged digests were not appended yet: its file holds `base`
-    if held.count < seen["count"] and (base is None or held.count < base):
-        raise StateError(
-            f"seen-hashes file {dedup.seen_hashes_path} holds {held.count} digests but the data state "
-            f"expects {seen['count']}; resume with the seen-hashes file the state was saved with"
-        )
+    raise StateError(
+        f"seen-hashes file {dedup.seen_hashes_path} holds {held} digests but the data state "
+        f"expects {seen['count']}; resume with the seen-hashes file the state was saved with"
+    )
