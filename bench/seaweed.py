@@ -1,7 +1,7 @@
 """A SeaweedFS S3 server for the `s3` scenario and the tests: loopback only, both telemetry flags off,
 kill and restart in place.
 
-`weed_command` is the one command line (docs/DESIGN.md), also used by tests/storage/conftest.py. A restart starts
+`weed_command` is the one command line (docs/storage.md), also used by tests/storage/conftest.py. A restart starts
 the same command on the same data folder and port, so the objects written before are served again.
 """
 
@@ -54,7 +54,7 @@ def free_ports() -> dict[str, int]:
     return {name: free_port() for name in names}
 
 
-# Nothing leaves loopback (DESIGN.md): a client without explicit credentials asks the cloud metadata
+# Nothing leaves loopback (docs/storage.md): a client without explicit credentials asks the cloud metadata
 # address (169.254.169.254) or goes through the cloud's proxy; these point both at a dead loopback port.
 DEAD_LOOPBACK = "http://127.0.0.1:9"
 LOOPBACK_ONLY = {
@@ -69,12 +69,12 @@ def keep_on_loopback() -> None:
     os.environ.update(LOOPBACK_ONLY)
 
 
-# Both, always (DESIGN.md): the switch alone still lets weed resolve its default telemetry URL.
+# Both, always: the switch alone still lets weed resolve its default telemetry URL.
 TELEMETRY_OFF = ("-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off")
 
 
 def weed_command(weed: str, data: Path, s3_port: int, ports: dict[str, int] | None = None) -> list[str]:
-    """The one `weed mini` command line (docs/DESIGN.md): loopback only, both telemetry flags
+    """The one `weed mini` command line (docs/storage.md): loopback only, both telemetry flags
     (`-master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off`), every port given.
     Pass the same `ports` to restart a server on its data folder."""
     ports = ports if ports is not None else free_ports()

@@ -11,10 +11,10 @@ from bench.seaweed import keep_on_loopback
 # The suite never writes to the user's cache: remote shard caches and the verified-shards
 # store go to a folder of this run (subprocesses inherit it).
 os.environ.setdefault("LLM_CACHE_DIR", tempfile.mkdtemp(prefix="llm-test-cache-"))
-# Nothing leaves loopback (docs/DESIGN.md): no client reaches a cloud metadata address or proxy, set
+# Nothing leaves loopback (docs/storage.md): no client reaches a cloud metadata address or proxy, set
 # before any store is opened (subprocesses inherit it).
 keep_on_loopback()
-# Ray clusters the tests start send no usage reports (docs/DESIGN.md); the engine sets it too.
+# Ray clusters the tests start send no usage reports (docs/items.md); the engine sets it too.
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 settings.register_profile("llm", deadline=None, max_examples=60)

