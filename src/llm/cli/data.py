@@ -94,11 +94,13 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--ray-address", default=None, help="with --engine ray: the cluster to join (default: start a local one)")
 
     info = add("info", "summarize a dataset: kind, shards, tokens, documents, sizes, tokenizer", _INFO_EPILOG)
-    info.add_argument("dataset", metavar="DIR", help="a folder made by `llm-data optimize`")
+    info.add_argument("dataset", metavar="DATASET",
+                      help="a dataset made by `llm-data optimize` (a folder, s3://bucket/prefix or local:/path), or a LitData / MDS folder")
     info.add_argument("--json", action="store_true", help="print the manifest summary as JSON instead")
 
     verify = add("verify", "check every shard's size and checksum against the manifest", _VERIFY_EPILOG)
-    verify.add_argument("dataset", metavar="DIR", help="a folder made by `llm-data optimize`")
+    verify.add_argument("dataset", metavar="DATASET",
+                      help="a dataset made by `llm-data optimize` (a folder, s3://bucket/prefix or local:/path), or a LitData / MDS folder")
 
     cache = add("cache", "list or clear the local shard cache of remote datasets", _CACHE_EPILOG)
     actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")

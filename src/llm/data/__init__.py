@@ -32,6 +32,11 @@ _EXPORTS = {
 __all__ = sorted([*_EXPORTS, "optimize"])
 
 
+def __dir__() -> list[str]:
+    """The lazily exported names too: tab completion and `dir(llm.data)` show what users can import."""
+    return sorted({*globals(), *_EXPORTS})
+
+
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:

@@ -51,7 +51,7 @@ def summary_line(trainer: Any, result: FitResult, run_tokens: int) -> str:
     saved = f", checkpoint {trainer.last_checkpoint}" if trainer.last_checkpoint else ""
     metrics = f", metrics {trainer.metrics_path}" if trainer.metrics_path else ""
     return (
-        f"trained {result.steps} steps to step {trainer.step} ({trainer.epoch} epochs done), "
+        f"trained {result.steps} steps to step {trainer.step} ({trainer.epoch} {'epoch' if trainer.epoch == 1 else 'epochs'} done), "
         f"{run_tokens:,} tokens in {clock(result.seconds)} ({result.seconds:.1f} s, "
         f"{run_tokens / max(result.seconds, 1e-9):,.0f} tokens/s){final}{saved}{metrics}"
     )

@@ -255,7 +255,7 @@ class Trainer:
                 group["initial_lr"] = self.config.training.lr
             self.log(
                 f"checkpoint {ckpt.get('path', '(in memory)')} had finished its schedule; training "
-                f"{self.planned_steps} more steps ({self.config.training.epochs} epochs)"
+                f"{self.planned_steps} more steps ({self.config.training.epochs} {'epoch' if self.config.training.epochs == 1 else 'epochs'})"
             )
         self.schedule.cycle_start = cycle_start
         self.schedule.total = cycle_start + self.planned_steps
