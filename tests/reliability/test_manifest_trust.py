@@ -126,8 +126,11 @@ def _edit(folder: Path, fn) -> dict:
         (lambda d: d["shards"][1].update(dtype="int64"), "key 'dtype'"),
         (lambda d: d["shards"][1].update(tokens=10**15), "key 'tokens'"),
         (lambda d: d["shards"][1].update(tokens=-5), "key 'tokens'"),
+        (lambda d: d.update(dtype=[]), "key 'dtype'"),  # unhashable: was a raw TypeError (found by the fuzz above)
+        (lambda d: d["shards"][1].update(dtype={"a": 1}), "key 'dtype'"),
     ],
-    ids=["duplicate", "dropped", "tokens+1000", "wrong-dtype", "bad-dtype", "tokens=1e15", "negative"],
+    ids=["duplicate", "dropped", "tokens+1000", "wrong-dtype", "bad-dtype", "tokens=1e15", "negative", "dtype-list",
+         "shard-dtype-dict"],
 )
 def test_named_manifest_edits_are_refused_by_load_and_verify(tmp_path, capsys, edit, expect) -> None:
     folder = make_token_dataset(tmp_path, n_lines=400, chunk_bytes="4KB")

@@ -60,7 +60,7 @@ def check_shard_entry(entry: Any, i: int, kind: str, dtype: Any, path: Path) -> 
     raw = raw if compression else size
     if kind == "tokens":
         shard_dtype = entry.get("dtype") or dtype
-        if shard_dtype not in TOKEN_DTYPES:
+        if not (isinstance(shard_dtype, str) and shard_dtype in TOKEN_DTYPES):
             raise ManifestError(f"{where}: key 'dtype' is {shard_dtype!r}, expected one of {', '.join(TOKEN_DTYPES)}")
         if items:
             raise ManifestError(f"{where}: key 'items' is {items}, but a token shard holds no items")
@@ -84,7 +84,7 @@ def check_manifest(data: dict, path: Path) -> None:
     """Top-level fields and every shard entry; the fingerprint and totals checks need the entries built."""
     kind = data["kind"]
     dtype = data.get("dtype")
-    if kind == "tokens" and dtype not in TOKEN_DTYPES:
+    if kind == "tokens" and not (isinstance(dtype, str) and dtype in TOKEN_DTYPES):  # a list is unhashable
         raise ManifestError(f"{path}: key 'dtype' is {dtype!r}, expected one of {', '.join(TOKEN_DTYPES)}")
     if kind == "items" and dtype is not None:
         raise ManifestError(f"{path}: key 'dtype' is {dtype!r}, but an item dataset has no token dtype (null)")
