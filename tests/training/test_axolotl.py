@@ -38,7 +38,7 @@ def lora_yaml(data: Path, out: Path) -> dict:
         "adapter": "lora", "lora_model_dir": None, "lora_r": 32, "lora_alpha": 16, "lora_dropout": 0.05,
         "lora_target_linear": True, "lora_target_modules": ["q_proj", "v_proj"], "wandb_project": "demo",
         "wandb_entity": None, "gradient_accumulation_steps": 1, "micro_batch_size": 2, "num_epochs": 1,
-        "max_steps": 3, "optimizer": "adamw_bnb_8bit", "lr_scheduler": "cosine", "learning_rat": 2e-4,
+        "optimizer": "adamw_bnb_8bit", "lr_scheduler": "cosine", "learning_rat": 2e-4,
         "train_on_inputs": False, "group_by_length": False, "bf16": "auto", "fp16": None, "tf32": False,
         "gradient_checkpointing": True, "logging_steps": 1, "flash_attention": True, "warmup_steps": 1,
         "evals_per_epoch": 4, "saves_per_epoch": 1, "weight_decay": 0.0, "special_tokens": {"pad_token": "<|end|>"},
@@ -116,10 +116,21 @@ def test_val_set_size_with_streaming_logs_what_axolotl_logs(tmp_path):
     build_config(pretrain_tree(write_text(tmp_path / "t.jsonl"), tmp_path / "o", val_set_size=0.05), warn=warned.append)
     assert warned == [VAL_STREAMING]
     tree = axolotl_tree(write_alpaca(tmp_path / "a.jsonl", 20), tmp_path / "o", streaming=False, val_set_size=0.1)
-    with pytest.raises(ConfigError, match="val_set_size=0.1 is not supported with streaming: false; put held-out "
-                                          r"records in test_datasets"):
+    with pytest.raises(ConfigError, match=r"does not support \(val_set_size=0.1 without streaming \(put held-out "
+                                          r"records in test_datasets: \[\{path, type\}\]\)\)"):
         build_config(tree)
-    build_config({**tree, "val_set_size": 0})  # Axolotl's "no split": nothing to say
+    warned.clear()
+    build_config({**tree, "val_set_size": 0}, warn=warned.append)  # Axolotl's "no split": nothing to say
+    assert warned == []
+
+
+def test_datasets_stream_only_on_request_as_in_axolotl(tmp_path):
+    tree = axolotl_tree(write_alpaca(tmp_path / "a.jsonl", 20), tmp_path / "o")
+    del tree["streaming"]
+    assert build_config(tree).data.streaming  # max_steps given: our streaming default
+    del tree["max_steps"]
+    assert not build_config(tree).data.streaming  # neither: Axolotl's one pass per epoch
+    assert build_config({**tree, "streaming": True, "max_steps": 2}).data.streaming
 
 
 def test_every_key_llm_train_lacks_is_named_in_one_run(tmp_path):
@@ -130,27 +141,36 @@ def test_every_key_llm_train_lacks_is_named_in_one_run(tmp_path):
     assert ("Axolotl keys llm-train does not support (base_model, model_type, tokenizer_type, load_in_8bit, "
             "pad_to_sequence_len, adapter, lora_r, lora_alpha, lora_dropout, lora_target_linear, "
             "lora_target_modules, wandb_project, gradient_checkpointing, flash_attention, evals_per_epoch, "
-            "saves_per_epoch, special_tokens)") in message
+            "saves_per_epoch, special_tokens, val_set_size=0.05 without streaming (put held-out records in "
+            "test_datasets: [{path, type}]))") in message
     assert "unknown key 'learning_rat' in the top level" in message and "did you mean 'learning_rate'?" in message
     assert "--ignore-unsupported" in message and "\n" not in message
     # load_in_4bit: false, lora_model_dir: null, tf32: false ask for nothing: not named
     assert "load_in_4bit" not in message and "lora_model_dir" not in message and "tf32" not in message
 
 
-def test_ignore_unsupported_runs_with_a_warning(tmp_path):
+def test_ignore_unsupported_runs_with_a_warning(tmp_path, monkeypatch, capsys):
     tree = lora_yaml(write_alpaca(tmp_path / "a.jsonl", 20), tmp_path / "out")
     with pytest.raises(ConfigError, match="unknown key 'learning_rat'"):  # a typo is never ignored
         build_config(tree, ignore_unsupported=True)
     tree["learning_rate"] = tree.pop("learning_rat")
     warned: list[str] = []
     config = build_config(tree, ignore_unsupported=True, warn=warned.append)
-    assert warned[0].endswith("ignoring Axolotl keys llm-train does not support: base_model, model_type, "
-                              "tokenizer_type, load_in_8bit, pad_to_sequence_len, adapter, lora_r, lora_alpha, "
-                              "lora_dropout, lora_target_linear, lora_target_modules, wandb_project, "
-                              "gradient_checkpointing, flash_attention, evals_per_epoch, saves_per_epoch, special_tokens")
+    assert warned == ["config: ignoring Axolotl keys llm-train does not support: base_model, model_type, "
+                      "tokenizer_type, load_in_8bit, pad_to_sequence_len, adapter, lora_r, lora_alpha, lora_dropout, "
+                      "lora_target_linear, lora_target_modules, wandb_project, gradient_checkpointing, flash_attention, "
+                      "evals_per_epoch, saves_per_epoch, special_tokens, val_set_size=0.05 without streaming (put "
+                      "held-out records in test_datasets: [{path, type}])"]
     tc = config.training
     assert (tc.lr, tc.amp_dtype, tc.seed, tc.epochs, tc.warmup_steps, tc.weight_decay) == (2e-4, "bf16", 7, 1, 1, 0.0)
-    assert (tc.log_interval_steps, config.data.max_seq_len, tc.batch_size, tc.max_steps) == (1, 128, 2, 3)
+    assert (tc.log_interval_steps, config.data.max_seq_len, tc.batch_size, tc.max_steps) == (1, 128, 2, None)
+    assert not config.data.streaming  # no streaming, no max_steps: Axolotl's one pass per epoch
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "lora.yaml"
+    cfg.write_text(yaml.safe_dump(tree))
+    assert main(["--config-path", str(cfg), "--ignore-unsupported"]) == 0
+    assert "llm-train: warning: " in capsys.readouterr().err
+    assert (tmp_path / "out" / "step_10").is_dir()  # 20 records, 2 per step
 
 
 @pytest.mark.parametrize(("keys", "expected"), [

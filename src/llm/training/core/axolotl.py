@@ -82,17 +82,28 @@ def _trainer_keys(tree: dict[str, Any]) -> tuple[dict[str, tuple[str, Any]], lis
     return mapped, refused
 
 
-def _val_set_size(tree: dict[str, Any], source: str, warn: Callable[[str], None]) -> None:
+def _streams(tree: dict[str, Any]) -> bool:
+    """Whether the run streams: pretraining always; `datasets:` when streaming is set, or max_steps with it unset.
+
+    Axolotl streams `datasets:` only on request; a YAML without streaming and max_steps reads
+    its records one pass per epoch, as Axolotl does (max_steps alone keeps our streaming default).
+    """
+    if tree.get("pretraining_dataset"):
+        return True
+    data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+    streaming = tree.get("streaming", data.get("streaming"))
+    return bool(streaming) if streaming is not None else bool(tree.get("max_steps"))
+
+
+def _val_set_size(tree: dict[str, Any], warn: Callable[[str], None]) -> list[str]:
+    """Axolotl's log line for val_set_size on a stream; without one, the key refused with what to use."""
     size = tree.get("val_set_size")
     if not size:
-        return
-    if tree.get("pretraining_dataset") or tree.get("streaming", True):
+        return []
+    if _streams(tree):
         warn(VAL_STREAMING)  # what Axolotl logs; its streaming runs have no validation split either
-        return
-    raise ConfigError(
-        f"{source}: val_set_size={size} is not supported with streaming: false; put held-out records "
-        "in test_datasets: [{path, type}] (evaluated every eval_steps)"
-    )
+        return []
+    return [f"val_set_size={size} without streaming (put held-out records in test_datasets: [{{path, type}}])"]
 
 
 def _place(out: dict[str, Any], key: str, dotted: str, value: Any, source: str) -> None:
@@ -120,9 +131,11 @@ def from_axolotl(
     if tree.get("pretraining_dataset") and "datasets" in tree:
         raise ConfigError(f"{source}: set datasets (fine-tuning) or pretraining_dataset (pretraining), not both")
     mapped, refused = _trainer_keys(tree)
+    refused += _val_set_size(tree, warn)
+    if "datasets" in tree and not _streams(tree):
+        mapped["data.streaming"] = ("streaming", False)
     readable = [*AXOLOTL_KEYS, *TRAINER_KEYS, *OTHER_KEYS]
     tree = check_top_level(tree, readable, source, ignore_unsupported, warn, refused)
-    _val_set_size(tree, source, warn)
     if tree.get("pretraining_dataset"):
         section = tree.get("training")
         max_steps = tree.get("max_steps") or (section.get("max_steps") if isinstance(section, dict) else None)
