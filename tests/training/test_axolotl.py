@@ -50,6 +50,7 @@ def test_the_task_follows_the_axolotl_keys(tmp_path):
     assert axolotl_task({"datasets": []}) == "sft"
     assert axolotl_task({"pretraining_dataset": {"path": "c4"}}) == "stream_lm"
     assert axolotl_task({"data": {"data_source": "local"}}) is None
+    assert axolotl_task({"datasets": [{"data_source": "local", "dataset_path": "a.txt"}]}) == "stream_lm"
 
 
 def test_llm_train_runs_an_axolotl_yaml_without_task(tmp_path, monkeypatch, capsys):
@@ -131,6 +132,7 @@ def test_datasets_stream_only_on_request_as_in_axolotl(tmp_path):
     del tree["max_steps"]
     assert not build_config(tree).data.streaming  # neither: Axolotl's one pass per epoch
     assert build_config({**tree, "streaming": True, "max_steps": 2}).data.streaming
+    assert build_config({**tree, "training": {"max_steps": 2}}).data.streaming  # our key counts too
 
 
 def test_every_key_llm_train_lacks_is_named_in_one_run(tmp_path):

@@ -50,9 +50,18 @@ def axolotl_task(tree: dict[str, Any]) -> str | None:
     """The task an Axolotl YAML asks for: `datasets:` fine-tunes (sft), `pretraining_dataset:` pretrains (stream_lm)."""
     if tree.get("pretraining_dataset"):
         return "stream_lm"
+    entries = tree.get("datasets")
+    if isinstance(entries, list) and entries and all(isinstance(e, dict) and "data_source" in e for e in entries):
+        return "stream_lm"  # our own text-source entries: a stream_lm mixture
     if "datasets" in tree:
         return "sft"
     return None
+
+
+def _max_steps(tree: dict[str, Any]) -> Any:
+    """max_steps, Axolotl's top-level key or our training.max_steps."""
+    section = tree.get("training")
+    return tree.get("max_steps") or (section.get("max_steps") if isinstance(section, dict) else None)
 
 
 def _trainer_keys(tree: dict[str, Any]) -> tuple[dict[str, tuple[str, Any]], list[str]]:
@@ -75,8 +84,8 @@ def _trainer_keys(tree: dict[str, Any]) -> tuple[dict[str, tuple[str, Any]], lis
     if scheduler not in (None, "cosine"):
         refused.append(f"lr_scheduler={scheduler} (llm-train's is warmup + cosine)")
     ratio = tree.get("warmup_ratio")
-    if ratio is not None and tree.get("max_steps"):
-        mapped["training.warmup_steps"] = ("warmup_ratio", round(float(ratio) * int(tree["max_steps"])))
+    if ratio is not None and _max_steps(tree):
+        mapped["training.warmup_steps"] = ("warmup_ratio", round(float(ratio) * int(_max_steps(tree))))
     elif ratio is not None:
         refused.append("warmup_ratio without max_steps (use warmup_steps)")
     return mapped, refused
@@ -92,7 +101,7 @@ def _streams(tree: dict[str, Any]) -> bool:
         return True
     data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
     streaming = tree.get("streaming", data.get("streaming"))
-    return bool(streaming) if streaming is not None else bool(tree.get("max_steps"))
+    return bool(streaming) if streaming is not None else bool(_max_steps(tree))
 
 
 def _val_set_size(tree: dict[str, Any], warn: Callable[[str], None]) -> list[str]:
@@ -137,9 +146,7 @@ def from_axolotl(
     readable = [*AXOLOTL_KEYS, *TRAINER_KEYS, *OTHER_KEYS]
     tree = check_top_level(tree, readable, source, ignore_unsupported, warn, refused)
     if tree.get("pretraining_dataset"):
-        section = tree.get("training")
-        max_steps = tree.get("max_steps") or (section.get("max_steps") if isinstance(section, dict) else None)
-        pretrain = pretraining_keys(tree["pretraining_dataset"], max_steps, source)
+        pretrain = pretraining_keys(tree["pretraining_dataset"], _max_steps(tree), source)
         mapped.update({dotted: ("pretraining_dataset", value) for dotted, value in pretrain.items()})
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in tree.items() if k not in readable}
     for key, dotted in AXOLOTL_KEYS.items():
