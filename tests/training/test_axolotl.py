@@ -147,8 +147,20 @@ def test_every_key_llm_train_lacks_is_named_in_one_run(tmp_path):
             "test_datasets: [{path, type}]))") in message
     assert "unknown key 'learning_rat' in the top level" in message and "did you mean 'learning_rate'?" in message
     assert "--ignore-unsupported" in message and "\n" not in message
+    assert "field_instructoin" not in message  # the entries are fine here: see the next test
     # load_in_4bit: false, lora_model_dir: null, tf32: false ask for nothing: not named
     assert "load_in_4bit" not in message and "lora_model_dir" not in message and "tf32" not in message
+
+
+def test_the_same_run_names_a_typo_inside_an_entry(tmp_path):
+    tree = lora_yaml(write_alpaca(tmp_path / "a.jsonl", 20), tmp_path / "out")
+    tree["datasets"][0]["field_instructoin"] = "q"
+    with pytest.raises(ConfigError) as info:
+        build_config(tree)
+    message = str(info.value)
+    assert "does not support (base_model" in message and "unknown key 'learning_rat'" in message
+    assert message.endswith("; and unknown key 'data.datasets[0].field_instructoin' in entry 'data.datasets[0]'; "
+                            "valid keys are: path, type, split, data_files, name")
 
 
 def test_ignore_unsupported_runs_with_a_warning(tmp_path, monkeypatch, capsys):

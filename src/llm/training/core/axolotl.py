@@ -8,7 +8,7 @@ from typing import Any
 
 from llm.training.core.axolotl_keys import check_top_level
 from llm.training.core.axolotl_pretrain import pretraining_keys
-from llm.training.core.errors import ConfigError
+from llm.training.core.errors import ConfigError, KeysError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ AXOLOTL_KEYS = {
 # Axolotl keys read here whose value decides whether they map (adamw_* is our AdamW, cosine our schedule)
 TRAINER_KEYS = ("gradient_accumulation_steps", "bf16", "fp16", "optimizer", "lr_scheduler", "warmup_ratio")
 OTHER_KEYS = ("pretraining_dataset", "val_set_size")
+READABLE = (*AXOLOTL_KEYS, *TRAINER_KEYS, *OTHER_KEYS)
 VAL_STREAMING = "Validation splits not supported for streaming datasets"
 
 
@@ -143,12 +144,23 @@ def from_axolotl(
     refused += _val_set_size(tree, warn)
     if "datasets" in tree and not _streams(tree):
         mapped["data.streaming"] = ("streaming", False)
-    readable = [*AXOLOTL_KEYS, *TRAINER_KEYS, *OTHER_KEYS]
-    tree = check_top_level(tree, readable, source, ignore_unsupported, warn, refused)
+    try:
+        tree = check_top_level(tree, READABLE, source, ignore_unsupported, warn, refused)
+    except KeysError as exc:  # translate the rest too, so the caller can name its mistakes in the same error
+        try:
+            exc.rest = _translate(exc.rest or {}, mapped, source)
+        except ConfigError as more:
+            raise KeysError(f"{exc}; and {str(more).removeprefix(source + ': ')}") from None
+        raise
+    return _translate(tree, mapped, source)
+
+
+def _translate(tree: dict[str, Any], mapped: dict[str, tuple[str, Any]], source: str) -> dict[str, Any]:
+    """Our sections from the readable top-level keys (`mapped`: the trainer keys' dotted values)."""
     if tree.get("pretraining_dataset"):
         pretrain = pretraining_keys(tree["pretraining_dataset"], _max_steps(tree), source)
-        mapped.update({dotted: ("pretraining_dataset", value) for dotted, value in pretrain.items()})
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in tree.items() if k not in readable}
+        mapped = {**mapped, **{dotted: ("pretraining_dataset", value) for dotted, value in pretrain.items()}}
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in tree.items() if k not in READABLE}
     for key, dotted in AXOLOTL_KEYS.items():
         if key in tree:
             _place(out, key, dotted, tree[key], source)

@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from llm.training.core.errors import ConfigError
+from llm.training.core.errors import KeysError
 
 SECTIONS = ("data", "model", "training", "checkpoint")
 
@@ -99,7 +99,8 @@ def check_top_level(
     if parts:
         fix = "remove them" + ("" if ignore_unsupported or not unsupported else
                                ", or pass --ignore-unsupported to run without the Axolotl ones")
-        raise ConfigError(f"{source}: {'; '.join(parts)}; {fix}")
+        rest = {k: v for k, v in tree.items() if k in readable}
+        raise KeysError(f"{source}: {'; '.join(parts)}; {fix}", rest)
     if unsupported:
         warn(f"{source}: ignoring Axolotl keys llm-train does not support: {', '.join(unsupported)}")
     return {k: v for k, v in tree.items() if k in readable}

@@ -13,7 +13,7 @@ from llm.data.config import DatasetEntry, SourceEntry
 from llm.training.core.axolotl import from_axolotl
 from llm.training.core.axolotl_keys import SECTIONS, did_you_mean
 from llm.training.core.config import TrainConfig
-from llm.training.core.errors import ConfigError
+from llm.training.core.errors import ConfigError, KeysError
 
 __all__ = ["OPTIMIZED", "ConfigError", "build_config", "load_config", "parse_override", "read_yaml"]
 
@@ -169,19 +169,38 @@ def build_config(
     for dotted, value in axolotl.items():
         _set_dotted(tree, dotted, value, source)
     # Axolotl's top-level keys (datasets, sequence_len, ...) into sections
-    tree = from_axolotl(tree, source, ignore_unsupported, warn)
+    try:
+        tree = from_axolotl(tree, source, ignore_unsupported, warn)
+    except KeysError as exc:  # name what else is wrong in the same error: one run, every mistake
+        more = _validate(_overridden(exc.rest or {}, overrides, axolotl, source), source)
+        also = f"; and {more.removeprefix(source + ': ')}" if isinstance(more, str) else ""
+        raise ConfigError(f"{exc}{also}") from None
+    config = _validate(_overridden(tree, overrides, axolotl, source), source)
+    if isinstance(config, str):
+        raise ConfigError(config)
+    return config
+
+
+def _overridden(tree: dict[str, Any], overrides: dict[str, Any], done: dict[str, Any], source: str) -> dict[str, Any]:
+    """`tree` with the section overrides (`data.x=...`) not yet applied (`done`: the top-level ones)."""
+    tree = {k: (dict(v) if isinstance(v, dict) else v) for k, v in tree.items()}
     tree.setdefault("data", {})
     for dotted, value in overrides.items():
-        if dotted not in axolotl:
+        if dotted not in done:
             _set_dotted(tree, dotted, value, source)
+    return tree
+
+
+def _validate(tree: dict[str, Any], source: str) -> TrainConfig | str:
+    """The validated config, or the sentence saying what is wrong with it."""
     try:
         config = TrainConfig.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(_describe_all(exc.errors(), source)) from None
+        return _describe_all(exc.errors(), source)
     try:  # the dataset itself is required only now: a DataConfig may be built without it
         config.data.check_source()
     except ValueError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+        return f"{source}: {exc}"
     return config
 
 
