@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from llm.training.core.axolotl import VAL_STREAMING, axolotl_task
+from llm.training.core.axolotl_pretrain import STREAM_EPOCH_STEPS
 from llm.training.core.loading import ConfigError, build_config
 from llm.training.train import main
 from llm.training.trainer import Trainer
@@ -81,7 +82,8 @@ def test_pretraining_dataset_maps_onto_stream_lm(tmp_path):
     data = write_text(tmp_path / "t.jsonl")
     config = build_config(pretrain_tree(data, tmp_path / "out"))
     d = config.data
-    assert (d.data_source, d.dataset_path, d.text_column, d.steps_per_epoch) == ("local", str(data), "text", 4)
+    assert (d.data_source, d.dataset_path, d.text_column) == ("local", str(data), "text")
+    assert d.steps_per_epoch == STREAM_EPOCH_STEPS and config.training.max_steps == 4  # max_steps ends the run
     hub = build_config(pretrain_tree("allenai/c4", tmp_path / "o", pretraining_dataset=[
         {"path": "allenai/c4", "name": "en", "split": "validation", "text_column": "content"}]))
     assert (hub.data.data_source, hub.data.dataset_name, hub.data.dataset_config) == ("hf", "allenai/c4", "en")
@@ -235,6 +237,10 @@ def test_max_steps_is_the_total_on_resume(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "nothing to train: checkpoint" in out and "is at step 3 and max_steps is 3" in out
     assert not (tmp_path / "out" / "step_6").exists()
+    cfg.write_text(yaml.safe_dump({**tree, "max_steps": 5, "resume_from_checkpoint": str(tmp_path / "out" / "latest")}))
+    assert main(["--config-path", str(cfg)]) == 0
+    assert "training to step 5" in capsys.readouterr().out
+    assert (tmp_path / "out" / "step_5").is_dir() and not (tmp_path / "out" / "step_8").exists()
 
 
 def test_the_shipped_axolotl_config_validates(tmp_path, monkeypatch):
@@ -246,5 +252,4 @@ def test_the_shipped_axolotl_config_validates(tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
     write_text(tmp_path / "data" / "pretrain_demo.jsonl")
     config = build_config(tree)
-    assert (config.data.dataset_path, config.data.steps_per_epoch, config.training.max_steps) == (
-        "data/pretrain_demo.jsonl", 50, 50)
+    assert (config.data.dataset_path, config.training.max_steps) == ("data/pretrain_demo.jsonl", 50)

@@ -14,6 +14,9 @@ BUILDERS = ("json", "text", "parquet", "csv", "arrow")
 _FILE_SUFFIXES = (".txt", ".text", ".jsonl", ".json", ".ndjson", ".parquet", ".gz", ".zst", ".bz2", ".xz")
 _URL = ("s3://", "gs://", "az://", "abfs://", "http://", "https://", "local:")
 MAX_STEPS = "max_steps must be set when using streaming datasets"
+# A stream has no end to count epochs by: max_steps alone ends the run. Not max_steps itself, which
+# may be raised on resume while steps_per_epoch must stay as the checkpoint saved it.
+STREAM_EPOCH_STEPS = 10**12
 
 
 def _entries(value: Any, source: str) -> list[dict[str, Any]]:
@@ -79,8 +82,7 @@ def pretraining_keys(value: Any, max_steps: Any, source: str) -> dict[str, Any]:
     for i, entry in enumerate(_entries(value, source)):
         files = _local_files(entry, i, source)
         sources += [_source(entry, f) for f in files] if files is not None else [_source(entry, None)]
-    # a stream has no end to count an epoch by: one epoch of max_steps (Axolotl's schedule)
-    keys: dict[str, Any] = {"data.steps_per_epoch": int(max_steps)}
+    keys: dict[str, Any] = {"data.steps_per_epoch": STREAM_EPOCH_STEPS}
     if len(sources) == 1:
         keys.update({f"data.{k}": v for k, v in sources[0].items()})
     else:
