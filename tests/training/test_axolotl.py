@@ -253,3 +253,10 @@ def test_the_shipped_axolotl_config_validates(tmp_path, monkeypatch):
     write_text(tmp_path / "data" / "pretrain_demo.jsonl")
     config = build_config(tree)
     assert (config.data.dataset_path, config.training.max_steps) == ("data/pretrain_demo.jsonl", 50)
+
+
+def test_every_unknown_key_of_a_section_is_named_at_once(tmp_path):
+    tree = {**pretrain_tree(write_text(tmp_path / "t.jsonl"), tmp_path / "o"), "training": {"lrr": 1, "sead": 2}}
+    with pytest.raises(ConfigError, match=r"unknown keys 'training.lrr' \(did you mean 'lr'\?\), 'training.sead' "
+                                          r"\(did you mean 'seed'\?\) in section 'training'; valid keys are: batch_size"):
+        build_config(tree)
