@@ -41,7 +41,7 @@ GOOD = {"data": {"data_source": "local", "dataset_path": "demo.txt", "steps_per_
         ({"data": {"data_source": "optimized"}}, "dataset_path is required when data_source='optimized'"),
         ({**GOOD, "training": {"lrr": 0.1}}, "unknown key 'training.lrr' in section 'training'; valid keys are: batch_size"),
         ({**GOOD, "checkpoint": {"keep_last": 2}}, "unknown key 'checkpoint.keep_last'"),
-        ({**GOOD, "optimizer": {}}, "unknown key 'optimizer' in the top level; valid keys are: data, model, training, checkpoint"),
+        ({**GOOD, "optimiser": {}}, "unknown key 'optimiser' in the top level; valid keys are: data, model, training, checkpoint"),
         ({"data": {**GOOD["data"], "bucket": "b"}}, "unknown data key 'bucket'"),
         ({**GOOD, "training": {"lr": "fast"}}, "training.lr = 'fast' is invalid"),
         ({**GOOD, "training": {"batch_size": 0}}, "training.batch_size = 0 is invalid"),

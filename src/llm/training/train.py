@@ -6,10 +6,16 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from llm.data.text.readers import InputError
 from llm.training.cli_help import HelpFormatter, add_version
-from llm.training.core.loading import ConfigError, load_config, parse_override
+from llm.training.core.axolotl import axolotl_task
+from llm.training.core.config import TrainConfig
+from llm.training.core.loading import ConfigError, build_config, parse_override, read_yaml
+
+if TYPE_CHECKING:
+    from llm.training.trainer import Trainer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,8 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_version(parser)
     parser.add_argument(
-        "--task", required=True, choices=["stream_lm", "lm", "sft"],
-        help="stream_lm: text streamed from data.data_source (local files, hf, dedup_*, a data.datasets mixture), "
+        "--task", choices=["stream_lm", "lm", "sft"],
+        help="default for an Axolotl YAML: sft when it has datasets:, stream_lm when it has pretraining_dataset:; "
+        "stream_lm: text streamed from data.data_source (local files, hf, dedup_*, a data.datasets mixture), "
         "tokenized and packed on the fly, or optimized shards; lm: local text files tokenized once into cached "
         "shards; sft: instruction/chat records streamed and masked (Axolotl-style keys, docs/sft.md)",
     )
@@ -41,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="override any config key, e.g. --set checkpoint.checkpoint_dir=ckpt (repeatable; null sets None)",
     )
     parser.add_argument(
+        "--ignore-unsupported",
+        action="store_true",
+        help="run an Axolotl YAML whose keys llm-train lacks (base_model, adapter, lora_*, ...) without them, "
+        "with a warning naming them (unknown keys stay an error)",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="start over in a checkpoint_dir that holds another run (its checkpoints are replaced)",
@@ -52,6 +65,7 @@ EPILOG = """examples:
   llm-train --task stream_lm --config-path configs/streaming_local_demo.yaml --epochs 1 --steps-per-epoch 5
   llm-train --task lm --config-path configs/lm_local_demo.yaml --set checkpoint.checkpoint_dir=runs/a
   llm-train --task sft --config-path configs/sft_local_demo.yaml
+  llm-train --config-path configs/axolotl_pretrain_demo.yaml   # an Axolotl YAML: task from its keys
   llm-train plot checkpoints/demo          # loss and throughput curves of a run, as a PNG
   llm-generate --checkpoint checkpoints/demo/latest --prompt "sample line"
 
@@ -93,6 +107,47 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
+def _warn(message: str) -> None:
+    print(f"llm-train: warning: {message}", file=sys.stderr)
+
+
+def _task_of(tree: dict, path: str) -> str:
+    """--task when not given: what an Axolotl YAML's keys ask for."""
+    task = axolotl_task(tree)
+    if task is None:
+        raise ConfigError(f"--task is required for {path}: it has neither Axolotl's datasets: (sft) nor "
+                          "pretraining_dataset: (stream_lm); pass --task stream_lm, lm or sft")
+    return task
+
+
+def finished_line(config: TrainConfig) -> str | None:
+    """The line saying there is nothing to train, when the checkpoint resumed already reached max_steps.
+
+    max_steps is the total, as in Axolotl and Hugging Face (the guide's epochs count from the resume).
+    """
+    max_steps, resume = config.training.max_steps, config.checkpoint.resume_from_checkpoint
+    if not max_steps or not resume:
+        return None
+    from llm.training.checkpoint import resolve_checkpoint  # torch: imported only when resuming
+
+    try:
+        step = int(resolve_checkpoint(resume).name.removeprefix("step_"))  # folders are step_<N>
+    except (FileNotFoundError, ValueError):
+        return None  # the trainer names the missing or odd checkpoint
+    if step < max_steps:
+        return None
+    return (f"llm-train: nothing to train: checkpoint {resume} is at step {step} and max_steps is {max_steps} "
+            "(the total, as in Axolotl and Hugging Face); raise max_steps to train further")
+
+
+def end_at_max_steps(trainer: Trainer) -> None:
+    """A resumed run ends at max_steps, the total, not max_steps after a checkpoint that finished its schedule."""
+    max_steps = trainer.config.training.max_steps
+    if max_steps and trainer.resumed_from and trainer.total_steps > max_steps:
+        trainer.schedule.total = max_steps  # the fresh cosine cycle from the checkpoint's step ends there
+        trainer.log(f"max_steps {max_steps} is the total (as in Axolotl and Hugging Face): training to step {max_steps}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, load the config, train; a user mistake is one line on stderr and exit 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -116,10 +171,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.path.isdir(args.config_path):
             raise ConfigError(f"--config-path {args.config_path} is a folder, not a file; pass a YAML file such as "
                               "configs/streaming_local_demo.yaml")
-        config = load_config(args.config_path, overrides)
+        tree = read_yaml(args.config_path)
+        task = args.task or _task_of(tree, args.config_path)
+        config = build_config(tree, overrides, args.config_path, args.ignore_unsupported, _warn)
+        done = finished_line(config)
+        if done:
+            print(done)
+            return 0
         from llm.training.trainer import Trainer
 
-        trainer = Trainer(config, args.task, overwrite=args.overwrite)
+        trainer = Trainer(config, task, overwrite=args.overwrite)
+        end_at_max_steps(trainer)
         trainer.fit()
         trainer.close()
     except ConfigError as exc:
