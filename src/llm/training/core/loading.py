@@ -20,8 +20,18 @@ __all__ = ["OPTIMIZED", "ConfigError", "build_config", "load_config", "parse_ove
 OPTIMIZED = "optimized"  # data_source of token shards made by `llm-data optimize`
 
 
-# a `datasets:` entry is one of these (pydantic names the member it tried in each error's loc)
+# a `datasets:` entry is one of these (pydantic names the member it tried in each error's loc: by
+# class name for a plain union, by tag right after the list index for DataConfig's tagged union)
 _UNION_MEMBERS = {"DatasetEntry": DatasetEntry, "SourceEntry": SourceEntry}
+_TAGGED_MEMBERS = {"sft": DatasetEntry, "source": SourceEntry}
+
+
+def _member_at(loc: tuple) -> int | None:
+    """Where in `loc` the union member stands, if anywhere."""
+    for i, part in enumerate(loc):
+        if part in _UNION_MEMBERS or (part in _TAGGED_MEMBERS and i and isinstance(loc[i - 1], int)):
+            return i
+    return None
 
 
 def _best_member(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -29,7 +39,7 @@ def _best_member(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     counts: dict[tuple, dict[str, int]] = {}
     for error in errors:
         loc = tuple(error.get("loc", ()))
-        at = next((i for i, part in enumerate(loc) if part in _UNION_MEMBERS), None)
+        at = _member_at(loc)
         if at is not None:
             counts.setdefault(loc[:at], {}).setdefault(loc[at], 0)
             counts[loc[:at]][loc[at]] += 1
@@ -37,11 +47,12 @@ def _best_member(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     kept = []
     for error in errors:
         loc = tuple(error.get("loc", ()))
-        at = next((i for i, part in enumerate(loc) if part in _UNION_MEMBERS), None)
+        at = _member_at(loc)
         if at is None:
             kept.append(error)
         elif best[loc[:at]] == loc[at]:
-            kept.append({**error, "loc": loc[:at] + loc[at + 1:], "model": _UNION_MEMBERS[loc[at]]})
+            model = _UNION_MEMBERS.get(loc[at]) or _TAGGED_MEMBERS[loc[at]]
+            kept.append({**error, "loc": loc[:at] + loc[at + 1:], "model": model})
     return kept
 
 
