@@ -116,3 +116,21 @@ def test_bad_records_name_the_field():
         prompter_for("sharegpt")
     with pytest.raises(ValueError, match="max_length must be a positive integer"):
         StreamingDataCollator(tok, 0)
+
+
+def test_a_prompt_longer_than_sequence_len_is_skipped_counted_and_warned_once(monkeypatch):
+    from llm.data.sft import collator as module
+
+    tok = SimpleTokenizer()  # the alpaca template alone is longer than 64 bytes
+    collate = StreamingDataCollator(tok, 64, prompter=AlpacaPrompter())
+    with pytest.warns(module.UntrainableSampleWarning, match="skipped 1 sample.*sequence_len=64") as caught:
+        samples = collate.encode_each([ALPACA, ALPACA, ALPACA])
+    assert samples == [None, None, None] and collate.skipped == 3 and len(caught) == 1  # once per N
+    batch = collate([ALPACA])
+    assert batch["input_ids"].tolist() == [[tok.eos_id]]  # nothing trainable left: the empty-batch sample
+    monkeypatch.setattr(module, "WARN_EVERY", 2)
+    with pytest.warns(module.UntrainableSampleWarning) as caught:
+        collate.encode_each([ALPACA] * 4)
+    assert len(caught) == 2  # samples 5 and 7 of this collator
+    kept = StreamingDataCollator(tok, 300, prompter=AlpacaPrompter()).encode([ALPACA])
+    assert len(kept) == 1 and any(lab != -100 for lab in kept[0][1][1:])

@@ -13,6 +13,7 @@ Labels are aligned with `input_ids` (Hugging Face models shift them inside);
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,17 @@ from llm.data.sft.prompts import (
 )
 
 IGNORE = -100
+# a skipped sample warns on the first one and then once per this many, never per sample
+WARN_EVERY = 1000
+
+
+class UntrainableSampleWarning(UserWarning):
+    """Samples left with no trainable token (a prompt at least `sequence_len` long) were skipped."""
+
+
+def trainable(labels: list[int]) -> bool:
+    """Whether a sample teaches anything: a target after its first token (nothing predicts the first)."""
+    return any(lab != IGNORE for lab in labels[1:])
 
 
 def infer_prompter(record: dict[str, Any], tokenizer: Any) -> Prompter:
@@ -64,12 +76,17 @@ class StreamingDataCollator:
         self.label_pad_token_id = label_pad_token_id
         self.train_on_inputs = train_on_inputs
         self.sample_packing = sample_packing
+        self.skipped = 0  # samples dropped because truncation left them no trainable token
         pad = getattr(tokenizer, "pad_id", None)
         self.pad_id = tokenizer.eos_id if pad is None else pad
 
     # -- one record ------------------------------------------------------------------------
     def encode(self, records: Sequence[dict[str, Any]]) -> list[tuple[list[int], list[int]]]:
-        """(input_ids, labels) per record, EOS at the end, truncated to `max_length`."""
+        """(input_ids, labels) per record, EOS at the end, truncated to `max_length`; untrainable ones dropped."""
+        return [s for s in self.encode_each(records) if s is not None]
+
+    def encode_each(self, records: Sequence[dict[str, Any]]) -> list[tuple[list[int], list[int]] | None]:
+        """`encode`, one entry per record: None where truncation left no trainable token (counted, warned)."""
         segments = []
         for i, record in enumerate(records):
             if not isinstance(record, dict):
@@ -92,8 +109,21 @@ class StreamingDataCollator:
             last_is_target = bool(segs) and (segs[-1][1] or self.train_on_inputs)
             tokens.append(self.tokenizer.eos_id)
             labels.append(self.tokenizer.eos_id if last_is_target else IGNORE)
-            out.append((tokens[: self.max_length], labels[: self.max_length]))
+            out.append(self._keep(tokens[: self.max_length], labels[: self.max_length]))
         return out
+
+    def _keep(self, tokens: list[int], labels: list[int]) -> tuple[list[int], list[int]] | None:
+        """The sample, or None when it has no trainable token: a batch of those would make the loss NaN."""
+        if trainable(labels):
+            return tokens, labels
+        self.skipped += 1
+        if self.skipped % WARN_EVERY == 1 or WARN_EVERY == 1:
+            warnings.warn(
+                f"skipped {self.skipped} sample(s) so far with no trainable token: their prompt fills "
+                f"sequence_len={self.max_length}; raise sequence_len or shorten the prompts",
+                UntrainableSampleWarning, stacklevel=3,
+            )
+        return None
 
     # -- a batch ---------------------------------------------------------------------------
     def __call__(self, records: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:

@@ -31,8 +31,10 @@ class RecordCursor:
         self.done = bool(cursor.get("done", False))
 
     def feed(self, sample: Any, offset_after: int) -> Iterator[Any]:
+        """The sample, as one row; a skipped one (None: nothing to train on) is consumed without a row."""
         self.offset, self.records = offset_after, self.records + 1
-        yield sample
+        if sample is not None:
+            yield sample
 
     def finish(self) -> Iterator[Any]:
         self.done = True
@@ -55,11 +57,12 @@ class SftSamples:
     def packer(self, cursor: dict | None) -> RecordCursor:
         return RecordCursor(cursor)
 
-    def encode(self, texts: list[str], sources: list[int]) -> list[tuple[list[int], list[int]]]:
+    def encode(self, texts: list[str], sources: list[int]) -> list[tuple[list[int], list[int]] | None]:
+        """One sample per text, None where it has nothing to train on (the cursor still moves past it)."""
         out: list[Any] = [None] * len(texts)
         for s in sorted(set(sources)):
             at = [i for i, src in enumerate(sources) if src == s]
-            for i, sample in zip(at, self.collators[s].encode([json.loads(texts[i]) for i in at])):
+            for i, sample in zip(at, self.collators[s].encode_each([json.loads(texts[i]) for i in at])):
                 out[i] = sample
         return out
 

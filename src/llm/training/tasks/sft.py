@@ -27,6 +27,11 @@ def shift_labels(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def has_targets(batch: dict[str, torch.Tensor]) -> bool:
+    """Whether a (shifted) batch has a token to learn: one without any would give a NaN loss."""
+    return bool((batch["labels"] != IGNORE).any())
+
+
 class SftData(StreamTextData):
     """Batches of the `datasets:` entries (mixed by `streaming_dataset_mixing_strategy`), `micro_batch_size` records each.
 
@@ -64,7 +69,9 @@ class SftData(StreamTextData):
             empty = True
             for batch in self.module.train_dataloader():
                 empty = False
-                yield shift_labels(batch)
+                shifted = shift_labels(batch)
+                if has_targets(shifted):  # else its loss is NaN: skipped (the collator warned)
+                    yield shifted
             if empty:
                 paths = ", ".join(e.path for e in self.config.data.datasets)
                 raise ValueError(f"datasets {paths} yielded no record for this rank")
@@ -87,7 +94,9 @@ class SftValidation:
         module.num_workers = 0
         self.batches: list[dict[str, torch.Tensor]] = []
         for batch in module.train_dataloader():
-            self.batches.append(shift_labels(batch))
+            shifted = shift_labels(batch)
+            if has_targets(shifted):
+                self.batches.append(shifted)
             if len(self.batches) == tc.val_batches:
                 break
         if not self.batches:
