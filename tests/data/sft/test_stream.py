@@ -110,3 +110,11 @@ def test_records_left_without_a_trainable_token_are_skipped_and_the_stream_goes_
     targets = [bytes(int(t) for t, lab in zip(ids, labels) if lab != -100 and t < 256).decode()
                for b in batches for ids, labels in zip(b["input_ids"], b["labels"])]
     assert targets == ["0", "2", "4", "6", "8"] and module.collator.skipped == 5
+
+
+@pytest.mark.parametrize("path, local", [("data/x.jsonl", True), ("./x", True), ("/a/b", True), ("~/x.csv", True),
+                                         ("tatsu-lab/alpaca", False), ("HuggingFaceH4/ultrachat_200k", False)])
+def test_what_looks_like_a_local_path(path, local):
+    from llm.data.sft.stream import looks_local
+
+    assert looks_local(path) is local

@@ -15,6 +15,7 @@ from typing import Any
 
 from llm.data.sft.collator import StreamingDataCollator
 from llm.data.sft.prompts import prompter_for
+from llm.data.text.errors import InputError
 from llm.data.text.hf import HFStreamTextSource
 from llm.data.text.local import LocalLineTextSource
 from llm.data.text.source import TextSource
@@ -75,14 +76,32 @@ def is_local(path: str) -> bool:
     return Path(path).expanduser().exists() or bool(any(c in path for c in "*?[") and glob.glob(path))
 
 
-def record_source(entry: Any) -> TextSource:
-    """The source of whole records for one `datasets:` entry (`path`, `split`, `data_files`, `name`)."""
+# a file suffix says "a file here": such a path is never a hub id (`org/name` has none)
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".txt", ".csv", ".gz", ".zst", ".arrow", ".tsv")
+
+
+def looks_local(path: str) -> bool:
+    """A path meant for this machine: `./`, `/`, `~` in front, or a data file's suffix (a hub id has neither)."""
+    return path.startswith(("./", "../", "/", "~", ".\\")) or path.lower().endswith(LOCAL_SUFFIXES)
+
+
+def record_source(entry: Any, where: str = "datasets entry") -> TextSource:
+    """The source of whole records for one `datasets:` entry (`path`, `split`, `data_files`, `name`).
+
+    A missing path that looks local is an error at once: looked up on the Hub it would
+    spend half a minute in retries before saying it could not reach it.
+    """
     if entry.data_files:
         files = entry.data_files if isinstance(entry.data_files, list) else [entry.data_files]
         if all(is_local(f) for f in files):
             return LocalLineTextSource(files, text_column=None)
     if is_local(entry.path):
         return LocalLineTextSource(entry.path, text_column=None)
+    if looks_local(entry.path) and not entry.data_files:
+        raise InputError(
+            f"{where} path {entry.path!r} does not exist here ({Path(entry.path).expanduser().absolute()}); "
+            "fix the path (it is relative to the folder llm-train runs in) or give a Hugging Face dataset id"
+        )
     return HFStreamTextSource(entry.path, entry.name, entry.split, text_column=None, data_files=entry.data_files)
 
 
@@ -97,7 +116,8 @@ class StreamingSFTDataModule(StreamingTextDataModule):
         # a DataConfig or an SftStreamConfig (sft/settings.py): both give the typed settings
         settings = config.sft_stream()
         self.entries = [entry] if entry is not None else list(settings.entries)
-        sources = [record_source(e) for e in self.entries]
+        names = [f"datasets[{i}]" for i in range(len(self.entries))] if entry is None else ["test dataset"]
+        sources = [record_source(e, name) for e, name in zip(self.entries, names)]
         kwargs.setdefault("source", sources[0] if len(sources) == 1 else settings.mixture.build(sources))
         super().__init__(settings, batch_size, **kwargs)
         self.collators = [

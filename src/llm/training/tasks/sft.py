@@ -58,7 +58,8 @@ class SftData(StreamTextData):
 
     def _one_pass(self, world_size: int) -> int:
         """Steps that read every record once: the records counted (read, not tokenized) before training."""
-        records = sum(1 for e in self.config.data.datasets for _ in record_source(e).iter_texts())
+        entries = enumerate(self.config.data.datasets)
+        records = sum(1 for i, e in entries for _ in record_source(e, f"datasets[{i}]").iter_texts())
         if not records:
             paths = ", ".join(e.path for e in self.config.data.datasets)
             raise ConfigError(f"datasets {paths} hold no record")
