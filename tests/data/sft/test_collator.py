@@ -134,3 +134,23 @@ def test_a_prompt_longer_than_sequence_len_is_skipped_counted_and_warned_once(mo
     assert len(caught) == 2  # samples 5 and 7 of this collator
     kept = StreamingDataCollator(tok, 300, prompter=AlpacaPrompter()).encode([ALPACA])
     assert len(kept) == 1 and any(lab != -100 for lab in kept[0][1][1:])
+
+
+class AxolotlCfg:  # what Axolotl passes: an object with attributes (its DictDefault)
+    sequence_len = 16
+    train_on_inputs = True
+    sample_packing = False
+
+
+@pytest.mark.parametrize("cfg", [AxolotlCfg(), {"sequence_len": 16, "train_on_inputs": True}])
+def test_axolotls_signature_tokenizer_cfg_prompter(cfg):
+    tok = SimpleTokenizer()
+    collate = StreamingDataCollator(tokenizer=tok, cfg=cfg, prompter=None)
+    assert (collate.max_length, collate.train_on_inputs, collate.sample_packing) == (16, True, False)
+    batch = collate([{"text": "x" * 40}])
+    assert batch["input_ids"].shape == (1, 16) and (batch["labels"] == batch["input_ids"]).all()
+    assert StreamingDataCollator(tok, 8, cfg=cfg).max_length == 8  # an argument beats cfg
+    padded = StreamingDataCollator(tokenizer=tok, cfg={"sequence_len": 8, "pad_to_sequence_len": True})
+    assert padded([{"text": "x"}])["input_ids"].shape == (1, 8)
+    with pytest.raises(ValueError, match="cfg.sequence_len must be a positive integer, got None"):
+        StreamingDataCollator(tokenizer=tok, cfg={"train_on_inputs": True})

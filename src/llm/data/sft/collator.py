@@ -14,7 +14,7 @@ Labels are aligned with `input_ids` (Hugging Face models shift them inside);
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -50,22 +50,48 @@ def infer_prompter(record: dict[str, Any], tokenizer: Any) -> Prompter:
     return CompletionPrompter()
 
 
+def _from_cfg(cfg: Any, key: str) -> Any:
+    """One key of an Axolotl-style cfg: a dict, or an object with attributes (Axolotl's DictDefault)."""
+    if cfg is None:
+        return None
+    if isinstance(cfg, Mapping):
+        return cfg.get(key)
+    # a foreign config object: a key it lacks means "not set", as in Axolotl's DictDefault
+    return getattr(cfg, key, None)
+
+
+def _pick(given: Any, cfg: Any, key: str, default: Any) -> Any:
+    """The argument when given, else cfg's key when set, else the default."""
+    if given is not None:
+        return given
+    value = _from_cfg(cfg, key)
+    return default if value is None else value
+
+
 class StreamingDataCollator:
     """Call it on a list of raw records (dicts); returns int64 tensors `input_ids`, `attention_mask`, `labels`."""
 
     def __init__(
         self,
         tokenizer: Any,
-        max_length: int,
+        max_length: int | None = None,
         prompter: Prompter | None = None,
         padding: bool | str = True,
         pad_to_multiple_of: int | None = None,
         label_pad_token_id: int = IGNORE,
-        train_on_inputs: bool = False,
-        sample_packing: bool = False,
+        train_on_inputs: bool | None = None,
+        sample_packing: bool | None = None,
+        cfg: Any = None,
     ):
+        # Axolotl's signature: (tokenizer=..., cfg=..., prompter=...); an argument given here beats cfg's key
+        max_length = _pick(max_length, cfg, "sequence_len", None)
+        train_on_inputs = bool(_pick(train_on_inputs, cfg, "train_on_inputs", False))
+        sample_packing = bool(_pick(sample_packing, cfg, "sample_packing", False))
+        if padding is True and _from_cfg(cfg, "pad_to_sequence_len"):
+            padding = "max_length"
         if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
-            raise ValueError(f"max_length must be a positive integer, got {max_length!r}")
+            where = "cfg.sequence_len" if cfg is not None else "max_length"
+            raise ValueError(f"{where} must be a positive integer, got {max_length!r}; set it to the tokens per sample")
         if padding not in (True, False, "longest", "max_length"):
             raise ValueError(f"padding must be True, False, 'longest' or 'max_length', got {padding!r}")
         self.tokenizer = tokenizer
