@@ -41,6 +41,14 @@ def trainable(labels: list[int]) -> bool:
     return any(lab != IGNORE for lab in labels[1:])
 
 
+class BatchRecordError(RecordError):
+    """A record of a batch that does not fit its prompt format: which one, the format, and why."""
+
+    def __init__(self, index: int, kind: str, reason: str):
+        super().__init__(f"record {index} of the batch ({kind}): {reason}")
+        self.index, self.kind, self.reason = index, kind, reason
+
+
 def infer_prompter(record: dict[str, Any], tokenizer: Any) -> Prompter:
     """The format a record's keys say: `messages` -> chat, `instruction` -> alpaca, else completion."""
     if "messages" in record:
@@ -119,22 +127,23 @@ class StreamingDataCollator:
                 raise RecordError(f"record {i} of the batch is a {type(record).__name__}, expected a dict")
             prompter = self.prompter or infer_prompter(record, self.tokenizer)
             try:
-                segments.append(prompter.segments(record))
+                segments.append((prompter.segments(record), prompter.append_eos))
             except RecordError as e:
-                raise RecordError(f"record {i} of the batch ({prompter.name}): {e}") from None
-        texts = [text for segs in segments for text, _ in segs]
+                raise BatchRecordError(i, prompter.name, str(e)) from None
+        texts = [text for segs, _ in segments for text, _ in segs]
         ids = iter(self.tokenizer.encode_batch(texts) if texts else [])
         out = []
-        for segs in segments:
+        for segs, append_eos in segments:
             tokens: list[int] = []
             labels: list[int] = []
             for _, target in segs:
                 piece = list(next(ids))
                 tokens += piece
                 labels += piece if (target or self.train_on_inputs) else [IGNORE] * len(piece)
-            last_is_target = bool(segs) and (segs[-1][1] or self.train_on_inputs)
-            tokens.append(self.tokenizer.eos_id)
-            labels.append(self.tokenizer.eos_id if last_is_target else IGNORE)
+            if append_eos:  # a chat template ends its turns itself
+                last_is_target = bool(segs) and (segs[-1][1] or self.train_on_inputs)
+                tokens.append(self.tokenizer.eos_id)
+                labels.append(self.tokenizer.eos_id if last_is_target else IGNORE)
             out.append(self._keep(tokens[: self.max_length], labels[: self.max_length]))
         return out
 
