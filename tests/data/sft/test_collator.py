@@ -112,7 +112,7 @@ def test_bad_records_name_the_field():
         StreamingDataCollator(tok, 64, prompter=AlpacaPrompter())([ALPACA, {"instruction": "x"}])
     with pytest.raises(RecordError, match="message 0 of 'messages' must be"):
         StreamingDataCollator(tok, 64)([{"messages": [{"role": "robot", "content": "x"}]}])
-    with pytest.raises(ValueError, match="dataset type 'sharegpt' is not known; use one of: alpaca, chat, completion"):
+    with pytest.raises(ValueError, match="dataset type 'sharegpt' is not known; use one of: alpaca, chat, chat_template, completion"):
         prompter_for("sharegpt")
     with pytest.raises(ValueError, match="max_length must be a positive integer"):
         StreamingDataCollator(tok, 0)

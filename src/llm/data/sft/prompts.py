@@ -208,13 +208,115 @@ class ChatPrompter:
         return [(span, m["role"] == "assistant") for span, m in zip(self.spans(messages), messages)]
 
 
-PROMPTERS = {"alpaca": AlpacaPrompter, "chat": ChatPrompter, "completion": CompletionPrompter}
+# ChatML, as Axolotl's `chat_template: chatml`; its turns end with <|im_end|>, the EOS of train_on_eos
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+TRAIN_ON_EOS = ("turn", "all", "last", "none")
 
 
-def prompter_for(kind: str, tokenizer: Any = None) -> Prompter:
-    """The prompter for a dataset `type` (`alpaca`, `chat`, `completion`); an unknown one lists the valid names."""
+class ChatTemplatePrompter(ChatPrompter):
+    """Axolotl's `type: chat_template`: a Jinja template renders the turns; trained roles' contents are targets.
+
+    As in Axolotl and HF's assistant masks, only a trained turn's content is a target, not
+    its role header; the EOS text that ends a turn (`<|im_end|>` for ChatML, the tokenizer's
+    `eos_token` otherwise) is a target by `train_on_eos`: `turn` (after each trained turn),
+    `all`, `last` (the conversation's last turn only) or `none`.
+    """
+
+    name = "chat_template"
+    append_eos = False  # the template ends every turn itself
+
+    def __init__(self, chat_template: str, origin: str, eos_text: str = "", field: str = "messages",
+                 role_key: str = "role", content_key: str = "content",
+                 roles_to_train: tuple[str, ...] = ("assistant",), train_on_eos: str = "turn"):
+        if train_on_eos not in TRAIN_ON_EOS:
+            raise ValueError(f"train_on_eos {train_on_eos!r} is not known; use one of: {', '.join(TRAIN_ON_EOS)}")
+        super().__init__(chat_template, field, origin)
+        self.eos_text, self.role_key, self.content_key = eos_text, role_key, content_key
+        self.roles_to_train, self.train_on_eos = tuple(roles_to_train), train_on_eos
+
+    def _messages(self, record: dict[str, Any]) -> list[dict[str, str]]:
+        messages = record.get(self.field)
+        if not isinstance(messages, list) or not messages:
+            raise RecordError(f"record field {self.field!r} must be a non-empty list of messages")
+        out = []
+        for i, m in enumerate(messages):
+            role, content = (m.get(self.role_key), m.get(self.content_key)) if isinstance(m, dict) else (None, None)
+            if not isinstance(role, str) or not isinstance(content, str):
+                raise RecordError(f"message {i} of {self.field!r} must have string fields {self.role_key!r} and "
+                                  f"{self.content_key!r} (message_property_mappings), got {m!r}")
+            out.append({"role": role, "content": content})
+        return out
+
+    def segments(self, record: dict[str, Any]) -> list[Segment]:
+        messages = self._messages(record)
+        out: list[Segment] = []
+        for i, (span, m) in enumerate(zip(self.spans(messages), messages)):
+            trained = m["role"] in self.roles_to_train
+            at = span.find(m["content"]) if m["content"] else -1
+            if at < 0:  # the template rewrote the content: the whole turn is target or prompt
+                out.append((span, trained))
+                continue
+            rest = span[at + len(m["content"]):]
+            eos = self.eos_text if self.eos_text and rest.startswith(self.eos_text) else ""
+            out += [(span[:at], False), (m["content"], trained), (eos, self._eos_trained(trained, i, len(messages))),
+                    (rest[len(eos):], False)]
+        return [seg for seg in out if seg[0]]
+
+    def _eos_trained(self, trained: bool, i: int, n: int) -> bool:
+        if self.train_on_eos == "turn":
+            return trained
+        return self.train_on_eos == "all" or (self.train_on_eos == "last" and i == n - 1)
+
+
+def eos_text_of(config: dict[str, Any]) -> str:
+    """A tokenizer_config.json's `eos_token`: a string, or {"content": ...} (HF's AddedToken)."""
+    eos = config.get("eos_token")
+    return eos.get("content", "") if isinstance(eos, dict) else eos if isinstance(eos, str) else ""
+
+
+def chat_template_prompter(entry: Any, tokenizer: Any, default: str | None = None, where: str = "datasets entry") -> ChatTemplatePrompter:
+    """The prompter of a `type: chat_template` entry: its (or the top-level) `chat_template` and Axolotl's keys.
+
+    `chat_template`: `tokenizer_default` (the default), `chatml`, an inline Jinja template,
+    or the name of one of the tokenizer's named templates.
+    """
+    choice = entry.chat_template or default or "tokenizer_default"
+    config, origin = read_tokenizer_config(tokenizer)
+    if choice == "chatml":
+        template, origin, eos = CHATML_TEMPLATE, "chatml", "<|im_end|>"
+    elif "{{" in choice or "{%" in choice:
+        template, origin, eos = choice, f"{where}'s chat_template", eos_text_of(config)
+    else:
+        name = "default" if choice == "tokenizer_default" else choice
+        raw = config.get("chat_template")
+        if isinstance(raw, str) and name != "default":
+            raise ValueError(f"{where}: chat_template {choice!r} is not known; use tokenizer_default, chatml, "
+                             "an inline Jinja template, or a name from the tokenizer's named templates")
+        template, eos = pick_template(raw, origin, name), eos_text_of(config)
+        if template is None:
+            raise ValueError(f"{where}: chat_template is tokenizer_default but {origin} has no chat_template; "
+                             "set chat_template: chatml or an inline Jinja template")
+    mapping = {"role": entry.message_field_role or "role", "content": entry.message_field_content or "content",
+               **(entry.message_property_mappings or {})}
+    return ChatTemplatePrompter(template, origin, eos, entry.field_messages, mapping["role"], mapping["content"],
+                                tuple(entry.roles_to_train), entry.train_on_eos)
+
+
+PROMPTERS = {"alpaca": AlpacaPrompter, "chat": ChatPrompter, "chat_template": ChatTemplatePrompter,
+             "completion": CompletionPrompter}
+
+
+def prompter_for(kind: str, tokenizer: Any = None, entry: Any = None, default_template: str | None = None) -> Prompter:
+    """The prompter for a dataset `type` (`alpaca`, `chat`, `chat_template`, `completion`); an unknown one lists the valid names."""
     if kind not in PROMPTERS:
         raise ValueError(f"dataset type {kind!r} is not known; use one of: {', '.join(PROMPTERS)}")
+    if kind == "chat_template":
+        if entry is None:
+            raise ValueError("type chat_template needs its datasets entry (field_messages, roles_to_train, ...)")
+        return chat_template_prompter(entry, tokenizer, default_template)
     if kind == "chat":
         return ChatPrompter.for_tokenizer(tokenizer) if tokenizer is not None else ChatPrompter()
     return PROMPTERS[kind]()

@@ -168,7 +168,8 @@ class StreamingSFTDataModule(StreamingTextDataModule):
         super().__init__(settings, batch_size, **kwargs)
         self.collators = [
             StreamingDataCollator(
-                self.tokenizer, self.max_seq_len, prompter=prompter_for(e.type, self.tokenizer),
+                self.tokenizer, self.max_seq_len,
+                prompter=prompter_for(e.type, self.tokenizer, e, settings.chat_template),
                 train_on_inputs=settings.train_on_inputs, sample_packing=settings.sample_packing,
             )
             for e in self.entries
