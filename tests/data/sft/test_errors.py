@@ -78,3 +78,15 @@ def test_a_named_template_list_takes_default_and_says_so(tmp_path, bpe_file, cap
     assert f"{names['config']}: using the chat template named 'default' of tool_use, default" in caplog.text
     (batch,) = list(module.train_dataloader())
     assert module.tokenizer.decode(batch["input_ids"][0].tolist()).startswith("user: Hi?\nassistant: Hello.\n")
+
+
+def test_a_bad_record_read_by_a_worker_is_the_same_sentence(tmp_path, bpe_file):
+    import multiprocessing
+
+    multiprocessing.set_start_method("fork", force=True)
+    _, suffix, lines, kind, config, expected = CASES[0]
+    cfg, names = stream(tmp_path, bpe_file, suffix, lines, kind, config)
+    cfg = cfg.model_copy(update={"num_workers": 2})
+    with pytest.raises(InputError) as caught:
+        list(StreamingSFTDataModule(cfg, batch_size=2, loop=False).train_dataloader())
+    assert expected.format(**names) in str(caught.value) and "Traceback" not in str(caught.value)
