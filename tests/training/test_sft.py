@@ -125,3 +125,33 @@ def test_packed_sft_batches_carry_position_ids_to_the_model(tmp_path):
     assert trainer.fit().steps == 3
     # several samples per row: positions restart inside rows, which the model turns into a per-sample mask
     assert all(((p[:, 1:] == 0) & (p[:, :-1] > 0)).any() for p in seen)
+
+
+def test_prompts_longer_than_sequence_len_never_make_a_nan_loss(tmp_path):
+    import math
+
+    from llm.data.sft.collator import UntrainableSampleWarning
+
+    data = tmp_path / "a.jsonl"  # every other prompt leaves no room for its answer in 200 tokens
+    data.write_text("".join(json.dumps({"instruction": "x" * (60 * (i % 2)), "input": "", "output": f"{i}"}) + "\n"
+                            for i in range(40)))
+    tree = axolotl_tree(data, tmp_path / "out", sequence_len=200, micro_batch_size=1, max_steps=6)
+    with pytest.warns(UntrainableSampleWarning):
+        result = Trainer(build_config(tree), "sft", log=lambda _: None).fit()
+    assert result.steps == 6
+    losses = [json.loads(line).get("loss") for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert losses and all(isinstance(x, float) and math.isfinite(x) for x in losses), losses
+
+
+@pytest.mark.parametrize("path", ["data/sft_demo.jsonl", "./missing", "~/nowhere/x.parquet", "/no/such/file.txt"])
+def test_a_missing_local_file_is_one_sentence_at_once_not_a_hub_lookup(tmp_path, capsys, monkeypatch, path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # never the network, whatever happens
+    monkeypatch.chdir(tmp_path)
+    tree = axolotl_tree(tmp_path / "unused.jsonl", tmp_path / "out")
+    tree["datasets"] = [{"path": path, "type": "alpaca"}]
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text(yaml.safe_dump(tree))
+    assert train_main(["--task", "sft", "--config-path", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"datasets[0] path {path!r} does not exist here" in err and "Hub" not in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err

@@ -69,6 +69,7 @@ class DataConfig(BaseModel):
                              Discriminator(_entry_kind)]] | None = None
     test_datasets: list[DatasetEntry] | None = None
     train_on_inputs: bool = False
+    chat_template: str | None = None  # `type: chat_template` entries' default (Axolotl's top-level key)
     sample_packing: bool = False
     streaming: bool = True
     streaming_dataset_mixing_strategy: Literal["round_robin", "weighted", "random"] = "round_robin"
@@ -157,7 +158,7 @@ class DataConfig(BaseModel):
         """The SFT stream's typed settings: the text stream's plus the entries, their mixture and masking."""
         return SftStreamConfig(
             **self._stream_keys(seed), entries=tuple(self.datasets or ()), mixture=self.mixture(),
-            train_on_inputs=self.train_on_inputs, sample_packing=self.sample_packing,
+            train_on_inputs=self.train_on_inputs, sample_packing=self.sample_packing, chat_template=self.chat_template,
         )
 
     def extra(self, key: str, default: Any = None) -> Any:

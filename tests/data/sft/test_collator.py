@@ -112,7 +112,45 @@ def test_bad_records_name_the_field():
         StreamingDataCollator(tok, 64, prompter=AlpacaPrompter())([ALPACA, {"instruction": "x"}])
     with pytest.raises(RecordError, match="message 0 of 'messages' must be"):
         StreamingDataCollator(tok, 64)([{"messages": [{"role": "robot", "content": "x"}]}])
-    with pytest.raises(ValueError, match="dataset type 'sharegpt' is not known; use one of: alpaca, chat, completion"):
+    with pytest.raises(ValueError, match="dataset type 'sharegpt' is not known; use one of: alpaca, chat, chat_template, completion"):
         prompter_for("sharegpt")
     with pytest.raises(ValueError, match="max_length must be a positive integer"):
         StreamingDataCollator(tok, 0)
+
+
+def test_a_prompt_longer_than_sequence_len_is_skipped_counted_and_warned_once(monkeypatch):
+    from llm.data.sft import collator as module
+
+    tok = SimpleTokenizer()  # the alpaca template alone is longer than 64 bytes
+    collate = StreamingDataCollator(tok, 64, prompter=AlpacaPrompter())
+    with pytest.warns(module.UntrainableSampleWarning, match="skipped 1 sample.*sequence_len=64") as caught:
+        samples = collate.encode_each([ALPACA, ALPACA, ALPACA])
+    assert samples == [None, None, None] and collate.skipped == 3 and len(caught) == 1  # once per N
+    batch = collate([ALPACA])
+    assert batch["input_ids"].tolist() == [[tok.eos_id]]  # nothing trainable left: the empty-batch sample
+    monkeypatch.setattr(module, "WARN_EVERY", 2)
+    with pytest.warns(module.UntrainableSampleWarning) as caught:
+        collate.encode_each([ALPACA] * 4)
+    assert len(caught) == 2  # samples 5 and 7 of this collator
+    kept = StreamingDataCollator(tok, 300, prompter=AlpacaPrompter()).encode([ALPACA])
+    assert len(kept) == 1 and any(lab != -100 for lab in kept[0][1][1:])
+
+
+class AxolotlCfg:  # what Axolotl passes: an object with attributes (its DictDefault)
+    sequence_len = 16
+    train_on_inputs = True
+    sample_packing = False
+
+
+@pytest.mark.parametrize("cfg", [AxolotlCfg(), {"sequence_len": 16, "train_on_inputs": True}])
+def test_axolotls_signature_tokenizer_cfg_prompter(cfg):
+    tok = SimpleTokenizer()
+    collate = StreamingDataCollator(tokenizer=tok, cfg=cfg, prompter=None)
+    assert (collate.max_length, collate.train_on_inputs, collate.sample_packing) == (16, True, False)
+    batch = collate([{"text": "x" * 40}])
+    assert batch["input_ids"].shape == (1, 16) and (batch["labels"] == batch["input_ids"]).all()
+    assert StreamingDataCollator(tok, 8, cfg=cfg).max_length == 8  # an argument beats cfg
+    padded = StreamingDataCollator(tokenizer=tok, cfg={"sequence_len": 8, "pad_to_sequence_len": True})
+    assert padded([{"text": "x"}])["input_ids"].shape == (1, 8)
+    with pytest.raises(ValueError, match="cfg.sequence_len must be a positive integer, got None"):
+        StreamingDataCollator(tokenizer=tok, cfg={"train_on_inputs": True})

@@ -95,3 +95,26 @@ def test_a_mixture_of_formats_resumes_exactly(tmp_path, workers):
                for step in ref for ids, labels in zip(step["input_ids"], step["labels"])]
     chats = [t for t in targets if t.startswith("<|assistant|>")]
     assert len(targets) == 130 and len(chats) == 40  # every record once, each in its own format
+
+
+def test_records_left_without_a_trainable_token_are_skipped_and_the_stream_goes_on(tmp_path):
+    from llm.data.sft.collator import UntrainableSampleWarning
+
+    path = tmp_path / "mixed.jsonl"  # the odd records' instruction pushes the answer past 200 tokens
+    path.write_text("".join(json.dumps({"instruction": "x" * (60 * (i % 2)), "input": "", "output": f"{i}"}) + "\n"
+                            for i in range(10)))
+    data = DataConfig(datasets=[DatasetEntry(path=str(path), type="alpaca")], max_seq_len=200)
+    module = StreamingSFTDataModule(data, batch_size=2, loop=False)
+    with pytest.warns(UntrainableSampleWarning, match="sequence_len=200"):
+        batches = list(module.train_dataloader())
+    targets = [bytes(int(t) for t, lab in zip(ids, labels) if lab != -100 and t < 256).decode()
+               for b in batches for ids, labels in zip(b["input_ids"], b["labels"])]
+    assert targets == ["0", "2", "4", "6", "8"] and module.collator.skipped == 5
+
+
+@pytest.mark.parametrize("path, local", [("data/x.jsonl", True), ("./x", True), ("/a/b", True), ("~/x.csv", True),
+                                         ("tatsu-lab/alpaca", False), ("HuggingFaceH4/ultrachat_200k", False)])
+def test_what_looks_like_a_local_path(path, local):
+    from llm.data.sft.stream import looks_local
+
+    assert looks_local(path) is local

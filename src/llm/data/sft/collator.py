@@ -13,7 +13,8 @@ Labels are aligned with `input_ids` (Hugging Face models shift them inside);
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -27,6 +28,25 @@ from llm.data.sft.prompts import (
 )
 
 IGNORE = -100
+# a skipped sample warns on the first one and then once per this many, never per sample
+WARN_EVERY = 1000
+
+
+class UntrainableSampleWarning(UserWarning):
+    """Samples left with no trainable token (a prompt at least `sequence_len` long) were skipped."""
+
+
+def trainable(labels: list[int]) -> bool:
+    """Whether a sample teaches anything: a target after its first token (nothing predicts the first)."""
+    return any(lab != IGNORE for lab in labels[1:])
+
+
+class BatchRecordError(RecordError):
+    """A record of a batch that does not fit its prompt format: which one, the format, and why."""
+
+    def __init__(self, index: int, kind: str, reason: str):
+        super().__init__(f"record {index} of the batch ({kind}): {reason}")
+        self.index, self.kind, self.reason = index, kind, reason
 
 
 def infer_prompter(record: dict[str, Any], tokenizer: Any) -> Prompter:
@@ -38,22 +58,48 @@ def infer_prompter(record: dict[str, Any], tokenizer: Any) -> Prompter:
     return CompletionPrompter()
 
 
+def _from_cfg(cfg: Any, key: str) -> Any:
+    """One key of an Axolotl-style cfg: a dict, or an object with attributes (Axolotl's DictDefault)."""
+    if cfg is None:
+        return None
+    if isinstance(cfg, Mapping):
+        return cfg.get(key)
+    # a foreign config object: a key it lacks means "not set", as in Axolotl's DictDefault
+    return getattr(cfg, key, None)
+
+
+def _pick(given: Any, cfg: Any, key: str, default: Any) -> Any:
+    """The argument when given, else cfg's key when set, else the default."""
+    if given is not None:
+        return given
+    value = _from_cfg(cfg, key)
+    return default if value is None else value
+
+
 class StreamingDataCollator:
     """Call it on a list of raw records (dicts); returns int64 tensors `input_ids`, `attention_mask`, `labels`."""
 
     def __init__(
         self,
         tokenizer: Any,
-        max_length: int,
+        max_length: int | None = None,
         prompter: Prompter | None = None,
         padding: bool | str = True,
         pad_to_multiple_of: int | None = None,
         label_pad_token_id: int = IGNORE,
-        train_on_inputs: bool = False,
-        sample_packing: bool = False,
+        train_on_inputs: bool | None = None,
+        sample_packing: bool | None = None,
+        cfg: Any = None,
     ):
+        # Axolotl's signature: (tokenizer=..., cfg=..., prompter=...); an argument given here beats cfg's key
+        max_length = _pick(max_length, cfg, "sequence_len", None)
+        train_on_inputs = bool(_pick(train_on_inputs, cfg, "train_on_inputs", False))
+        sample_packing = bool(_pick(sample_packing, cfg, "sample_packing", False))
+        if padding is True and _from_cfg(cfg, "pad_to_sequence_len"):
+            padding = "max_length"
         if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
-            raise ValueError(f"max_length must be a positive integer, got {max_length!r}")
+            where = "cfg.sequence_len" if cfg is not None else "max_length"
+            raise ValueError(f"{where} must be a positive integer, got {max_length!r}; set it to the tokens per sample")
         if padding not in (True, False, "longest", "max_length"):
             raise ValueError(f"padding must be True, False, 'longest' or 'max_length', got {padding!r}")
         self.tokenizer = tokenizer
@@ -64,36 +110,55 @@ class StreamingDataCollator:
         self.label_pad_token_id = label_pad_token_id
         self.train_on_inputs = train_on_inputs
         self.sample_packing = sample_packing
+        self.skipped = 0  # samples dropped because truncation left them no trainable token
         pad = getattr(tokenizer, "pad_id", None)
         self.pad_id = tokenizer.eos_id if pad is None else pad
 
     # -- one record ------------------------------------------------------------------------
     def encode(self, records: Sequence[dict[str, Any]]) -> list[tuple[list[int], list[int]]]:
-        """(input_ids, labels) per record, EOS at the end, truncated to `max_length`."""
+        """(input_ids, labels) per record, EOS at the end, truncated to `max_length`; untrainable ones dropped."""
+        return [s for s in self.encode_each(records) if s is not None]
+
+    def encode_each(self, records: Sequence[dict[str, Any]]) -> list[tuple[list[int], list[int]] | None]:
+        """`encode`, one entry per record: None where truncation left no trainable token (counted, warned)."""
         segments = []
         for i, record in enumerate(records):
             if not isinstance(record, dict):
                 raise RecordError(f"record {i} of the batch is a {type(record).__name__}, expected a dict")
             prompter = self.prompter or infer_prompter(record, self.tokenizer)
             try:
-                segments.append(prompter.segments(record))
+                segments.append((prompter.segments(record), prompter.append_eos))
             except RecordError as e:
-                raise RecordError(f"record {i} of the batch ({prompter.name}): {e}") from None
-        texts = [text for segs in segments for text, _ in segs]
+                raise BatchRecordError(i, prompter.name, str(e)) from None
+        texts = [text for segs, _ in segments for text, _ in segs]
         ids = iter(self.tokenizer.encode_batch(texts) if texts else [])
         out = []
-        for segs in segments:
+        for segs, append_eos in segments:
             tokens: list[int] = []
             labels: list[int] = []
             for _, target in segs:
                 piece = list(next(ids))
                 tokens += piece
                 labels += piece if (target or self.train_on_inputs) else [IGNORE] * len(piece)
-            last_is_target = bool(segs) and (segs[-1][1] or self.train_on_inputs)
-            tokens.append(self.tokenizer.eos_id)
-            labels.append(self.tokenizer.eos_id if last_is_target else IGNORE)
-            out.append((tokens[: self.max_length], labels[: self.max_length]))
+            if append_eos:  # a chat template ends its turns itself
+                last_is_target = bool(segs) and (segs[-1][1] or self.train_on_inputs)
+                tokens.append(self.tokenizer.eos_id)
+                labels.append(self.tokenizer.eos_id if last_is_target else IGNORE)
+            out.append(self._keep(tokens[: self.max_length], labels[: self.max_length]))
         return out
+
+    def _keep(self, tokens: list[int], labels: list[int]) -> tuple[list[int], list[int]] | None:
+        """The sample, or None when it has no trainable token: a batch of those would make the loss NaN."""
+        if trainable(labels):
+            return tokens, labels
+        self.skipped += 1
+        if self.skipped % WARN_EVERY == 1 or WARN_EVERY == 1:
+            warnings.warn(
+                f"skipped {self.skipped} sample(s) so far with no trainable token: their prompt fills "
+                f"sequence_len={self.max_length}; raise sequence_len or shorten the prompts",
+                UntrainableSampleWarning, stacklevel=3,
+            )
+        return None
 
     # -- a batch ---------------------------------------------------------------------------
     def __call__(self, records: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -12,7 +12,7 @@ from llm.data.text.settings import MixtureConfig, TextStreamConfig
 if TYPE_CHECKING:  # built on demand: reading a config needs no torch
     from llm.data.sft.stream import StreamingSFTDataModule
 
-SFT_TYPES = ("alpaca", "chat", "completion")
+SFT_TYPES = ("alpaca", "chat", "chat_template", "completion")
 
 
 class DatasetEntry(BaseModel):
@@ -25,6 +25,14 @@ class DatasetEntry(BaseModel):
     split: str = "train"
     data_files: str | list[str] | None = None
     name: str | None = None  # the hub dataset's subset (`load_dataset(path, name)`)
+    # type: chat_template (Axolotl's keys); chat_template: tokenizer_default | chatml | inline Jinja | a template name
+    chat_template: str | None = None
+    field_messages: str = "messages"
+    message_property_mappings: dict[str, str] | None = None  # {role: ..., content: ...}
+    message_field_role: str | None = None  # Axolotl's older spelling of the mappings
+    message_field_content: str | None = None
+    roles_to_train: list[str] = ["assistant"]
+    train_on_eos: Literal["turn", "all", "last", "none"] = "turn"
 
     @field_validator("type")
     @classmethod
@@ -42,6 +50,7 @@ class SftStreamConfig(TextStreamConfig):
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     train_on_inputs: bool = False
     sample_packing: bool = False
+    chat_template: str | None = None  # the top-level default of `type: chat_template` entries
 
     def sft_stream(self) -> SftStreamConfig:
         """Itself: the SFT module takes this or a `DataConfig`, and asks either for its settings."""

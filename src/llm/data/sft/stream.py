@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from llm.data.sft.collator import StreamingDataCollator
+from llm.data.sft.collator import BatchRecordError, StreamingDataCollator
 from llm.data.sft.prompts import prompter_for
+from llm.data.text.errors import InputError
 from llm.data.text.hf import HFStreamTextSource
 from llm.data.text.local import LocalLineTextSource
 from llm.data.text.source import TextSource
@@ -31,8 +32,13 @@ class RecordCursor:
         self.done = bool(cursor.get("done", False))
 
     def feed(self, sample: Any, offset_after: int) -> Iterator[Any]:
+        """The sample, as one row; a skipped one (None: nothing to train on) is consumed without a row."""
+        if isinstance(sample, BadRecord):  # here the record's place is known: name its file and line
+            raise InputError(f"{sample.entry}: the record at {where(sample.path, self.records + 1, offset_after)} "
+                             f"{sample.reason}")
         self.offset, self.records = offset_after, self.records + 1
-        yield sample
+        if sample is not None:
+            yield sample
 
     def finish(self) -> Iterator[Any]:
         self.done = True
@@ -42,6 +48,26 @@ class RecordCursor:
         return {"offset": self.offset, "records": self.records, "token_buffer": [], "skip": 0, "done": self.done}
 
 
+class BadRecord:
+    """A record that cannot be a sample; its cursor raises, naming the file and line."""
+
+    def __init__(self, entry: str, path: str, reason: str):
+        self.entry, self.path, self.reason = entry, path, reason
+
+
+def where(path: str, record: int, offset_after: int) -> str:
+    """A record's place for a message: `FILE line N` in a line file (offsets are bytes), else its record number."""
+    file = Path(path).expanduser()
+    if file.is_file() and file.suffix.lower() in LINE_SUFFIXES:
+        with open(file, "rb") as f:  # read only on an error: the line number costs one pass over the head
+            head = f.read(offset_after)
+        line = head.count(b"\n") + (0 if head.endswith(b"\n") else 1)
+        return f"{file} line {line}"
+    if file.is_file():
+        return f"{file} record {record}"
+    return f"{path}, record {record} of one of its files (ending at offset {offset_after})"
+
+
 class SftSamples:
     """The batch format of fine-tuning: JSON records -> (input_ids, labels) samples -> a collated batch.
 
@@ -49,19 +75,41 @@ class SftSamples:
     the tokenizer and the padding settings, so the first one collates the batch.
     """
 
-    def __init__(self, collators: list[StreamingDataCollator]):
+    def __init__(self, collators: list[StreamingDataCollator], entries: list[tuple[str, str]]):
         self.collators = collators
+        self.entries = entries  # (name for messages, path) per source
 
     def packer(self, cursor: dict | None) -> RecordCursor:
         return RecordCursor(cursor)
 
-    def encode(self, texts: list[str], sources: list[int]) -> list[tuple[list[int], list[int]]]:
+    def encode(self, texts: list[str], sources: list[int]) -> list[Any]:
+        """One sample per text: None where it has nothing to train on, a `BadRecord` where it is malformed."""
         out: list[Any] = [None] * len(texts)
         for s in sorted(set(sources)):
             at = [i for i, src in enumerate(sources) if src == s]
-            for i, sample in zip(at, self.collators[s].encode([json.loads(texts[i]) for i in at])):
+            for i, sample in zip(at, self._encode_source(s, [texts[i] for i in at])):
                 out[i] = sample
         return out
+
+    def _encode_source(self, s: int, texts: list[str]) -> list[Any]:
+        """One source's records; the first bad one ends the list (its cursor raises before any later one)."""
+        records = [self._parse(s, text) for text in texts]
+        bad = next((k for k, r in enumerate(records) if isinstance(r, BadRecord)), len(records))
+        try:
+            return [*self.collators[s].encode_each(records[:bad]), *records[bad:bad + 1]]
+        except BatchRecordError as e:
+            good = self.collators[s].encode_each(records[: e.index])
+            return [*good, BadRecord(*self.entries[s], f"does not fit type {e.kind}: {e.reason}")]
+
+    def _parse(self, s: int, text: str) -> Any:
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as e:
+            return BadRecord(*self.entries[s], f"is not JSON ({e.msg}); fine-tuning records are JSON objects, "
+                             "one per line of a .jsonl file or rows of a .json/.parquet file")
+        if not isinstance(record, dict):
+            return BadRecord(*self.entries[s], f"is a JSON {type(record).__name__}, expected an object of fields")
+        return record
 
     def batch(self, rows: list[tuple[list[int], list[int]]]) -> dict[str, Any]:
         return self.collators[0].collate(rows)
@@ -72,14 +120,33 @@ def is_local(path: str) -> bool:
     return Path(path).expanduser().exists() or bool(any(c in path for c in "*?[") and glob.glob(path))
 
 
-def record_source(entry: Any) -> TextSource:
-    """The source of whole records for one `datasets:` entry (`path`, `split`, `data_files`, `name`)."""
+# a file suffix says "a file here": such a path is never a hub id (`org/name` has none)
+LINE_SUFFIXES = (".jsonl", ".txt", ".csv", ".tsv")  # read line by line: a cursor's offset is a byte position
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".txt", ".csv", ".gz", ".zst", ".arrow", ".tsv")
+
+
+def looks_local(path: str) -> bool:
+    """A path meant for this machine: `./`, `/`, `~` in front, or a data file's suffix (a hub id has neither)."""
+    return path.startswith(("./", "../", "/", "~", ".\\")) or path.lower().endswith(LOCAL_SUFFIXES)
+
+
+def record_source(entry: Any, where: str = "datasets entry") -> TextSource:
+    """The source of whole records for one `datasets:` entry (`path`, `split`, `data_files`, `name`).
+
+    A missing path that looks local is an error at once: looked up on the Hub it would
+    spend half a minute in retries before saying it could not reach it.
+    """
     if entry.data_files:
         files = entry.data_files if isinstance(entry.data_files, list) else [entry.data_files]
         if all(is_local(f) for f in files):
             return LocalLineTextSource(files, text_column=None)
     if is_local(entry.path):
         return LocalLineTextSource(entry.path, text_column=None)
+    if looks_local(entry.path) and not entry.data_files:
+        raise InputError(
+            f"{where} path {entry.path!r} does not exist here ({Path(entry.path).expanduser().absolute()}); "
+            "fix the path (it is relative to the folder llm-train runs in) or give a Hugging Face dataset id"
+        )
     return HFStreamTextSource(entry.path, entry.name, entry.split, text_column=None, data_files=entry.data_files)
 
 
@@ -94,12 +161,15 @@ class StreamingSFTDataModule(StreamingTextDataModule):
         # a DataConfig or an SftStreamConfig (sft/settings.py): both give the typed settings
         settings = config.sft_stream()
         self.entries = [entry] if entry is not None else list(settings.entries)
-        sources = [record_source(e) for e in self.entries]
+        names = [f"datasets[{i}]" for i in range(len(self.entries))] if entry is None else ["test dataset"]
+        sources = [record_source(e, name) for e, name in zip(self.entries, names)]
+        self.entry_names = [(name, e.path) for name, e in zip(names, self.entries)]
         kwargs.setdefault("source", sources[0] if len(sources) == 1 else settings.mixture.build(sources))
         super().__init__(settings, batch_size, **kwargs)
         self.collators = [
             StreamingDataCollator(
-                self.tokenizer, self.max_seq_len, prompter=prompter_for(e.type, self.tokenizer),
+                self.tokenizer, self.max_seq_len,
+                prompter=prompter_for(e.type, self.tokenizer, e, settings.chat_template),
                 train_on_inputs=settings.train_on_inputs, sample_packing=settings.sample_packing,
             )
             for e in self.entries
@@ -107,7 +177,7 @@ class StreamingSFTDataModule(StreamingTextDataModule):
         self.collator = self.collators[0]
 
     def batch_format(self) -> SftSamples:
-        return SftSamples(self.collators)
+        return SftSamples(self.collators, self.entry_names)
 
     def source_fingerprint(self) -> dict:
         return {

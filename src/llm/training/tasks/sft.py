@@ -27,6 +27,11 @@ def shift_labels(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def has_targets(batch: dict[str, torch.Tensor]) -> bool:
+    """Whether a (shifted) batch has a token to learn: one without any would give a NaN loss."""
+    return bool((batch["labels"] != IGNORE).any())
+
+
 class SftData(StreamTextData):
     """Batches of the `datasets:` entries (mixed by `streaming_dataset_mixing_strategy`), `micro_batch_size` records each.
 
@@ -53,7 +58,8 @@ class SftData(StreamTextData):
 
     def _one_pass(self, world_size: int) -> int:
         """Steps that read every record once: the records counted (read, not tokenized) before training."""
-        records = sum(1 for e in self.config.data.datasets for _ in record_source(e).iter_texts())
+        entries = enumerate(self.config.data.datasets)
+        records = sum(1 for i, e in entries for _ in record_source(e, f"datasets[{i}]").iter_texts())
         if not records:
             paths = ", ".join(e.path for e in self.config.data.datasets)
             raise ConfigError(f"datasets {paths} hold no record")
@@ -64,7 +70,9 @@ class SftData(StreamTextData):
             empty = True
             for batch in self.module.train_dataloader():
                 empty = False
-                yield shift_labels(batch)
+                shifted = shift_labels(batch)
+                if has_targets(shifted):  # else its loss is NaN: skipped (the collator warned)
+                    yield shifted
             if empty:
                 paths = ", ".join(e.path for e in self.config.data.datasets)
                 raise ValueError(f"datasets {paths} yielded no record for this rank")
@@ -87,7 +95,9 @@ class SftValidation:
         module.num_workers = 0
         self.batches: list[dict[str, torch.Tensor]] = []
         for batch in module.train_dataloader():
-            self.batches.append(shift_labels(batch))
+            shifted = shift_labels(batch)
+            if has_targets(shifted):
+                self.batches.append(shifted)
             if len(self.batches) == tc.val_batches:
                 break
         if not self.batches:
