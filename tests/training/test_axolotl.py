@@ -35,7 +35,7 @@ def lora_yaml(data: Path, out: Path) -> dict:
         "base_model": "NousResearch/Meta-Llama-3-8B", "model_type": "LlamaForCausalLM",
         "tokenizer_type": "AutoTokenizer", "load_in_8bit": True, "load_in_4bit": False, "strict": False,
         "datasets": [{"path": str(data), "type": "alpaca"}], "dataset_prepared_path": None, "val_set_size": 0.05,
-        "output_dir": str(out), "sequence_len": 128, "sample_packing": False, "pad_to_sequence_len": True,
+        "output_dir": str(out), "sequence_len": 512, "sample_packing": False, "pad_to_sequence_len": True,
         "adapter": "lora", "lora_model_dir": None, "lora_r": 32, "lora_alpha": 16, "lora_dropout": 0.05,
         "lora_target_linear": True, "lora_target_modules": ["q_proj", "v_proj"], "wandb_project": "demo",
         "wandb_entity": None, "gradient_accumulation_steps": 1, "micro_batch_size": 2, "num_epochs": 1,
@@ -162,7 +162,9 @@ def test_the_same_run_names_a_typo_inside_an_entry(tmp_path):
     message = str(info.value)
     assert "does not support (base_model" in message and "unknown key 'learning_rat'" in message
     assert message.endswith("; and unknown key 'data.datasets[0].field_instructoin' in entry 'data.datasets[0]'; "
-                            "valid keys are: path, type, split, data_files, name")
+                            "valid keys are: path, type, split, data_files, name, chat_template, field_messages, "
+                            "message_property_mappings, message_field_role, message_field_content, roles_to_train, "
+                            "train_on_eos")
 
 
 def test_ignore_unsupported_runs_with_a_warning(tmp_path, monkeypatch, capsys):
@@ -179,7 +181,7 @@ def test_ignore_unsupported_runs_with_a_warning(tmp_path, monkeypatch, capsys):
                       "held-out records in test_datasets: [{path, type}])"]
     tc = config.training
     assert (tc.lr, tc.amp_dtype, tc.seed, tc.epochs, tc.warmup_steps, tc.weight_decay) == (2e-4, "bf16", 7, 1, 1, 0.0)
-    assert (tc.log_interval_steps, config.data.max_seq_len, tc.batch_size, tc.max_steps) == (1, 128, 2, None)
+    assert (tc.log_interval_steps, config.data.max_seq_len, tc.batch_size, tc.max_steps) == (1, 512, 2, None)
     assert not config.data.streaming  # no streaming, no max_steps: Axolotl's one pass per epoch
     monkeypatch.chdir(tmp_path)
     cfg = tmp_path / "lora.yaml"
@@ -260,3 +262,11 @@ def test_every_unknown_key_of_a_section_is_named_at_once(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown keys 'training.lrr' \(did you mean 'lr'\?\), 'training.sead' "
                                           r"\(did you mean 'seed'\?\) in section 'training'; valid keys are: batch_size"):
         build_config(tree)
+
+
+def test_a_top_level_chat_template_is_the_data_sections() -> None:
+    from llm.training.core.loading import build_config
+
+    tree = {"datasets": [{"path": "chats.jsonl", "type": "chat_template"}], "chat_template": "chatml",
+            "sequence_len": 64, "max_steps": 3}
+    assert build_config(tree).data.chat_template == "chatml"

@@ -18,6 +18,7 @@ AXOLOTL_KEYS = {
     "test_datasets": "data.test_datasets",
     "sequence_len": "data.max_seq_len",
     "train_on_inputs": "data.train_on_inputs",
+    "chat_template": "data.chat_template",
     "sample_packing": "data.sample_packing",
     "streaming": "data.streaming",
     "streaming_dataset_mixing_strategy": "data.streaming_dataset_mixing_strategy",

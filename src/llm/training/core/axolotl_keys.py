@@ -23,7 +23,7 @@ UNSUPPORTED = frozenset({
     "lora_target_linear", "lora_modules_to_save", "lora_fan_in_fan_out", "lora_on_cpu", "peft_use_dora",
     "peft_use_rslora", "peft_layer_replication", "peft", "relora_steps", "relora_warmup_steps",
     "relora_anneal_steps", "relora_prune_ratio", "relora_cpu_offload", "unfrozen_parameters",
-    "merge_lora", "save_safetensors", "special_tokens", "tokens", "added_tokens_overrides", "chat_template",
+    "merge_lora", "save_safetensors", "special_tokens", "tokens", "added_tokens_overrides",
     "chat_template_jinja", "default_system_message",
     # data preparation Axolotl does before training
     "dataset_prepared_path", "push_dataset_to_hub", "dataset_shard_num", "dataset_shard_idx",
