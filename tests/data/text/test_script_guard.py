@@ -77,7 +77,9 @@ def test_a_script_without_the_main_guard_works_or_says_why_in_one_sentence(s3_se
     ("import x\n\nif __name__ == '__main__':\n    run()\n", 4, True),
     ("if '__main__' == __name__:\n    run()\n", 2, True),
     ("run()\nif __name__ == '__main__':\n    pass\n", 1, False),  # started above the guard
-    ("if __name__ != '__main__':\n    run()\n", 2, False),
+    ("if __name__ == '__main__' and len(sys.argv) > 1:\n    run()\n", 2, True),
+    ("if __name__ in ('__main__',):\n    run()\n", 2, True),
+    ("if DEBUG:\n    run()\n", 2, False),
     ("def main():\n    run()\n\nmain()\n", 4, False),
     ("this is ( not python\n", 1, True),  # unreadable: multiprocessing decides
 ])

@@ -26,16 +26,16 @@ class MainGuardError(SystemExit):
 
 
 def _is_main_guard(node: ast.stmt) -> bool:
-    """`if __name__ == "__main__":` (either side of the `==`)."""
-    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+    """A top-level `if` that tests `__name__` against "__main__" (`==`, `in`, combined with `and`, ...).
+
+    Lenient on purpose: a guard written some other way is let through, and multiprocessing
+    has the last word, so a script that works is never stopped.
+    """
+    if not isinstance(node, ast.If):
         return False
-    test = node.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-        return False
-    sides = [test.left, test.comparators[0]]
-    names = [s.id for s in sides if isinstance(s, ast.Name)]
-    values = [s.value for s in sides if isinstance(s, ast.Constant)]
-    return names == ["__name__"] and values == ["__main__"]
+    parts = list(ast.walk(node.test))
+    return (any(isinstance(p, ast.Name) and p.id == "__name__" for p in parts)
+            and any(isinstance(p, ast.Constant) and p.value == "__main__" for p in parts))
 
 
 def _guarded(path: str, line: int) -> bool:
