@@ -56,7 +56,11 @@ _APPEND_EVERY = 1024  # standalone passes append this many digests at a time
 
 
 def collapse_whitespace(text: str) -> str:
-    """The documented normalisation (the guide's `normalize`): every run of whitespace to one space, ends stripped."""
+    """The default normalisation (`llm.data.dedup.normalize`): whitespace runs to one space, ends stripped, case kept.
+
+    The same string as the guide's framework's `re.sub(r"\\s+", " ", text.strip())` for every
+    input (both use Python's whitespace; tests/data/text/test_normalize.py), so their digests match.
+    """
     return " ".join(text.split())
 
 

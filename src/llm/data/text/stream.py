@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from llm.data.seeds import check_seed
 from llm.data.stage import Stage
@@ -39,6 +38,7 @@ from llm.data.text.state import (
     merge_stream_states,
     mixture_seed,
 )
+from llm.data.text.workers import text_loader
 from llm.data.topology import current_topology
 
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
@@ -225,11 +225,8 @@ class StreamingTextDataModule(Stage):
         if self.num_workers:
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        # obstore's runtime hangs in a process forked after the parent used it (listing the
-        # objects did): workers of a source in object storage start from a fresh forkserver
-        fresh = self.num_workers > 0 and reads_object_store(self.source)
-        loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers, collate_fn=_as_is,
-                            multiprocessing_context="forkserver" if fresh else None)
+        # workers of a source in object storage start from a forkserver (text/workers.py)
+        loader = text_loader(ds, self.num_workers, reads_object_store(self.source), _as_is)
         done: set[int] = set()
         for item in loader:
             st = item.pop("_state")

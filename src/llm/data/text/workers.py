@@ -1,0 +1,93 @@
+"""How a text stream's DataLoader workers start: forked, or from a forkserver for object storage.
+
+obstore's runtime hangs in a process forked after the parent used it (listing the objects
+did), so workers of a source in object storage start from a forkserver. Such workers
+re-run the main script; a script that starts them from its top-level code without
+`if __name__ == "__main__":` would start them again in each worker, and multiprocessing
+kills it with its bootstrap text. `require_main_guard` says so in one sentence first.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from types import FrameType, ModuleType
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset
+
+
+class MainGuardError(SystemExit):
+    """The main script starts object-store workers from unguarded top-level code.
+
+    A SystemExit: the script exits with code 1 and the one sentence, never a traceback,
+    which is all a script that cannot run as written needs to show.
+    """
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """A top-level `if` that tests `__name__` against "__main__" (`==`, `in`, combined with `and`, ...).
+
+    Lenient on purpose: a guard written some other way is let through, and multiprocessing
+    has the last word, so a script that works is never stopped.
+    """
+    if not isinstance(node, ast.If):
+        return False
+    parts = list(ast.walk(node.test))
+    return (any(isinstance(p, ast.Name) and p.id == "__name__" for p in parts)
+            and any(isinstance(p, ast.Constant) and p.value == "__main__" for p in parts))
+
+
+def _guarded(path: str, line: int) -> bool:
+    """Whether `line` of the script at `path` lies inside a top-level main guard (unreadable: assume so)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return True  # nothing to go on: let multiprocessing decide
+    return any(_is_main_guard(n) and n.lineno <= line <= (n.end_lineno or n.lineno) for n in tree.body)
+
+
+def _reexecuted_main() -> ModuleType | None:
+    """The main module when a spawned/forkserver child re-runs it (a script or `-m module`), else None."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__file__", None) is None:
+        return None  # an interactive session or `-c`: nothing is re-run
+    name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+    if name == "__main__" or name.endswith(".__main__"):
+        return None  # `python -m package`: multiprocessing does not re-run a package's __main__
+    return main
+
+
+def _top_level_line(main: ModuleType, frame: FrameType | None) -> int | None:
+    """The line of the main script's top-level code on the current call stack, if it is there."""
+    while frame is not None:
+        if frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>":
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def require_main_guard() -> None:
+    """Raise MainGuardError when workers that re-run the main script are started from its unguarded top level."""
+    main = _reexecuted_main()
+    if main is None:
+        return
+    line = _top_level_line(main, sys._getframe(1))
+    if line is None or _guarded(main.__file__, line):  # type: ignore[arg-type]
+        return
+    raise MainGuardError(
+        f"{main.__file__} starts DataLoader workers for object-store (s3://) text from its top-level code "
+        f"(line {line}), and those workers start in a fresh interpreter that re-runs the script because the "
+        "object-store client does not survive fork(): put the script's code in a function and call it "
+        "under `if __name__ == \"__main__\":`"
+    )
+
+
+def text_loader(ds: Dataset, num_workers: int, object_store: bool, collate_fn: Any) -> DataLoader:
+    """The DataLoader over whole batches; object-store workers start from a forkserver (checked first)."""
+    fresh = num_workers > 0 and object_store
+    if fresh:
+        require_main_guard()
+    return DataLoader(ds, batch_size=None, num_workers=num_workers, collate_fn=collate_fn,
+                      multiprocessing_context="forkserver" if fresh else None)
