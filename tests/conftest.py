@@ -34,7 +34,7 @@ def _isolated_source_registry():
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local Ray cluster of 2 CPUs for one test module (~10-20 s to start on 2 cores)."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm[ray]' (the dev extra has it)")
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm-stream-data[ray]' (the dev extra has it)")
     from llm.data.shards.jobs.ray import start_local
 
     start_local(num_cpus=2)

@@ -21,3 +21,17 @@ def test_the_cli_help_says_info_and_verify_take_urls_too() -> None:
     for command in ("info", "verify"):
         [dataset] = [a for a in actions.choices[command]._actions if a.dest == "dataset"]
         assert "s3://" in dataset.help and "LitData" in dataset.help
+
+
+def test_every_install_hint_names_our_distribution() -> None:
+    """`llm` on PyPI is another project: hints say the name pyproject.toml gives (imported as `llm`)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    name = re.search(r'^name = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M).group(1)
+    assert name != "llm"
+    files = [*root.joinpath("src").rglob("*.py"), *root.joinpath("docs").glob("*.md"), root / "README.md"]
+    hints = [(p.name, m) for p in files for m in re.findall(r"pip install '?([A-Za-z0-9_.-]+)\[", p.read_text())]
+    assert hints, "the walk found the install hints"
+    assert all(found == name for _, found in hints), [h for h in hints if h[1] != name]

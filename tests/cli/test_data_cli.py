@@ -36,7 +36,7 @@ def test_version_comes_from_the_package_metadata(tmp_path: Path) -> None:
 
     proc = run("llm-data", "--version", cwd=tmp_path)
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"llm-data {version('llm')}"
+    assert proc.stdout.strip() == f"llm-data {version('llm-stream-data')}"
 
 
 def test_optimize_names_the_default_tokenizer_then_info_summarizes(tmp_path: Path, text: Path) -> None:

@@ -60,7 +60,7 @@ def test_version(command: str, capsys: pytest.CaptureFixture[str]) -> None:
 
     with pytest.raises(SystemExit) as info:
         {"llm-train": train_main, "llm-generate": generate_main}[command](["--version"])
-    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"{command} {version('llm')}"
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"{command} {version('llm-stream-data')}"
 
 
 def test_config_path_of_the_wrong_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -26,8 +26,8 @@ from tests.data.shards.helpers import real_lines, write_jsonl
 
 HAS_FASTOKENS = tb.installed("fastokens")
 HAS_TIKTOKEN = tb.installed("tiktoken")
-needs_fastokens = pytest.mark.skipif(not HAS_FASTOKENS, reason="fastokens is not installed (pip install 'llm[fastokens]')")
-needs_tiktoken = pytest.mark.skipif(not HAS_TIKTOKEN, reason="tiktoken is not installed (pip install 'llm[tiktoken]')")
+needs_fastokens = pytest.mark.skipif(not HAS_FASTOKENS, reason="fastokens is not installed (pip install 'llm-stream-data[fastokens]')")
+needs_tiktoken = pytest.mark.skipif(not HAS_TIKTOKEN, reason="tiktoken is not installed (pip install 'llm-stream-data[tiktoken]')")
 GPT2 = Path(__file__).resolve().parents[2] / ".bench_cache" / "gpt2.tiktoken"  # bench/cli.py says how to get it
 
 
@@ -344,7 +344,7 @@ def test_the_flat_batch_path_gives_the_same_documents(bpe_json, ranks_file, corp
 def test_a_ranks_file_is_converted_for_fastokens_once_and_a_damaged_conversion_is_redone(ranks_file, corpus, tmp_path,
                                                                                          monkeypatch):
     if not tb.installed("fastokens"):
-        pytest.skip("fastokens is not installed (pip install 'llm[fastokens]')")
+        pytest.skip("fastokens is not installed (pip install 'llm-stream-data[fastokens]')")
     monkeypatch.setenv("LLM_CACHE_DIR", str(tmp_path / "cache"))
     conversions: list[int] = []
     real = tb.tokenizer_json_from_ranks

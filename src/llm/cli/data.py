@@ -90,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--allow-empty", action="store_true",
                      help="write an empty dataset when the inputs hold no record (default: an error naming them)")
     opt.add_argument("--engine", choices=("local", "ray"), default="local",
-                     help="run tasks in local processes, or as Ray tasks (pip install 'llm[ray]'; docs/items.md)")
+                     help="run tasks in local processes, or as Ray tasks (pip install 'llm-stream-data[ray]'; docs/items.md)")
     opt.add_argument("--ray-address", default=None, help="with --engine ray: the cluster to join (default: start a local one)")
 
     info = add("info", "summarize a dataset: kind, shards, tokens, documents, sizes, tokenizer", _INFO_EPILOG)

@@ -22,11 +22,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 def package_version() -> str:
-    """The installed `llm` distribution's version (package metadata)."""
+    """The installed distribution's version (`llm-stream-data`, imported as `llm`; package metadata)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("llm")
+        return version("llm-stream-data")
     except PackageNotFoundError:  # running from a source tree that was never installed
         return "unknown (not installed)"
 

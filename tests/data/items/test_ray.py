@@ -11,7 +11,7 @@ import pytest
 from llm.data import StreamingDataset, TokensLoader, map, optimize
 from llm.data.shards.format.manifest import Manifest
 
-ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm[ray]' (the dev extra has it)")
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm-stream-data[ray]' (the dev extra has it)")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.usefixtures("ray_cluster")]
 

@@ -89,7 +89,7 @@ def installed(name: str) -> bool:
 
 def _require(name: str) -> None:
     if not installed(name):
-        raise ImportError(f"{name} is not installed (pip install 'llm[{name}]')")
+        raise ImportError(f"{name} is not installed (pip install 'llm-stream-data[{name}]')")
 
 
 class TokenizersEncoder:
