@@ -43,7 +43,7 @@ from llm.data.text.seen_file import (
     truncate_to,
 )
 from llm.data.text.seen_set import SeenSet, _pairs, first_occurrences
-from llm.data.text.source import Partition, Record, TextSource, Want
+from llm.data.text.source import Partition, Record, RecordFilter, TextSource
 from llm.data.topology import current_topology
 
 IN_MEMORY_WARNING = (
@@ -305,7 +305,7 @@ class DedupTextSource(TextSource):
     def partitions(self) -> list[Partition]:
         return self.inner.partitions()
 
-    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+    def iter_partition(self, part: Partition, offset: int = 0, want: RecordFilter = None) -> Iterator[Record]:
         # another stripe's records are dropped before hashing: their own reader dedups them
         records = (r for r in self.inner.iter_partition(part, offset, want) if want is None or want(r[1]))
         for chunk in _chunked(records):

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from llm.data.text.readers import InputError
-from llm.data.text.source import Partition, Record, TextSource, Want
+from llm.data.text.source import Partition, Record, RecordFilter, TextSource
 
 
 class HFStreamTextSource(TextSource):
@@ -53,7 +53,7 @@ class HFStreamTextSource(TextSource):
         n = self._dataset().num_shards
         return [Partition(f"shard{i:05d}of{n}", shard=i) for i in range(n)]
 
-    def _rows(self, ds: Any, offset: int, want: Want = None) -> Iterator[Record]:
+    def _rows(self, ds: Any, offset: int, want: RecordFilter = None) -> Iterator[Record]:
         if offset:
             ds = ds.skip(offset)  # HF streams cannot seek: the skipped rows are re-read
         row = offset
@@ -79,7 +79,7 @@ class HFStreamTextSource(TextSource):
                 if isinstance(text, str) and text.strip():
                     yield text.strip(), row, None
 
-    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+    def iter_partition(self, part: Partition, offset: int = 0, want: RecordFilter = None) -> Iterator[Record]:
         ds = self._dataset()
         yield from self._rows(ds.shard(ds.num_shards, part.shard or 0, contiguous=True), offset, want)
 

@@ -25,7 +25,7 @@ from llm.data.text.readers import (
     require_records,
     splittable,
 )
-from llm.data.text.source import Partition, Record, TextSource, Want
+from llm.data.text.source import Partition, Record, RecordFilter, TextSource
 
 
 class RemoteReadError(InputError, StorageError):
@@ -121,7 +121,7 @@ class LocalLineTextSource(TextSource):
                 parts.append(Partition(name, str(f)))
         return parts
 
-    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+    def iter_partition(self, part: Partition, offset: int = 0, want: RecordFilter = None) -> Iterator[Record]:
         path = self._by_path.get(part.path or "") or Path(part.path or "")
         if isinstance(path, RemoteObject):  # no stamp to check: every GET names the listed ETag
             try:
@@ -141,7 +141,7 @@ class LocalLineTextSource(TextSource):
         if stamp is not None:  # the whole partition was read: were its records all from one version?
             stamp.check(path)
 
-    def _records(self, path: Path | RemoteObject, part: Partition, offset: int, want: Want) -> Iterator[Record]:
+    def _records(self, path: Path | RemoteObject, part: Partition, offset: int, want: RecordFilter) -> Iterator[Record]:
         if part.shard is not None:
             for text, row in iter_parquet_rows(path, self.text_column, part.shard, offset, want):
                 yield text, row, None

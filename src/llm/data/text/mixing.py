@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from llm.data.text.dedup import DedupTextSource
-from llm.data.text.source import Partition, Record, TextSource, Want
+from llm.data.text.source import Partition, Record, RecordFilter, TextSource
 
 STRATEGIES = ("round_robin", "weighted", "random")
 _PREFIX = "d{}:"
@@ -103,7 +103,7 @@ class MixedTextSource(TextSource):
         prefix = _PREFIX.format(part.source)
         return replace(part, key=part.key[len(prefix):], base=part.base[len(prefix):] if part.base else None, source=0)
 
-    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+    def iter_partition(self, part: Partition, offset: int = 0, want: RecordFilter = None) -> Iterator[Record]:
         yield from self.sources[part.source].iter_partition(self._inner(part), offset, want)
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
@@ -154,7 +154,7 @@ class DedupMixture(DedupTextSource):
     def source_fingerprint(self) -> dict:
         return {**super().source_fingerprint(), "deduplicated": sorted(self.dedup_sources)}
 
-    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+    def iter_partition(self, part: Partition, offset: int = 0, want: RecordFilter = None) -> Iterator[Record]:
         if part.source in self.dedup_sources:
             yield from super().iter_partition(part, offset, want)
         else:

@@ -20,7 +20,8 @@ from llm.data.stage import StateError
 
 Record = tuple[str, int, "bytes | None"]
 
-Want = Callable[[int], bool] | None
+# which records of a partition to read (by record number), None: all of them; a reader skips the rest cheaply
+RecordFilter = Callable[[int], bool] | None
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class TextSource:
         """The fixed list of partitions of this source."""
         return [Partition(key="all")]
 
-    def iter_partition(self, part: Partition, offset: int = 0, want: Want = None) -> Iterator[Record]:
+    def iter_partition(self, part: Partition, offset: int = 0, want: RecordFilter = None) -> Iterator[Record]:
         """Records of one partition from `offset` on, each with the offset after it.
 
         `want(row)` (row-offset partitions only) may skip rows before they are parsed;

@@ -44,7 +44,7 @@ from llm.data.topology import current_topology
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
 
 
-def _as_is(item: dict) -> dict:
+def _batches_as_they_are(item: dict) -> dict:
     """The DataLoader's collate for whole batches: they are tensors (or packed bytes) already.
 
     Its default (`default_convert`) walks every element of every list, and each batch's
@@ -132,7 +132,6 @@ class StreamingTextDataModule(Stage):
         self._entries_checked = False  # has a mixture's every entry been seen to hold a record?
         self._handed_over = False  # has this module handed any batch over (this run)?
 
-    merge_states = staticmethod(merge_stream_states)
 
     # -- identity -------------------------------------------------------------------------
     def source_fingerprint(self) -> dict:
@@ -226,7 +225,7 @@ class StreamingTextDataModule(Stage):
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # workers of a source in object storage start from a forkserver (text/workers.py)
-        loader = text_loader(ds, self.num_workers, reads_object_store(self.source), _as_is)
+        loader = text_loader(ds, self.num_workers, reads_object_store(self.source), _batches_as_they_are)
         done: set[int] = set()
         for item in loader:
             st = item.pop("_state")
