@@ -13,6 +13,7 @@ from llm.training.cli_help import HelpFormatter, add_version
 from llm.training.core.axolotl import axolotl_task
 from llm.training.core.config import TrainConfig
 from llm.training.core.loading import ConfigError, build_config, parse_override, read_yaml
+from llm.training.user_modules import import_user_modules, modules_to_import
 
 if TYPE_CHECKING:
     from llm.training.trainer import Trainer
@@ -48,6 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="override any config key, e.g. --set checkpoint.checkpoint_dir=ckpt (repeatable; null sets None)",
     )
     parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import this module first, e.g. one that registers a custom data_source with SOURCE_REGISTRY "
+        "(repeatable; also the YAML's top-level import_modules: [...])",
+    )
+    parser.add_argument(
         "--ignore-unsupported",
         action="store_true",
         help="run an Axolotl YAML whose keys llm-train lacks (base_model, adapter, lora_*, ...) without them, "
@@ -66,6 +76,7 @@ EPILOG = """examples:
   llm-train --task lm --config-path configs/lm_local_demo.yaml --set checkpoint.checkpoint_dir=runs/a
   llm-train --task sft --config-path configs/sft_local_demo.yaml
   llm-train --config-path configs/axolotl_pretrain_demo.yaml   # an Axolotl YAML: task from its keys
+  llm-train --task stream_lm --config-path my.yaml --import my_sources   # a custom data_source it registers
   llm-train plot checkpoints/demo          # loss and throughput curves of a run, as a PNG
   llm-generate --checkpoint checkpoints/demo/latest --prompt "sample line"
 
@@ -172,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"--config-path {args.config_path} is a folder, not a file; pass a YAML file such as "
                               "configs/streaming_local_demo.yaml")
         tree = read_yaml(args.config_path)
+        import_user_modules(modules_to_import(tree, args.imports, args.config_path), args.config_path)
         task = args.task or _task_of(tree, args.config_path)
         config = build_config(tree, overrides, args.config_path, args.ignore_unsupported, _warn)
         done = finished_line(config)
