@@ -265,3 +265,15 @@ def test_peer_shard_bytes_share_our_shard_bytes():
 
     assert issubclass(ForeignShardBytes, _ShardBytes)
     assert not {"raw", "_open", "verify_all", "__getstate__"} & set(vars(ForeignShardBytes))
+
+
+def test_mds_list_layouts_split_into_their_parts() -> None:
+    """MDS's list[...] columns (a size field, a count, sizes, parts) and jpeg_array (count, sizes, parts)."""
+    import numpy as np
+
+    from llm.data.shards.interop.mds import _list_of, _sized_parts
+
+    parts = [b"ab", b"", b"cdef"]
+    header = np.array([len(parts), *map(len, parts)], np.uint32).tobytes()
+    assert _sized_parts(header + b"".join(parts), 0) == parts
+    assert _list_of(bytes.upper)(b"\0\0\0\0" + header + b"".join(parts)) == [b"AB", b"", b"CDEF"]

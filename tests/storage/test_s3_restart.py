@@ -28,7 +28,7 @@ BLOCK, BATCH = 64, 4
 
 
 class RestartableServer(Weed):
-    """`weed mini` on one port and one data folder kept across restarts; kill() is a crash (SIGKILL)."""
+    """SeaweedFS (Weed: loopback, -master.telemetry=false, -master.telemetry.url dead) on one port and one data folder kept across restarts; kill() is a crash (SIGKILL)."""
 
     def __init__(self, root: Path):
         super().__init__(root, key=KEY, secret=SECRET, bucket=BUCKET)

@@ -90,27 +90,23 @@ def _pil(data: bytes) -> Any:
     return Image.frombytes(mode, (int(width), int(height)), data[12 + mode_size :])
 
 
+def _sized_parts(data: bytes, count_at: int) -> list[bytes]:
+    """MDS's list layout: a uint32 count at `count_at`, that many uint32 sizes, then the parts back to back."""
+    n = int(np.frombuffer(data[count_at : count_at + 4], np.uint32)[0])
+    sizes = np.frombuffer(data[count_at + 4 : count_at + 4 + 4 * n], np.uint32).tolist()
+    ends = np.cumsum([count_at + 4 + 4 * n, *sizes]).tolist()
+    return [data[start:stop] for start, stop in zip(ends[:-1], ends[1:])]
+
+
 def _list_of(decode: Callable[[bytes], Any]) -> Callable[[bytes], list]:
     def decode_list(data: bytes) -> list:
-        n = int(np.frombuffer(data[4:8], np.uint32)[0])
-        sizes = np.frombuffer(data[8 : 8 + 4 * n], np.uint32).tolist()
-        out, i = [], 8 + 4 * n
-        for size in sizes:
-            out.append(decode(data[i : i + size]))
-            i += size
-        return out
+        return [decode(part) for part in _sized_parts(data, 4)]
 
     return decode_list
 
 
 def _jpeg_array(data: bytes) -> list:
-    n = int(np.frombuffer(data[:4], np.uint32)[0])
-    sizes = np.frombuffer(data[4 : 4 + 4 * n], np.uint32).tolist()
-    out, i = [], 4 + 4 * n
-    for size in sizes:
-        out.append(_image(data[i : i + size]))
-        i += size
-    return out
+    return [_image(part) for part in _sized_parts(data, 0)]
 
 
 _PLAIN: dict[str, Callable[[bytes], Any]] = {

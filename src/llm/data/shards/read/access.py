@@ -110,7 +110,8 @@ class SampleAccess:
         return samples if self.transform is None else self._timed(self.transform, samples)
 
     @staticmethod
-    def _timed(fn: Callable[[Any], Any], values: list) -> list:
+    def _timed(fn: Callable[[Any], Any], values: list, span: str = "transform") -> list:
+        """[fn(v) for v in values], each call a `span` of the profile trace when one is recording."""
         rec = current()
         if rec is None:
             return [fn(v) for v in values]
@@ -118,23 +119,15 @@ class SampleAccess:
         for v in values:
             start = time.perf_counter_ns()
             out.append(fn(v))
-            rec.add("transform", start, time.perf_counter_ns())
+            rec.add(span, start, time.perf_counter_ns())
         return out
 
     def _raw_list(self, ids: np.ndarray) -> list[Any]:
         """Samples as stored: items unpickled, token blocks as tensors (dicts with document_boundaries)."""
         if self.manifest.kind == "items":
-            get = self.reader.get
-            rec = current()
-            if rec is None:
+            if current() is None:
                 return list(self.reader.get_many(self.to_base(ids)))  # one offsets lookup for all
-            base = self.to_base(ids).tolist()
-            out = []
-            for b in base:
-                start = time.perf_counter_ns()
-                out.append(get(b))
-                rec.add("decode", start, time.perf_counter_ns())
-            return out
+            return self._timed(self.reader.get, self.to_base(ids).tolist(), "decode")
         blocks = {k: torch.from_numpy(v) for k, v in self.read_blocks(ids).items()}
         if not self.item_loader.document_boundaries:
             return list(blocks["input_ids"])
