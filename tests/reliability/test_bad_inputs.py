@@ -26,6 +26,7 @@ from llm.data import (
     StreamingDataset,
     TokensLoader,
     optimize,
+    train_test_split,
 )
 from llm.data.config import DataConfig, DatasetEntry
 from llm.data.sft.prompts import ChatTemplateError
@@ -124,8 +125,8 @@ def _axolotl(c: Ctx, name: str, entry: dict | None = None, **extra: Any) -> str:
     return _yaml(c, name, tree)
 
 
-def _loader(c: Ctx, **kw: Any) -> StreamingDataLoader:
-    return StreamingDataLoader(c.dataset(), **{"batch_size": 2, **kw})
+def _loader(c: Ctx, dataset: StreamingDataset | None = None, **kw: Any) -> StreamingDataLoader:
+    return StreamingDataLoader(dataset or c.dataset(), **{"batch_size": 2, **kw})
 
 
 def _state_of_other(c: Ctx) -> None:
@@ -140,7 +141,7 @@ def _state_edited(c: Ctx, **edit: Any) -> None:
     loader.load_state_dict({k: v for k, v in state.items() if v is not None})
 
 
-def _combined(c: Ctx, weights: list[float]) -> CombinedStreamingDataset:
+def _combined(c: Ctx, weights: Any) -> CombinedStreamingDataset:
     return CombinedStreamingDataset([c.dataset(), c.dataset(seed=3)], weights=weights)
 
 
@@ -199,6 +200,11 @@ def _text_stream(c: Ctx, path: Path) -> None:
 # turns them into failures that ask for the mark to go.
 GAPS = {
     "loader-state-unknown-key": "an unknown key in a loader state is accepted silently",
+    "optimize-fn-not-callable": "fn is not checked first: each input fails with 'TypeError: 'NoneType' object is not "
+                                "callable', blamed on input 0 (map says 'fn must be callable')",
+    "dataset-item-loader-a-string": "a raw AttributeError ('str' object has no attribute 'kind')",
+    "generate-folder-without-checkpoint": "says the existing folder 'does not exist' and names llm-train's "
+                                          "checkpoint.resume_from_checkpoint instead of --checkpoint",
     "sft-bad-jinja-in-a-datasets-entry": "says 'the chat template of datasets entry's chat_template' without naming "
                                          "which entry (datasets[0])",
 }
@@ -220,6 +226,11 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
      "input 0 (0) failed: ZeroDivisionError"),
     ("optimize-structure-changes", lambda c: optimize(_changing, range(6), c.fresh("o6"), num_workers=0),
      StructureError, "input 3 (3): field 'label' is str"),
+    ("optimize-fn-not-callable", lambda c: optimize(None, [1], c.fresh("o8"), num_workers=0), TypeError, "fn"),
+    ("optimize-mode-typo", lambda c: optimize(str, [1], c.fresh("o9"), mode="apend"), ValueError,
+     ("mode", "'apend'")),
+    ("optimize-unknown-compression", lambda c: optimize(str, [1], c.fresh("o10"), compression="zip"), ValueError,
+     "compression 'zip'"),
     ("llm-data-optimize-missing-input", lambda c: data_main(["optimize", "nope.jsonl", "--output", "o7"]),
      Exit("llm-data"), "nope.jsonl"),
     # StreamingDataset, CombinedStreamingDataset
@@ -227,16 +238,27 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
     ("dataset-no-index-json", lambda c: StreamingDataset(c.root / "empty"), ManifestError, "{root}/empty: no index.json"),
     ("dataset-wrong-item-loader", lambda c: StreamingDataset(c.ds, item_loader=ItemsLoader()), ValueError,
      "{ds} holds tokens, but item_loader is ItemsLoader"),
+    ("dataset-item-loader-a-string", lambda c: StreamingDataset(c.ds, item_loader="tokens"), TypeError,
+     ("item_loader", "'tokens'")),
+    ("dataset-block-size-0", lambda c: StreamingDataset(c.ds, item_loader=TokensLoader(block_size=0)), ValueError,
+     ("block_size", "got 0")),
+    ("dataset-unknown-shuffle-algorithm", lambda c: list(_loader(c, dataset=c.dataset(
+        shuffle=True, shuffle_algorithm="fisher"))), ValueError, ("'fisher'", "feistel")),
     ("dataset-bad-shuffle-window", lambda c: c.dataset(shuffle=True, shuffle_window=-3), ValueError, ("shuffle_window", "got -3")),
     ("dataset-subsample-zero", lambda c: c.dataset(subsample=0), ValueError, ("subsample", "got 0")),
+    ("dataset-subsample-nan", lambda c: c.dataset(subsample=float("nan")), ValueError, ("subsample", "got nan")),
+    ("split-fractions-over-1", lambda c: train_test_split(c.dataset(), [0.5, 0.7]), ValueError,
+     "got [0.5, 0.7] (sum 1.2)"),
     ("combined-string-dataset", lambda c: CombinedStreamingDataset([str(c.ds)]), TypeError, "datasets[0] is a str"),
     ("combined-weights-nan", lambda c: _combined(c, [float("nan"), 1.0]), ValueError, "weights[0] is nan"),
     ("combined-weights-inf", lambda c: _combined(c, [1.0, float("inf")]), ValueError, "weights[1] is inf"),
     ("combined-weights-negative", lambda c: _combined(c, [1.5, -0.5]), ValueError, "weights[1] is -0.5"),
     ("combined-weights-wrong-length", lambda c: _combined(c, [1.0]), ValueError, "weights has 1 entries"),
+    ("combined-weights-a-string", lambda c: _combined(c, "0.5"), ValueError, ("weights", "got '0.5'")),
     ("combined-weights-all-zero", lambda c: _combined(c, [0.0, 0.0]), ValueError, "weights are all zero ([0.0, 0.0])"),
     ("manifest-dtype-list", _edited_manifest, ManifestError, "{root}/fresh/edited/index.json: key 'dtype' is []"),
     ("llm-data-verify-missing-folder", lambda c: data_main(["verify", "nope"]), Exit("llm-data"), "nope"),
+    ("llm-data-info-of-a-file", lambda c: data_main(["info", "afile"]), Exit("llm-data"), "afile is a file"),
     # StreamingDataLoader
     ("loader-batch-size-0", lambda c: _loader(c, batch_size=0), ValueError, "batch_size must be a positive integer, got 0"),
     ("loader-num-workers-minus-1", lambda c: _loader(c, num_workers=-1), ValueError, "num_workers must be an integer >= 0, got -1"),
@@ -244,6 +266,7 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
     ("loader-state-key-missing", lambda c: _state_edited(c, epoch=None), StateError, "no key 'epoch'"),
     ("loader-state-key-bad-value", lambda c: _state_edited(c, samples_consumed="x"), StateError,
      "key 'samples_consumed' is 'x'"),
+    ("loader-state-not-a-dict", lambda c: _loader(c).load_state_dict([1]), StateError, "loader state is a list"),
     ("loader-state-unknown-key", lambda c: _state_edited(c, bogus=1), StateError, "'bogus'"),
     # map
     ("map-fn-not-callable", lambda c: map_items("upper", [1], c.fresh("m1"), progress=False), TypeError,
@@ -284,6 +307,8 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
      Exit("llm-data"), "cache/notes is not a shard cache"),
     ("generate-missing-checkpoint", lambda c: generate_main(["--checkpoint", "no-such-run"]), Exit("llm-generate"),
      "checkpoint no-such-run does not exist"),
+    ("generate-folder-without-checkpoint", lambda c: generate_main(["--checkpoint", "empty"]), Exit("llm-generate"),
+     ("empty", "--checkpoint")),
 ]
 
 
