@@ -200,11 +200,6 @@ def _text_stream(c: Ctx, path: Path) -> None:
 # turns them into failures that ask for the mark to go.
 GAPS = {
     "loader-state-unknown-key": "an unknown key in a loader state is accepted silently",
-    "optimize-fn-not-callable": "fn is not checked first: each input fails with 'TypeError: 'NoneType' object is not "
-                                "callable', blamed on input 0 (map says 'fn must be callable')",
-    "dataset-item-loader-a-string": "a raw AttributeError ('str' object has no attribute 'kind')",
-    "generate-folder-without-checkpoint": "says the existing folder 'does not exist' and names llm-train's "
-                                          "checkpoint.resume_from_checkpoint instead of --checkpoint",
     "sft-bad-jinja-in-a-datasets-entry": "says 'the chat template of datasets entry's chat_template' without naming "
                                          "which entry (datasets[0])",
 }

@@ -221,8 +221,11 @@ def remove_checkpoints(paths: list[Path], keep: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """The `step_<N>` folder that `path` names: a step folder, a `latest` file, or a checkpoint_dir."""
+def resolve_checkpoint(path: str | Path, setting: str = "checkpoint.resume_from_checkpoint") -> Path:
+    """The `step_<N>` folder that `path` names: a step folder, a `latest` file, or a checkpoint_dir.
+
+    `setting` is what the user set `path` with, named in the error (llm-generate: `--checkpoint`).
+    """
     p = Path(path)
     if p.is_dir() and (p / CHECKPOINT_FILE).is_file():
         return p
@@ -236,11 +239,16 @@ def resolve_checkpoint(path: str | Path) -> Path:
         if not _STEP_DIR.match(target) or not (resolved / CHECKPOINT_FILE).is_file():
             raise FileNotFoundError(
                 f"checkpoint pointer {p} names {target!r}, which is not a complete step_<N> "
-                f"checkpoint in {p.parent}; point resume_from_checkpoint at an existing step_<N> folder"
+                f"checkpoint in {p.parent}; point {setting} at an existing step_<N> folder"
             )
         return resolved
+    if p.is_dir():
+        raise FileNotFoundError(
+            f"checkpoint folder {p} holds no checkpoint (no {CHECKPOINT_FILE}, no `{LATEST}` file); set {setting} "
+            "to a step_<N> folder, its `latest` file, or a checkpoint_dir holding one"
+        )
     raise FileNotFoundError(
-        f"checkpoint {p} does not exist; set checkpoint.resume_from_checkpoint to a step_<N> "
+        f"checkpoint {p} does not exist; set {setting} to a step_<N> "
         "folder, its `latest` file, or a checkpoint_dir holding one"
     )
 

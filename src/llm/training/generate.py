@@ -55,7 +55,7 @@ def load_for_generation(path: str | Path, device: str = "cpu") -> tuple[Any, Any
     if not p.exists():
         raise ValueError(f"checkpoint {path} does not exist; pass --checkpoint a step_<N> folder, its `latest` "
                          "file or a checkpoint_dir written by llm-train")
-    folder = resolve_checkpoint(p)
+    folder = resolve_checkpoint(p, "--checkpoint")
     ckpt = load_checkpoint(folder, map_location=device)
     config = ckpt.get("config") or {}
     model_cfg, data_cfg = config.get("model", {}), config.get("data", {})

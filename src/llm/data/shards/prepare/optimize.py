@@ -276,6 +276,8 @@ def optimize(
     either engine. `fn` raising stops the run with an OptimizeError naming the input.
     """
     started = time.perf_counter()
+    if not callable(fn):
+        raise TypeError(f"optimize: fn must be callable as fn(input), got {type(fn).__name__}")
     inputs = list(inputs)
     if not inputs:
         raise ValueError("optimize got no inputs")

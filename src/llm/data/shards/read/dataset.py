@@ -64,6 +64,8 @@ class StreamingDataset(SampleSource):
         workers; it moves the loader to the per-sample path (access.py)."""
         if verify_checksums not in (True, False, "always"):
             raise ValueError(f"verify_checksums must be True, False or 'always', got {verify_checksums!r}")
+        if item_loader is not None and not isinstance(item_loader, (TokensLoader, ItemsLoader)):
+            raise TypeError(f"item_loader must be TokensLoader(block_size=...) or ItemsLoader(), got {item_loader!r}")
         self.subsample, self.transform, self.split = check_subsample(subsample), as_transform(transform), None
         location = parse_location(input_dir)
         self.cache = None
