@@ -166,7 +166,7 @@ def test_auto_without_fastokens_takes_tiktoken_then_tokenizers(bpe_json, ranks_f
     monkeypatch.setattr(tb, "installed", lambda name: name != "fastokens" and real(name))
     expected = "tiktoken" if HAS_TIKTOKEN else "tokenizers"
     assert load_tokenizer(str(bpe_json)).backend == expected
-    with pytest.raises(ValueError, match=r"backend 'fastokens' cannot serve .*not installed \(pip install 'llm\[fastokens\]'\)"):
+    with pytest.raises(ValueError, match=r"backend 'fastokens' cannot serve .*not installed \(pip install 'llm-stream-data\[fastokens\]'\)"):
         load_tokenizer(str(bpe_json), "fastokens")
     monkeypatch.setattr(tb, "installed", lambda name: name == "tokenizers")
     assert load_tokenizer(str(bpe_json)).backend == "tokenizers"
