@@ -141,7 +141,7 @@ def test_clear_all_removes_only_shard_caches_and_names_what_it_left_alone(caches
     proc = run("llm-data", "cache", "clear", "--all", "--cache-dir", str(cache), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in cache.iterdir()) == ["my-dataset", "notes"]
-    assert "left alone 2 folder(s) that are not shard caches: my-dataset, notes" in proc.stderr
+    assert "left alone 2 folders that are not shard caches: my-dataset, notes" in proc.stderr
     assert (cache / "notes" / "todo.txt").read_text() == "keep me" and (cache / "my-dataset" / "index.json").is_file()
     assert first_error(run("llm-data", "cache", "clear", "notes", "--cache-dir", str(cache), cwd=tmp_path)).startswith(
         f"llm-data: error: {cache / 'notes'} is not a shard cache (no .source.json)")

@@ -345,11 +345,13 @@ def _cache(args: argparse.Namespace) -> None:
 
 
 def _others(root: Path) -> None:
+    from llm.cli.inspect import plural
     from llm.data.storage import cache_admin
 
     others = cache_admin.not_caches(root)
     if others:
-        print(f"cache: left alone {len(others)} folder(s) that are not shard caches: {', '.join(others)}", file=sys.stderr)
+        what = plural(len(others), "folder") + (" that is not a shard cache" if len(others) == 1 else " that are not shard caches")
+        print(f"cache: left alone {what}: {', '.join(others)}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> None:
