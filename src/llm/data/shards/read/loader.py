@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.profiling import LoaderProfile
 from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
-from llm.data.shards.read.state import STATE_KEYS, check_header, check_int
-from llm.data.stage import Stage
+from llm.data.shards.read.state import OPTIONAL_KEYS, STATE_KEYS, check_header, check_int
+from llm.data.stage import Stage, StateError
 from llm.data.topology import current_topology
 
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
@@ -236,7 +236,12 @@ class StreamingDataLoader(DataLoader, Stage):
         """Where `state` resumes, the dataset's (or mixture's) part included; changes nothing."""
         check_int(check_header(state, STATE_KEYS), "global_batch_size", 1, 1 << 62,
                   "batch_size x world size when it was saved")
-        return self.dataset.resolve(state)
+        resume = self.dataset.resolve(state)  # first: another dataset's state is named as such
+        unknown = sorted(set(state) - set(self.state()) - set(OPTIONAL_KEYS))
+        if unknown:  # an edited or foreign state: resuming it would ignore what the key says
+            raise StateError(f"loader state has an unknown key {unknown[0]!r}; pass the dict returned by "
+                             "StreamingDataLoader.state_dict() unchanged")
+        return resume
 
     def check(self, state: Any) -> None:
         self._resolve(state)
