@@ -199,8 +199,6 @@ def _text_stream(c: Ctx, path: Path) -> None:
 # Rows whose message does not say what the row expects today (src/ is not this file's to fix): strict, so a fix
 # turns them into failures that ask for the mark to go.
 GAPS = {
-    "sft-bad-jinja-in-a-datasets-entry": "says 'the chat template of datasets entry's chat_template' without naming "
-                                         "which entry (datasets[0])",
 }
 
 Named = str | tuple[str, ...]

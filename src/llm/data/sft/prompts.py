@@ -309,14 +309,15 @@ PROMPTERS = {"alpaca": AlpacaPrompter, "chat": ChatPrompter, "chat_template": Ch
              "completion": CompletionPrompter}
 
 
-def prompter_for(kind: str, tokenizer: Any = None, entry: Any = None, default_template: str | None = None) -> Prompter:
+def prompter_for(kind: str, tokenizer: Any = None, entry: Any = None, default_template: str | None = None,
+                 where: str = "datasets entry") -> Prompter:
     """The prompter for a dataset `type` (`alpaca`, `chat`, `chat_template`, `completion`); an unknown one lists the valid names."""
     if kind not in PROMPTERS:
         raise ValueError(f"dataset type {kind!r} is not known; use one of: {', '.join(PROMPTERS)}")
     if kind == "chat_template":
         if entry is None:
             raise ValueError("type chat_template needs its datasets entry (field_messages, roles_to_train, ...)")
-        return chat_template_prompter(entry, tokenizer, default_template)
+        return chat_template_prompter(entry, tokenizer, default_template, where)
     if kind == "chat":
         return ChatPrompter.for_tokenizer(tokenizer) if tokenizer is not None else ChatPrompter()
     return PROMPTERS[kind]()

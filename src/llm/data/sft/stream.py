@@ -169,10 +169,10 @@ class StreamingSFTDataModule(StreamingTextDataModule):
         self.collators = [
             StreamingDataCollator(
                 self.tokenizer, self.max_seq_len,
-                prompter=prompter_for(e.type, self.tokenizer, e, settings.chat_template),
+                prompter=prompter_for(e.type, self.tokenizer, e, settings.chat_template, name),
                 train_on_inputs=settings.train_on_inputs, sample_packing=settings.sample_packing,
             )
-            for e in self.entries
+            for e, name in zip(self.entries, names)
         ]
         self.collator = self.collators[0]
 
