@@ -259,6 +259,12 @@ class Trainer:
             )
         self.schedule.cycle_start = cycle_start
         self.schedule.total = cycle_start + self.planned_steps
+        max_steps = self.config.training.max_steps
+        if max_steps is not None and self.schedule.total > max_steps:
+            # max_steps is the total, as in Axolotl and Hugging Face (the guide's epochs count from the resume).
+            self.schedule.total = max(max_steps, self.step)
+            self.log(f"max_steps {max_steps} is the total (as in Axolotl and Hugging Face): training to step "
+                     f"{self.schedule.total}" + (" (nothing to train)" if self.step >= max_steps else ""))
         self.schedule.warmup = self.config.training.warmup_steps
         self.schedule.min_ratio = self.config.training.min_lr_ratio
         for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
