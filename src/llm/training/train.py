@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from llm.data.text.readers import InputError
 from llm.training.cli_help import HelpFormatter, add_version
@@ -14,9 +13,6 @@ from llm.training.core.axolotl import axolotl_task
 from llm.training.core.config import TrainConfig
 from llm.training.core.loading import ConfigError, build_config, parse_override, read_yaml
 from llm.training.user_modules import import_user_modules, modules_to_import
-
-if TYPE_CHECKING:
-    from llm.training.trainer import Trainer
 
 
 def build_parser() -> argparse.ArgumentParser:
