@@ -128,13 +128,6 @@ def rows(step: dict) -> list[bytes]:
     return [a.tobytes() + b.tobytes() for a, b in zip(step["input_ids"], step["labels"])]
 
 
-@pytest.mark.slow
-def test_token_mixing_resumes_exactly_in_fresh_processes(tmp_path):
-    config = {"paths": write_corpora(tmp_path, 150, 10), "weights": [0.6, 0.4], "workers": 0}
-    check_resume(run_tokens, config, stops=[7, 23], resume_configs=[{**config, "world": 2}], exact=False,
-                 split_records=rows)
-
-
 def test_token_mixing_with_workers_resumes_exactly_and_on_other_topologies(tmp_path):
     config = {"paths": write_corpora(tmp_path, 150, 10), "weights": [0.6, 0.4], "workers": 2}
     others = [{**config, "workers": 0}, {**config, "workers": 1, "world": 2}]
