@@ -96,3 +96,32 @@ def test_the_meter_writes_per_source_scalars_and_the_plot_draws_their_shares(tmp
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
     plot_run(tmp_path)
     assert shares == {"code": [75.0, 68.75], "wiki": [25.0, 31.25]}
+
+
+def _sum_on_rank(rank: int, port: int, out: Path) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    from llm.training.source_metrics import sum_over_ranks
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        mine = {"wiki": {"tokens": 1000 * (rank + 1), "samples": rank + 1}, "code": {"tokens": 7, "samples": 1}}
+        (out / f"rank{rank}.json").write_text(json.dumps(sum_over_ranks(mine)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_counts_are_summed_over_ranks_with_torch_distributed(tmp_path: Path) -> None:
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_sum_on_rank, args=(port, tmp_path), nprocs=2, start_method="fork")
+    want = {"wiki": {"tokens": 3000, "samples": 3}, "code": {"tokens": 14, "samples": 2}}
+    assert [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)] == [want, want]

@@ -148,3 +148,18 @@ def test_the_counts_are_kept_in_the_state_and_summed_on_another_topology(tmp_pat
     assert two[0].source_counts() == one.source_counts()
     assert two[1].source_counts() == {"short": {"tokens": 0, "samples": 0}, "long": {"tokens": 0, "samples": 0}}
     assert sum(v["tokens"] for v in one.source_counts().values()) == sum(int((b["labels"] != -100).sum()) for b in head)
+
+
+def test_a_version_2_state_without_token_counts_resumes_exactly(tmp_path):
+    """States saved before token counts (no `tokens` in the cursors, no step, anchors or counts) still resume."""
+    from tests.data.text.test_mixing import run_mix, write_sources
+    from tests.resume import assert_same_steps
+
+    config = {"paths": write_sources(tmp_path), "strategy": "weighted", "weights": [0.75, 0.25], "workers": 0}
+    reference, _ = run_mix(config, None, None)
+    head, state = run_mix(config, None, 13)
+    old = {k: v for k, v in state.items() if k not in ("step", "mix", "consumed")}
+    old["partitions"] = {k: {f: x for f, x in c.items() if f != "tokens"} for k, c in state["partitions"].items()}
+    assert old["version"] == 2
+    tail, _ = run_mix(config, old, None)
+    assert_same_steps(head + tail, reference, "an old version-2 state")
