@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from llm.data.text.dedup import DedupTextSource
 from llm.data.text.mixing import as_mixture, choose
 from llm.data.text.packing import WindowCutter, to_example
 from llm.data.text.partitions import assign_partitions, stripe_partitions
@@ -165,6 +166,8 @@ class StreamingTextDataset(IterableDataset):
         chunk: list[tuple[Record, Any, int]] = []
 
         def flush(encoded: list[Any] | None = None) -> Iterator[dict]:
+            if not chunk:
+                return
             items = encoded or fmt.encode([r[0] for r, _, _ in chunk], [i for _, _, i in chunk])
             for ((_, after, digest), (packer, queue), source), item in zip(chunk, items):
                 if digest is not None:
@@ -226,15 +229,17 @@ class StreamingTextDataset(IterableDataset):
             drawn += records
         weights = self.mix_weights or mixture.weights
         by_tokens = mixture.unit == "tokens"
+        if by_tokens:  # each draw needs the tokens of the records drawn before it: encode as they are read
+            # a shared seen-set drops a record another source read first: read strictly in draw order there
+            ahead = 1 if isinstance(self.source, DedupTextSource) else self.chunk_records
+            streams = {i: self._encoded(stream, i, ahead) for i, stream in streams.items()}
         live = sorted(streams)
         while live:
             i = choose(mixture.strategy, live, counts, weights, self.mix_seed, self._consumer,
                        tokens if by_tokens else None, drawn)
             for event in streams[i]:
-                if event[0] == "record" and by_tokens:  # the next choice needs this record's tokens
-                    item = self.format.encode([event[1][0]], [i])[0]
-                    tokens[i] += self.format.tokens(item)
-                    event = ("encoded", *event[1:], item)
+                if event[0] == "encoded":
+                    tokens[i] += self.format.tokens(event[4])
                 yield event
                 if event[0] != "end":
                     counts[i] += 1
@@ -242,6 +247,30 @@ class StreamingTextDataset(IterableDataset):
                     break
             else:
                 live.remove(i)
+
+    def _encoded(self, stream: Iterator[tuple], source: int, ahead: int) -> Iterator[tuple]:
+        """One source's events, its records encoded up to `ahead` at a time ("encoded" events, item last).
+
+        Reading ahead inside one source changes nothing it yields: which source is drawn
+        next depends only on the events already taken, and each source's order is its own.
+        """
+        pending: list[tuple] = []
+
+        def encode() -> list[tuple]:
+            records = [e for e in pending if e[0] == "record"]
+            items = iter(self.format.encode([e[1][0] for e in records], [source] * len(records)))
+            out = [("encoded", *e[1:], next(items)) if e[0] == "record" else e for e in pending]
+            pending.clear()
+            return out
+
+        count = 0
+        for event in stream:
+            pending.append(event)
+            count += event[0] == "record"
+            if event[0] == "end" or count >= ahead:
+                yield from encode()
+                count = 0
+        yield from encode()
 
     def _source_events(self, parts: list[Partition], touched: dict, source: int) -> Iterator[tuple]:
         """One source's events: its groups in order, each group's records then its end."""
