@@ -18,7 +18,11 @@ from llm.data import (
 )
 from llm.data.shards.read.state import StateError
 from tests.data.shards.test_mixing import combined, make_source
-from tests.resume import assert_same_steps, check_resume
+from tests.resume import (
+    assert_same_steps,
+    check_refused_state_changes_nothing,
+    check_resume,
+)
 
 
 def make_items(folder, tag: int, n: int, lengths: tuple[int, int]) -> str:
@@ -166,11 +170,16 @@ def test_a_schedule_changed_for_the_future_resumes_and_one_changing_the_past_is_
     straight, _ = run_schedule({"paths": token_sources, "schedule": SCHEDULE}, None, None)
     assert_same_steps(head + tail, straight, "schedule changed at step 10 for steps 12 on")
     _, state = run_schedule({"paths": token_sources, "schedule": SCHEDULE}, None, 15)
-    sources = [StreamingDataset(p, item_loader=TokensLoader(block_size=7)) for p in token_sources]
-    loader = StreamingDataLoader(CombinedStreamingDataset(sources, schedule=later, seed=3), batch_size=8)
+
+    def loader() -> StreamingDataLoader:
+        sources = [StreamingDataset(p, item_loader=TokensLoader(block_size=7)) for p in token_sources]
+        return StreamingDataLoader(CombinedStreamingDataset(sources, schedule=later, seed=3), batch_size=8)
+
+    refused = loader()
     with pytest.raises(StateError, match="schedule gives other weights at step 12 than the run that saved this "
                                          "state, which has read to step 15; change the schedule only from step 15 on"):
-        loader.load_state_dict(state)
+        refused.load_state_dict(state)
+    check_refused_state_changes_nothing(refused, state, lambda lo: [b.numpy() for _, b in zip(range(25), lo)], loader())
 
 
 def test_source_counts_of_token_blocks_follow_the_position(token_sources):

@@ -13,7 +13,12 @@ from llm.data.mix_schedule import RAMP_STEPS, parse_schedule
 from llm.data.stage import StateError
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
 from tests.data.text.test_token_mixing import count_by_source, write_corpora
-from tests.resume import assert_same_steps, check_resume
+from tests.resume import (
+    assert_same_steps,
+    check_refused_state_changes_nothing,
+    check_resume,
+    take_steps,
+)
 
 SWITCH = [{"step": 0, "weights": [0.9, 0.1]}, {"step": 20, "weights": [0.2, 0.8]}]
 
@@ -92,7 +97,8 @@ def test_a_schedule_that_rewrites_the_past_is_refused_in_one_sentence(tmp_path):
     with pytest.raises(StateError, match="gives other weights at step 20 than the run that saved this state, which "
                                          "has trained to step 25; change the schedule only from step 25 on"):
         later.load_state_dict(state)
-    assert later.progress.step == 0  # refused: nothing taken
+    fresh = make({"paths": paths, "schedule": [SWITCH[0], {"step": 30, "weights": [0.2, 0.8]}]})
+    check_refused_state_changes_nothing(later, state, lambda m: take_steps(m.train_dataloader(), 35), fresh)
 
 
 def test_a_plain_weights_state_resumes_under_a_schedule_that_keeps_its_past(tmp_path):
