@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llm.data.stage import StateError
 from llm.training import metrics
 from llm.training.core.loading import build_config
 from llm.training.metrics import read_metrics
@@ -32,7 +33,9 @@ class Board:
 def mixture_tree(tmp_path: Path, **checkpoint: object) -> dict:
     short, long = write_corpora(tmp_path / "data", 800, 60)
     return tiny_tree(short, data={"datasets": [{"dataset_path": short}, {"dataset_path": long, "name": "books"}],
-                                  "streaming_dataset_mixing_strategy": "weighted", "streaming_mixing_weights": [0.5, 0.5],
+                                  "streaming_dataset_mixing_strategy": "weighted",
+                                  "streaming_mixing_schedule": [{"step": 0, "weights": [0.5, 0.5]},
+                                                                {"step": 6, "weights": [0.3, 0.7]}],
                                   "streaming_mixing_unit": "tokens", "steps_per_epoch": 8, "dataset_path": ""},
                      training={"epochs": 1, "log_interval_steps": 4},
                      checkpoint={"checkpoint_dir": str(tmp_path / "run"), "save_interval_steps": 3, **checkpoint})
@@ -54,7 +57,12 @@ def test_metrics_hold_each_sources_tokens_as_the_batches_count_them(tmp_path: Pa
     tree = mixture_tree(tmp_path)
     head = train(tree, stop_after=3)  # a checkpoint at step 3, then a resume from it
     resumed = {**tree, "checkpoint": {**tree["checkpoint"], "resume_from_checkpoint": str(tmp_path / "run" / "latest")}}
-    tail = train(resumed)
+    past = [{"step": 0, "weights": [0.5, 0.5]}, {"step": 2, "weights": [0.3, 0.7]}]  # step 2 was trained
+    with pytest.raises(StateError, match="gives other weights at step 2 than the run that saved this state, which has "
+                                         "trained to step 3; change the schedule only from step 3 on"):
+        train({**resumed, "data": {**tree["data"], "streaming_mixing_schedule": past}})
+    future = [{"step": 0, "weights": [0.5, 0.5]}, {"step": 5, "weights": [0.3, 0.7]}]  # moved, still ahead: accepted
+    tail = train({**resumed, "data": {**tree["data"], "streaming_mixing_schedule": future}})
     batches = head + tail
     assert len(batches) == 8
     records = [r for r in read_metrics(tmp_path / "run") if "tokens_by_source" in r]
