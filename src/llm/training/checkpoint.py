@@ -130,6 +130,7 @@ RESUMABLE_KEYS = (
     "training.epochs", "training.max_steps", "training.log_interval_steps", "training.val_interval_steps",
     "training.val_batches", "training.device", "training.compile", "data.num_workers",
     "data.val_dataset_path", "data.cache_dir",
+    "data.streaming_mixing_schedule",  # for steps not trained yet: the data state refuses a change to the past
 )
 
 

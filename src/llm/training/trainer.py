@@ -37,6 +37,7 @@ from llm.training.runtime import (
     set_rng_state,
 )
 from llm.training.schedule import WarmupCosine, build_optimizer
+from llm.training.source_metrics import tokens_by_source
 from llm.training.tasks import TrainData, build_task_data
 from llm.training.validation import ValidationSet, build_validation, evaluate
 
@@ -354,7 +355,8 @@ class Trainer:
                 self.log(step_line(self, mean_loss, epoch_end, stats))
                 lr = self.scheduler.get_last_lr()[0]
                 meter.record(self.step, epoch=self.epoch, loss=mean_loss, lr=lr, tokens=self.tokens_seen,
-                             **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"})
+                             **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"},
+                             **tokens_by_source(self.data))  # a mixture's per-source counts (collective)
             if self.val is not None and (
                 epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
             ):

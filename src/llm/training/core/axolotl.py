@@ -24,6 +24,8 @@ AXOLOTL_KEYS = {
     "streaming_dataset_mixing_strategy": "data.streaming_dataset_mixing_strategy",
     "streaming_mixing_weights": "data.streaming_mixing_weights",
     "streaming_buffer_per_dataset": "data.streaming_buffer_per_dataset",
+    "streaming_mixing_unit": "data.streaming_mixing_unit",
+    "streaming_mixing_schedule": "data.streaming_mixing_schedule",
     "dataset_processes": "data.num_workers",
     "tokenizer_config": "data.tokenizer_path",
     "micro_batch_size": "training.batch_size",
