@@ -106,6 +106,15 @@ def for_appending(previous: Any, encryption: Encryption | None, where: str) -> E
     return for_reading(recorded, encryption, where)
 
 
+def unlock(encrypted: bool, encryption: Encryption | None, stored: bytes, where: str) -> bytes:
+    """A shard's stored bytes as written before encryption (as they are when it is not encrypted)."""
+    if not encrypted:
+        return stored
+    if encryption is None:
+        raise EncryptionError(f"shard {where} is encrypted; pass encryption= with its key to read it")
+    return decrypt_shard(encryption, stored, where)
+
+
 def decrypt_shard(encryption: Encryption, stored: bytes, where: str) -> bytes:
     """A shard's ciphertext -> its stored bytes; a wrong key is one sentence naming the shard."""
     try:

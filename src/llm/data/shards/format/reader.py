@@ -15,7 +15,7 @@ import numpy as np
 from llm.data.shards.arrays import group_rows
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
-from llm.data.shards.format.encryption import Encryption, EncryptionError, decrypt_shard
+from llm.data.shards.format.encryption import Encryption, unlock
 from llm.data.shards.format.manifest import Manifest, ShardInfo
 from llm.data.shards.format.pread import DatasetChanged, DescriptorPool, ShardError, read_rows
 
@@ -29,13 +29,10 @@ class _ShardBytes:
     """
 
     keep_views = True  # token views may be cached for the reader's lifetime (not for cached remote shards)
-    encryption: Encryption | None = None  # encrypted shards are decrypted whole, like compressed ones
-    encrypted = False  # whether the manifest says the shards are encrypted
 
-    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, cache_shards: int = 4,
-                 encryption: Encryption | None = None):
+    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, cache_shards: int = 4, encryption: Encryption | None = None):
         self.folder, self.shards, self.verify = folder, manifest.shards, verify
-        self.encryption, self.encrypted = encryption, manifest.encryption is not None
+        self.encryption, self.encrypted = encryption, manifest.encryption is not None  # decrypted whole when read
         self.kind, self.dtype = manifest.kind, manifest.dtype
         self._maps: dict[int, np.ndarray] = {}
         self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -69,16 +66,6 @@ class _ShardBytes:
     def plain(self, info: ShardInfo) -> bool:
         """Whether the stored bytes are the shard's bytes (mapped and read in place), not compressed or encrypted."""
         return info.compression is None and not self.encrypted
-
-    def _decode(self, info: ShardInfo, stored: bytes, where: str) -> np.ndarray:
-        """Stored bytes -> the shard's bytes: decrypted, then decompressed."""
-        if self.encrypted:
-            if self.encryption is None:
-                raise EncryptionError(f"shard {where} is encrypted; pass encryption= with its key to read it")
-            stored = decrypt_shard(self.encryption, stored, where)
-        if info.compression is None:
-            return np.frombuffer(stored, np.uint8)
-        return self._decompress(info, stored)
 
     def _check_layout(self, info: ShardInfo, data: np.ndarray, deep: bool = False) -> None:
         """The counts in the manifest against the shard's own offsets (the tail; all of it when deep).
@@ -153,7 +140,8 @@ class _ShardBytes:
         stored = path.read_bytes()
         if self.verify or verify:
             self._verify(info, np.frombuffer(stored, np.uint8), force=verify)
-        data = self._decode(info, stored, str(path))
+        stored = unlock(self.encrypted, self.encryption, stored, str(path))  # encryption.py: decrypted whole
+        data = np.frombuffer(stored, np.uint8) if info.compression is None else self._decompress(info, stored)
         self._check_layout(info, data)
         self._decompressed[i] = data
         while len(self._decompressed) > self._cache_shards:
@@ -192,15 +180,13 @@ class _ShardBytes:
                 _unmap_pages(data)
 
     def verify_all(self) -> None:
-        """Size, checksum and layout of every shard: what `llm-data verify` reports (without the key of an
-        encrypted dataset: sizes and checksums, which are over the ciphertext on disk)."""
-        if self.encrypted and self.encryption is None:
-            for info in self.shards:
-                self._check_sizes([info])
-                self._verify(info, force=True)
-            return
+        """Size, checksum and layout of every shard: what `llm-data verify` reports."""
+        keyless = self.encrypted and self.encryption is None  # no key: sizes and checksums (of the ciphertext) only
         for i, info in enumerate(self.shards):
             self._check_sizes([info])
+            if keyless:
+                self._verify(info, force=True)
+                continue
             with self._lock:  # reopen: the checksum is checked again even if this shard was read before
                 self._maps.pop(i, None)
                 self._decompressed.pop(i, None)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from llm.data.shards.format.encryption import unlock
 from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ManifestError
 from llm.data.shards.format.reader import _ShardBytes
 from llm.data.storage.cache import CorruptObject, ShardCache, default_cache_root, parse_cache_size
@@ -110,7 +111,8 @@ class RemoteShardBytes(_ShardBytes):
             stored = pin.path.read_bytes()
         finally:
             pin.close()
-        data = self._decode(info, stored, self.cache.objects.url(info.file))
+        stored = unlock(self.encrypted, self.encryption, stored, self.cache.objects.url(info.file))
+        data = np.frombuffer(stored, np.uint8) if info.compression is None else self._decompress(info, stored)
         self._check_layout(info, data)
         with self._lock:
             self._decompressed[i] = data
