@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llm.cli.data import main as data_main
 from llm.data import Encryption, FernetEncryption, StreamingDataset, TokensLoader, optimize
 from llm.data.shards.format.encryption import EncryptionError
 from llm.data.shards.format.pread import ShardError
@@ -80,9 +81,14 @@ def test_the_key_comes_back_from_the_password_and_the_saved_or_recorded_salt(tmp
     assert np.array_equal(blocks(secret, encryption=FernetEncryption("correct horse battery staple")), expected)
 
 
-def test_verify_checks_the_ciphertext_on_disk_without_the_key(tmp_path, fernet):
+def test_verify_checks_the_ciphertext_on_disk_without_the_key(tmp_path, fernet, capsys):
     secret = write(tmp_path / "secret", fernet)
     assert verify_dataset(secret).encryption["class"] == "llm.data.FernetEncryption"  # no key needed
+    data_main(["info", str(secret)])
+    data_main(["verify", str(secret)])
+    out = capsys.readouterr().out
+    assert "encryption   llm.data.FernetEncryption (chunk level)" in out
+    assert "OK in " in out and "(encrypted: sizes and checksums of the stored bytes; no key" in out
     shard = secret / json.loads((secret / "index.json").read_text())["shards"][2]["file"]
     data = bytearray(shard.read_bytes())
     data[100] ^= 1
