@@ -172,6 +172,9 @@ def test_val_set_size_draws_by_the_seed_a_fraction_or_a_count(tmp_path):
     assert held(val_set_size=5, seed=4) != first  # the seed draws them
     with pytest.raises(InputError, match=r"val_set_size=38 holds out 38 of the 38 records of datasets .*a\.jsonl"):
         held(val_set_size=38)
+    with pytest.raises(ValueError, match="the val_set_size split has no record with a token to train on within "
+                                         "sequence_len=128; raise sequence_len"):  # alpaca's prompt is 232 bytes
+        held(val_set_size=5, sequence_len=128)
     with pytest.raises(ConfigError, match="non-zero val_set_size should not be used with test_datasets"):
         held(val_set_size=0.1, test_datasets=[{"path": str(tmp_path / "a.jsonl"), "type": "alpaca"}])
 

@@ -138,6 +138,9 @@ class SftValidation:
                 self.batches.append(shifted)
             if len(self.batches) == tc.val_batches:
                 break
+        if not self.batches and any(c.skipped for c in module.collators):  # every prompt filled sequence_len
+            raise ValueError(f"{what} has no record with a token to train on within sequence_len="
+                             f"{config.data.max_seq_len}; raise sequence_len or shorten the prompts")
         if not self.batches:
             raise ValueError(f"{what} holds no record")
         self.rows = sum(len(b["input_ids"]) for b in self.batches)
