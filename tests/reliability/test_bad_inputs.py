@@ -21,17 +21,21 @@ import yaml
 from llm.cli.data import main as data_main
 from llm.data import (
     CombinedStreamingDataset,
+    FernetEncryption,
     ItemsLoader,
     StreamingDataLoader,
     StreamingDataset,
     TokensLoader,
+    merge_datasets,
     optimize,
     train_test_split,
 )
 from llm.data.config import DataConfig, DatasetEntry
 from llm.data.sft.prompts import ChatTemplateError
 from llm.data.sft.stream import StreamingSFTDataModule
+from llm.data.shards.format.encryption import EncryptionError
 from llm.data.shards.format.manifest import INDEX_NAME
+from llm.data.shards.format.pread import ShardError
 from llm.data.shards.format.serializers import StructureError, UnpicklableItem
 from llm.data.shards.format.validate import ManifestError
 from llm.data.shards.jobs.map import map as map_items
@@ -153,6 +157,19 @@ def _text_mix(c: Ctx, name: str, **data: Any) -> Any:
     """A two-entry text mixture's YAML with these mixing keys, loaded."""
     return load_config(_yaml(c, name, {"data": {"datasets": [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}],
                                                 "streaming_dataset_mixing_strategy": "weighted", **data}}))
+
+
+def _merge_kinds(c: Ctx) -> None:
+    items = c.fresh("items")
+    optimize(lambda i: {"i": i}, [1, 2], items, num_workers=0, progress=False)
+    merge_datasets([c.ds, items], c.fresh("merged"))
+
+
+def _encrypted(c: Ctx, password: str | None) -> Any:
+    """A dataset encrypted with one password, read with `password` (None: no key)."""
+    folder = c.fresh("secret")
+    optimize(lambda i: {"i": i}, [1, 2], folder, num_workers=0, progress=False, encryption=FernetEncryption("one"))
+    return StreamingDataset(folder, encryption=FernetEncryption(password) if password else None)[0]
 
 
 def _edited_manifest(c: Ctx) -> StreamingDataset:
@@ -333,6 +350,15 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
      "checkpoint no-such-run does not exist"),
     ("generate-folder-without-checkpoint", lambda c: generate_main(["--checkpoint", "empty"]), Exit("llm-generate"),
      ("empty", "--checkpoint")),
+    # merge_datasets, encryption, val_set_size
+    ("merge-different-kinds", _merge_kinds, ValueError, ("cannot merge {ds} and {root}/fresh/items", "kind differs")),
+    ("encrypted-read-without-key", lambda c: _encrypted(c, None), EncryptionError,
+     "{root}/fresh/secret is encrypted (llm.data.FernetEncryption); pass encryption="),
+    ("encrypted-read-with-wrong-key", lambda c: _encrypted(c, "two"), ShardError,
+     ("{root}/fresh/secret/shard-", "does not decrypt with the fernet key given")),
+    ("train-val-set-size-holds-out-everything", lambda c: train_main(["--task", "sft", "--config-path", _axolotl(
+        c, "ax3.yaml", streaming=False, val_set_size=2)]), Exit("llm-train"),
+     "val_set_size=2 holds out 2 of the 2 records of datasets {root}/sft.jsonl"),
 ]
 
 

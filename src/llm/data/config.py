@@ -68,6 +68,8 @@ class DataConfig(BaseModel):
     datasets: list[Annotated[Annotated[DatasetEntry, Tag("sft")] | Annotated[SourceEntry, Tag("source")],
                              Discriminator(_entry_kind)]] | None = None
     test_datasets: list[DatasetEntry] | None = None
+    # Axolotl's held-out split of the datasets' records without streaming: a fraction < 1 or a count
+    val_set_size: int | float = Field(default=0, ge=0)
     train_on_inputs: bool = False
     chat_template: str | None = None  # `type: chat_template` entries' default (Axolotl's top-level key)
     sample_packing: bool = False
