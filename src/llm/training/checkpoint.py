@@ -143,26 +143,36 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_changes(saved: dict[str, Any], current: dict[str, Any], saved_world: Any, world: int) -> list[str]:
-    """The config keys that differ from a checkpoint's, as `key: saved -> current`, minus RESUMABLE_KEYS."""
-    a, b = _flat(saved), _flat(current)
+def config_changes(saved: dict[str, Any], current: dict[str, Any], saved_world: Any, world: int,
+                   defaults: dict[str, Any] | None = None) -> list[str]:
+    """The config keys that differ from a checkpoint's, as `key: saved -> current`, minus RESUMABLE_KEYS.
+
+    A key the checkpoint lacks was added to the config after it was written: it ran with the key's
+    default, so only a value other than `defaults`' is a change.
+    """
+    a, b, d = _flat(saved), _flat(current), _flat(defaults or {})
     changes = []
     for key in sorted(set(a) | set(b)):
         if key in RESUMABLE_KEYS or key.startswith("checkpoint."):
             continue
         if key == "training.batch_size" and saved_world not in (None, world):
             continue
+        if key not in a and key in d and b.get(key) == d[key]:
+            continue
         if a.get(key) != b.get(key):
             changes.append(f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}")
     return changes
 
 
-def check_resume_config(ckpt: dict[str, Any], current: dict[str, Any], world: int) -> None:
-    """Refuse to resume a checkpoint under a config that changes the run (one sentence naming the keys)."""
+def check_resume_config(ckpt: dict[str, Any], current: dict[str, Any], world: int,
+                        defaults: dict[str, Any] | None = None) -> None:
+    """Refuse to resume a checkpoint under a config that changes the run (one sentence naming the keys).
+
+    `defaults`: the config's defaults, for keys newer than the checkpoint (see `config_changes`)."""
     saved = ckpt.get("config")
     if not isinstance(saved, dict):  # written before checkpoints stored their config
         return
-    changes = config_changes(saved, current, ckpt.get("world_size"), world)
+    changes = config_changes(saved, current, ckpt.get("world_size"), world, defaults)
     if changes:
         raise ConfigError(
             f"checkpoint {ckpt.get('path', '(in memory)')} was trained with another config: {'; '.join(changes)} "

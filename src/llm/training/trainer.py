@@ -219,7 +219,8 @@ class Trainer:
             )
         if ckpt.get("task", self.task) != self.task:
             raise ValueError(f"checkpoint {where} was written by --task {ckpt['task']}, not --task {self.task}")
-        check_resume_config(ckpt, self.config.model_dump(mode="json"), self.env.world_size)
+        check_resume_config(ckpt, self.config.model_dump(mode="json"), self.env.world_size,
+                            defaults=type(self.config)().model_dump(mode="json"))
         try:
             self.raw_model.load_state_dict(ckpt["model_state_dict"])
         except RuntimeError as exc:
