@@ -136,6 +136,6 @@ def test_cli_writes_to_s3_and_reads_it_back(s3_env, tmp_path, capsys, monkeypatc
     assert main(["info", url]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("llm-data: error: access denied") and "\n" not in err and s3_env.endpoint in err
-    assert main(["info", "gs://bucket/ds"]) == 2
-    assert "unknown storage scheme 'gs://'" in capsys.readouterr().err
+    assert main(["info", "hdfs://bucket/ds"]) == 2
+    assert "unknown storage scheme 'hdfs://'" in capsys.readouterr().err
     assert set(os.listdir(tmp_path)) - {"user-cache"} == {"in.jsonl"}  # no folder named after the URL

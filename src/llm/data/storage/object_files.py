@@ -1,4 +1,4 @@
-"""Objects of an s3:// bucket read like local files: found by key, prefix or glob; read by ranged GETs.
+"""Objects of an s3://, gs:// or az:// bucket read like local files: found by key, prefix or glob; read by ranged GETs.
 
 Text sources use this to stream `s3://bucket/prefix/*.jsonl` with the cursors they use on
 local files. Everything goes through `s3.py` (one client per process, obstore's retries,
@@ -53,7 +53,7 @@ class RemoteObject:
 
     @property
     def url(self) -> str:
-        return f"s3://{self.config.bucket}/{self.key}"
+        return self.config.url(self.key)
 
     @property
     def name(self) -> str:
@@ -154,9 +154,9 @@ def expand_objects(
     Finding nothing is an `ObjectNotFound` naming the pattern and the endpoint.
     """
     loc = parse_location(pattern)
-    if loc.kind != "s3":
-        raise ValueError(f"{pattern!r} is not an s3:// location")
-    config = resolve_config(loc.bucket, storage_options)
+    if not loc.is_object_store:
+        raise ValueError(f"{pattern!r} is not an object-store (s3://, gs://, az://) location")
+    config = resolve_config(loc.bucket, storage_options, loc.kind)
     key = loc.path
     if any(c in key for c in _GLOB):
         fixed = key[: min(key.index(c) for c in _GLOB if c in key)]
