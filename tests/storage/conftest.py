@@ -74,6 +74,16 @@ class StoreServer:
         return {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": self.endpoint,
                 "AWS_REGION": "us-east-1", "LLM_STORAGE_RETRIES": "2"}
 
+    def wrong_env(self) -> dict[str, str]:
+        """env() with a wrong secret."""
+        if self.scheme == "az":
+            wrong = base64.b64encode(b"not the account key").decode()
+            return {**self.env(), "AZURE_STORAGE_CONNECTION_STRING":
+                    self.env()["AZURE_STORAGE_CONNECTION_STRING"].replace(ACCOUNT_KEY, wrong)}
+        if self.scheme == "gs":
+            return {**self.env(), "GOOGLE_BEARER_TOKEN": "wrong"}
+        return {**self.env(), "AWS_SECRET_ACCESS_KEY": "wrong"}
+
     @property
     def keys_variable(self) -> str:
         """A variable the access-denied sentence names for this store."""
@@ -146,6 +156,12 @@ def _store_env(server: StoreServer, monkeypatch, tmp_path) -> StoreServer:
 def s3_env(s3_server, monkeypatch, tmp_path) -> StoreServer:
     """The standard AWS environment pointing at the test server; a private user cache dir."""
     return _store_env(s3_server, monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def store_env_of(request, monkeypatch, tmp_path):
+    """store_env for a store a parametrized test names: `store_env_of("az")`."""
+    return lambda scheme: _store_env(request.getfixturevalue(f"{scheme}_server"), monkeypatch, tmp_path)
 
 
 @pytest.fixture

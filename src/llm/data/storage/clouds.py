@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +59,17 @@ AZURITE_DEFAULT_URL = "http://127.0.0.1:10000"
 class CloudSettings:
     """obstore's config for one GCS bucket or Azure container, and what the error sentences need."""
 
-    config: tuple[tuple[str, Any], ...]  # holds secrets: S3Config keeps it out of its repr
+    config: tuple[tuple[str, Any], ...] = field(repr=False)  # holds secrets
     where: str  # the endpoint, or the cloud's service by name
     endpoint: str | None  # an explicit endpoint (emulator, private link), else None
     credentials: bool  # a credential was given; without one the client asks the metadata address
+    # The cloud's variables obstore reads by itself, as they were: part of the client cache's key, so a
+    # process whose variables changed gets a new client, as it does for s3:// (whose keys are in S3Config).
+    environment: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+
+def _environment(prefixes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(prefixes)))
 
 
 def _truthy(value: Any) -> bool:
@@ -178,7 +185,7 @@ def azure_settings(options: dict) -> CloudSettings:
         where = f"https://{account}.blob.core.windows.net"
     credentials = emulator or any(config.get(k) for k in ("account_key", "sas_key", "bearer_token", "client_secret")) \
         or any(env.get(n) for n in _AZURE_CREDENTIAL_ENV) or _truthy(env.get("AZURE_USE_AZURE_CLI", ""))
-    return CloudSettings(tuple(sorted(config.items())), where, endpoint, bool(credentials))
+    return CloudSettings(tuple(sorted(config.items())), where, endpoint, bool(credentials), _environment(("AZURE",)))
 
 
 def _json_file(path: str, source: str) -> dict:
@@ -241,4 +248,5 @@ def gcs_settings(options: dict) -> CloudSettings:
     credentials = explicit or bool(config.get("skip_signature")) or any(env.get(n) for n in _GCS_CREDENTIAL_ENV) \
         or well_known.is_file()
     where = config.get("base_url") or "Google Cloud Storage"
-    return CloudSettings(tuple(sorted(config.items())), where, config.get("base_url"), bool(credentials))
+    return CloudSettings(tuple(sorted(config.items())), where, config.get("base_url"), bool(credentials),
+                         _environment(("GOOGLE_", "STORAGE_EMULATOR_HOST")))

@@ -332,10 +332,16 @@ class S3Objects:
         call(self.config, key, "writing", send)
 
     def delete(self, name: str) -> None:
+        """Remove an object; one already gone is fine (S3 answers 204 there, GCS and Azure 404)."""
         import obstore
 
         key = self.key(name)
-        call(self.config, key, "deleting", lambda: obstore.delete(_client(self.config), key))
+        try:
+            call(self.config, key, "deleting", lambda: obstore.delete(_client(self.config), key))
+        except BucketNotFound:
+            raise
+        except ObjectNotFound:
+            pass
 
     def list(self) -> dict[str, int]:
         """name -> size of every object directly under the prefix."""
