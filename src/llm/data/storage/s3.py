@@ -140,6 +140,20 @@ _STORES: dict[tuple[int, S3Config], Any] = {}
 RETRY_TIMEOUT_S = 180.0
 
 
+_PROXY_PREFIX = {"s3": "AWS", "gs": "GOOGLE", "az": "AZURE"}
+
+
+def proxy_options(scheme: str) -> dict[str, str]:
+    """The store's proxy variables (AWS_PROXY_URL, GOOGLE_PROXY_EXCLUDES, ...) as client options.
+
+    obstore reads them only when no client options are passed, and we always pass some (timeouts):
+    without this, GOOGLE_PROXY_URL and AZURE_PROXY_URL would be ignored and a credential request would
+    go straight to the cloud's metadata address (measured: it did)."""
+    prefix = _PROXY_PREFIX[scheme]
+    names = {"proxy_url": "PROXY_URL", "proxy_excludes": "PROXY_EXCLUDES", "proxy_ca_certificate": "PROXY_CA_CERTIFICATE"}
+    return {key: os.environ[f"{prefix}_{name}"] for key, name in names.items() if os.environ.get(f"{prefix}_{name}")}
+
+
 def _client(config: S3Config) -> Any:
     """One obstore client per process and config (a client made before a fork is not reused after it)."""
     key = (os.getpid(), config)
@@ -151,6 +165,7 @@ def _client(config: S3Config) -> Any:
             "allow_http": config.where.startswith("http://"),
             "timeout": f"{max(config.timeout, 0.001)}s",
             "connect_timeout": f"{max(config.connect_timeout, 0.001)}s",
+            **proxy_options(config.scheme),
         }
         retry_config = {"max_retries": config.retries, "retry_timeout": timedelta(seconds=RETRY_TIMEOUT_S),
                         "backoff": {"init_backoff": timedelta(seconds=config.backoff),
