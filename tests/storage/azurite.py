@@ -27,7 +27,7 @@ from bench.seaweed import free_port, keep_on_loopback
 # Azurite's well-known development account (public, in every Azure SDK's docs): the only one it serves by default.
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-AZURITE_VERSION = "3.37.0"  # the version `make setup` installs
+AZURITE_VERSION = "3.35.0"  # the version `make setup` installs
 
 
 def azurite_binary() -> str | None:
