@@ -135,6 +135,15 @@ def test_cli_writes_to_s3_and_reads_it_back(store_env, tmp_path, capsys, monkeyp
     assert info["totals"]["shards"] > 1 and info["totals"]["tokens"] > 0
     assert main(["verify", url]) == 0
     assert f"{info['totals']['shards']} shards OK in {url}" in capsys.readouterr().out
+    assert main(["inspect", url, "--shards", "2", "--json"]) == 0  # lengths from the first 2 shards, downloaded
+    lengths = json.loads(capsys.readouterr().out)["lengths"]
+    assert lengths["shards_measured"] == 2 and lengths["max"] > 0
+    assert stream_tokens(url).size == info["totals"]["tokens"]  # through the user cache dir
+    assert main(["cache", "ls"]) == 0  # that cache, named by the dataset's URL
+    assert url in capsys.readouterr().out
+    assert main(["cache", "clear", url]) == 0
+    capsys.readouterr()
+    assert main(["cache", "ls"]) == 0 and url not in capsys.readouterr().out
     assert main(["optimize", str(src), "--output", url, "--no-progress", "--num-workers", "0"]) == 2
     assert "is not empty; pass mode=" in capsys.readouterr().err
     assert main(["optimize", str(src), "--output", url, "--no-progress", "--num-workers", "0", "--mode", "append"]) == 0
