@@ -56,9 +56,11 @@ def test_no_google_or_azure_credentials_fail_on_loopback_in_one_sentence(tmp_pat
     home = tmp_path / "home"
     home.mkdir()
     # The credential request goes to the metadata address through the client's proxy: the dead loopback port.
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path), **LOOPBACK_ONLY, **extra}
+    # One retry: obstore retries a failed token request like any other (6 times, ~3-5 s, by default).
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path), **LOOPBACK_ONLY,
+           "LLM_STORAGE_RETRIES": "1", **extra}
     proc = subprocess.run([sys.executable, "-c", _OPEN, url], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=30)  # obstore retries the token request (~3-5 s here); never a hang
+                          timeout=30)
     assert proc.returncode == 3, proc.stderr
     message = proc.stdout.strip()
     assert "\n" not in message and f"{url}/index.json" in message and says in message, message
