@@ -92,29 +92,37 @@ class S3Config:
         return f"{self.scheme}://{self.bucket}/{key}"
 
 
+def _aws_config(bucket: str, storage_options: dict) -> tuple[S3Config, dict[str, Any]]:
+    """s3: storage_options, then AWS_* environment variables, then ~/.aws/credentials and ~/.aws/config."""
+    opts: dict[str, Any] = {}
+    for key, value in storage_options.items():
+        key = _ALIASES.get(key, key)
+        if key not in OPTION_KEYS:
+            raise ValueError(f"unknown storage option {key!r}; expected one of {', '.join(OPTION_KEYS)}")
+        opts[key] = value
+    sources = aws_sources(opts.get("profile"))
+    aws = {key: value for key, (value, _) in sources.items()}
+    values = {k: opts.get(k) or aws.get(k) for k in ("endpoint", "region", "access_key_id", "secret_access_key", "session_token")}
+    if values["endpoint"]:
+        check_endpoint(values["endpoint"], "storage_options['endpoint']" if opts.get("endpoint") else sources["endpoint"][1])
+    return replace(S3Config(bucket=bucket), **{k: v for k, v in values.items() if v}), opts
+
+
+def _cloud_config(bucket: str, storage_options: dict, scheme: str) -> tuple[S3Config, dict[str, Any]]:
+    """gs and az: storage_options, then each cloud's variables (clouds.py)."""
+    keys, aliases, settings = (GCS_OPTION_KEYS, GCS_ALIASES, gcs_settings) if scheme == "gs" else \
+        (AZURE_OPTION_KEYS, AZURE_ALIASES, azure_settings)
+    opts = normalize_options(storage_options, keys, aliases, SHARED_OPTION_KEYS, scheme)
+    cloud = settings(opts)
+    return S3Config(bucket=bucket, endpoint=cloud.endpoint, scheme=scheme, cloud=cloud), opts
+
+
 def resolve_config(bucket: str, storage_options: dict | None = None, scheme: str = "s3") -> S3Config:
-    """s3: storage_options, then AWS_* environment variables, then ~/.aws/credentials and ~/.aws/config;
-    gs and az: storage_options, then each cloud's variables (clouds.py)."""
+    """The settings of one bucket (Azure: container) of an s3, gs or az store, with the shared retry numbers."""
     if scheme == "s3":
-        opts: dict[str, Any] = {}
-        for key, value in (storage_options or {}).items():
-            key = _ALIASES.get(key, key)
-            if key not in OPTION_KEYS:
-                raise ValueError(f"unknown storage option {key!r}; expected one of {', '.join(OPTION_KEYS)}")
-            opts[key] = value
-        sources = aws_sources(opts.get("profile"))
-        aws = {key: value for key, (value, _) in sources.items()}
-        config = S3Config(bucket=bucket)
-        values = {k: opts.get(k) or aws.get(k) for k in ("endpoint", "region", "access_key_id", "secret_access_key", "session_token")}
-        if values["endpoint"]:
-            check_endpoint(values["endpoint"], "storage_options['endpoint']" if opts.get("endpoint") else sources["endpoint"][1])
-        config = replace(config, **{k: v for k, v in values.items() if v})
+        config, opts = _aws_config(bucket, storage_options or {})
     elif scheme in ("gs", "az"):
-        keys, aliases, settings = (GCS_OPTION_KEYS, GCS_ALIASES, gcs_settings) if scheme == "gs" else \
-            (AZURE_OPTION_KEYS, AZURE_ALIASES, azure_settings)
-        opts = normalize_options(storage_options or {}, keys, aliases, SHARED_OPTION_KEYS, scheme)
-        cloud = settings(opts)
-        config = S3Config(bucket=bucket, endpoint=cloud.endpoint, scheme=scheme, cloud=cloud)
+        config, opts = _cloud_config(bucket, storage_options or {}, scheme)
     else:
         raise ValueError(f"unknown object store {scheme!r}; expected s3, gs or az")
     env_retries = os.environ.get("LLM_STORAGE_RETRIES")
