@@ -54,7 +54,7 @@ def test_the_connection_string_every_azure_sdk_reads(monkeypatch):
                                      "EndpointSuffix=core.windows.net", "X")
     assert portal["endpoint"] == "https://acct.blob.core.windows.net" and portal["account_key"] == "a2V5"
     sas = parse_connection_string("BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=sv=2022&sig=a%3D=", "X")
-    assert sas == {"endpoint": "https://acct.blob.core.windows.net/", "sas_key": "sv=2022&sig=a%3D=", "account_name": "acct"}
+    assert sas == {"endpoint": "https://acct.blob.core.windows.net", "sas_key": "sv=2022&sig=a%3D=", "account_name": "acct"}
     assert parse_connection_string("UseDevelopmentStorage=true", "X") == {"use_emulator": True}
 
 

@@ -117,7 +117,8 @@ def parse_connection_string(text: str, source: str) -> dict[str, Any]:
     if "sharedaccesssignature" in parts:
         config["sas_key"] = parts["sharedaccesssignature"].lstrip("?")
     if "blobendpoint" in parts:
-        config["endpoint"] = check_endpoint(parts["blobendpoint"], f"BlobEndpoint in {source}")
+        # the portal writes it with a trailing '/', which would double in front of the container
+        config["endpoint"] = check_endpoint(parts["blobendpoint"], f"BlobEndpoint in {source}").rstrip("/")
     elif "accountname" in parts and "endpointsuffix" in parts:
         protocol = parts.get("defaultendpointsprotocol", "https")
         config["endpoint"] = f"{protocol}://{parts['accountname']}.blob.{parts['endpointsuffix']}"
@@ -162,7 +163,7 @@ def azure_settings(options: dict) -> CloudSettings:
         config["account_key"] = env["AZURE_STORAGE_KEY"]
     emulator = _truthy(config.get("use_emulator", env.get("AZURE_STORAGE_USE_EMULATOR", "")))
     if "endpoint" in config:
-        config["endpoint"] = check_endpoint(str(config["endpoint"]), "storage_options['endpoint']")
+        config["endpoint"] = check_endpoint(str(config["endpoint"]), "storage_options['endpoint']").rstrip("/")
         config.setdefault("account_name", env.get("AZURE_STORAGE_ACCOUNT_NAME") or _account_of(config["endpoint"]))
     elif env.get("AZURE_STORAGE_ENDPOINT") or env.get("AZURE_ENDPOINT"):
         name = "AZURE_STORAGE_ENDPOINT" if env.get("AZURE_STORAGE_ENDPOINT") else "AZURE_ENDPOINT"
