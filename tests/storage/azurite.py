@@ -7,6 +7,7 @@ Azurite reports usage to Microsoft unless told not to, and that switch is the on
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import email.utils
@@ -73,6 +74,7 @@ class Azurite:
         with open(self.root / "azurite.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
                                          start_new_session=True)
+        atexit.register(self.kill)  # also when the test run ends without its fixtures' teardown
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

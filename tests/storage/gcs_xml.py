@@ -20,6 +20,7 @@ Run: python -m tests.storage.gcs_xml --port P --data DIR --token T --bucket B [-
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
 import contextlib
 import hashlib
@@ -330,6 +331,7 @@ class GcsXmlServer:
         with open(self.root / "server.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=repo, env=env,
                                          start_new_session=True)
+        atexit.register(self.kill)  # also when the test run ends without its fixtures' teardown
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
