@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(TORCH)
 PYTEST_ARGS := -ra --durations=10 -o console_output_style=progress
 # Azurite, the Azure Blob Storage emulator the az:// tests start (npm; tests/storage/azurite.py pins the same).
-# 3.35: the last release that runs on Node 18 (Debian 12's); later ones want Node 21+.
+# 3.35: the last release whose package accepts Node 18 (Debian 12's; engines ">=10"); 3.36+ require Node 21+. Tested on Node 20.
 AZURITE_VERSION ?= 3.35.0
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
