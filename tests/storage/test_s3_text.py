@@ -338,3 +338,11 @@ def test_kill_9_of_llm_train_reading_s3_text_resumes_exactly(s3_server, tmp_path
     ckpt = load_checkpoint(tmp_path / "chain" / "ckpt" / "latest")
     assert ckpt["stream_data"]["fingerprint"]["dataset_path"] == f"{url}/corpus.txt"  # it read the store
     assert "storage_options" not in ckpt["config"]["data"]  # and kept the keys out of the checkpoint
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_an_object_has_one_version_stamp_whether_listed_or_found_by_key(server, corpus):
+    _, url = corpus
+    listed = {o.name: o.stamp() for o in expand_sources([url], server.options())}
+    by_key = expand_sources([f"{url}/b.jsonl"], server.options())[0]
+    assert by_key.stamp() == listed["b.jsonl"] and by_key.stamp().startswith('etag:"'), (by_key.stamp(), listed)

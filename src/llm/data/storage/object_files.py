@@ -81,8 +81,12 @@ def _changed(obj: RemoteObject, detail: str) -> ObjectChanged:
 
 def _meta(config: S3Config, meta: dict[str, Any]) -> RemoteObject:
     modified = meta.get("last_modified")
-    return RemoteObject(config, meta["path"], int(meta["size"]), meta.get("e_tag"),
-                        modified.isoformat() if modified is not None else "")
+    etag = meta.get("e_tag")
+    if etag and config.scheme == "az" and not etag.startswith(('"', "W/")):
+        # Azure lists ETags bare but sends them quoted in headers: one form, so an object found by listing
+        # and by HEAD has one stamp, and If-Match sends the quoted form the protocol defines.
+        etag = f'"{etag}"'
+    return RemoteObject(config, meta["path"], int(meta["size"]), etag, modified.isoformat() if modified is not None else "")
 
 
 def _forbidden_as_denied(error: Exception) -> Exception:
