@@ -13,8 +13,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(TORCH)
 PYTEST_ARGS := -ra --durations=10 -o console_output_style=progress
+# Azurite, the Azure Blob Storage emulator the az:// tests start (npm; tests/storage/azurite.py pins the same).
+# 3.35: the last release whose package accepts Node 18 (Debian 12's; engines ">=10"); 3.36+ require Node 21+. Tested on Node 20.
+AZURITE_VERSION ?= 3.35.0
+AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: setup demo test test-all lint bench
+.PHONY: setup azurite demo test test-all lint bench
 
 $(STAMP): pyproject.toml
 	@echo "setup: [1/4] creating $(VENV) with $(PY) (once)"
@@ -38,7 +42,20 @@ endif
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) azurite
+
+# Into .venv/azurite, so it goes with the venv (about a minute; needs node and npm, else apt-get nodejs npm).
+# The tests always start it with --disableTelemetry (tests/storage/azurite.py).
+azurite:
+	@if [ -x $(AZURITE) ] && [ "$$($(AZURITE) --version 2>/dev/null)" = "$(AZURITE_VERSION)" ]; then \
+		echo "setup: Azurite $(AZURITE_VERSION) already in $(VENV)/azurite"; \
+	elif command -v npm >/dev/null; then \
+		echo "setup: installing Azurite $(AZURITE_VERSION) (npm) into $(VENV)/azurite for the az:// tests"; \
+		npm install --prefix $(VENV)/azurite --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION); \
+	else \
+		echo "setup: npm is missing: install Node.js and npm (apt-get install nodejs npm), then run make azurite" >&2; \
+		exit 1; \
+	fi
 
 demo: $(STAMP)
 	@echo "demo: running python -m llm.demo (about a minute on a laptop CPU)"
@@ -49,7 +66,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" $(PYTEST_ARGS)
 
 # Everything, as CI runs it (.ci/run).
-test-all: $(STAMP)
+test-all: $(STAMP) azurite
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -1,4 +1,4 @@
-"""A fault-injecting HTTP proxy in front of the test S3 server: 503 SlowDown, resets mid-body, stalls.
+"""A fault-injecting HTTP proxy in front of a test store (S3, Azure or GCS): 503 SlowDown, resets mid-body, stalls.
 
 One request per connection (it asks the server to close after each response), so every fault
 hits exactly one request. `plan(method, path, attempt)` says what the n-th request for a path gets:
@@ -12,6 +12,7 @@ import struct
 import threading
 from collections import Counter
 from collections.abc import Callable
+from urllib.parse import unquote
 
 _SLOWDOWN = (b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: %d\r\nConnection: close\r\n\r\n")
 _SLOWDOWN_BODY = b"<?xml version='1.0'?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
@@ -43,7 +44,7 @@ class FaultProxy:
             if head is None:
                 return
             method, path = head.split(b" ", 2)[:2]
-            key = (method.decode(), path.decode().split("?")[0])
+            key = (method.decode(), unquote(path.decode().split("?")[0]))  # GCS sends a key's '/' as %2F
             with self._lock:
                 self.seen[key] += 1
                 action = self.plan(key[0], key[1], self.seen[key])

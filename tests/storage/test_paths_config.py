@@ -30,7 +30,7 @@ def test_urls_round_trip_and_name_objects():
 
 
 @pytest.mark.parametrize("text,message", [
-    ("gs://bucket/ds", "unknown storage scheme 'gs://'"),
+    ("hdfs://bucket/ds", "unknown storage scheme 'hdfs://'"),
     ("https://host/ds", "unknown storage scheme 'https://'"),
     ("s3:/bucket/ds", "looks like a URL with scheme 's3' but no '//'"),
     ("s3://", "names no bucket"),
@@ -48,8 +48,8 @@ def test_an_unknown_scheme_never_becomes_a_local_folder(tmp_path, monkeypatch):
     from llm.data.shards.prepare.optimize import optimize
 
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match="unknown storage scheme 'gs://'"):
-        optimize(lambda i: [1, 2, 3], [0], "gs://bucket/ds", item_loader=TokensLoader(), num_workers=0, progress=False)
+    with pytest.raises(ValueError, match="unknown storage scheme 'hdfs://'"):
+        optimize(lambda i: [1, 2, 3], [0], "hdfs://bucket/ds", item_loader=TokensLoader(), num_workers=0, progress=False)
     assert list(tmp_path.iterdir()) == []
 
 

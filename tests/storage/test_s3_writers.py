@@ -1,4 +1,5 @@
-"""Writing to object storage under crashes and concurrent writers: the previous dataset stays readable."""
+"""Writing to object storage under crashes and concurrent writers: the previous dataset stays readable.
+On every store (s3, az, gs: `store_env`), configured through each cloud's usual variables."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def _shards(url: str) -> set[str]:
     return {n for n in open_objects(url).list() if n.startswith("shard-")}
 
 
-def test_kill_9_mid_upload_leaves_the_previous_dataset_and_the_next_run_cleans_up(s3_env, tmp_path):
-    url = s3_env.url()
+def test_kill_9_mid_upload_leaves_the_previous_dataset_and_the_next_run_cleans_up(store_env, tmp_path):
+    url = store_env.url()
     first = docs(120, seed=4)
     write(url, first)
     before = _shards(url)
@@ -63,8 +64,8 @@ def test_kill_9_mid_upload_leaves_the_previous_dataset_and_the_next_run_cleans_u
     assert np.array_equal(stream_tokens(url, cache_dir=tmp_path / "c2"), np.concatenate(first + second))
 
 
-def test_a_second_writer_is_refused_while_the_lock_object_exists(s3_env):
-    url = s3_env.url()
+def test_a_second_writer_is_refused_while_the_lock_object_exists(store_env):
+    url = store_env.url()
     write(url, docs(10))
     objects = open_objects(url)
     holder = RemoteLock(objects)

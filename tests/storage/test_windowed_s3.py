@@ -1,8 +1,9 @@
-"""Windowed shuffle over s3://: the default window fits the cache, so an epoch fetches each shard once or twice, not 50 times."""
+"""Windowed shuffle over object storage: the default window fits the cache, so an epoch fetches each shard once or twice, not 50 times."""
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import llm.data.storage.cache as cache_module
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.read.dataset import StreamingDataset
 from llm.data.shards.read.loader import StreamingDataLoader
+from tests.storage.faultproxy import FaultProxy
 from tests.storage.helpers import docs, write
 
 BLOCK = 32
@@ -77,3 +79,37 @@ def test_default_window_fits_the_cache_and_an_epoch_fetches_each_shard_about_onc
     assert everywhere.shuffle_window is None
     assert sorted(map(tuple, _epoch(everywhere).tolist())) == everything
     assert len(downloads) > 5 * windowed, f"global shuffle: {len(downloads)} downloads, windowed: {windowed}"
+
+
+@pytest.mark.parametrize("store", ["az", "gs"])  # s3: the test above, at full size, and test_s3_requests.py
+def test_the_windowed_shuffle_fetches_each_shard_about_once_on_azure_and_gcs(store_env_of, tmp_path, downloads, store):
+    """Counted twice: downloads in this process, and requests on the wire (a proxy passing everything)."""
+    documents = docs(800, seed=4)
+    server = store_env_of(store)
+    url = server.url()
+    write(url, documents, chunk_bytes="4KB")
+    limit = 8 * 4096
+    host, port = server.endpoint.removeprefix("http://").split(":")
+    proxy = FaultProxy((host, int(port)), lambda *_: "ok")
+    try:
+        ds = StreamingDataset(url, item_loader=TokensLoader(block_size=BLOCK), shuffle=True, cache_dir=tmp_path / "w",
+                              max_cache_size=limit, storage_options=server.options_via(proxy.endpoint))
+        shards = len(ds.manifest.shards)
+        assert sum(s.bytes for s in ds.manifest.shards) > 4 * limit and 1 < ds.shuffle_window < shards
+        tokens = np.concatenate(documents)
+        blocks = np.full((len(ds), BLOCK), ds.pad_id, dtype=np.int64)
+        blocks.reshape(-1)[: tokens.size] = tokens
+        opened = sum(proxy.seen.values())  # the manifest (and, for a prefix, nothing else)
+        rows = _epoch(ds, workers=0)
+    finally:
+        proxy.close()
+    on_the_wire = Counter(method for method, path in proxy.seen.elements() if "/shard-" in path)
+    assert opened <= 2 and on_the_wire == Counter({"GET": len(downloads)}), (opened, on_the_wire, len(downloads))
+    assert sum(proxy.seen.values()) - opened == len(downloads) < len(ds) / 4  # nothing else; never one per sample
+    assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, blocks.tolist())), "every block exactly once"
+    assert not np.array_equal(rows, blocks), "shuffled"
+    order = ds.epoch_permutation(0)
+    window_of = {int(k): w for w in range(order.num_windows) for k in order.window_shards(w)}
+    crossing = sum(window_of[k] != window_of[k + 1] for k in range(shards - 1))
+    assert set(downloads) == {s.file for s in ds.manifest.shards}
+    assert len(downloads) <= shards + crossing + 2, f"{len(downloads)} downloads, {shards} shards, {crossing} crossings"

@@ -54,9 +54,9 @@ _CACHE_EPILOG = """examples:
   llm-data cache clear s3://my-bucket/datasets/c4 # by URL, or by fingerprint (or its first 8+ characters)
   llm-data cache clear --all --cache-dir /scratch/cache
 
-Remote datasets (s3://, local:) are read through cache_dir/<fingerprint> (default $LLM_CACHE_DIR/shards,
-else ~/.cache/llm/shards). `clear` never removes a shard a running reader is reading: what is in
-use is kept and listed."""
+Remote datasets (s3://, gs://, az://, local:) are read through cache_dir/<fingerprint> (default
+$LLM_CACHE_DIR/shards, else ~/.cache/llm/shards). `clear` never removes a shard a running reader is
+reading: what is in use is kept and listed."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
 
     opt = add("optimize", "tokenize text files into checksummed token shards", _OPTIMIZE_EPILOG)
     opt.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
-    opt.add_argument("--output", "-o", required=True, help="dataset folder, or s3://bucket/prefix, to write")
+    opt.add_argument("--output", "-o", required=True, help="dataset folder, or s3://, gs:// or az://bucket/prefix, to write")
     opt.add_argument("--tokenizer", default=DEFAULT_TOKENIZER,
                      help="simple (byte-level) | path/to/tokenizer.json | folder holding one | file.tiktoken")
     opt.add_argument("--tokenizer-backend", choices=("auto", "tokenizers", "tiktoken", "fastokens"), default=None,
@@ -95,12 +95,12 @@ def _parser() -> argparse.ArgumentParser:
 
     info = add("info", "summarize a dataset: kind, shards, tokens, documents, sizes, tokenizer", _INFO_EPILOG)
     info.add_argument("dataset", metavar="DATASET",
-                      help="a dataset made by `llm-data optimize` (a folder, s3://bucket/prefix or local:/path), or a LitData / MDS folder")
+                      help="a dataset made by `llm-data optimize` (a folder, s3://, gs:// or az://bucket/prefix, or local:/path), or a LitData / MDS folder")
     info.add_argument("--json", action="store_true", help="print the manifest summary as JSON instead")
 
     verify = add("verify", "check every shard's size and checksum against the manifest", _VERIFY_EPILOG)
     verify.add_argument("dataset", metavar="DATASET",
-                      help="a dataset made by `llm-data optimize` (a folder, s3://bucket/prefix or local:/path), or a LitData / MDS folder")
+                      help="a dataset made by `llm-data optimize` (a folder, s3://, gs:// or az://bucket/prefix, or local:/path), or a LitData / MDS folder")
 
     cache = add("cache", "list or clear the local shard cache of remote datasets", _CACHE_EPILOG)
     actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -32,14 +32,14 @@ def add_commands(add: Callable[[str, str, str], argparse.ArgumentParser]) -> Non
     """Register `inspect` and `convert` with llm-data's sub-command factory."""
     ins = add("inspect", "describe a dataset: totals, sizes, dtype, tokenizer, fingerprint, length percentiles",
               _INSPECT_EPILOG)
-    ins.add_argument("dataset", metavar="DIR", help="our folder, local:/... or s3://..., or a LitData / MDS folder")
+    ins.add_argument("dataset", metavar="DIR", help="our folder, local:/..., s3://, gs:// or az://..., or a LitData / MDS folder")
     ins.add_argument("--plot", metavar="PNG", help="also draw document lengths and tokens per shard (matplotlib)")
     ins.add_argument("--shards", type=int, default=None,
-                     help="measure lengths in the first N shards only (default: all; 16 for s3://)")
+                     help="measure lengths in the first N shards only (default: all; 16 in object storage)")
     ins.add_argument("--json", action="store_true", help="print the summary as JSON")
     conv = add("convert", "rewrite a LitData or MosaicML MDS folder as an llm dataset", _CONVERT_EPILOG)
     conv.add_argument("src", metavar="SRC", help="a LitData or MDS folder")
-    conv.add_argument("dst", metavar="DST", help="dataset folder, or s3://bucket/prefix, to write")
+    conv.add_argument("dst", metavar="DST", help="dataset folder, or s3://, gs:// or az://bucket/prefix, to write")
     conv.add_argument("--num-workers", type=int, default=None, help="worker processes (default: all cores)")
     conv.add_argument("--chunk-bytes", default="64MB", help="target shard size")
     conv.add_argument("--compression", choices=("zstd",), default=None, help="compress shards (default: none)")

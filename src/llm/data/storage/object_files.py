@@ -1,4 +1,4 @@
-"""Objects of an s3:// bucket read like local files: found by key, prefix or glob; read by ranged GETs.
+"""Objects of an s3://, gs:// or az:// bucket read like local files: found by key, prefix or glob; read by ranged GETs.
 
 Text sources use this to stream `s3://bucket/prefix/*.jsonl` with the cursors they use on
 local files. Everything goes through `s3.py` (one client per process, obstore's retries,
@@ -53,7 +53,7 @@ class RemoteObject:
 
     @property
     def url(self) -> str:
-        return f"s3://{self.config.bucket}/{self.key}"
+        return self.config.url(self.key)
 
     @property
     def name(self) -> str:
@@ -81,8 +81,12 @@ def _changed(obj: RemoteObject, detail: str) -> ObjectChanged:
 
 def _meta(config: S3Config, meta: dict[str, Any]) -> RemoteObject:
     modified = meta.get("last_modified")
-    return RemoteObject(config, meta["path"], int(meta["size"]), meta.get("e_tag"),
-                        modified.isoformat() if modified is not None else "")
+    etag = meta.get("e_tag")
+    if etag and config.scheme == "az" and not etag.startswith(('"', "W/")):
+        # Azure lists ETags bare but sends them quoted in headers: one form, so an object found by listing
+        # and by HEAD has one stamp, and If-Match sends the quoted form the protocol defines.
+        etag = f'"{etag}"'
+    return RemoteObject(config, meta["path"], int(meta["size"]), etag, modified.isoformat() if modified is not None else "")
 
 
 def _forbidden_as_denied(error: Exception) -> Exception:
@@ -154,9 +158,9 @@ def expand_objects(
     Finding nothing is an `ObjectNotFound` naming the pattern and the endpoint.
     """
     loc = parse_location(pattern)
-    if loc.kind != "s3":
-        raise ValueError(f"{pattern!r} is not an s3:// location")
-    config = resolve_config(loc.bucket, storage_options)
+    if not loc.is_object_store:
+        raise ValueError(f"{pattern!r} is not an object-store (s3://, gs://, az://) location")
+    config = resolve_config(loc.bucket, storage_options, loc.kind)
     key = loc.path
     if any(c in key for c in _GLOB):
         fixed = key[: min(key.index(c) for c in _GLOB if c in key)]

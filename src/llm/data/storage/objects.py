@@ -1,4 +1,5 @@
-"""One interface over the places a dataset's files can live: an s3:// prefix or a network folder (local:).
+"""One interface over the places a dataset's files can live: an s3://, gs:// or az:// prefix, or a network
+folder (local:).
 
 Both give `get`, `get_into` (streamed, restartable), `put` (optionally create-only), `delete`,
 `list` and `url`; the shard cache and remote writers use nothing else.
@@ -71,10 +72,10 @@ class LocalObjects:
 
 
 def open_objects(location: str | Path | Location, storage_options: dict | None = None) -> S3Objects | LocalObjects:
-    """The objects of a remote dataset location (s3:// or local:)."""
+    """The objects of a remote dataset location (s3://, gs://, az:// or local:)."""
     loc = parse_location(location)
-    if loc.kind == "s3":
-        return S3Objects(resolve_config(loc.bucket, storage_options), loc.path)
+    if loc.is_object_store:
+        return S3Objects(resolve_config(loc.bucket, storage_options, loc.kind), loc.path)
     if storage_options:
-        raise ValueError(f"storage_options apply to s3:// locations only, not {loc}")
+        raise ValueError(f"storage_options apply to object stores (s3://, gs://, az://) only, not {loc}")
     return LocalObjects(loc.path, "local:" if loc.kind == "local" else "")

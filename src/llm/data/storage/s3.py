@@ -1,5 +1,9 @@
-"""S3-compatible object storage through obstore: configuration the AWS way, obstore's retries,
-and every failure as one sentence naming the endpoint, bucket and key.
+"""Object storage through obstore: S3-compatible stores (configured the AWS way), Google Cloud Storage and
+Azure Blob Storage (configured as clouds.py reads them), obstore's retries, and every failure as one
+sentence naming the endpoint, bucket (or container) and key.
+
+The three stores differ only in how the client is built (`_client`) and in the words of the errors
+(clouds.HINTS); everything above this module sees one `S3Config` and one `S3Objects` for all of them.
 
 Retries are obstore's own (5xx, connection errors, resets and stalls, a GET body that breaks
 mid-stream resumed from where it broke; exponential backoff with jitter): with our hand-written
@@ -20,12 +24,24 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from llm.data.storage.awsconfig import aws_sources, check_endpoint
+from llm.data.storage.clouds import (
+    AZURE_ALIASES,
+    AZURE_OPTION_KEYS,
+    GCS_ALIASES,
+    GCS_OPTION_KEYS,
+    HINTS,
+    MISSING_BUCKET_CODES,
+    CloudSettings,
+    azure_settings,
+    gcs_settings,
+    normalize_options,
+)
 
 T = TypeVar("T")
 
+SHARED_OPTION_KEYS = ("retries", "backoff", "max_backoff", "timeout", "connect_timeout")  # every store
 OPTION_KEYS = (
-    "endpoint", "region", "access_key_id", "secret_access_key", "session_token", "profile",
-    "retries", "backoff", "max_backoff", "timeout", "connect_timeout",
+    "endpoint", "region", "access_key_id", "secret_access_key", "session_token", "profile", *SHARED_OPTION_KEYS,
 )
 _ALIASES = {"endpoint_url": "endpoint", "aws_access_key_id": "access_key_id",
             "aws_secret_access_key": "secret_access_key", "aws_session_token": "session_token", "region_name": "region"}
@@ -40,12 +56,13 @@ class ObjectNotFound(StorageError, FileNotFoundError):
 
 
 class BucketNotFound(ObjectNotFound):
-    """The bucket itself does not exist: callers that treat a missing object as "empty" must not."""
+    """The bucket (Azure: container) itself does not exist: callers that treat a missing object as "empty" must not."""
 
 
 @dataclass(frozen=True)
 class S3Config:
-    """Everything needed to reach one bucket; picklable, so worker processes rebuild the client."""
+    """Everything needed to reach one bucket (Azure: container) of any of the three stores; picklable, so
+    worker processes rebuild the client. The S3 fields are used for s3://, `cloud` for gs:// and az://."""
 
     bucket: str
     endpoint: str | None = None
@@ -58,27 +75,56 @@ class S3Config:
     max_backoff: float = 10.0
     timeout: float = 300.0
     connect_timeout: float = 10.0
+    scheme: str = "s3"  # s3, gs or az
+    cloud: CloudSettings | None = field(default=None, repr=False)  # gs/az: obstore's config (it holds keys)
 
     @property
     def where(self) -> str:
+        if self.cloud is not None:
+            return self.cloud.where
         return self.endpoint or f"AWS S3 ({self.region})"
 
+    @property
+    def has_credentials(self) -> bool:
+        return self.cloud.credentials if self.cloud is not None else bool(self.access_key_id)
 
-def resolve_config(bucket: str, storage_options: dict | None = None) -> S3Config:
-    """storage_options, then AWS_* environment variables, then ~/.aws/credentials and ~/.aws/config."""
+    def url(self, key: str) -> str:
+        return f"{self.scheme}://{self.bucket}/{key}"
+
+
+def _aws_config(bucket: str, storage_options: dict) -> tuple[S3Config, dict[str, Any]]:
+    """s3: storage_options, then AWS_* environment variables, then ~/.aws/credentials and ~/.aws/config."""
     opts: dict[str, Any] = {}
-    for key, value in (storage_options or {}).items():
+    for key, value in storage_options.items():
         key = _ALIASES.get(key, key)
         if key not in OPTION_KEYS:
             raise ValueError(f"unknown storage option {key!r}; expected one of {', '.join(OPTION_KEYS)}")
         opts[key] = value
     sources = aws_sources(opts.get("profile"))
     aws = {key: value for key, (value, _) in sources.items()}
-    config = S3Config(bucket=bucket)
     values = {k: opts.get(k) or aws.get(k) for k in ("endpoint", "region", "access_key_id", "secret_access_key", "session_token")}
     if values["endpoint"]:
         check_endpoint(values["endpoint"], "storage_options['endpoint']" if opts.get("endpoint") else sources["endpoint"][1])
-    config = replace(config, **{k: v for k, v in values.items() if v})
+    return replace(S3Config(bucket=bucket), **{k: v for k, v in values.items() if v}), opts
+
+
+def _cloud_config(bucket: str, storage_options: dict, scheme: str) -> tuple[S3Config, dict[str, Any]]:
+    """gs and az: storage_options, then each cloud's variables (clouds.py)."""
+    keys, aliases, settings = (GCS_OPTION_KEYS, GCS_ALIASES, gcs_settings) if scheme == "gs" else \
+        (AZURE_OPTION_KEYS, AZURE_ALIASES, azure_settings)
+    opts = normalize_options(storage_options, keys, aliases, SHARED_OPTION_KEYS, scheme)
+    cloud = settings(opts)
+    return S3Config(bucket=bucket, endpoint=cloud.endpoint, scheme=scheme, cloud=cloud), opts
+
+
+def resolve_config(bucket: str, storage_options: dict | None = None, scheme: str = "s3") -> S3Config:
+    """The settings of one bucket (Azure: container) of an s3, gs or az store, with the shared retry numbers."""
+    if scheme == "s3":
+        config, opts = _aws_config(bucket, storage_options or {})
+    elif scheme in ("gs", "az"):
+        config, opts = _cloud_config(bucket, storage_options or {}, scheme)
+    else:
+        raise ValueError(f"unknown object store {scheme!r}; expected s3, gs or az")
     env_retries = os.environ.get("LLM_STORAGE_RETRIES")
     numbers = {"retries": opts.get("retries", env_retries)}
     for key in ("backoff", "max_backoff", "timeout", "connect_timeout"):
@@ -102,31 +148,48 @@ _STORES: dict[tuple[int, S3Config], Any] = {}
 RETRY_TIMEOUT_S = 180.0
 
 
+_PROXY_PREFIX = {"s3": "AWS", "gs": "GOOGLE", "az": "AZURE"}
+
+
+def proxy_options(scheme: str) -> dict[str, str]:
+    """The store's proxy variables (AWS_PROXY_URL, GOOGLE_PROXY_EXCLUDES, ...) as client options.
+
+    obstore reads them only when no client options are passed, and we always pass some (timeouts):
+    without this, GOOGLE_PROXY_URL and AZURE_PROXY_URL would be ignored and a credential request would
+    go straight to the cloud's metadata address (measured: it did)."""
+    prefix = _PROXY_PREFIX[scheme]
+    names = {"proxy_url": "PROXY_URL", "proxy_excludes": "PROXY_EXCLUDES", "proxy_ca_certificate": "PROXY_CA_CERTIFICATE"}
+    return {key: os.environ[f"{prefix}_{name}"] for key, name in names.items() if os.environ.get(f"{prefix}_{name}")}
+
+
 def _client(config: S3Config) -> Any:
     """One obstore client per process and config (a client made before a fork is not reused after it)."""
     key = (os.getpid(), config)
     store = _STORES.get(key)
     if store is None:
-        from obstore.store import S3Store
+        from obstore.store import AzureStore, GCSStore, S3Store
 
-        kwargs: dict[str, Any] = {"region": config.region}
-        if config.endpoint:
-            kwargs["endpoint"] = config.endpoint
-        for name in ("access_key_id", "secret_access_key", "session_token"):
-            if getattr(config, name):
-                kwargs[name] = getattr(config, name)
-        store = S3Store(
-            config.bucket,
-            client_options={
-                "allow_http": bool(config.endpoint and config.endpoint.startswith("http://")),
-                "timeout": f"{max(config.timeout, 0.001)}s",
-                "connect_timeout": f"{max(config.connect_timeout, 0.001)}s",
-            },
-            retry_config={"max_retries": config.retries, "retry_timeout": timedelta(seconds=RETRY_TIMEOUT_S),
-                          "backoff": {"init_backoff": timedelta(seconds=config.backoff),
-                                      "max_backoff": timedelta(seconds=config.max_backoff)}},
-            **kwargs,
-        )
+        client_options = {
+            "allow_http": config.where.startswith("http://"),
+            "timeout": f"{max(config.timeout, 0.001)}s",
+            "connect_timeout": f"{max(config.connect_timeout, 0.001)}s",
+            **proxy_options(config.scheme),
+        }
+        retry_config = {"max_retries": config.retries, "retry_timeout": timedelta(seconds=RETRY_TIMEOUT_S),
+                        "backoff": {"init_backoff": timedelta(seconds=config.backoff),
+                                    "max_backoff": timedelta(seconds=config.max_backoff)}}
+        if config.cloud is not None:
+            kind = GCSStore if config.scheme == "gs" else AzureStore
+            store = kind(config.bucket, config=dict(config.cloud.config), client_options=client_options,
+                         retry_config=retry_config)
+        else:
+            kwargs: dict[str, Any] = {"region": config.region}
+            if config.endpoint:
+                kwargs["endpoint"] = config.endpoint
+            for name in ("access_key_id", "secret_access_key", "session_token"):
+                if getattr(config, name):
+                    kwargs[name] = getattr(config, name)
+            store = S3Store(config.bucket, client_options=client_options, retry_config=retry_config, **kwargs)
         _STORES[key] = store
     return store
 
@@ -187,38 +250,40 @@ def _unproven_credentials(config: S3Config, error: BaseException) -> bool:
     """No credentials set, none that worked yet, and no HTTP answer: the client was asking the metadata address
     (AWS_METADATA_ENDPOINT, default 169.254.169.254) for them. Asked once, as the AWS CLI does: off a cloud
     machine nothing answers there, and retrying would only make the user wait."""
-    if config.access_key_id or config in _ANSWERED or http_status(error) is not None:
+    if config.has_credentials or config in _ANSWERED or http_status(error) is not None:
         return False
-    return not any(os.environ.get(name) for name in _OTHER_CREDENTIALS)
+    return config.scheme != "s3" or not any(os.environ.get(name) for name in _OTHER_CREDENTIALS)
 
 
 def explain(error: BaseException, config: S3Config, key: str, action: str, attempts: int = 1) -> StorageError:
     """The one sentence a user sees for a failed request."""
     from obstore import exceptions as ox
 
-    url = f"s3://{config.bucket}/{key}"
+    url = config.url(key)
     what = _summary(error)
+    hints = HINTS[config.scheme]
     if _unproven_credentials(config, error):
+        cloud = {"s3": "AWS", "gs": "Google Cloud", "az": "Azure"}[config.scheme]
+        metadata = os.environ.get("AWS_METADATA_ENDPOINT") if config.scheme == "s3" else None
         return StorageError(
-            f"{action} {url} at {config.where} failed ({what}) and no AWS credentials are set: set AWS_ACCESS_KEY_ID / "
-            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, ~/.aws/credentials, storage_options); without them the client asks "
-            f"the cloud metadata address ({os.environ.get('AWS_METADATA_ENDPOINT') or 'http://169.254.169.254'}), "
+            f"{action} {url} at {config.where} failed ({what}) and no {cloud} credentials are set: set {hints['keys']}; "
+            f"without them the client asks the cloud metadata address ({metadata or 'http://169.254.169.254'}), "
             "which answers only on a cloud machine"
         )
-    if isinstance(error, (ox.PermissionDeniedError, ox.UnauthenticatedError)):
+    if isinstance(error, (ox.PermissionDeniedError, ox.UnauthenticatedError)) or http_status(error) in (401, 403):
         return StorageError(
-            f"access denied ({what}) to {url} at {config.where}: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
-            "(or AWS_PROFILE, ~/.aws/credentials, storage_options) and the bucket's permissions"
+            f"access denied ({what}) to {url} at {config.where}: check {hints['keys']} "
+            f"and the {hints['bucket']}'s permissions"
         )
     if isinstance(error, (FileNotFoundError, ox.NotFoundError)) or http_status(error) == 404:
-        if s3_error_code(error) == "NoSuchBucket":
+        if s3_error_code(error) in MISSING_BUCKET_CODES:
             return BucketNotFound(
-                f"bucket {config.bucket!r} does not exist at {config.where} (while reading {url}): "
-                "check the bucket name and the endpoint (AWS_ENDPOINT_URL)"
+                f"{hints['bucket']} {config.bucket!r} does not exist at {config.where} (while reading {url}): "
+                f"check the {hints['bucket']} name and the endpoint ({hints['endpoint']})"
             )
         return ObjectNotFound(f"{url} does not exist at {config.where}: check the path")
     if attempts != 1:  # 0: retried for RETRY_TIMEOUT_S
-        hint = "check that the endpoint is up and reachable (AWS_ENDPOINT_URL)" if "connection" in what else \
+        hint = f"check that the endpoint is up and reachable ({hints['endpoint']})" if "connection" in what else \
             "the store kept failing; try again later or raise storage_options['retries']"
         tried = f"{attempts} attempts" if attempts else f"retrying for {RETRY_TIMEOUT_S:.0f} s"
         return StorageError(f"{action} {url} at {config.where} failed after {tried} ({what}): {hint}")
@@ -243,7 +308,7 @@ def call(config: S3Config, key: str, action: str, fn: Callable[[], T]) -> T:
 
 
 class S3Objects:
-    """The objects under one s3:// prefix, by name relative to it."""
+    """The objects under one s3://, gs:// or az:// prefix, by name relative to it."""
 
     def __init__(self, config: S3Config, prefix: str):
         self.config, self.prefix = config, prefix
@@ -252,7 +317,7 @@ class S3Objects:
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def url(self, name: str = "") -> str:
-        return f"s3://{self.config.bucket}/{self.key(name) if name else self.prefix}".rstrip("/")
+        return self.config.url(self.key(name) if name else self.prefix).rstrip("/")
 
     def get(self, name: str) -> bytes:
         import obstore
@@ -290,10 +355,16 @@ class S3Objects:
         call(self.config, key, "writing", send)
 
     def delete(self, name: str) -> None:
+        """Remove an object; one already gone is fine (S3 answers 204 there, GCS and Azure 404)."""
         import obstore
 
         key = self.key(name)
-        call(self.config, key, "deleting", lambda: obstore.delete(_client(self.config), key))
+        try:
+            call(self.config, key, "deleting", lambda: obstore.delete(_client(self.config), key))
+        except BucketNotFound:
+            raise
+        except ObjectNotFound:
+            pass
 
     def list(self) -> dict[str, int]:
         """name -> size of every object directly under the prefix."""

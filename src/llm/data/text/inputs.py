@@ -76,7 +76,8 @@ class FileStamp:
 
 
 def _is_s3(pattern: str) -> bool:
-    return pattern[:5].lower() == "s3://"
+    """An object-store pattern (s3://, gs://, az://, and the gcs:// / azure:// spellings)."""
+    return pattern.split("://", 1)[0].lower() in ("s3", "gs", "gcs", "az", "azure") and "://" in pattern
 
 
 def _local_pattern(pattern: str) -> str:
@@ -84,20 +85,20 @@ def _local_pattern(pattern: str) -> str:
     if not pattern.startswith("local:") and "://" not in pattern:
         return pattern
     loc = parse_location(pattern)  # an unknown scheme is one error listing the valid forms
-    if loc.kind == "s3":
+    if loc.is_object_store:
         raise InputError(f"{pattern}: object storage inputs are streamed (llm-train --task stream_lm, "
                          "data_source local); this command reads local files only")
     return loc.path
 
 
 def expand_sources(patterns: list[str], storage_options: dict | None = None) -> list[Path | RemoteObject]:
-    """`expand_inputs`, plus `s3://` objects (a key, a prefix or a glob) after the local files, by key."""
+    """`expand_inputs`, plus `s3://`, `gs://` and `az://` objects (a key, a prefix or a glob) after the local files, by key."""
     found = expand_inputs([p for p in patterns if not _is_s3(p)])
     objects: dict[str, RemoteObject] = {}
     for pattern in filter(_is_s3, patterns):
         for obj in expand_objects(pattern, storage_options, keep=_supported):
             objects.setdefault(obj.url, obj)
-    remote = sorted(objects.values(), key=lambda o: (o.config.bucket, PurePosixPath(o.key)))
+    remote = sorted(objects.values(), key=lambda o: (o.config.scheme, o.config.bucket, PurePosixPath(o.key)))
     return [*found, *remote]
 
 

@@ -165,7 +165,7 @@ def optimize_text(
     # Workers use the engine the parent chose (not `auto` again), so one run has one engine.
     backend = tok.backend if getattr(tok, "backend", None) in BACKENDS else None
     location = parse_location(output_dir)
-    if location.kind != "s3":
+    if not location.is_object_store:
         refuse_inputs_in_output(inputs, location.local_path())
     paths = expand_inputs(inputs)
     if not allow_empty:

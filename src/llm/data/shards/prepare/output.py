@@ -82,14 +82,14 @@ class OutputFolder(Output):
 
 def open_output(output_dir: str | Path, mode: str | None, kind: str, tokenizer: dict | None,
                 wait: bool = False, storage_options: dict | None = None):
-    """The output of optimize(): a local folder (also for local:) or an s3:// prefix."""
+    """The output of optimize(): a local folder (also for local:) or an s3://, gs:// or az:// prefix."""
     location = parse_location(output_dir)
-    if location.kind == "s3":
+    if location.is_object_store:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)} or None, got {mode!r}")
         from llm.data.shards.prepare.remote_output import RemoteOutput
 
         return RemoteOutput(location, mode, kind, tokenizer, wait=wait, storage_options=storage_options)
     if storage_options:
-        raise ValueError(f"storage_options apply to s3:// outputs only, not {output_dir}")
+        raise ValueError(f"storage_options apply to object-store outputs (s3://, gs://, az://) only, not {output_dir}")
     return OutputFolder(location.local_path(), mode, kind, tokenizer, wait=wait)
