@@ -4,8 +4,9 @@ Two pieces, shared by `StreamingDataLoader.stats()` and `llm-train`'s metrics:
 
 * `WaitHistogram`: how long the consumer waited for each batch, in log-spaced bins
   (20 per decade, so a percentile is within 6% of the exact one). Memory stays fixed
-  however long the run, recording a wait is one `log10` and one increment, and
-  histograms of several ranks add up.
+  however long the run, and histograms of several ranks add up. A loader only appends
+  each wait to a small array, which `IngestWindow.flush` bins with NumPy every few
+  thousand batches: a clock read and an append per batch.
 * `RemoteCounters`: what the shard cache fetched (`REMOTE_KEYS`). Each cache counts into
   its own counters and into `PROCESS_REMOTE`, this process's total. Counts made in a
   DataLoader worker process travel to the training process as deltas inside the chunks
@@ -20,7 +21,10 @@ import math
 import os
 import threading
 import time
+from array import array
 from collections.abc import Iterable, Mapping
+
+import numpy as np
 
 REMOTE_KEYS = ("remote_bytes", "remote_requests", "cache_hits", "cache_misses", "cache_evictions")
 PERCENTILES = (50, 95, 99)
@@ -42,6 +46,13 @@ class WaitHistogram:
         self.counts[b if b < _BINS else _BINS - 1] += 1
         self.n += 1
         self.total_ns += ns
+
+    def add_many(self, ns: np.ndarray) -> None:
+        bins = (np.log10(np.maximum(ns, 1)) * _BINS_PER_DECADE).astype(np.int64)
+        counts = np.bincount(np.minimum(bins, _BINS - 1), minlength=_BINS).tolist()
+        self.counts = [a + b for a, b in zip(self.counts, counts)]
+        self.n += len(ns)
+        self.total_ns += int(ns.sum())
 
     def merge(self, other: WaitHistogram) -> None:
         self.counts = [a + b for a, b in zip(self.counts, other.counts)]
@@ -121,18 +132,30 @@ class RemoteCounters:
 PROCESS_REMOTE = RemoteCounters()  # every remote count of this process, worker processes' deltas included
 
 
+FLUSH_EVERY = 4096  # batches recorded before the pending arrays are binned
+
+
 class IngestWindow:
-    """Batches handed to a consumer since the window started: waits, counts, rates and remote I/O."""
+    """Batches handed to a consumer since the window started: waits, counts, rates and remote I/O.
+
+    The hot path appends each wait (ns) to `pending_waits` and adds to `tokens`; a caller may
+    bind `pending_waits.append` once, since the array is emptied in place, never replaced.
+    """
 
     def __init__(self) -> None:
+        self.pending_waits: array = array("q")
         self.reset(zero_remote())
 
     def reset(self, remote_now: Mapping[str, int]) -> None:
+        del self.pending_waits[:]
         self.waits = WaitHistogram()
-        self.batches = 0
         self.tokens = 0
         self.started = time.perf_counter()
         self._remote_base = dict(remote_now)
+
+    @property
+    def batches(self) -> int:
+        return self.waits.n + len(self.pending_waits)
 
     def resume_clock(self) -> None:
         """An iteration starts: an empty window's clock starts now, not when the loader was made."""
@@ -141,12 +164,22 @@ class IngestWindow:
 
     def record(self, wait_ns: int, tokens: int) -> None:
         """One batch handed over after the consumer waited `wait_ns` for it."""
-        self.waits.add(wait_ns)
-        self.batches += 1
+        self.pending_waits.append(wait_ns)
         self.tokens += tokens
+        if len(self.pending_waits) >= FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        """Bin the pending waits; only what was appended before this call (a reader may still append)."""
+        n = len(self.pending_waits)
+        if not n:
+            return
+        self.waits.add_many(np.frombuffer(self.pending_waits, dtype=np.int64, count=n).copy())
+        del self.pending_waits[:n]
 
     def summary(self, remote_now: Mapping[str, int]) -> dict:
         """This window as plain numbers (what ranks exchange under DDP), see `figures`."""
+        self.flush()
         return {"waits": self.waits.to_dict(), "batches": self.batches, "tokens": self.tokens,
                 "seconds": time.perf_counter() - self.started, "remote": remote_diff(remote_now, self._remote_base)}
 

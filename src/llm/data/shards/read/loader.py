@@ -14,7 +14,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from llm.data.ingest_stats import PROCESS_REMOTE, IngestWindow, RemoteCounters, figures, remote_sum
+from llm.data.ingest_stats import (
+    FLUSH_EVERY,
+    PROCESS_REMOTE,
+    IngestWindow,
+    RemoteCounters,
+    figures,
+    remote_sum,
+)
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.profiling import LoaderProfile
 from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
@@ -25,18 +32,18 @@ from llm.data.topology import current_topology
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 
 
-def _split_chunk(chunk: dict[str, Any], document_boundaries: bool) -> Iterator[tuple[Any, int]]:
-    """(batch, samples in it) of one chunk; a worker's last chunk holds counts only, no batch."""
+def _split_chunk(chunk: dict[str, Any], document_boundaries: bool) -> Iterator[Any]:
+    """The batches of one chunk (a worker's last chunk may hold counts only, no batch)."""
     sizes = chunk["sizes"].tolist()
     if "batches" in chunk:
-        yield from zip(chunk["batches"], sizes)
+        yield from chunk["batches"]
         return
     row = 0
     for size in sizes:
         if document_boundaries:
-            yield {"input_ids": chunk["input_ids"][row : row + size], "position_ids": chunk["position_ids"][row : row + size]}, size
+            yield {"input_ids": chunk["input_ids"][row : row + size], "position_ids": chunk["position_ids"][row : row + size]}
         else:
-            yield chunk["input_ids"][row : row + size], size
+            yield chunk["input_ids"][row : row + size]
         row += size
 
 
@@ -183,6 +190,9 @@ class StreamingDataLoader(DataLoader, Stage):
         block = ds.block_size if ds.manifest.kind == "tokens" else 0
         window, clock = self._window, time.perf_counter_ns
         window.resume_clock()
+        # stats(): per batch, one clock read and one append (binned every few thousand batches);
+        # tokens are added per chunk, for the batches of it that were handed out
+        log_wait = window.pending_waits.append
         asked = clock()
         try:
             for chunk in chunks:
@@ -193,14 +203,21 @@ class StreamingDataLoader(DataLoader, Stage):
                 if counted is not None:
                     self._worker_remote.merge(counted)
                     PROCESS_REMOTE.merge(counted)
-                for batch, samples in _split_chunk(chunk, boundaries):
-                    self._check_live(token)
-                    self._yielded += 1  # counted before the caller sees it: a state saved now includes it
-                    window.record(clock() - asked, samples * block)
-                    if profile is not None:
-                        profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
-                    yield batch
-                    asked = clock()
+                if len(window.pending_waits) >= FLUSH_EVERY:
+                    window.flush()
+                handed = 0
+                try:
+                    for batch in _split_chunk(chunk, boundaries):
+                        self._check_live(token)
+                        self._yielded += 1  # counted before the caller sees it: a state saved now includes it
+                        handed += 1
+                        log_wait(clock() - asked)
+                        if profile is not None:
+                            profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
+                        yield batch
+                        asked = clock()
+                finally:
+                    window.tokens += int(chunk["sizes"][:handed].sum()) * block
         finally:
             if profile is not None:
                 profile.write()  # an iteration shorter than profile_batches, or left early
