@@ -113,15 +113,15 @@ def main(argv: list[str] | None = None) -> int:
         on_tps, off_tps = statistics.median(on), statistics.median(off)
         paired = statistics.median(a / b for a, b in zip(on, off))  # neighbours in time: drift cancels
         batch_ns = block * batch / on_tps * 1e9
-        rows.append({"block": block, "batch": batch, "workers": workers, "tokens_per_s_on": on_tps,
-                     "tokens_per_s_off": off_tps, "ratio_on_off": paired,
+        rows.append({"block": block, "batch": batch, "workers": workers, "tokens_per_cpu_s_on": on_tps,
+                     "tokens_per_cpu_s_off": off_tps, "ratio_on_off": paired,
                      "batch_ns": batch_ns, "recording_share": cost_ns / batch_ns})
     result = {"megabytes": args.megabytes, "repeats": args.repeats, "recording_ns_per_batch": cost_ns, "cases": rows}
     print(f"recording: {cost_ns:.0f} ns per batch")
     print("| block x batch, workers | tokens per CPU s, stats on | off | on / off | recording / batch time |")
     print("| --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['block']} x {r['batch']}, {r['workers']} | {r['tokens_per_s_on']:,.0f} | {r['tokens_per_s_off']:,.0f} | "
+        print(f"| {r['block']} x {r['batch']}, {r['workers']} | {r['tokens_per_cpu_s_on']:,.0f} | {r['tokens_per_cpu_s_off']:,.0f} | "
               f"{r['ratio_on_off']:.3f} | {r['recording_share']:.3%} |")
     path = Path(args.results or f"bench/results/ingest-{time.strftime('%Y%m%d')}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
