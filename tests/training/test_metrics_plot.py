@@ -101,6 +101,23 @@ def test_ingest_panels_draw_wait_percentiles_and_remote_reads(tmp_path: Path) ->
     assert "no data logged for this panel" not in texts
 
 
+def test_ranks_windows_merge_into_all_ranks_percentiles_and_the_slowest_ranks_p99() -> None:
+    from llm.training.ingest_metrics import SLOWEST_RANK_KEY, IngestMeter
+
+    ranks = [IngestMeter(), IngestMeter()]
+    for wait in range(1, 101):
+        ranks[0].batch(wait / 1e6, tokens=10)  # 1-100 us
+        ranks[1].batch(wait / 1e3, tokens=10)  # 1-100 ms: the slow rank
+    other = ranks[1]._window.summary({})
+    merged = IngestMeter(gather=lambda mine: [mine, {**other, "remote_seen": False}])
+    merged._window = ranks[0]._window
+    figures = merged.window()
+    assert figures[SLOWEST_RANK_KEY] == pytest.approx(99, rel=0.06)
+    assert figures["data_wait_p50_ms"] == pytest.approx(0.1, rel=0.06)  # the 100th of 200 waits: rank 0's largest
+    assert figures["data_wait_p99_ms"] == pytest.approx(98, rel=0.06)
+    assert "remote_bytes" not in figures
+
+
 def test_a_local_run_says_its_remote_panel_has_no_data(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the plot needs matplotlib (the dev extra installs it)")
     meter = RunMeter(tmp_path, 0, 3)

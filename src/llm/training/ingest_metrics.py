@@ -4,7 +4,8 @@ The trainer times each `next(batches)`: how long a step waited for its batch, wh
 task (optimized shards, stream_lm, sft). At each log step `IngestMeter.window()` turns the
 interval into the metrics.jsonl keys below; under DDP every rank's interval is gathered
 (at log steps only) and merged: percentiles over the waits of all ranks, counts and rates
-summed over ranks. Remote counts are this process's shard-cache counts
+summed over ranks, and `data_wait_p99_ms_slowest_rank`, the highest p99 of any one rank (a
+step under DDP waits for the slowest rank's batch). Remote counts are this process's shard-cache counts
 (`llm.data.ingest_stats.PROCESS_REMOTE`, worker processes' included); their keys appear
 once a run has read remote shards.
 """
@@ -14,10 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llm.data.ingest_stats import PERCENTILES, PROCESS_REMOTE, REMOTE_KEYS, IngestWindow, figures
+from llm.data.ingest_stats import (
+    PERCENTILES,
+    PROCESS_REMOTE,
+    REMOTE_KEYS,
+    IngestWindow,
+    WaitHistogram,
+    figures,
+)
 
 WAIT_KEYS = tuple(f"data_wait_p{q}_ms" for q in PERCENTILES)
 RATE_KEYS = ("data_batches_per_s", "data_tokens_per_s")
+SLOWEST_RANK_KEY = "data_wait_p99_ms_slowest_rank"  # under DDP only
 INGEST_KEYS = WAIT_KEYS + RATE_KEYS + REMOTE_KEYS  # REMOTE_KEYS only for runs that read remote shards
 
 Gather = Callable[[dict], list[dict]]
@@ -47,6 +56,9 @@ class IngestMeter:
             value = merged[f"wait_p{q}_ms"]
             if value is not None:
                 out[key] = value
+        if len(summaries) > 1:
+            per_rank = [WaitHistogram.from_dict(s["waits"]).percentile_ms(99) for s in summaries]
+            out[SLOWEST_RANK_KEY] = max((p for p in per_rank if p is not None), default=0.0)
         out["data_batches_per_s"] = merged["batches_per_s"]  # type: ignore[assignment]
         out["data_tokens_per_s"] = merged["tokens_per_s"]  # type: ignore[assignment]
         if any(s["remote_seen"] for s in summaries):
