@@ -1,6 +1,6 @@
 """Remote ingest counts against independent ones: GET requests seen on the wire (a counting proxy in front of
 SeaweedFS), bytes equal to the shard sizes, evictions equal to downloads minus the files left in the cache;
-with 0 workers and with 2 worker processes (whose counts travel with their chunks), and in `llm-train`'s
+with 0 workers, 2 reader threads and 2 worker processes (whose counts travel with their chunks), and in `llm-train`'s
 metrics.jsonl."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
@@ -34,7 +35,7 @@ def _shard_gets(proxy: FaultProxy) -> int:
     return sum(n for (method, path), n in proxy.seen.items() if method == "GET" and "/shard-" in path)
 
 
-@pytest.mark.parametrize("workers, backend", [(0, "auto"), (2, "processes")])
+@pytest.mark.parametrize("workers, backend", [(0, "auto"), (2, "threads"), (2, "processes")])
 def test_requests_and_bytes_match_the_wire(s3_server, dataset, tmp_path: Path, workers: int, backend: str) -> None:
     url, sizes = dataset
     assert len(sizes) >= 4, "the test needs several shards"
@@ -80,16 +81,22 @@ def test_llm_train_writes_remote_counts_per_interval(s3_env, tmp_path: Path) -> 
     from llm.training.train import main as train_main
 
     corpus = tmp_path / "c.txt"
-    corpus.write_text("\n".join(f"line {i} of the remote corpus, with a few more words" for i in range(120)) + "\n")
+    corpus.write_text("\n".join(f"line {i} of the remote corpus, with a few more words" for i in range(25)) + "\n")
     url = s3_env.url()
     optimize_text([str(corpus)], url, "simple", num_workers=0, chunk_bytes="1KB", progress=False)
     sizes = [s.bytes for s in load_any(url).shards]
+    assert len(sizes) >= 2, "the test needs several shards"
     tree = {"data": {"data_source": "optimized", "dataset_path": url, "max_seq_len": 32, "num_workers": 2},
             "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
             "training": {"batch_size": 4, "epochs": 1, "log_interval_steps": 5},
             "checkpoint": {"checkpoint_dir": str(tmp_path / "ck")}}
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(tree))
-    assert train_main(["--task", "lm", "--config-path", str(tmp_path / "cfg.yaml")]) == 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model on a shared machine: one thread is faster
+    try:
+        assert train_main(["--task", "lm", "--config-path", str(tmp_path / "cfg.yaml")]) == 0
+    finally:
+        torch.set_num_threads(threads)
     records = [json.loads(line) for line in (tmp_path / "ck" / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in records if "loss" in r]
     assert logged and all("remote_bytes" in r and "cache_hits" in r for r in logged)
