@@ -66,25 +66,32 @@ def _epoch(dataset_dir: Path, block: int, batch: int, workers: int, silent: bool
 
 
 def _recording_cost_ns(calls: int = 1_000_000, repeats: int = 5) -> float:
-    """CPU nanoseconds per batch that recording adds: the loader's added lines (a clock read, an append,
-    a binning every FLUSH_EVERY batches) timed in a loop, minus the same loop without them (best of `repeats`)."""
+    """CPU nanoseconds per batch that recording adds: the loader's added lines (a clock read, an append, a
+    binning every FLUSH_EVERY batches, the tokens of each 64-batch chunk) timed in a loop, minus the same
+    loop without them (best of `repeats`)."""
     from llm.data.ingest_stats import FLUSH_EVERY, IngestWindow
 
     window, clock = IngestWindow(), time.perf_counter_ns
     log_wait, cpu = window.pending_waits.append, time.process_time_ns
 
+    sizes = [8] * 64
+
     def with_stats() -> int:
         start, asked = cpu(), clock()
-        for _ in range(calls):
+        for i in range(calls):
             log_wait(clock() - asked)
-            if len(window.pending_waits) >= FLUSH_EVERY:
-                window.flush()
+            if not i % 64:  # per chunk
+                window.tokens += sum(sizes[:64]) * 2049
+                if len(window.pending_waits) >= FLUSH_EVERY:
+                    window.flush()
             asked = clock()
         return cpu() - start
 
     def without() -> int:
         start, asked = cpu(), clock()
-        for _ in range(calls):
+        for i in range(calls):
+            if not i % 64:
+                pass
             asked = clock()
         return cpu() - start + 0 * asked
 

@@ -32,9 +32,8 @@ from llm.data.topology import current_topology
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 
 
-def _split_chunk(chunk: dict[str, Any], document_boundaries: bool) -> Iterator[Any]:
-    """The batches of one chunk (a worker's last chunk may hold counts only, no batch)."""
-    sizes = chunk["sizes"].tolist()
+def _split_chunk(chunk: dict[str, Any], sizes: list[int], document_boundaries: bool) -> Iterator[Any]:
+    """The batches of one chunk, `sizes` samples each (a worker's last chunk may hold counts only, no batch)."""
     if "batches" in chunk:
         yield from chunk["batches"]
         return
@@ -205,9 +204,9 @@ class StreamingDataLoader(DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
-                handed = 0
+                sizes, handed = chunk["sizes"].tolist(), 0
                 try:
-                    for batch in _split_chunk(chunk, boundaries):
+                    for batch in _split_chunk(chunk, sizes, boundaries):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
                         handed += 1
@@ -217,7 +216,7 @@ class StreamingDataLoader(DataLoader, Stage):
                         yield batch
                         asked = clock()
                 finally:
-                    window.tokens += int(chunk["sizes"][:handed].sum()) * block
+                    window.tokens += sum(sizes[:handed]) * block
         finally:
             if profile is not None:
                 profile.write()  # an iteration shorter than profile_batches, or left early
