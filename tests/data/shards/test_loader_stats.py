@@ -87,3 +87,14 @@ def test_counters_restart_at_zero_in_a_forked_child() -> None:
     assert os.read(read, 1) == b"1"
     os.waitpid(pid, 0)
     assert counters.snapshot()["remote_bytes"] == parent.snapshot()["remote_bytes"] == 100
+
+
+def test_a_mixture_counts_its_batches_and_tokens(token_dir: Path) -> None:
+    from llm.data import CombinedStreamingDataset
+
+    sources = [StreamingDataset(token_dir, item_loader=TokensLoader(block_size=33), shuffle=True, seed=s) for s in (1, 2)]
+    mix = CombinedStreamingDataset(sources, weights=[0.5, 0.5], seed=3)
+    loader = StreamingDataLoader(mix, batch_size=4, num_workers=2)
+    tokens = sum(b.numel() for b in loader)
+    stats = loader.stats()
+    assert (stats["batches"], stats["tokens"]) == (len(loader), tokens) and stats["remote_bytes"] == 0
