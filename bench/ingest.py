@@ -32,9 +32,14 @@ class _Silent:
 
     def __init__(self) -> None:
         self.pending_waits: deque = deque(maxlen=0)
-        self.tokens = 0
 
     def resume_clock(self) -> None:
+        pass
+
+    def open_chunk(self, sizes: list[int], tokens_per_sample: int) -> None:
+        pass
+
+    def close_chunk(self) -> None:
         pass
 
 
@@ -81,9 +86,10 @@ def _recording_cost_ns(calls: int = 1_000_000, repeats: int = 5) -> float:
         for i in range(calls):
             log_wait(clock() - asked)
             if not i % 64:  # per chunk
-                window.tokens += sum(sizes[:64]) * 2049
+                window.close_chunk()
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
+                window.open_chunk(sizes, 2049)
             asked = clock()
         return cpu() - start
 

@@ -138,8 +138,10 @@ FLUSH_EVERY = 4096  # batches recorded before the pending arrays are binned
 class IngestWindow:
     """Batches handed to a consumer since the window started: waits, counts, rates and remote I/O.
 
-    The hot path appends each wait (ns) to `pending_waits` and adds to `tokens`; a caller may
-    bind `pending_waits.append` once, since the array is emptied in place, never replaced.
+    The hot path appends each wait (ns) to `pending_waits`; a caller may bind its `append` once,
+    since the array is emptied in place, never replaced. A loader's tokens are counted per chunk:
+    `open_chunk(sizes, ...)` before its batches go out, `close_chunk()` after; meanwhile the
+    chunk's batches handed so far are the waits recorded since it opened.
     """
 
     def __init__(self) -> None:
@@ -147,6 +149,11 @@ class IngestWindow:
         self.reset(zero_remote())
 
     def reset(self, remote_now: Mapping[str, int]) -> None:
+        chunk = getattr(self, "_chunk", None)
+        if chunk is not None:  # the open chunk's rest belongs to the next window
+            sizes, mark, per_sample = chunk
+            chunk = (sizes[self.batches - mark :], 0, per_sample)
+        self._chunk: tuple[list[int], int, int] | None = chunk
         del self.pending_waits[:]
         self.waits = WaitHistogram()
         self.tokens = 0
@@ -161,6 +168,21 @@ class IngestWindow:
         """An iteration starts: an empty window's clock starts now, not when the loader was made."""
         if not self.batches:
             self.started = time.perf_counter()
+
+    def open_chunk(self, sizes: list[int], tokens_per_sample: int) -> None:
+        """A chunk of batches of `sizes` samples starts going out."""
+        self._chunk = (sizes, self.batches, tokens_per_sample)
+
+    def close_chunk(self) -> None:
+        """The chunk is done (or left): its batches handed out count their tokens."""
+        self.tokens += self._open_tokens()
+        self._chunk = None
+
+    def _open_tokens(self) -> int:
+        if self._chunk is None:
+            return 0
+        sizes, mark, per_sample = self._chunk
+        return sum(sizes[: self.batches - mark]) * per_sample
 
     def record(self, wait_ns: int, tokens: int) -> None:
         """One batch handed over after the consumer waited `wait_ns` for it."""
@@ -180,7 +202,7 @@ class IngestWindow:
     def summary(self, remote_now: Mapping[str, int]) -> dict:
         """This window as plain numbers (what ranks exchange under DDP), see `figures`."""
         self.flush()
-        return {"waits": self.waits.to_dict(), "batches": self.batches, "tokens": self.tokens,
+        return {"waits": self.waits.to_dict(), "batches": self.batches, "tokens": self.tokens + self._open_tokens(),
                 "seconds": time.perf_counter() - self.started, "remote": remote_diff(remote_now, self._remote_base)}
 
 

@@ -98,3 +98,17 @@ def test_a_mixture_counts_its_batches_and_tokens(token_dir: Path) -> None:
     tokens = sum(b.numel() for b in loader)
     stats = loader.stats()
     assert (stats["batches"], stats["tokens"]) == (len(loader), tokens) and stats["remote_bytes"] == 0
+
+
+def test_tokens_are_exact_mid_chunk_and_across_a_reset(token_dir: Path) -> None:
+    ds = StreamingDataset(token_dir, item_loader=TokensLoader(block_size=33))
+    loader = StreamingDataLoader(ds, batch_size=2)  # late chunks hold many batches
+    it = iter(loader)
+    for n in range(1, 40):
+        next(it)
+        assert loader.stats()["tokens"] == n * 2 * 33, n
+        if n == 30:
+            loader.stats(reset=True)
+            break
+    next(it)
+    assert (loader.stats()["batches"], loader.stats()["tokens"]) == (1, 2 * 33)

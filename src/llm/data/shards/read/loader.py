@@ -190,7 +190,7 @@ class StreamingDataLoader(DataLoader, Stage):
         window, clock = self._window, time.perf_counter_ns
         window.resume_clock()
         # stats(): per batch, one clock read and one append (binned every few thousand batches);
-        # tokens are added per chunk, for the batches of it that were handed out
+        # tokens are counted per chunk, for the batches of it that were handed out
         log_wait = window.pending_waits.append
         asked = clock()
         try:
@@ -204,19 +204,19 @@ class StreamingDataLoader(DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
-                sizes, handed = chunk["sizes"].tolist(), 0
+                sizes = chunk["sizes"].tolist()
+                window.open_chunk(sizes, block)
                 try:
                     for batch in _split_chunk(chunk, sizes, boundaries):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
-                        handed += 1
                         log_wait(clock() - asked)
                         if profile is not None:
                             profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
                         yield batch
                         asked = clock()
                 finally:
-                    window.tokens += sum(sizes[:handed]) * block
+                    window.close_chunk()
         finally:
             if profile is not None:
                 profile.write()  # an iteration shorter than profile_batches, or left early
