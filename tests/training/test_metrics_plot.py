@@ -92,7 +92,7 @@ def test_ingest_panels_draw_wait_percentiles_and_remote_reads(tmp_path: Path) ->
         meter.waited(0.001 * step, tokens=128)
         meter.add_tokens(128)
         stats = meter.window(step)
-        meter.record(step, loss=1.0, **stats, remote_bytes=1_000_000 * step, cache_hits=step, cache_misses=1)
+        meter.record(step, **{**stats, "loss": 1.0, "remote_bytes": 1_000_000 * step, "cache_hits": step, "cache_misses": 1})
     meter.close()
     record = read_metrics(tmp_path)[-1]
     assert record["data_wait_p50_ms"] == pytest.approx(4.0, rel=0.06) and record["data_batches_per_s"] > 0
@@ -120,6 +120,9 @@ def test_ranks_windows_merge_into_all_ranks_percentiles_and_the_slowest_ranks_p9
 
 def test_a_local_run_says_its_remote_panel_has_no_data(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the plot needs matplotlib (the dev extra installs it)")
+    from llm.data.ingest_stats import PROCESS_REMOTE
+
+    PROCESS_REMOTE.add("remote_bytes", 10)  # remote reads of earlier work in this process are not this run's
     meter = RunMeter(tmp_path, 0, 3)
     for step in range(1, 4):
         meter.waited(0.002, tokens=64)

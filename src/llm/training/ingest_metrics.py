@@ -7,7 +7,7 @@ interval into the metrics.jsonl keys below; under DDP every rank's interval is g
 summed over ranks, and `data_wait_p99_ms_slowest_rank`, the highest p99 of any one rank (a
 step under DDP waits for the slowest rank's batch). Remote counts are this process's shard-cache counts
 (`llm.data.ingest_stats.PROCESS_REMOTE`, worker processes' included); their keys appear
-once a run has read remote shards.
+once this meter (one `fit()` call) has seen remote reads.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class IngestMeter:
     def __init__(self, gather: Gather | None = None):
         self._gather = gather or (lambda summary: [summary])
         self._window = IngestWindow()
-        self._window.reset(PROCESS_REMOTE.snapshot())
+        self._started_at = PROCESS_REMOTE.snapshot()  # counts of earlier work in this process are not this run's
+        self._window.reset(self._started_at)
 
     def batch(self, wait_s: float, tokens: int) -> None:
         """One batch taken after waiting `wait_s` seconds for it."""
@@ -47,7 +48,7 @@ class IngestMeter:
     def window(self) -> dict[str, float | int]:
         """This interval's figures (collective under DDP: every rank calls it); starts the next interval."""
         now = PROCESS_REMOTE.snapshot()
-        summary = {**self._window.summary(now), "remote_seen": any(now.values())}
+        summary = {**self._window.summary(now), "remote_seen": now != self._started_at}
         self._window.reset(now)
         summaries = self._gather(summary)
         merged = figures(summaries)
