@@ -97,6 +97,19 @@ def test_log_lines_and_metrics_file_agree(trained: Path) -> None:
     assert [r["step"] for r in records if "val_loss" in r] == [3, 6]
 
 
+def test_metrics_hold_the_ingest_figures_of_each_interval(trained: Path) -> None:
+    from llm.training.ingest_metrics import RATE_KEYS, WAIT_KEYS
+
+    records = [json.loads(line) for line in (trained / "ck" / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in records if "loss" in r]
+    for record in logged:
+        assert set(WAIT_KEYS + RATE_KEYS) <= set(record), record
+        assert 0 <= record["data_wait_p50_ms"] <= record["data_wait_p95_ms"] <= record["data_wait_p99_ms"]
+        # one batch per step per log interval here: 4 x 32 tokens each
+        assert record["data_tokens_per_s"] / record["data_batches_per_s"] == pytest.approx(4 * 32, rel=1e-3)
+        assert "remote_bytes" not in record, "local data: no remote keys"
+
+
 def test_resume_rewrites_the_metrics_after_its_checkpoint(trained: Path, tmp_path: Path) -> None:
     import shutil
 

@@ -63,3 +63,30 @@ def test_lightning_resume_continues_the_data_exactly(trainer_tokens, tmp_path, w
     second = _Recorder()
     _trainer(tmp_path / "ckpt2", total).fit(second, datamodule=_Data(trainer_tokens), ckpt_path=ckpt)
     assert first.seen + second.seen == reference.seen
+
+
+class _IngestLogger(lightning.Callback):
+    """docs/optimized-shards.md's example: the loader's figures every `every` steps, as Lightning metrics."""
+
+    def __init__(self, loader, every: int = 4):
+        self.loader, self.every, self.logged = loader, every, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step % self.every == 0:
+            stats = self.loader.stats(reset=True)  # this window's figures; the next window starts now
+            figures = {f"data/{k}": float(v) for k, v in stats.items() if v is not None}
+            pl_module.log_dict(figures, on_step=True)
+            self.logged.append(stats)
+
+
+def test_lightning_logs_the_loaders_ingest_figures(trainer_tokens, tmp_path):
+    data = _Data(trainer_tokens)
+    loader = data.train_dataloader()
+    data.train_dataloader = lambda: loader  # the callback reads the loader Lightning iterates
+    callback = _IngestLogger(loader, every=4)
+    trainer = lightning.Trainer(accelerator="cpu", devices=1, max_steps=12, logger=False, callbacks=[callback],
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(_Recorder(), datamodule=data)
+    assert [s["batches"] for s in callback.logged] == [4, 4, 4]
+    assert all(s["tokens"] == 4 * 4 * 32 and s["wait_p99_ms"] >= s["wait_p50_ms"] for s in callback.logged)
+    assert trainer.callback_metrics["data/batches"] == 4

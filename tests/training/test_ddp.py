@@ -115,6 +115,14 @@ def test_two_ranks_disjoint_data_and_exact_resume_after_kill(tmp_path: Path) -> 
     ref = _torchrun(["-m", "llm.training.train", "--task", "stream_lm", "--config-path", str(cfg),
                      "--set", f"checkpoint.checkpoint_dir={tmp_path / 'ref'}"], tmp_path)
     assert "2 process(es)" in ref.stdout and "step 8/8" in ref.stdout
+    from llm.training.ingest_metrics import RATE_KEYS, SLOWEST_RANK_KEY, WAIT_KEYS
+    from llm.training.metrics import read_metrics
+
+    logged = [r for r in read_metrics(tmp_path / "ref") if "loss" in r]  # ingest figures gathered from both ranks
+    assert logged and all(set(WAIT_KEYS + RATE_KEYS) | {SLOWEST_RANK_KEY} <= set(r) for r in logged)
+    assert all(r["data_wait_p99_ms"] <= r[SLOWEST_RANK_KEY] * 1.0001 for r in logged)
+    for r in logged:  # batches and tokens of both ranks: 4 x 64 tokens each
+        assert r["data_tokens_per_s"] / r["data_batches_per_s"] == pytest.approx(4 * 64, rel=1e-3)
 
     # the same job, killed (-9) on both ranks after step 5, between the step 4 and step 6 checkpoints
     killed = _torchrun([str(script), str(cfg), str(tmp_path / "run"), str(out), "5", "-"], tmp_path, check=False)

@@ -131,6 +131,7 @@ def test_prompts_longer_than_sequence_len_never_make_a_nan_loss(tmp_path):
     import math
 
     from llm.data.sft.collator import UntrainableSampleWarning
+    from llm.training.metrics import read_metrics
 
     data = tmp_path / "a.jsonl"  # every other prompt leaves no room for its answer in 200 tokens
     data.write_text("".join(json.dumps({"instruction": "x" * (60 * (i % 2)), "input": "", "output": f"{i}"}) + "\n"
@@ -141,6 +142,8 @@ def test_prompts_longer_than_sequence_len_never_make_a_nan_loss(tmp_path):
     assert result.steps == 6
     losses = [json.loads(line).get("loss") for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert losses and all(isinstance(x, float) and math.isfinite(x) for x in losses), losses
+    logged = [r for r in read_metrics(tmp_path / "out") if "loss" in r]  # sft reports the ingest figures too
+    assert all(r["data_wait_p50_ms"] <= r["data_wait_p99_ms"] and r["data_tokens_per_s"] > 0 for r in logged)
 
 
 @pytest.mark.parametrize("path", ["data/sft_demo.jsonl", "./missing", "~/nowhere/x.parquet", "/no/such/file.txt"])

@@ -3,9 +3,10 @@
 `metrics.jsonl` holds one JSON object per logged step (`step`, `epoch`, `loss`, `lr`, `tokens`,
 `tokens_per_s` (this call's tokens over its time, as in the log and the summary),
 `tokens_per_s_window` (since the previous record), `data_wait` (share of the step time spent
-waiting for the next batch), `elapsed_s`, `time`; a mixture adds `tokens_by_source` and
-`samples_by_source`, {source name: count} of the whole job, source_metrics.py) and one per
-validation (`step`, `val_loss`).
+waiting for the next batch), the ingest figures of the interval (`ingest_metrics.py`: data-wait
+percentiles, batches/s, tokens/s, remote bytes, requests and cache counts), `elapsed_s`, `time`;
+a mixture adds `tokens_by_source` and `samples_by_source`, {source name: count} of the whole job,
+source_metrics.py) and one per validation (`step`, `val_loss`).
 A fresh run starts the file over; a resumed run drops the records after its checkpoint's step
 and appends. With `tensorboard` installed (`pip install -e '.[tensorboard]'`) the same scalars
 go to `<run folder>/tensorboard` too.
@@ -18,6 +19,8 @@ import math
 import time
 from pathlib import Path
 from typing import Any
+
+from llm.training.ingest_metrics import Gather, IngestMeter
 
 METRICS_FILE = "metrics.jsonl"
 RESUMED = "resumed"  # the `event` of the record a resumed run writes at its first step
@@ -54,8 +57,11 @@ def _tensorboard(run_dir: Path) -> Any:
 class RunMeter:
     """Times one `fit()` call and records what it logs (rank 0 writes; others only time)."""
 
-    def __init__(self, run_dir: str | Path | None, start_step: int, total_steps: int, write: bool = True):
+    def __init__(self, run_dir: str | Path | None, start_step: int, total_steps: int, write: bool = True,
+                 gather: Gather | None = None):
+        """`gather`: every rank's ingest window from this rank's (all_gather under DDP)."""
         self.start_step, self.total_steps = start_step, total_steps
+        self.ingest = IngestMeter(gather)
         self.started = self._window_start = time.perf_counter()
         self.tokens = self._window_tokens = 0
         self._waited = 0.0
@@ -75,9 +81,10 @@ class RunMeter:
             self._write({"step": start_step, "event": RESUMED})
         self._tb = _tensorboard(folder)
 
-    def waited(self, seconds: float) -> None:
-        """Time spent waiting for the next batch."""
+    def waited(self, seconds: float, tokens: int = 0) -> None:
+        """Time spent waiting for the next batch, which holds `tokens` tokens (this rank's)."""
         self._waited += seconds
+        self.ingest.batch(seconds, tokens)
 
     def add_tokens(self, tokens: int) -> None:
         self.tokens += tokens
@@ -98,6 +105,7 @@ class RunMeter:
             "data_wait": min(self._waited / span, 1.0),
             "elapsed_s": elapsed,
             "eta_s": elapsed / done * max(self.total_steps - step, 0),
+            **self.ingest.window(),
         }
         self._window_start, self._window_tokens, self._waited = now, 0, 0.0
         return stats

@@ -1,4 +1,4 @@
-"""`llm-train plot RUN_DIR`: a PNG of a run's loss and throughput curves (and a mixture's token shares), from its metrics.jsonl."""
+"""`llm-train plot RUN_DIR`: a PNG of a run's loss, throughput and ingest curves (and a mixture's token shares), from its metrics.jsonl."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.training.cli_help import HelpFormatter
+from llm.training.ingest_metrics import draw_remote_panel, draw_wait_panel
 from llm.training.metrics import METRICS_FILE, RESUMED, read_metrics
 from llm.training.source_metrics import KEY, draw_shares
 
@@ -41,7 +42,7 @@ def _no_data(ax: Any) -> None:
 
 
 def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
-    """Draw loss (and val loss) and tokens/s against step; return the PNG's path."""
+    """Draw loss (and val loss), tokens/s, data-wait percentiles and remote reads against step; return the PNG's path."""
     run = Path(run_dir)
     if run.is_file():
         raise ValueError(f"RUN_DIR {run_dir} is a file, not a folder; pass the run's checkpoint_dir")
@@ -60,12 +61,12 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("plotting needs matplotlib: pip install matplotlib (or pip install -e '.[dev]')") from None
-    mixture = any(isinstance(r.get(KEY), dict) for r in records)  # a third panel: each source's token share
-    fig, axes = plt.subplots(3 if mixture else 2, 1, figsize=(8, 9.5 if mixture else 6.5), sharex=True)
-    ax_loss, ax_speed = axes[0], axes[1]
+    mixture = any(isinstance(r.get(KEY), dict) for r in records)  # one more panel: each source's token share
+    panels = 5 if mixture else 4
+    fig, axes = plt.subplots(panels, 1, figsize=(8, 3 * panels), sharex=True)
+    ax_loss, ax_speed, ax_wait, ax_remote = axes[:4]
     if mixture:
-        draw_shares(axes[2], records)
-        axes[2].set_xlabel("step")
+        draw_shares(axes[4], records)
     if steps:
         ax_loss.plot(steps, loss, label="train loss")
     val_steps, val = _series(records, "val_loss")
@@ -79,9 +80,11 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         if s:
             ax_speed.plot(s, v, style, label=label)
     ax_speed.set_ylabel("tokens/s")
-    ax_speed.set_xlabel("step")
     ax_speed.grid(alpha=0.3)
-    for ax in (ax_loss, ax_speed):
+    draw_wait_panel(ax_wait, records)
+    draw_remote_panel(ax_remote, records)
+    axes[-1].set_xlabel("step")
+    for ax in (ax_loss, ax_speed, ax_wait, ax_remote):
         has_data = bool(ax.lines)
         _mark_resumes(ax, records)
         if not has_data:

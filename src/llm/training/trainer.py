@@ -330,14 +330,14 @@ class Trainer:
         if self._batches is None:  # one iterator for the whole run: loaders keep their position
             self._batches = self.data.batches()
         batches = self._batches
-        meter = RunMeter(cc.checkpoint_dir, self.step, self.total_steps, write=self.env.is_main)
+        meter = RunMeter(cc.checkpoint_dir, self.step, self.total_steps, self.env.is_main, lambda s: gather(s, self.env))
         end = self.total_steps if stop_after is None else min(self.total_steps, self.step + stop_after)
         while self.step < end:
             # Data loading must not consume the training RNG: a DataLoader draws its base seed
             # from torch's global generator whenever it starts, at points that move with resumes.
             rng, waiting = torch.get_rng_state(), time.perf_counter()
             batch = next(batches)
-            meter.waited(time.perf_counter() - waiting)
+            meter.waited(time.perf_counter() - waiting, batch["input_ids"].numel())
             torch.set_rng_state(rng)
             loss = self.train_step(batch)
             tokens = batch["input_ids"].numel() * self.env.world_size

@@ -11,6 +11,9 @@ ranks on one machine share one copy of each shard):
   `max_bytes`, except that a shard needed now may exceed it by at most one shard;
 * eviction removes shards this process will not need first, then the one needed furthest
   in the future (the plan says which shards come next: `hint`).
+
+Each cache counts what it does in `counters` (bytes and GET requests of downloads, hits and
+misses of readers' opens, evictions; `llm.data.ingest_stats`), per process.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 import xxhash
 
+from llm.data.ingest_stats import PROCESS_REMOTE, RemoteCounters
 from llm.data.storage.local import cache_home, pid_alive
 from llm.data.storage.s3 import StorageError
 from llm.data.storage.sizes import parse_bytes
@@ -106,6 +110,7 @@ class ShardCache:
         self._inflight: set[int] = set()
         self._verified: set[tuple[int, int, int]] = set()  # (inode, size, mtime_ns) checked in this process
         self._pool: ThreadPoolExecutor | None = None
+        self.counters = RemoteCounters(PROCESS_REMOTE)  # this process's counts only (fresh after fork or pickling)
 
     def __getstate__(self) -> dict:
         state = {k: v for k, v in self.__dict__.items() if k in ("objects", "shards", "folder", "max_bytes", "prefetch", "_largest", "_index")}
@@ -126,14 +131,19 @@ class ShardCache:
         self._check_fork()
         info = self.shards[i]
         path = self.folder / info.file
+        waited = False  # a hit: the shard was there, verified, when asked; a miss: the reader waited for a download
         for _ in range(1000):
             pin = self._try_pin(path)
             if pin is not None:
                 if self._checked(pin, i):
+                    self.counters.add("cache_misses" if waited else "cache_hits")
                     return pin
+                waited = True
                 continue
+            waited = True
             pin = self._download(i, demand=True)
             if pin is not None:
+                self.counters.add("cache_misses")
                 return pin
         raise StorageError(f"cache {self.folder}: shard {info.file} keeps disappearing while opened; is another program deleting it?")
 
@@ -190,6 +200,14 @@ class ShardCache:
                 self._inflight.add(i)
                 self._pool.submit(self._prefetch, i)
 
+    def wait_prefetches(self) -> None:
+        """Let this process's prefetches finish (a worker does, before it reports its last counts)."""
+        self._check_fork()
+        with self._mutex:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
     def _prefetch(self, i: int) -> None:
         try:
             self._download(i, demand=False)
@@ -235,6 +253,8 @@ class ShardCache:
         what = ""
         for _ in range(2):
             size, actual = _download_to(self.objects, info.file, part)
+            self.counters.add("remote_requests")
+            self.counters.add("remote_bytes", size)
             if size == info.bytes and actual == info.checksum:
                 return
             what = f"{size} bytes with checksum {actual}, the manifest says {info.bytes} bytes and {info.checksum}"
@@ -305,6 +325,7 @@ class ShardCache:
                 break
             if self._evict_path(self.folder / name):
                 freed += size
+                self.counters.add("cache_evictions")
         return freed
 
     def _evict_path(self, path: Path) -> bool:

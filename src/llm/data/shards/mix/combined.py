@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.ingest_stats import remote_sum
 from llm.data.mix_schedule import MixSchedule, parse_schedule
 from llm.data.seeds import check_seed
 from llm.data.shards.arrays import distinct
@@ -269,6 +270,9 @@ class CombinedStreamingDataset(SampleSource):
 
     def reads_remote(self) -> bool:
         return any(d.reads_remote() for d in self.datasets)
+
+    def remote_counters(self, wait: bool = False) -> dict[str, int]:
+        return remote_sum(d.remote_counters(wait) for d in self.datasets)
 
     def release(self) -> None:
         for d in self.datasets:  # a remote source's pin must not outlive the chunk that read it

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.ingest_stats import zero_remote
 from llm.data.shards.format.encryption import Encryption, for_reading
 from llm.data.shards.format.items_reader import ItemReader
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
@@ -230,6 +231,13 @@ class StreamingDataset(SampleSource):
     def release(self) -> None:
         if self.cache is not None:
             self.reader.files.release()
+
+    def remote_counters(self, wait: bool = False) -> dict[str, int]:
+        if self.cache is None:
+            return zero_remote()
+        if wait:
+            self.cache.wait_prefetches()
+        return self.cache.counters.snapshot()
 
     def order(self, epoch: int) -> Callable[[np.ndarray], np.ndarray]:
         return self.epoch_permutation(epoch)

@@ -1,4 +1,4 @@
-"""StreamingDataLoader: batches in plan order, one iterator at a time, and the exact resume state."""
+"""StreamingDataLoader: batches in plan order, one iterator at a time, the exact resume state, and `stats()`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from llm.data.ingest_stats import (
+    FLUSH_EVERY,
+    PROCESS_REMOTE,
+    IngestWindow,
+    RemoteCounters,
+    figures,
+    remote_sum,
+)
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.profiling import LoaderProfile
 from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
@@ -24,8 +32,8 @@ from llm.data.topology import current_topology
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 
 
-def _split_chunk(chunk: dict[str, Any], document_boundaries: bool) -> Iterator[Any]:
-    sizes = chunk["sizes"].tolist()
+def _split_chunk(chunk: dict[str, Any], sizes: list[int], document_boundaries: bool) -> Iterator[Any]:
+    """The batches of one chunk, `sizes` samples each (a worker's last chunk may hold counts only, no batch)."""
     if "batches" in chunk:
         yield from chunk["batches"]
         return
@@ -124,6 +132,8 @@ class StreamingDataLoader(DataLoader, Stage):
         self._yielded = 0
         self._active: object | None = None  # the one live iterator's token
         self._profile = LoaderProfile(profile_batches, profile_dir) if profile_batches else None
+        self._window = IngestWindow()  # stats(): waits, batches and tokens since the last reset
+        self._worker_remote = RemoteCounters()  # counts that worker processes sent with their chunks
 
     @staticmethod
     def _pick_chunk_batches(dataset: SampleSource, batch_size: int) -> int:
@@ -176,24 +186,60 @@ class StreamingDataLoader(DataLoader, Stage):
                 self.dataset._plan = None
         ds = self.dataset
         boundaries = ds.manifest.kind == "tokens" and ds.item_loader.document_boundaries  # ItemsLoader has none
-        asked = time.perf_counter_ns()
+        block = ds.block_size if ds.manifest.kind == "tokens" else 0
+        window, clock = self._window, time.perf_counter_ns
+        window.resume_clock()
+        # stats(): per batch, one clock read and one append (binned every few thousand batches);
+        # tokens are counted per chunk, for the batches of it that were handed out
+        log_wait = window.pending_waits.append
+        asked = clock()
         try:
             for chunk in chunks:
                 trace = chunk.pop("trace", None)
                 if profile is not None:
                     profile.add(trace)
-                for batch in _split_chunk(chunk, boundaries):
-                    self._check_live(token)
-                    self._yielded += 1  # counted before the caller sees it: a state saved now includes it
-                    if profile is not None:
-                        profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
-                    yield batch
-                    asked = time.perf_counter_ns()
+                counted = chunk.pop("ingest", None)  # a worker process's remote counts since its previous chunk
+                if counted is not None:
+                    self._worker_remote.merge(counted)
+                    PROCESS_REMOTE.merge(counted)
+                if len(window.pending_waits) >= FLUSH_EVERY:
+                    window.flush()
+                sizes = chunk["sizes"].tolist()
+                window.open_chunk(sizes, block)
+                try:
+                    for batch in _split_chunk(chunk, sizes, boundaries):
+                        self._check_live(token)
+                        self._yielded += 1  # counted before the caller sees it: a state saved now includes it
+                        log_wait(clock() - asked)
+                        if profile is not None:
+                            profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
+                        yield batch
+                        asked = clock()
+                finally:
+                    window.close_chunk()
         finally:
             if profile is not None:
                 profile.write()  # an iteration shorter than profile_batches, or left early
         if self._active is token and self._yielded == len(it.schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
+
+    def _remote_now(self) -> dict[str, int]:
+        return remote_sum([self.dataset.remote_counters(), self._worker_remote.snapshot()])
+
+    def stats(self, reset: bool = False) -> dict[str, float | int | None]:
+        """What this loader handed out since it was made (or since `stats(reset=True)`), also with worker processes.
+
+        `batches`, `tokens` (token datasets; None for items), `seconds` (wall time of the window),
+        `batches_per_s`, `tokens_per_s`, `wait_s` (total time callers waited inside `next()`),
+        `wait_p50_ms`, `wait_p95_ms`, `wait_p99_ms` (per batch, within 6%; None before the first
+        batch), and for remote data `remote_bytes`, `remote_requests` (shard GETs), `cache_hits`,
+        `cache_misses`, `cache_evictions` (0 for local data). `reset=True` starts the next window
+        after reading this one. docs/optimized-shards.md has the details.
+        """
+        out = figures([self._window.summary(self._remote_now())], count_tokens=self.dataset.manifest.kind == "tokens")
+        if reset:
+            self._window.reset(self._remote_now())
+        return out
 
     def _check_live(self, token: object) -> None:
         if self._active is not token:

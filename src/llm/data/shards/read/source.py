@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
+from llm.data.ingest_stats import remote_diff, zero_remote
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.access import SampleAccess
 from llm.data.shards.read.profiling import recording
@@ -131,6 +132,11 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
     def release(self) -> None:
         """Drop this thread's pin on a cached shard, so that an idle reader holds no cache room."""
 
+    def remote_counters(self, wait: bool = False) -> dict[str, int]:
+        """This process's remote counts for this source's shard caches (`ingest_stats.REMOTE_KEYS`);
+        `wait`: let prefetches in flight finish first, so their downloads are counted."""
+        return zero_remote()
+
     def set_global_batch(self, global_batch: int) -> None:
         """The loader's batch_size x world size; only a per_batch mixture uses it."""
 
@@ -204,13 +210,23 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         bounds, order = self.chunk_plan(plan, workers)
+        # A worker process's remote counts reach the loader as deltas inside its chunks, and in one
+        # last chunk without batches once its prefetches are done (ingest_stats.py).
+        ship = info is not None and plan.batched and self.reads_remote()
+        counted = self.remote_counters() if ship else None
         try:
             for chunk in range(worker, len(bounds) - 1, workers):
                 if plan.batched:
-                    yield self.read_chunk(plan, order, bounds[chunk], bounds[chunk + 1])
+                    out = self.read_chunk(plan, order, bounds[chunk], bounds[chunk + 1])
+                    if counted is not None:
+                        now = self.remote_counters()
+                        out["ingest"], counted = remote_diff(now, counted), now
+                    yield out
                 else:
                     self._hint(plan, order, bounds[chunk], bounds[chunk + 1])
                     yield from self._samples(order(self._positions(plan, bounds[chunk], bounds[chunk + 1])))
+            if counted is not None:
+                yield {"sizes": np.zeros(0, dtype=np.int64), "ingest": remote_diff(self.remote_counters(wait=True), counted)}
         finally:
             self.release()
 
