@@ -77,7 +77,7 @@ def test_metrics_hold_each_sources_tokens_as_the_batches_count_them(tmp_path: Pa
     from PIL import Image
 
     image = Image.open(plot_run(tmp_path / "run"))
-    assert image.height == 950  # the third panel: each source's share of the tokens
+    assert image.height == 1500  # a fifth panel (after loss, speed, wait, remote): each source's token share
     assert np.asarray(image).std() > 0
 
 
@@ -97,8 +97,8 @@ def test_the_meter_writes_per_source_scalars_and_the_plot_draws_their_shares(tmp
     shares: dict[str, list[float]] = {}
     original = matplotlib.figure.Figure.savefig
 
-    def keep(self, *args, **kwargs):  # read the third panel's curves before the figure is written
-        shares.update({str(line.get_label()): list(line.get_ydata()) for line in self.axes[2].lines})
+    def keep(self, *args, **kwargs):  # read the last (shares) panel's curves before the figure is written
+        shares.update({str(line.get_label()): list(line.get_ydata()) for line in self.axes[-1].lines})
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
