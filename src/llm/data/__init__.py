@@ -27,6 +27,7 @@ _EXPORTS = {
     "MapError": "llm.data.shards.jobs.map",
     "OptimizeError": "llm.data.shards.prepare.optimize",
     "collate_items": "llm.data.shards.read.collate",
+    "dedup_corpus": "llm.data.corpus_dedup.pipeline",  # `llm.data.dedup` is the on-the-fly source's module
 }
 
 __all__ = sorted([*_EXPORTS, "optimize"])
