@@ -134,6 +134,7 @@ class _Run:
         p, n = self.params, len(self.inputs)
         if (self.out / REPORT_NAME).is_file():  # killed after the report, before the work folder went
             self.resumed.append("everything")
+            self._say_resumed()
             return self._finish()
         with self._engine():
             todo = [i for i in range(n) if not scan_dir(self.work, i).is_dir()]
@@ -158,14 +159,17 @@ class _Run:
             self._note("write", n - len(todo), n)
             task = WriteTask(self.work, self.out, self.inputs, self.names, p.text_column, tuple(todo))
             self._run(task, len(todo), "dedup: write", "file")
-        if self.resumed:
-            print(f"dedup: resumed {self.out}: already committed: {', '.join(self.resumed)}", file=sys.stderr)
+        self._say_resumed()
         removed = open_removed(self.work, REMOVED_ROW)
         if not (self.out / REMOVED_NAME).is_file():
             write_removed_list(self.out / REMOVED_NAME, removed, Lines(self.work, n), self.sources)
         write_json(self.out / REPORT_NAME, self._report())
         kill_point("report")
         return self._finish()
+
+    def _say_resumed(self) -> None:
+        if self.resumed:
+            print(f"dedup: resumed {self.out}: already committed: {', '.join(self.resumed)}", file=sys.stderr)
 
     def _note(self, stage: str, done: int, total: int) -> None:
         if done:
