@@ -139,7 +139,8 @@ class _Run:
         with self._engine():
             todo = [i for i in range(n) if not scan_dir(self.work, i).is_dir()]
             self._note("scan", n - len(todo), n)
-            self._run(ScanTask(self.work, self.inputs, p, tuple(todo)), len(todo), "dedup: scan", "file")
+            self._run(ScanTask(self.work, self.inputs, p, tuple(todo)), len(todo), "dedup: scan", "file",
+                      single=self._remote)
             runs = sum(len(read_meta(self.work, i)["chunks"]) for i in range(n))
             block = max(1024, MERGE_ROWS // max(1, runs))
             if not (self.work / "exact.pairs").is_file():
@@ -158,7 +159,7 @@ class _Run:
             todo = [i for i in range(n) if not (self.out / self.names[i]).is_file()]
             self._note("write", n - len(todo), n)
             task = WriteTask(self.work, self.out, self.inputs, self.names, p.text_column, tuple(todo))
-            self._run(task, len(todo), "dedup: write", "file")
+            self._run(task, len(todo), "dedup: write", "file", single=self._remote)
         self._say_resumed()
         removed = open_removed(self.work, REMOVED_ROW)
         if not (self.out / REMOVED_NAME).is_file():
@@ -166,6 +167,11 @@ class _Run:
         write_json(self.out / REPORT_NAME, self._report())
         kill_point("report")
         return self._finish()
+
+    @property
+    def _remote(self) -> bool:
+        """Objects in storage are read by this process on the local engine: obstore's runtime does not survive a fork."""
+        return self.engine == "local" and any(isinstance(p, RemoteObject) for p in self.inputs)
 
     def _say_resumed(self) -> None:
         if self.resumed:
@@ -218,6 +224,7 @@ class _Run:
             yield
 
     def _run(self, work: Callable[[int, Any], Any], count: int, desc: str, unit: str, single: bool = False) -> None:
+        """Run `count` tasks on the engine (`single`: in this process, on the local engine)."""
         if not count:
             return
         tasks = Tasks(work=work, count=count, on_done=lambda task_id, result: None, unit=unit, counters=("records",))
