@@ -62,11 +62,13 @@ def dedup_corpus(
     ray_address: str | None = None,
     storage_options: dict | None = None,
     progress: bool = True,
+    keep_work: bool = False,
 ) -> dict:
     """Remove exact (and with `near`, near-) duplicate records of a corpus; returns the `dedup.json` report.
 
     `inputs`: files, globs, folders or `s3://` URLs (what `optimize` reads). `output`: a
     local folder, empty unless `overwrite` (or holding this same run, killed: it resumes).
+    `keep_work` leaves `OUTPUT/.dedup-work` (signatures, candidate pairs) for inspection.
     """
     params = DedupParams(near=near, text_column=text_column, hash_algo=hash_algo, ngram=ngram,
                          num_perm=num_perm, seed=seed, chunk_records=chunk_records)
@@ -81,6 +83,7 @@ def dedup_corpus(
     patterns = [inputs] if isinstance(inputs, (str, Path)) else [str(p) for p in inputs]
     with FolderLock(out, wait=wait, what="a dedup"):
         run = _Run(out, params, engine, num_workers, ray_address, progress)
+        run.keep_work = keep_work
         return run.start([str(p) for p in patterns], storage_options, overwrite)
 
 
@@ -92,6 +95,7 @@ class _Run:
         self.out, self.work, self.params = out, out / WORK_NAME, params
         self.engine, self.workers, self.address, self.progress = engine, workers, address, progress
         self.resumed: list[str] = []
+        self.keep_work = False
 
     # -- the plan ------------------------------------------------------------------------------
     def start(self, patterns: list[str], storage_options: dict | None, overwrite: bool) -> dict:
@@ -207,7 +211,8 @@ class _Run:
         }
 
     def _finish(self) -> dict:
-        shutil.rmtree(self.work, ignore_errors=True)
+        if not self.keep_work:
+            shutil.rmtree(self.work, ignore_errors=True)
         return json.loads((self.out / REPORT_NAME).read_text())
 
     # -- engines -------------------------------------------------------------------------------
