@@ -40,6 +40,16 @@ def test_signatures_estimate_the_jaccard_of_word_5grams_and_do_not_depend_on_bat
     assert (sig[0] == sig[1]).all() and not (sig[0] == sig[2]).all()
 
 
+def test_signatures_of_a_chunk_are_the_same_in_small_batches(monkeypatch) -> None:
+    import llm.data.corpus_dedup.minhash as minhash
+
+    rng = random.Random(2)
+    texts = [" ".join(rng.choices(["a", "b", "c", "dd", "ee"], k=rng.randint(1, 300))) for _ in range(200)]
+    whole = MinHasher(32, 5, seed=1).signatures(texts)
+    monkeypatch.setattr(minhash, "_BATCH_CHARS", 500)  # the memory bound: many batches
+    assert (MinHasher(32, 5, seed=1).signatures(texts) == whole).all()
+
+
 def test_the_same_seed_gives_the_same_signature_in_any_process() -> None:
     # pinned: a change of hashing would silently make new runs disagree with committed work
     sig = MinHasher(8, 5, seed=1).signatures(["one two three four five six seven"])[0]

@@ -25,6 +25,7 @@ _WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # what bytes.split(
 _BYTE_BASE = np.uint64(0x100000001B3)  # FNV's prime: an odd multiplier for the polynomial word hash
 _SHINGLE_BLOCK = 1 << 16  # shingles x permutations per block: 64 Ki x 16 x 8 bytes = 8 MB
 _PERM_BLOCK = 16
+_BATCH_CHARS = 4 << 20  # text hashed together: enough to amortise numpy's per-call cost
 _U64 = np.uint64
 
 
@@ -96,10 +97,21 @@ class MinHasher:
             return mix64(acc), per_text
 
     def signatures(self, texts: list[str]) -> np.ndarray:
-        """(len(texts), num_perm) uint32 MinHash signatures."""
+        """(len(texts), num_perm) uint32 MinHash signatures, a batch of about `_BATCH_CHARS` characters at a time.
+
+        The per-byte arrays of a batch take about 50 bytes per byte of text: batches bound them (~200 MB).
+        """
         out = np.empty((len(texts), self.num_perm), dtype=np.uint32)
-        if not texts:
-            return out
+        start, size = 0, 0
+        for i, text in enumerate(texts):
+            size += len(text)
+            if size >= _BATCH_CHARS or i == len(texts) - 1:
+                out[start : i + 1] = self._batch(texts[start : i + 1])
+                start, size = i + 1, 0
+        return out
+
+    def _batch(self, texts: list[str]) -> np.ndarray:
+        out = np.empty((len(texts), self.num_perm), dtype=np.uint32)
         shingles, per_text = self.shingles(texts)
         bounds = np.concatenate(([0], np.cumsum(per_text)))
         # blocks of whole texts holding about _SHINGLE_BLOCK shingles (one long text: a block of its own)
