@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from llm.data.corpus_dedup.lsh import choose_bands
 from llm.data.text.dedup import check_hash_algo
@@ -26,7 +26,6 @@ class DedupParams:
     rows: int = 0
     seed: int = DEFAULT_SEED
     chunk_records: int = 50_000  # records a scan task holds at once: the memory bound of every stage
-    extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         check_hash_algo(self.hash_algo)
@@ -51,7 +50,6 @@ class DedupParams:
     def record(self) -> dict:
         """The parameters as the report and the work folder's plan write them."""
         out = asdict(self)
-        out.pop("extra")
         if self.near is None:
             for key in ("ngram", "num_perm", "bands", "rows", "seed"):
                 out.pop(key)
