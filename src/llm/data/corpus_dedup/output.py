@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from llm.data.corpus_dedup.commit import commit_file, kill_point, remove_leftovers, tmp_name
-from llm.data.corpus_dedup.records import iter_input_records
+from llm.data.corpus_dedup.records import iter_input_records, repaired
 from llm.data.corpus_dedup.scan import ID_SHIFT, scan_dir, split_id
-from llm.data.text.inputs import Input
+from llm.data.text.inputs import Input, input_kind
+from llm.data.text.readers import is_json_array, open_binary
 
 REPORT_NAME = "dedup.json"
 REMOVED_NAME = "dedup-removed.jsonl"
@@ -51,18 +53,49 @@ class WriteTask:
         remove_leftovers(final.parent, final.name)
         drop = removed_in_file(open_removed(self.work, REMOVED_ROW), file_index)
         tmp = tmp_name(final)
-        kept, at = 0, 0
+        path = self.inputs[file_index]
         with open(tmp, "wb") as out:
-            for index, (_, raw, _) in enumerate(iter_input_records(self.inputs[file_index], self.text_column)):
-                if at < len(drop) and drop[at] == index:
-                    at += 1
-                    continue
-                out.write(raw + b"\n")
-                kept += 1
+            if input_kind(path) == "jsonl" and not is_json_array(path):
+                lines = np.fromfile(scan_dir(self.work, file_index) / "lines.u64", dtype="<u8")
+                kept = _copy_lines(path, np.delete(lines, drop), out)
+            else:
+                kept = _write_records(path, self.text_column, drop, out)
         commit_file(tmp, final)
         report(kept, 0)
         kill_point(f"write:{file_index}")
         return kept
+
+
+def _copy_lines(path: Input, keep: np.ndarray, out: BinaryIO) -> int:
+    """Copy the JSON Lines lines numbered `keep` (sorted), unparsed: the scan parsed and checked them."""
+    wanted = iter(keep.tolist())
+    target = next(wanted, None)
+    with open_binary(path) as f:
+        for line_no, line in enumerate(f, start=1):
+            if target is None:
+                break
+            if line_no != target:
+                continue
+            raw = line.rstrip(b"\r\n")
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:  # written as the text that was read (U+FFFD), as the scan read it
+                raw = repaired(raw)
+            out.write(raw + b"\n")
+            target = next(wanted, None)
+    return len(keep)
+
+
+def _write_records(path: Input, text_column: str, drop: np.ndarray, out: BinaryIO) -> int:
+    """Other kinds: every record read again as its JSON object, the removed ones skipped."""
+    kept, at = 0, 0
+    for index, (_, raw, _) in enumerate(iter_input_records(path, text_column)):
+        if at < len(drop) and drop[at] == index:
+            at += 1
+            continue
+        out.write(raw + b"\n")
+        kept += 1
+    return kept
 
 
 def open_removed(work: Path, dtype: np.dtype) -> np.ndarray:

@@ -55,11 +55,12 @@ def iter_input_records(path: Input, text_column: str) -> Iterator[Record]:
                 continue
             raw = line.rstrip(b"\r\n")
             if replaced:  # invalid UTF-8 or lone surrogates: written as the text that was read
-                raw = _repaired(raw)
+                raw = repaired(raw)
             yield line_no, raw, text
 
 
-def _repaired(raw: bytes) -> bytes:
+def repaired(raw: bytes) -> bytes:
+    """A JSON line with invalid UTF-8 as the text the reader made of it (U+FFFD)."""
     value = json.loads(decode_text(raw)[0])
     return json.dumps(value, ensure_ascii=False).encode("utf-8", "replace")
 
