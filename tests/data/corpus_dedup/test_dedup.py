@@ -93,3 +93,13 @@ def test_llm_data_dedup_cli_and_python_name(corpus: Path, tmp_path: Path, capsys
     assert data_main(["dedup", str(corpus), "--output", str(tmp_path / "o"), "--near", "0.8", "--num-workers", "0",
                       "--no-progress"]) == 0
     assert "66 records in, 60 kept, 6 removed (3 exact, 3 near at >= 0.8 in 3 clusters)" in capsys.readouterr().err
+
+
+def test_a_kept_line_with_invalid_utf8_is_written_as_it_was_read(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b'{"text": "caf\xe9 au lait", "k": 1}\r\n{"text": "plain", "k": 2}\n{"text": "plain", "k": 3}\n')
+    report = dedup_corpus(str(src), tmp_path / "out", num_workers=0, progress=False)
+    assert report["removed"] == 1
+    lines = (tmp_path / "out" / "in.jsonl").read_bytes().splitlines()
+    assert [json.loads(x) for x in lines] == [{"text": "caf\ufffd au lait", "k": 1}, {"text": "plain", "k": 2}]
+    assert lines[1] == b'{"text": "plain", "k": 2}'  # a valid line: its bytes, unchanged
