@@ -274,16 +274,18 @@ def markdown(results: dict) -> list[str]:
     cpu_ratio = s.get("ours_over_datatrove_records_per_cpu_s")
     resolved = ", ".join(f"{who} {s[who]['near_pairs_resolved']:.3f}" for who in ("ours", "datatrove", "datasketch")
                          if s.get(who, {}).get("near_pairs_resolved") is not None)
-    lines += ["", f"- near-dup recall counts the planted copy removed (it comes after its original); planted near pairs "
-              f"not both kept, whichever went: {resolved} (datatrove keeps a cluster member other than the first "
-              "in input order, so it often drops the original and keeps the copy)"]
-    lines += [f"- ours / datatrove records per CPU second (user + system of the process tree), paired per repeat: "
-              f"**{cpu_ratio:.2f}x**" if cpu_ratio else "- ours / datatrove per CPU second: n/a",
+    lines += ["",
+              f"- ours / datatrove, paired per repeat: **{ratio:.2f}x** records/s" if ratio else "- ours / datatrove: n/a",
+              f"- ours / datatrove records per CPU second (user + system of the process tree): **{cpu_ratio:.2f}x**"
+              if cpu_ratio else "- ours / datatrove per CPU second: n/a",
+              f"- near-dup recall counts the planted copy removed (it comes after its original). Planted near pairs "
+              f"not both kept, whichever went: {resolved}. datatrove keeps a cluster member other than the first in "
+              "input order (so it often drops the original and keeps the copy) and clusters every candidate pair "
+              "without verifying it",
               f"- unique originals: the {c['originals'] - pr['natural_near_duplicate_originals']:,} originals without an "
               f"earlier original at exact Jaccard >= {results['threshold']} (the real text has "
               f"{pr['natural_near_duplicate_originals']} such natural near duplicates, found among the candidate pairs "
               "and checked exactly); removing those is right, so `originals kept` counts them against everyone",
-              f"- ours / datatrove records/s, paired per repeat: **{ratio:.2f}x**" if ratio else "- ours / datatrove: n/a",
               f"- precision of our verified pairs against exact Jaccard >= {results['threshold']}: "
               f"{pr['verified_true']:,} of {pr['verified_pairs']:,} ({pr['precision']:.3f}; "
               f"{pr['verified_true_over_0_7']:.3f} have exact Jaccard >= 0.7); candidates before verification: "
