@@ -123,7 +123,7 @@ def _order(corpus: dict) -> list:
 def precision(work: Path, corpus: dict) -> dict:
     """Our candidate and verified pairs against the exact Jaccard of their texts."""
     from llm.data.corpus_dedup.bands import EDGE_ROW
-    from llm.data.corpus_dedup.scan import split_id
+    from llm.data.corpus_dedup.workdir import split_id
 
     records = [[json.loads(line) for line in Path(f).read_text(encoding="utf-8").splitlines()] for f in corpus["files"]]
     texts = [[r["text"] for r in part] for part in records]

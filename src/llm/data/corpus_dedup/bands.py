@@ -17,8 +17,9 @@ import numpy as np
 
 from llm.data.corpus_dedup.commit import commit_file, kill_point, remove_leftovers, tmp_name
 from llm.data.corpus_dedup.runs import RunSlice, group_starts, merge_runs
-from llm.data.corpus_dedup.scan import BAND_ROW, read_meta, scan_dir
+from llm.data.corpus_dedup.scan import BAND_ROW
 from llm.data.corpus_dedup.verify import Signatures
+from llm.data.corpus_dedup.workdir import read_meta, scan_dir
 
 EDGE_ROW = np.dtype([("a", "<u8"), ("b", "<u8"), ("sim", "<f4")])
 

@@ -21,8 +21,8 @@ import numpy as np
 from llm.data.corpus_dedup.bands import EDGE_ROW, band_file, read_edges
 from llm.data.corpus_dedup.commit import kill_point, write_file, write_json
 from llm.data.corpus_dedup.exact import PAIR_ROW
-from llm.data.corpus_dedup.scan import scan_dir
 from llm.data.corpus_dedup.verify import Signatures
+from llm.data.corpus_dedup.workdir import scan_dir
 
 REMOVED_ROW = np.dtype([("id", "<u8"), ("of", "<u8"), ("sim", "<f4"), ("near", "u1")])
 

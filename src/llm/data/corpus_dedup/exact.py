@@ -16,6 +16,7 @@ import numpy as np
 
 from llm.data.corpus_dedup.commit import commit_file, kill_point, remove_leftovers, tmp_name
 from llm.data.corpus_dedup.runs import RunSlice, group_starts, merge_runs
+from llm.data.corpus_dedup.workdir import read_meta, scan_dir
 from llm.data.text.dedup import collapse_whitespace, hasher
 
 DIGEST_ROW = np.dtype([("hi", ">u8"), ("lo", ">u8"), ("id", "<u8")])  # big-endian halves: digest byte order
@@ -56,8 +57,6 @@ class ExactTask:
     block_rows: int
 
     def __call__(self, task_id: int, report) -> int:
-        from llm.data.corpus_dedup.scan import read_meta, scan_dir
-
         runs: list[RunSlice] = []
         for f in range(self.files):
             for c, n in enumerate(read_meta(self.work, f)["chunks"]):

@@ -34,7 +34,8 @@ from llm.data.corpus_dedup.output import (
 )
 from llm.data.corpus_dedup.params import DedupParams
 from llm.data.corpus_dedup.records import describe, output_names
-from llm.data.corpus_dedup.scan import ScanTask, read_meta, scan_dir
+from llm.data.corpus_dedup.scan import ScanTask
+from llm.data.corpus_dedup.workdir import read_meta, scan_dir
 from llm.data.shards.jobs.tasks import Tasks, check_engine, progress_bar
 from llm.data.storage.lock import LOCK_NAME, FolderLock
 from llm.data.storage.object_files import RemoteObject

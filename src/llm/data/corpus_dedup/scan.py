@@ -5,7 +5,7 @@ and appends to a private folder: `lines.u64` (each record's line), `sig.u32` (it
 signature, near dedup only), and per chunk one sorted run of (digest, id) rows and one
 sorted run of (band key, id) rows per band. The folder is committed by one rename as
 `scan/NNNNN`, with `meta.json` saying how many records each chunk held.
-A record's id is `file index << 40 | record index in the file`: sorting ids is input order.
+Record ids and the folder's place are `workdir.py`'s.
 """
 
 from __future__ import annotations
@@ -23,24 +23,10 @@ from llm.data.corpus_dedup.minhash import MinHasher
 from llm.data.corpus_dedup.params import DedupParams
 from llm.data.corpus_dedup.records import iter_input_records
 from llm.data.corpus_dedup.runs import sort_rows
+from llm.data.corpus_dedup.workdir import record_id, scan_dir
 from llm.data.text.inputs import Input
 
-ID_SHIFT = 40
 BAND_ROW = np.dtype([("key", "<u8"), ("id", "<u8")])
-
-
-def record_id(file_index: int, index: np.ndarray) -> np.ndarray:
-    return (np.uint64(file_index) << np.uint64(ID_SHIFT)) | index.astype(np.uint64)
-
-
-def split_id(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(file index, record index in the file) of each id."""
-    ids = ids.astype(np.uint64)
-    return (ids >> np.uint64(ID_SHIFT)).astype(np.int64), (ids & np.uint64((1 << ID_SHIFT) - 1)).astype(np.int64)
-
-
-def scan_dir(work: Path, file_index: int) -> Path:
-    return work / "scan" / f"{file_index:05d}"
 
 
 @dataclass(frozen=True)
@@ -104,6 +90,3 @@ def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, 
     (folder / "meta.json").write_text(json.dumps({"records": done, "chunks": chunks}))
     return done
 
-
-def read_meta(work: Path, file_index: int) -> dict:
-    return json.loads((scan_dir(work, file_index) / "meta.json").read_text())

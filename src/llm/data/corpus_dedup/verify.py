@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from llm.data.corpus_dedup.minhash import estimated_jaccard
+from llm.data.corpus_dedup.workdir import split_id
 
 SIG_FILE = "sig.u32"
 
@@ -36,8 +37,6 @@ class Signatures:
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         """(len(ids), num_perm) uint32 signatures of the records `ids`."""
-        from llm.data.corpus_dedup.scan import split_id
-
         files, index = split_id(ids)
         out = np.empty((len(ids), self.num_perm), dtype=np.uint32)
         for f in np.unique(files).tolist():
