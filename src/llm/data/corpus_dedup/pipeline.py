@@ -83,8 +83,7 @@ def dedup_corpus(
         raise ValueError(f"output {out} is a file, not a folder")
     patterns = [inputs] if isinstance(inputs, (str, Path)) else [str(p) for p in inputs]
     with FolderLock(out, wait=wait, what="a dedup"):
-        run = _Run(out, params, engine, num_workers, ray_address, progress)
-        run.keep_work = keep_work
+        run = _Run(out, params, engine, num_workers, ray_address, progress, keep_work)
         return run.start([str(p) for p in patterns], storage_options, overwrite)
 
 
@@ -92,11 +91,11 @@ class _Run:
     """One dedup run over an output folder (the lock held by the caller)."""
 
     def __init__(self, out: Path, params: DedupParams, engine: str, workers: int | None, address: str | None,
-                 progress: bool):
+                 progress: bool, keep_work: bool = False):
         self.out, self.work, self.params = out, out / WORK_NAME, params
         self.engine, self.workers, self.address, self.progress = engine, workers, address, progress
         self.resumed: list[str] = []
-        self.keep_work = False
+        self.keep_work = keep_work
 
     # -- the plan ------------------------------------------------------------------------------
     def start(self, patterns: list[str], storage_options: dict | None, overwrite: bool) -> dict:
