@@ -75,4 +75,5 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/pip install -q --no-deps litdata  # see pyproject.toml: keeps the CPU torch
+	$(BIN)/pip install -q --no-deps datatrove  # bench/dedup.py's peer; see pyproject.toml's bench extra
 	$(BIN)/python -m bench

@@ -229,6 +229,10 @@ def markdown(results: dict) -> str:
         from bench import s3_report
 
         md += s3_report.markdown(s["s3"], cfg["workers"])
+    from bench import dedup  # its section stays from its last run when other scenarios are rerun
+
+    if dedup_results := s.get("dedup") or dedup.latest():
+        md += dedup.markdown(dedup_results)
     if results.get("profiles"):
         md += ["", "## Where our time goes (one extra, profiled run of ours per case)", ""]
         for prof in results["profiles"]:

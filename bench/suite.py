@@ -20,8 +20,8 @@ from bench.context import (
 from bench.corpus import build_corpus, corpus_paths
 from bench.runners.common import BLOCK
 
-SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "s3"]
-OPT_IN = ["s3"]  # run only when named in --only (it starts an S3 server and takes half an hour)
+SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "s3", "dedup"]
+OPT_IN = ["s3", "dedup"]  # run only when named in --only (s3 starts an S3 server and takes half an hour)
 
 
 
@@ -268,3 +268,10 @@ def scenario_s3(ctx: Context) -> list[dict]:
     from bench.s3 import scenario_s3 as run
 
     return run(ctx, S3Options(**ctx.s3))
+
+
+def scenario_dedup(ctx: Context) -> dict:
+    """Corpus dedup with planted duplicates, ours vs datatrove and datasketch (bench/dedup.py; 16 MB at most at 1x)."""
+    from bench import dedup
+
+    return dedup.run(min(ctx.corpus_mb, 16.0), ctx.repeat, ctx.workers, ctx.cache_dir, say=ctx.say)

@@ -27,6 +27,7 @@ from llm.data import (
     StreamingDataset,
     TokensLoader,
     merge_datasets,
+    dedup_corpus,
     optimize,
     train_test_split,
 )
@@ -42,6 +43,7 @@ from llm.data.shards.jobs.map import map as map_items
 from llm.data.shards.prepare.optimize import OptimizeError
 from llm.data.shards.prepare.optimize_text import optimize_text
 from llm.data.stage import StateError
+from llm.data.storage.lock import FolderLock, LockHeld
 from llm.data.storage.s3 import resolve_config
 from llm.data.text.errors import InputError
 from llm.data.text.stream import StreamingTextDataModule
@@ -131,6 +133,24 @@ def _axolotl(c: Ctx, name: str, entry: dict | None = None, **extra: Any) -> str:
 
 def _loader(c: Ctx, dataset: StreamingDataset | None = None, **kw: Any) -> StreamingDataLoader:
     return StreamingDataLoader(dataset or c.dataset(), **{"batch_size": 2, **kw})
+
+
+def _dedup_bad_record(c: Ctx) -> None:
+    (c.root / "bad-record.jsonl").write_text('{"text": "fine"}\n{"text": "cut off\n')
+    dedup_corpus(str(c.root / "bad-record.jsonl"), c.fresh("dd1"), num_workers=0, progress=False)
+
+
+def _dedup_not_empty(c: Ctx) -> None:
+    out = c.fresh("dd2")
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    dedup_corpus(str(c.root / "text.txt"), out, num_workers=0, progress=False)
+
+
+def _dedup_locked(c: Ctx) -> None:
+    out = c.fresh("dd3")
+    with FolderLock(out, what="a dedup"):  # another run holds the output (flock: per open file, so this process too)
+        dedup_corpus(str(c.root / "text.txt"), out, num_workers=0, progress=False)
 
 
 def _state_of_other(c: Ctx) -> None:
@@ -250,6 +270,15 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
      ("mode", "'apend'")),
     ("optimize-unknown-compression", lambda c: optimize(str, [1], c.fresh("o10"), compression="zip"), ValueError,
      "compression 'zip'"),
+    # llm-data dedup (corpus dedup before tokenizing)
+    ("dedup-malformed-record", _dedup_bad_record, InputError, "{root}/bad-record.jsonl:2: invalid JSON"),
+    ("dedup-output-not-empty", _dedup_not_empty, ValueError, ("{root}/fresh/dd2 is not empty", "notes.txt", "--overwrite")),
+    ("dedup-output-locked", _dedup_locked, LockHeld, ("{root}/fresh/dd3 is being written by a dedup run", "pid")),
+    ("dedup-threshold-above-1", lambda c: data_main(["dedup", "text.txt", "--output", "dd4", "--near", "1.5"]),
+     Exit("llm-data"), "near threshold must be a Jaccard similarity in (0, 1], got 1.5"),
+    ("dedup-threshold-0", lambda c: dedup_corpus("text.txt", c.fresh("dd5"), near=0), ValueError, "(0, 1], got 0"),
+    ("optimize-dedup-typo", lambda c: data_main(["optimize", "text.txt", "--output", "o11", "--dedup", "near:0.8"]),
+     Exit("llm-data"), "--dedup takes 'exact' or 'near=THRESHOLD' (e.g. near=0.8), got 'near:0.8'"),
     ("llm-data-optimize-missing-input", lambda c: data_main(["optimize", "nope.jsonl", "--output", "o7"]),
      Exit("llm-data"), "nope.jsonl"),
     # StreamingDataset, CombinedStreamingDataset

@@ -1,4 +1,4 @@
-"""`llm-data`: prepare and inspect datasets (optimize, info, verify, train-tokenizer, cache)."""
+"""`llm-data`: prepare and inspect datasets (optimize, dedup, info, verify, train-tokenizer, cache)."""
 
 from __future__ import annotations
 
@@ -92,6 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--engine", choices=("local", "ray"), default="local",
                      help="run tasks in local processes, or as Ray tasks (pip install 'llm-stream-data[ray]'; docs/items.md)")
     opt.add_argument("--ray-address", default=None, help="with --engine ray: the cluster to join (default: start a local one)")
+    opt.add_argument("--dedup", default=None, metavar="exact|near=T",
+                     help="first remove duplicate records (llm-data dedup): exact, or near=0.8 for near duplicates too")
 
     info = add("info", "summarize a dataset: kind, shards, tokens, documents, sizes, tokenizer", _INFO_EPILOG)
     info.add_argument("dataset", metavar="DATASET",
@@ -113,9 +115,11 @@ def _parser() -> argparse.ArgumentParser:
     clear.add_argument("--all", action="store_true", help="remove every cache folder under the cache root")
     clear.add_argument("--cache-dir", default=None, help=root_help)
 
+    from llm.cli.dedup import add_dedup_command
     from llm.cli.inspect import add_commands  # `inspect` and `convert` live in cli/inspect.py
 
     add_commands(add)
+    add_dedup_command(add)
     tok = add("train-tokenizer", "train a byte-level BPE tokenizer on text files", _TOKENIZER_EPILOG)
     tok.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
     tok.add_argument("--vocab-size", type=int, default=8192, help="vocabulary size, including 256 byte tokens and EOS")
@@ -182,6 +186,10 @@ def _optimize(args: argparse.Namespace) -> None:
     expect_folder(args.output, "--output")
     # Found before the append (which records them again), said after it: a refused run stays one sentence.
     doubled = doubled_inputs(args.inputs, args.output, args.text_column) if args.mode == "append" else []
+    if args.dedup is not None:
+        from llm.cli.dedup import dedup_before_optimize
+
+        args.inputs = dedup_before_optimize(args)
     summary = optimize_text(
         args.inputs, args.output, args.tokenizer, num_workers=args.num_workers, text_column=args.text_column,
         chunk_bytes=args.chunk_bytes, mode=args.mode, compression=args.compression, progress=not args.no_progress,
@@ -366,6 +374,10 @@ def _run(args: argparse.Namespace) -> None:
         _info(args.dataset, args.json)
     elif args.command == "verify":
         _verify(args.dataset)
+    elif args.command == "dedup":
+        from llm.cli.dedup import run_dedup
+
+        run_dedup(args)
     elif args.command == "train-tokenizer":
         _train_tokenizer(args)
     elif args.command in ("inspect", "convert"):

@@ -30,6 +30,7 @@ _EXPORTS = {
     "Encryption": "llm.data.shards.format.encryption",
     "FernetEncryption": "llm.data.shards.format.encryption",
     "merge_datasets": "llm.data.shards.prepare.merge",
+    "dedup_corpus": "llm.data.corpus_dedup.pipeline",  # `llm.data.dedup` is the on-the-fly source's module
 }
 
 __all__ = sorted([*_EXPORTS, "optimize"])

@@ -108,7 +108,7 @@ def expand_inputs(patterns: list[str]) -> list[Path]:
     for pattern in map(_local_pattern, patterns):
         path = Path(pattern).expanduser()
         if path.is_dir():
-            matches = [p for p in sorted(path.rglob("*")) if p.is_file() and _supported(p)]
+            matches = [p for p in sorted(path.rglob("*")) if p.is_file() and _supported(p) and not _dedup_report(p, path)]
             if not matches:
                 raise InputError(f"{path}: folder holds no .txt, .jsonl or .parquet input files")
         elif any(c in pattern for c in "*?["):
@@ -121,6 +121,14 @@ def expand_inputs(patterns: list[str]) -> list[Path]:
             raise InputError(f"{path}: no such input file or folder")
         found.extend(matches)
     return sorted(dict.fromkeys(p.resolve() for p in found))
+
+
+_DEDUP_REPORTS = ("dedup.json", "dedup-removed.jsonl")  # `llm-data dedup`'s report and removed list
+
+
+def _dedup_report(path: Path, folder: Path) -> bool:
+    """The report files at the top of a `llm-data dedup` output: not records, so a folder listing skips them."""
+    return path.parent == folder and path.name in _DEDUP_REPORTS and (folder / "dedup.json").is_file()
 
 
 _FOLDER_SUFFIXES = {".txt", ".text", ".jsonl", ".json", ".ndjson", ".parquet"}

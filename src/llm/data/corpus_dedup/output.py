@@ -1,0 +1,143 @@
+"""The output: kept records per input (input order, records unchanged), the removed list and `dedup.json`.
+
+Each input's kept records go to the output path `records.output_names` gives it, written
+under a private name and renamed into place (a present file is complete). The removed
+list `dedup-removed.jsonl` has one line per removed record: its file and line, the
+record it duplicates (file and line), exact or near, and the estimated similarity.
+`dedup.json` is written last: its presence means the run finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from llm.data.corpus_dedup.commit import commit_file, kill_point, remove_leftovers, tmp_name
+from llm.data.corpus_dedup.records import iter_input_records, repaired
+from llm.data.corpus_dedup.workdir import ID_SHIFT, scan_dir, split_id
+from llm.data.text.inputs import Input, input_kind
+from llm.data.text.readers import is_json_array, open_binary
+
+REPORT_NAME = "dedup.json"
+REMOVED_NAME = "dedup-removed.jsonl"
+RESERVED = (REPORT_NAME, REMOVED_NAME)
+
+
+def removed_in_file(removed: np.ndarray, file_index: int) -> np.ndarray:
+    """Record indices (in the file) of the removed records of one input, sorted."""
+    lo = np.searchsorted(removed["id"], np.uint64(file_index) << np.uint64(ID_SHIFT))
+    hi = np.searchsorted(removed["id"], np.uint64(file_index + 1) << np.uint64(ID_SHIFT))
+    return split_id(removed["id"][lo:hi])[1]
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    """Write the kept records of input `todo[task_id]` to its output file."""
+
+    work: Path
+    output: Path
+    inputs: tuple[Input, ...]
+    names: tuple[str, ...]
+    text_column: str
+    todo: tuple[int, ...]
+
+    def __call__(self, task_id: int, report) -> int:
+        from llm.data.corpus_dedup.clusters import REMOVED_ROW
+
+        file_index = self.todo[task_id]
+        final = self.output / self.names[file_index]
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(final.parent, final.name)
+        drop = removed_in_file(open_removed(self.work, REMOVED_ROW), file_index)
+        tmp = tmp_name(final)
+        path = self.inputs[file_index]
+        with open(tmp, "wb") as out:
+            if input_kind(path) == "jsonl" and not is_json_array(path):
+                lines = np.fromfile(scan_dir(self.work, file_index) / "lines.u64", dtype="<u8")
+                kept = _copy_lines(path, np.delete(lines, drop), out)
+            else:
+                kept = _write_records(path, self.text_column, drop, out)
+        commit_file(tmp, final)
+        report(kept, 0)
+        kill_point(f"write:{file_index}")
+        return kept
+
+
+def _copy_lines(path: Input, keep: np.ndarray, out: BinaryIO) -> int:
+    """Copy the JSON Lines lines numbered `keep` (sorted), unparsed: the scan parsed and checked them."""
+    wanted = iter(keep.tolist())
+    target = next(wanted, None)
+    with open_binary(path) as f:
+        for line_no, line in enumerate(f, start=1):
+            if target is None:
+                break
+            if line_no != target:
+                continue
+            raw = line.rstrip(b"\r\n")
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:  # written as the text that was read (U+FFFD), as the scan read it
+                raw = repaired(raw)
+            out.write(raw + b"\n")
+            target = next(wanted, None)
+    return len(keep)
+
+
+def _write_records(path: Input, text_column: str, drop: np.ndarray, out: BinaryIO) -> int:
+    """Other kinds: every record read again as its JSON object, the removed ones skipped."""
+    kept, at = 0, 0
+    for index, (_, raw, _) in enumerate(iter_input_records(path, text_column)):
+        if at < len(drop) and drop[at] == index:
+            at += 1
+            continue
+        out.write(raw + b"\n")
+        kept += 1
+    return kept
+
+
+def open_removed(work: Path, dtype: np.dtype) -> np.ndarray:
+    """The cluster stage's removed records, memory-mapped (sorted by id)."""
+    path = work / "removed.bin"
+    return np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+
+
+class Lines:
+    """Each record's line in its input, from the scan files (memory-mapped)."""
+
+    def __init__(self, work: Path, files: int):
+        paths = [scan_dir(work, f) / "lines.u64" for f in range(files)]
+        self._maps = [np.memmap(p, dtype="<u8", mode="r") if p.stat().st_size else np.zeros(0, "<u8") for p in paths]
+
+    def __call__(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(input index, line) of each record id."""
+        files, index = split_id(ids)
+        lines = np.zeros(len(ids), dtype=np.int64)
+        for f in np.unique(files).tolist():
+            mask = files == f
+            lines[mask] = self._maps[f][index[mask]]
+        return files, lines
+
+
+def write_removed_list(path: Path, removed: np.ndarray, lines: Lines, names: list[str], block: int = 65536) -> None:
+    """`dedup-removed.jsonl`: one JSON line per removed record, in input order."""
+    import json
+
+    remove_leftovers(path.parent, path.name)
+    tmp = tmp_name(path)
+    with open(tmp, "w", encoding="utf-8") as out:
+        for start in range(0, len(removed), block):
+            part = removed[start : start + block]
+            files, at = lines(part["id"])
+            of_files, of_at = lines(part["of"])
+            for i in range(len(part)):
+                out.write(json.dumps({
+                    "file": names[files[i]], "line": int(at[i]),
+                    "duplicate_of": {"file": names[of_files[i]], "line": int(of_at[i])},
+                    "reason": "near" if part["near"][i] else "exact",
+                    "similarity": round(float(part["sim"][i]), 4),
+                }, ensure_ascii=False) + "\n")
+    commit_file(tmp, path)
+    kill_point("removed-list")

@@ -1,0 +1,274 @@
+"""`dedup_corpus`: the stages in order, on the local or the Ray engine, resumed from what is committed.
+
+Stages (each commits atomically under `OUTPUT/.dedup-work/`, see commit.py):
+plan (inputs, their stamps, the parameters) -> scan per input -> exact merge ->
+one band task per LSH band (near only) -> clusters -> write per input -> removed
+list -> `dedup.json`, then the work folder goes. A rerun of a killed run finds the
+plan, checks it asks for the same thing (same inputs, unchanged, same parameters)
+and does only what was not committed yet; the result is byte for byte the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from llm.data.corpus_dedup.bands import BandTask, band_file
+from llm.data.corpus_dedup.clusters import REMOVED_ROW, ClusterTask
+from llm.data.corpus_dedup.commit import kill_point, write_json
+from llm.data.corpus_dedup.exact import ExactTask
+from llm.data.corpus_dedup.output import (
+    REMOVED_NAME,
+    REPORT_NAME,
+    RESERVED,
+    Lines,
+    WriteTask,
+    open_removed,
+    write_removed_list,
+)
+from llm.data.corpus_dedup.params import DedupParams
+from llm.data.corpus_dedup.records import describe, output_names
+from llm.data.corpus_dedup.scan import ScanTask
+from llm.data.corpus_dedup.workdir import read_meta, scan_dir
+from llm.data.shards.jobs.tasks import Tasks, check_engine, progress_bar
+from llm.data.storage.lock import LOCK_NAME, FolderLock
+from llm.data.storage.object_files import RemoteObject
+from llm.data.text.inputs import FileStamp, Input, expand_sources
+
+WORK_NAME = ".dedup-work"
+MERGE_ROWS = 1 << 21  # rows of all runs' read blocks together in a merge (~32-48 MB)
+
+
+def dedup_corpus(
+    inputs: str | list[str],
+    output: str | Path,
+    *,
+    near: float | None = None,
+    text_column: str = "text",
+    engine: str = "local",
+    num_workers: int | None = None,
+    overwrite: bool = False,
+    wait: bool = False,
+    hash_algo: str = "sha256",
+    ngram: int = 5,
+    num_perm: int = 128,
+    seed: int = 1,
+    chunk_records: int = 50_000,
+    ray_address: str | None = None,
+    storage_options: dict | None = None,
+    progress: bool = True,
+    keep_work: bool = False,
+) -> dict:
+    """Remove exact (and with `near`, near-) duplicate records of a corpus; returns the `dedup.json` report.
+
+    `inputs`: files, globs, folders or `s3://` URLs (what `optimize` reads). `output`: a
+    local folder, empty unless `overwrite` (or holding this same run, killed: it resumes).
+    `keep_work` leaves `OUTPUT/.dedup-work` (signatures, candidate pairs) for inspection.
+    """
+    params = DedupParams(near=near, text_column=text_column, hash_algo=hash_algo, ngram=ngram,
+                         num_perm=num_perm, seed=seed, chunk_records=chunk_records)
+    check_engine(engine, ray_address)
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0):
+        raise ValueError(f"num_workers must be a whole number >= 0, got {num_workers!r}")
+    out = Path(output)
+    if "://" in str(output):
+        raise ValueError(f"output {output}: dedup writes a local folder; optimize its result to object storage")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"output {out} is a file, not a folder")
+    patterns = [inputs] if isinstance(inputs, (str, Path)) else [str(p) for p in inputs]
+    with FolderLock(out, wait=wait, what="a dedup"):
+        run = _Run(out, params, engine, num_workers, ray_address, progress, keep_work)
+        return run.start([str(p) for p in patterns], storage_options, overwrite)
+
+
+class _Run:
+    """One dedup run over an output folder (the lock held by the caller)."""
+
+    def __init__(self, out: Path, params: DedupParams, engine: str, workers: int | None, address: str | None,
+                 progress: bool, keep_work: bool = False):
+        self.out, self.work, self.params = out, out / WORK_NAME, params
+        self.engine, self.workers, self.address, self.progress = engine, workers, address, progress
+        self.resumed: list[str] = []
+        self.keep_work = keep_work
+
+    # -- the plan ------------------------------------------------------------------------------
+    def start(self, patterns: list[str], storage_options: dict | None, overwrite: bool) -> dict:
+        if overwrite:
+            _clear(self.out)
+        inputs = expand_sources(patterns, storage_options)
+        names = output_names(inputs)
+        for name, path in zip(names, inputs):
+            if name in RESERVED:
+                raise ValueError(f"{describe(path)}: its kept records would be written to {name}, the name of "
+                                 "the dedup report; rename the input")
+        plan = {"parameters": self.params.record(), "inputs": [describe(p) for p in inputs],
+                "stamps": [_stamp(p) for p in inputs], "outputs": names}
+        plan_path = self.work / "plan.json"
+        held = [e.name for e in sorted(self.out.iterdir()) if e.name != LOCK_NAME]
+        if held and not plan_path.is_file():
+            raise ValueError(f"output {self.out} is not empty (it holds {_listing(held)}); pass overwrite=True "
+                             "(CLI: --overwrite) to replace its content")
+        if held:
+            self._check_same(json.loads(plan_path.read_text()), plan)
+            self.resumed.append("plan")
+        else:
+            write_json(plan_path, plan)
+            kill_point("plan")
+        self.inputs, self.names = tuple(inputs), tuple(names)
+        self.sources = [describe(p) for p in inputs]
+        return self._stages()
+
+    def _check_same(self, old: dict, new: dict) -> None:
+        if old.get("parameters") != new["parameters"] or old.get("inputs") != new["inputs"]:
+            raise ValueError(f"output {self.out} holds an unfinished dedup run of other inputs or parameters; "
+                             "rerun it as it was, or pass overwrite=True (CLI: --overwrite) to start over")
+        for source, was, now in zip(new["inputs"], old.get("stamps", []), new["stamps"]):
+            if was != now:
+                raise ValueError(f"{source}: input changed since the unfinished dedup run in {self.out} read it; "
+                                 "pass overwrite=True (CLI: --overwrite) to start over")
+
+    # -- the stages ----------------------------------------------------------------------------
+    def _stages(self) -> dict:
+        p, n = self.params, len(self.inputs)
+        if (self.out / REPORT_NAME).is_file():  # killed after the report, before the work folder went
+            self.resumed.append("everything")
+            self._say_resumed()
+            return self._finish()
+        with self._engine():
+            todo = [i for i in range(n) if not scan_dir(self.work, i).is_dir()]
+            self._note("scan", n - len(todo), n)
+            self._run(ScanTask(self.work, self.inputs, p, tuple(todo)), len(todo), "dedup: scan", "file",
+                      single=self._remote)
+            runs = sum(len(read_meta(self.work, i)["chunks"]) for i in range(n))
+            block = max(1024, MERGE_ROWS // max(1, runs))
+            if not (self.work / "exact.pairs").is_file():
+                self._run(ExactTask(self.work, n, block), 1, "dedup: exact", "stage", single=True)
+            else:
+                self.resumed.append("exact")
+            if p.near is not None:
+                todo = [b for b in range(p.bands) if not band_file(self.work, b).is_file()]
+                self._note("bands", p.bands - len(todo), p.bands)
+                self._run(BandTask(self.work, n, p.bands, p.num_perm, block, tuple(todo)), len(todo), "dedup: bands", "band")
+            if not (self.work / "removed.bin").is_file():
+                task = ClusterTask(self.work, n, p.bands if p.near is not None else 0, p.num_perm, p.near)
+                self._run(task, 1, "dedup: clusters", "stage", single=True)
+            else:
+                self.resumed.append("clusters")
+            todo = [i for i in range(n) if not (self.out / self.names[i]).is_file()]
+            self._note("write", n - len(todo), n)
+            task = WriteTask(self.work, self.out, self.inputs, self.names, p.text_column, tuple(todo))
+            self._run(task, len(todo), "dedup: write", "file", single=self._remote)
+        self._say_resumed()
+        removed = open_removed(self.work, REMOVED_ROW)
+        if not (self.out / REMOVED_NAME).is_file():
+            write_removed_list(self.out / REMOVED_NAME, removed, Lines(self.work, n), self.sources)
+        write_json(self.out / REPORT_NAME, self._report())
+        kill_point("report")
+        return self._finish()
+
+    @property
+    def _remote(self) -> bool:
+        """Objects in storage are read by this process on the local engine: obstore's runtime does not survive a fork."""
+        return self.engine == "local" and any(isinstance(p, RemoteObject) for p in self.inputs)
+
+    def _say_resumed(self) -> None:
+        if self.resumed:
+            print(f"dedup: resumed {self.out}: already committed: {', '.join(self.resumed)}", file=sys.stderr)
+
+    def _note(self, stage: str, done: int, total: int) -> None:
+        if done:
+            self.resumed.append(f"{stage} {done}/{total}")
+
+    def _report(self) -> dict:
+        stats = json.loads((self.work / "clusters.json").read_text())
+        removed = open_removed(self.work, REMOVED_ROW)
+        files, total_in = [], 0
+        from llm.data.corpus_dedup.output import removed_in_file
+
+        for i, (source, name) in enumerate(zip(self.sources, self.names)):
+            records = read_meta(self.work, i)["records"]
+            gone = len(removed_in_file(removed, i))
+            files.append({"input": source, "output": name, "records": records, "kept": records - gone})
+            total_in += records
+        return {
+            "records_in": total_in,
+            "exact_duplicates": stats["exact_duplicates"],
+            "near_duplicates": stats["near_duplicates"],
+            "near_duplicate_clusters": stats["near_duplicate_clusters"],
+            "removed": len(removed),
+            "kept": total_in - len(removed),
+            "candidate_pairs": stats["candidate_pairs"],
+            "verified_pairs": stats["verified_pairs"],
+            "parameters": self.params.record(),
+            "files": files,
+            "removed_list": REMOVED_NAME,
+        }
+
+    def _finish(self) -> dict:
+        if not self.keep_work:
+            shutil.rmtree(self.work, ignore_errors=True)
+        return json.loads((self.out / REPORT_NAME).read_text())
+
+    # -- engines -------------------------------------------------------------------------------
+    @contextmanager
+    def _engine(self) -> Iterator[None]:
+        if self.engine != "ray":
+            self.pool = self.workers if self.workers is not None else (os.cpu_count() or 1)
+            yield
+            return
+        from llm.data.shards.jobs.ray import session
+
+        with session(self.address, self.workers) as workers:
+            self.pool = workers
+            yield
+
+    def _run(self, work: Callable[[int, Any], Any], count: int, desc: str, unit: str, single: bool = False) -> None:
+        """Run `count` tasks on the engine (`single`: in this process, on the local engine)."""
+        if not count:
+            return
+        tasks = Tasks(work=work, count=count, on_done=lambda task_id, result: None, unit=unit, counters=("records",))
+        bar = progress_bar(count, desc, unit, self.progress)
+        try:
+            if self.engine == "ray":
+                from llm.data.shards.jobs.ray import run_ray
+
+                run_ray(tasks, self.pool, None, bar)
+            else:
+                from llm.data.shards.jobs.local import run_local
+
+                run_local(tasks, 0 if single else min(self.pool, count), bar)
+        finally:
+            bar.close()
+
+
+def _stamp(path: Input) -> str:
+    if isinstance(path, RemoteObject):
+        return path.stamp()
+    stamp = FileStamp.of(path)
+    return f"{stamp.size}:{stamp.mtime_ns}:{stamp.edges}"
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _clear(folder: Path) -> None:
+    """Empty an output folder for --overwrite (the lock file stays: we hold it)."""
+    if not folder.is_dir():
+        return
+    for entry in folder.iterdir():
+        if entry.name == LOCK_NAME:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+

@@ -1,0 +1,92 @@
+"""The scan stage: one input file to its record lines, MinHash signatures and sorted key runs.
+
+A task reads its input a chunk of `chunk_records` records at a time (the memory bound)
+and appends to a private folder: `lines.u64` (each record's line), `sig.u32` (its
+signature, near dedup only), and per chunk one sorted run of (digest, id) rows and one
+sorted run of (band key, id) rows per band. The folder is committed by one rename as
+`scan/NNNNN`, with `meta.json` saying how many records each chunk held.
+Record ids and the folder's place are `workdir.py`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from llm.data.corpus_dedup.commit import commit_dir, kill_point, remove_leftovers, tmp_name
+from llm.data.corpus_dedup.exact import digest_rows
+from llm.data.corpus_dedup.lsh import band_keys
+from llm.data.corpus_dedup.minhash import MinHasher
+from llm.data.corpus_dedup.params import DedupParams
+from llm.data.corpus_dedup.records import iter_input_records
+from llm.data.corpus_dedup.runs import sort_rows
+from llm.data.corpus_dedup.workdir import record_id, scan_dir
+from llm.data.text.inputs import Input
+
+BAND_ROW = np.dtype([("key", "<u8"), ("id", "<u8")])
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """Scan input `inputs[i]` into `work/scan/i` (a picklable callable: local workers and Ray run it)."""
+
+    work: Path
+    inputs: tuple[Input, ...]
+    params: DedupParams
+    todo: tuple[int, ...]  # input indices still to scan (committed ones are skipped)
+
+    def __call__(self, task_id: int, report) -> int:
+        file_index = self.todo[task_id]
+        final = scan_dir(self.work, file_index)
+        remove_leftovers(final.parent, final.name)
+        tmp = tmp_name(final)
+        tmp.mkdir(parents=True)
+        count = scan_input(self.inputs[file_index], file_index, tmp, self.params, report)
+        commit_dir(tmp, final)
+        kill_point(f"scan:{file_index}")
+        return count
+
+
+def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, report) -> int:
+    """Write one input's scan files into `folder`; returns its record count."""
+    hasher = MinHasher(params.num_perm, params.ngram, params.seed) if params.near is not None else None
+    chunks: list[int] = []
+    done = 0
+    lines: list[int] = []
+    texts: list[str] = []
+    with open(folder / "lines.u64", "wb") as lines_file, open(folder / "sig.u32", "wb") as sig_file:
+
+        def flush() -> None:
+            nonlocal done
+            c = len(chunks)
+            ids = record_id(file_index, np.arange(done, done + len(texts)))
+            lines_file.write(np.asarray(lines, dtype="<u8").tobytes())
+            (folder / f"exact-{c:05d}.run").write_bytes(sort_rows(digest_rows(texts, ids, params.hash_algo)).tobytes())
+            if hasher is not None:
+                signatures = hasher.signatures(texts)
+                sig_file.write(signatures.tobytes())
+                runs = np.empty((params.bands, len(texts)), dtype=BAND_ROW)
+                for band in range(params.bands):
+                    rows = runs[band]
+                    rows["key"], rows["id"] = band_keys(signatures, band, params.rows), ids
+                    runs[band] = sort_rows(rows)
+                (folder / f"bands-{c:05d}.run").write_bytes(runs.tobytes())
+            chunks.append(len(texts))
+            done += len(texts)
+            report(len(texts), 0)
+            lines.clear()
+            texts.clear()
+
+        for line, _, text in iter_input_records(path, params.text_column):
+            lines.append(line)
+            texts.append(text)
+            if len(texts) >= params.chunk_records:
+                flush()
+        if texts:
+            flush()
+    (folder / "meta.json").write_text(json.dumps({"records": done, "chunks": chunks}))
+    return done
+

@@ -1,0 +1,34 @@
+"""The work folder's layout shared by the stages: record ids and where each input's scan files live.
+
+A record's id is `file index << 40 | record index in the file`, so sorting ids is input order
+(2^40 records per input, 2^24 inputs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+ID_SHIFT = 40
+
+
+def record_id(file_index: int, index: np.ndarray) -> np.ndarray:
+    return (np.uint64(file_index) << np.uint64(ID_SHIFT)) | index.astype(np.uint64)
+
+
+def split_id(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(file index, record index in the file) of each id."""
+    ids = np.asarray(ids).astype(np.uint64)
+    return (ids >> np.uint64(ID_SHIFT)).astype(np.int64), (ids & np.uint64((1 << ID_SHIFT) - 1)).astype(np.int64)
+
+
+def scan_dir(work: Path, file_index: int) -> Path:
+    """The committed scan folder of input `file_index`."""
+    return work / "scan" / f"{file_index:05d}"
+
+
+def read_meta(work: Path, file_index: int) -> dict:
+    """A committed scan's records and records per chunk."""
+    return json.loads((scan_dir(work, file_index) / "meta.json").read_text())

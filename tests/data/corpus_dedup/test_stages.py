@@ -1,0 +1,117 @@
+"""The stages' parts alone: MinHash estimates, band choice, the bounded k-way merge, union-find."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llm.data.corpus_dedup.clusters import components
+from llm.data.corpus_dedup.lsh import candidate_probability, choose_bands
+from llm.data.corpus_dedup.minhash import MinHasher, estimated_jaccard
+from llm.data.corpus_dedup.runs import merge_runs, sort_rows
+
+ROW = np.dtype([("key", "<u8"), ("id", "<u8")])
+
+
+def _shingles(text: str, n: int = 5) -> set:
+    words = text.lower().split()
+    return {tuple(words[i : i + n]) for i in range(max(1, len(words) - n + 1))}
+
+
+def test_signatures_estimate_the_jaccard_of_word_5grams_and_do_not_depend_on_batching() -> None:
+    rng = random.Random(1)
+    vocab = [f"v{i}" for i in range(500)]
+    base = [rng.choice(vocab) for _ in range(400)]
+    hasher = MinHasher(256, 5, seed=3)
+    for every in (10, 25, 60):
+        other = [("x" + w) if i % every == 0 else w for i, w in enumerate(base)]
+        a, b = " ".join(base), " ".join(other)
+        truth = len(_shingles(a) & _shingles(b)) / len(_shingles(a) | _shingles(b))
+        sig = hasher.signatures([a, "short text", b])
+        assert abs(float(estimated_jaccard(sig[[0]], sig[[2]])[0]) - truth) < 0.08, (every, truth)
+        assert (hasher.signatures([b])[0] == sig[2]).all()  # alone or in a batch: the same signature
+    # whitespace and case do not matter; a text shorter than n words is one shingle
+    sig = hasher.signatures(["The cat\tSAT", "the  cat sat", "the cat"])
+    assert (sig[0] == sig[1]).all() and not (sig[0] == sig[2]).all()
+
+
+def test_signatures_of_a_chunk_are_the_same_in_small_batches(monkeypatch) -> None:
+    import llm.data.corpus_dedup.minhash as minhash
+
+    rng = random.Random(2)
+    texts = [" ".join(rng.choices(["a", "b", "c", "dd", "ee"], k=rng.randint(1, 300))) for _ in range(200)]
+    whole = MinHasher(32, 5, seed=1).signatures(texts)
+    monkeypatch.setattr(minhash, "_BATCH_CHARS", 500)  # the memory bound: many batches
+    assert (MinHasher(32, 5, seed=1).signatures(texts) == whole).all()
+
+
+def test_the_same_seed_gives_the_same_signature_in_any_process() -> None:
+    # pinned: a change of hashing would silently make new runs disagree with committed work
+    sig = MinHasher(8, 5, seed=1).signatures(["one two three four five six seven"])[0]
+    assert sig.tolist() == PINNED
+
+
+PINNED = [17657824, 2165900472, 921143653, 230421588, 330335319, 577199653, 600113762, 115434440]
+
+
+def test_bands_for_a_threshold_make_pairs_above_it_candidates() -> None:
+    bands, rows = choose_bands(0.8, 128)
+    assert bands * rows <= 128
+    assert candidate_probability(0.9, bands, rows) > 0.99 and candidate_probability(0.85, bands, rows) > 0.95
+    assert candidate_probability(0.5, bands, rows) < 0.05
+    low, high = choose_bands(0.5, 128), choose_bands(0.95, 128)
+    assert low[1] < rows < high[1]  # a higher threshold: longer bands
+
+
+@given(st.lists(st.lists(st.integers(0, 30), max_size=60), max_size=6), st.integers(1, 9))
+def test_merging_sorted_runs_in_small_blocks_gives_every_row_in_order_without_splitting_a_key(
+    runs: list[list[int]], block: int
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        _check_merge(Path(folder), runs, block)
+
+
+def _check_merge(folder: Path, runs: list[list[int]], block: int) -> None:
+    slices, everything, next_id = [], [], 0
+    path = folder / "runs.bin"
+    with open(path, "wb") as f:
+        offset = 0
+        for keys in runs:
+            rows = np.zeros(len(keys), ROW)
+            rows["key"], rows["id"] = keys, np.arange(next_id, next_id + len(keys))
+            next_id += len(keys)
+            rows = sort_rows(rows)
+            f.write(rows.tobytes())
+            slices.append((path, offset, len(rows)))
+            offset += len(rows)
+            everything.append(rows)
+    out = list(merge_runs(slices, ROW, ("key",), block_rows=block))
+    expected = sort_rows(np.concatenate(everything)) if everything else np.zeros(0, ROW)
+    got = np.concatenate(out) if out else np.zeros(0, ROW)
+    assert got.tolist() == expected.tolist()
+    assert all(a["key"][-1] != b["key"][0] for a, b in zip(out, out[1:]))
+
+
+def test_union_find_labels_every_node_with_the_smallest_of_its_component() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 400, 300).astype(np.uint64) * 7
+    b = rng.integers(0, 400, 300).astype(np.uint64) * 7
+    nodes, root = components(a, b)
+    # reference: plain Python union-find
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for u, v in zip(a.tolist(), b.tolist()):
+        ru, rv = find(u), find(v)
+        parent[max(ru, rv)] = min(ru, rv)
+    assert nodes.tolist() == sorted(parent)
+    assert root.tolist() == [find(x) for x in nodes.tolist()]
