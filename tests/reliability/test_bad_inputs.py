@@ -26,8 +26,8 @@ from llm.data import (
     StreamingDataLoader,
     StreamingDataset,
     TokensLoader,
-    merge_datasets,
     dedup_corpus,
+    merge_datasets,
     optimize,
     train_test_split,
 )
