@@ -37,10 +37,11 @@ from llm.data.tokenize.bpe_vocab import (
 
 log = logging.getLogger("llm.data.tokenize.tokenizers")
 
-BACKENDS = ("tokenizers", "tiktoken", "fastokens")
-# Fastest first, for byte-level BPE vocabularies (bench/encoders.py: fastokens several times
-# tiktoken, tiktoken several times tokenizers).
-PREFERENCE = ("fastokens", "tiktoken", "tokenizers")
+BACKENDS = ("tokenizers", "tiktoken", "fastokens", "gigatoken")
+# Fastest first, for byte-level BPE vocabularies, as measured here by `python -m bench.encoders`
+# (docs/benchmarks.md, "Encoders"): fastokens ahead of gigatoken on one thread, both several
+# times tiktoken, tiktoken several times tokenizers.
+PREFERENCE = ("fastokens", "gigatoken", "tiktoken", "tokenizers")
 ENV_VAR = "LLM_TOKENIZER_BACKEND"
 
 # Texts every candidate must encode exactly like the reference before it is used.
@@ -156,6 +157,64 @@ class FastokensEncoder:
         return np.frombuffer(ids, dtype="<u4"), np.frombuffer(offsets, dtype="<u8").astype(np.int64)
 
 
+# gigatoken (0.10) caches every pre-token it has seen, per tokenizer, without a bound: its memory
+# grows with the variety of the text. The tokenizer is built anew after this many characters,
+# which frees the caches; a GPT-2 vocabulary loads in ~0.3-0.6 s, a small price per GiB of text.
+GIGATOKEN_REBUILD_CHARS = 1 << 30
+
+
+class GigatokenEncoder:
+    """`gigatoken` (Rust): a byte-level tokenizer.json, or .tiktoken ranks with GPT-2's pre-tokenizer.
+
+    `build` makes the tokenizer; it is called again after `rebuild_chars` characters of text so
+    that gigatoken's unbounded pre-token caches never outgrow one such stretch of text.
+    """
+
+    name = "gigatoken"
+
+    def __init__(self, build: Callable[[], Any], rebuild_chars: int = GIGATOKEN_REBUILD_CHARS):
+        self._build = build
+        self._tok = build()
+        self._rebuild_chars = rebuild_chars
+        self._chars_since_build = 0
+        self.rebuilds = 0
+        # Our optimize workers encode on their own thread (LLM_TOKENIZER_THREADS=1); elsewhere
+        # gigatoken decides (its thread pool, but never inside a forked or multiprocessing child).
+        self._parallel = False if os.environ.get("LLM_TOKENIZER_THREADS") == "1" else None
+
+    def _tokenizer(self, texts: Sequence[str]) -> Any:
+        self._chars_since_build += sum(map(len, texts))
+        if self._chars_since_build > self._rebuild_chars:
+            self._tok = None  # the old caches go before the new tokenizer is built
+            self._tok = self._build()
+            self._chars_since_build = sum(map(len, texts))
+            self.rebuilds += 1
+        return self._tok
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        texts = list(texts)
+        return self._tokenizer(texts).encode_batch_list(texts, parallel=self._parallel)
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(all ids as one uint32 array, len(texts) + 1 offsets), read from gigatoken's columnar result."""
+        texts = list(texts)
+        layout = self._tokenizer(texts).encode_batch(texts, parallel=self._parallel).layout
+        if type(layout).__name__ != "ListOffsetArray":  # not what 0.10 returns; take the generic way
+            import awkward as ak
+
+            result = ak.Array(layout)
+            counts = np.asarray(ak.num(result), dtype=np.int64)
+            offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            return np.asarray(ak.flatten(result), dtype=np.uint32), offsets
+        offsets = np.asarray(layout.offsets.data, dtype=np.int64)
+        ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
+        return ids.astype(np.uint32, copy=False), offsets - offsets[0]
+
+
 def tiktoken_encoding(name: str, ranks: dict[bytes, int], special: dict[str, int]) -> Any:
     import tiktoken
 
@@ -175,12 +234,22 @@ def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[
 
         return FastokensEncoder(fk.Tokenizer.from_file(str(path)))
 
+    def gigatoken():
+        _require("gigatoken")
+        structure()
+        import gigatoken as gt
+
+        # From the file's text: gigatoken.Tokenizer(path) would also try a Hub download for
+        # names shaped like a repository id.
+        text = path.read_bytes()
+        return GigatokenEncoder(lambda: gt.Tokenizer.from_json(text))
+
     def tiktoken():
         _require("tiktoken")
         ranks, special = tiktoken_ranks(structure())
         return TiktokenEncoder(tiktoken_encoding(path.stem, ranks, special), match_special=True)
 
-    return {"fastokens": fastokens, "tiktoken": tiktoken, "tokenizers": lambda: reference}
+    return {"fastokens": fastokens, "gigatoken": gigatoken, "tiktoken": tiktoken, "tokenizers": lambda: reference}
 
 
 def tiktoken_file_makers(
@@ -201,7 +270,14 @@ def tiktoken_file_makers(
 
         return FastokensEncoder(fk.Tokenizer.from_json_str(converted_vocabulary(ranks, digest)))
 
-    return {"fastokens": fastokens, "tiktoken": lambda: reference}
+    def gigatoken():
+        _require("gigatoken")
+        import gigatoken as gt
+
+        # GPT-2's pre-tokenizer; no special tokens: a .tiktoken file's text is ordinary text.
+        return GigatokenEncoder(lambda: gt.Tokenizer.from_tiktoken(str(path), pretokenizer="gpt2", special_tokens=None))
+
+    return {"fastokens": fastokens, "gigatoken": gigatoken, "tiktoken": lambda: reference}
 
 
 _CONVERSION_VERSION = 1
