@@ -30,7 +30,8 @@ from llm.data.storage.local import atomic_write, cache_home
 from llm.data.tokenize.bpe_vocab import (
     GPT2_PATTERN,
     Unsupported,
-    read_byte_level_bpe,
+    byte_level_bpe,
+    complete_byte_alphabet,
     tiktoken_ranks,
     tokenizer_json_from_ranks,
 )
@@ -221,33 +222,97 @@ def tiktoken_encoding(name: str, ranks: dict[bytes, int], special: dict[str, int
     return tiktoken.Encoding(name=name, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=special)
 
 
-def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[[], Any]]:
-    """How each engine loads a tokenizer.json (raising ImportError or `Unsupported` when it cannot)."""
+class MissingBytesEncoder:
+    """A fast engine on a vocabulary completed with the byte symbols it lacked (`complete_byte_alphabet`).
 
-    def structure():
-        return read_byte_level_bpe(path)
+    A document without those bytes encodes exactly as with the original vocabulary. One with them
+    (its ids hold an id >= `first_added`) is encoded again by the reference, which drops those
+    bytes from their pre-token and may merge across the gap, as the completed vocabulary cannot.
+    """
+
+    def __init__(self, fast: Any, reference: Any, first_added: int):
+        self.name = fast.name
+        self._fast = fast
+        self._reference = reference
+        self._first_added = first_added
+        self.encode_flat = self._encode_flat if fast.encode_flat is not None else None
+        self.documents_redone = 0  # how many documents the reference encoded (for tests and logs)
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        texts = list(texts)
+        out = [list(ids) for ids in self._fast.encode_batch(texts)]
+        redo = [i for i, ids in enumerate(out) if ids and max(ids) >= self._first_added]
+        if redo:
+            self.documents_redone += len(redo)
+            for i, ids in zip(redo, self._reference.encode_batch([texts[i] for i in redo])):
+                out[i] = list(ids)
+        return out
+
+    def _encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        texts = list(texts)
+        ids, offsets = self._fast.encode_flat(texts)
+        hits = np.flatnonzero(ids >= self._first_added)
+        if not len(hits):
+            return ids, offsets
+        redo = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
+        self.documents_redone += len(redo)
+        again = dict(zip(redo.tolist(), self._reference.encode_batch([texts[i] for i in redo])))
+        pieces = [np.asarray(again[i], dtype=np.uint32) if i in again else ids[offsets[i] : offsets[i + 1]]
+                  for i in range(len(texts))]
+        lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+        new_offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_offsets[1:])
+        flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint32)
+        return flat.astype(np.uint32, copy=False), new_offsets
+
+
+def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[[], Any]]:
+    """How each engine loads a tokenizer.json (raising ImportError or `Unsupported` when it cannot).
+
+    A vocabulary lacking some byte symbols is given to the fast engines completed with them
+    (`complete_byte_alphabet`), behind a `MissingBytesEncoder`.
+    """
+    completed: list[tuple[str, int | None]] = []
+
+    def vocabulary() -> tuple[str, int | None]:
+        if not completed:  # parsed once, by the first engine tried
+            completed.append(complete_byte_alphabet(path))
+        return completed[0]
+
+    def served(make: Callable[[str], Any]) -> Any:
+        text, first_added = vocabulary()
+        engine = make(text)
+        if first_added is None:
+            return engine
+        log.info("tokenizer %s lacks some of the 256 byte symbols: %s encodes it, and %s every document "
+                 "holding one of those bytes", path, engine.name, reference.name)
+        return MissingBytesEncoder(engine, reference, first_added)
 
     def fastokens():
         _require("fastokens")
-        structure()
         import fastokens as fk
 
-        return FastokensEncoder(fk.Tokenizer.from_file(str(path)))
+        return served(lambda text: FastokensEncoder(fk.Tokenizer.from_json_str(text)))
 
     def gigatoken():
         _require("gigatoken")
-        structure()
         import gigatoken as gt
 
         # From the file's text: gigatoken.Tokenizer(path) would also try a Hub download for
         # names shaped like a repository id.
-        text = path.read_bytes()
-        return GigatokenEncoder(lambda: gt.Tokenizer.from_json(text))
+        return served(lambda text: GigatokenEncoder(lambda: gt.Tokenizer.from_json(text)))
 
     def tiktoken():
         _require("tiktoken")
-        ranks, special = tiktoken_ranks(structure())
-        return TiktokenEncoder(tiktoken_encoding(path.stem, ranks, special), match_special=True)
+
+        def make(text: str) -> TiktokenEncoder:
+            ranks, special = tiktoken_ranks(byte_level_bpe(json.loads(text)))
+            return TiktokenEncoder(tiktoken_encoding(path.stem, ranks, special), match_special=True)
+
+        return served(make)
 
     return {"fastokens": fastokens, "gigatoken": gigatoken, "tiktoken": tiktoken, "tokenizers": lambda: reference}
 
