@@ -257,7 +257,7 @@ def test_an_engine_that_fails_to_load_a_vocabulary_is_skipped(bpe_json, tmp_path
 
 
 def test_tokenizers_cannot_load_a_tiktoken_file(ranks_file):
-    with pytest.raises(ValueError, match="backend 'tokenizers' cannot load .*trained.tiktoken; use fastokens or tiktoken"):
+    with pytest.raises(ValueError, match="backend 'tokenizers' cannot load .*trained.tiktoken; use fastokens or gigatoken or tiktoken"):
         load_tokenizer(str(ranks_file), "tokenizers")
 
 
@@ -338,7 +338,7 @@ def test_a_failed_self_check_falls_back_under_auto_and_is_an_error_when_asked_fo
     monkeypatch.setattr(tb.FastokensEncoder, "encode_batch", lambda self, texts: [ids[::-1] for ids in real(self, texts)])
     with caplog.at_level(logging.WARNING, logger="llm.data.tokenize.tokenizers"):
         tok = load_tokenizer(str(bpe_json))
-    assert tok.backend == ("tiktoken" if HAS_TIKTOKEN else "tokenizers")
+    assert tok.backend == ("gigatoken" if HAS_GIGATOKEN else "tiktoken" if HAS_TIKTOKEN else "tokenizers")
     assert "fastokens not used" in caplog.text and "self-check" in caplog.text
     with pytest.raises(ValueError, match="backend 'fastokens' cannot serve .*self-check"):
         load_tokenizer(str(bpe_json), "fastokens")
@@ -476,4 +476,4 @@ def test_gigatoken_is_rebuilt_after_its_character_budget_and_keeps_its_ids(bpe_j
     want = reference.encode_batch(corpus)
     got = [ids for i in range(0, len(corpus), 16) for ids in tok.encode_batch(corpus[i : i + 16])]
     assert got == want
-    assert encoder.rebuilds >= sum(map(len, corpus)) // 50_000 - 1 > 0 and encoder._tok is not before
+    assert encoder.rebuilds > 1 and encoder._tok is not before
