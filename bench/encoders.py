@@ -153,10 +153,12 @@ def _one_engine(engine: str) -> tuple[object, object]:
 
         tok = tokenizers.Tokenizer.from_file(path)
         return (lambda b: [e.ids for e in tok.encode_batch(b, add_special_tokens=False)]), tokenizers.__version__
+    from importlib import metadata
+
     from llm.data.tokenize.tokenizers import load_tokenizer
 
     tok = load_tokenizer(path, engine)
-    return (tok.encode_flat or tok.encode_batch), tok.backend
+    return (tok.encode_flat or tok.encode_batch), metadata.version(tok.backend)
 
 
 def fresh_pass(engine: str, vocab: Path, files: list[str], mb_limit: float) -> dict:

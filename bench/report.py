@@ -237,6 +237,8 @@ def markdown(results: dict) -> str:
         from bench import s3_report
 
         md += s3_report.markdown(s["s3"], cfg["workers"])
+    if results.get("encoders"):
+        md += encoders_markdown(results["encoders"])
     if results.get("profiles"):
         md += ["", "## Where our time goes (one extra, profiled run of ours per case)", ""]
         for prof in results["profiles"]:
@@ -247,6 +249,29 @@ def markdown(results: dict) -> str:
     if notes.exists():
         md += ["", notes.read_text().strip()]
     return "\n".join(md) + "\n"
+
+
+def encoders_markdown(enc: dict) -> list[str]:
+    """The engines alone (`python -m bench.encoders --fresh`, its JSON under results["encoders"])."""
+    md = ["", "## Encoders: the engines alone, one cold pass each", "",
+          f"`python -m bench.encoders --fresh` on {enc['corpus_mb']:.1f} MB of the corpus, {enc['threads']} thread: "
+          "each engine loads the vocabulary and encodes the text once in a fresh process (cold caches, as an "
+          "`optimize` worker), engines interleaved, median of the rounds. MB of text per CPU-second (the "
+          "machine is shared; wall time in the JSON); x: against the file's reference engine; RSS +MB: "
+          "growth over the pass (the engine's caches). bpe-openai loads only its own vocabularies: it is "
+          "timed on cl100k_base against tiktoken, one call per document.", "",
+          "| vocabulary | engine | MB/s (CPU) | x reference | load s | RSS +MB | ids |",
+          "|---|---|---:|---:|---:|---:|---|"]
+    for r in enc["rows"]:
+        name = r["backend"] + (f" {r['version']}" if r.get("version") else "")
+        ref = r["backend"] == r["reference"]
+        md.append(f"| {r['vocab']} | {name}{' (reference)' if ref else ''} | {r['mb_per_cpu_s']:.1f} | "
+                  f"{r['x_cpu']:.2f} | {r['load_s']:.2f} | {r['rss_growth_mb']:.0f} | "
+                  f"{'' if ref else 'identical' if r['identical'] else '**differ**'} |"
+                  if "load_s" in r else
+                  f"| {r['vocab']} | {name}{' (reference)' if ref else ''} | {r['mb_per_cpu_s']:.1f} | "
+                  f"{r['x_cpu']:.2f} | | | {'' if ref else 'identical' if r['identical'] else '**differ**'} |")
+    return md
 
 
 def _top_functions(path: str, n: int = 6) -> list[str]:

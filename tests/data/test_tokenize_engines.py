@@ -21,7 +21,12 @@ from hypothesis import strategies as st
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.prepare.optimize_text import optimize_text
 from llm.data.tokenize import engines as tb
-from llm.data.tokenize.bpe_vocab import Unsupported, byte_decoder, read_byte_level_bpe, tiktoken_ranks
+from llm.data.tokenize.bpe_vocab import (
+    Unsupported,
+    byte_decoder,
+    read_byte_level_bpe,
+    tiktoken_ranks,
+)
 from llm.data.tokenize.tokenizers import load_tokenizer, train_bpe_tokenizer
 from tests.data.shards.helpers import real_lines, write_jsonl
 

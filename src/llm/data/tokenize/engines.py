@@ -159,9 +159,14 @@ class FastokensEncoder:
 
 
 # gigatoken (0.10) caches every pre-token it has seen, per tokenizer, without a bound: its memory
-# grows with the variety of the text. The tokenizer is built anew after this many characters,
-# which frees the caches; a GPT-2 vocabulary loads in ~0.3-0.6 s, a small price per GiB of text.
+# grows with the variety of the text. The tokenizer is built anew after this many characters
+# ($LLM_GIGATOKEN_REBUILD_CHARS; 0: never), which frees the caches; a GPT-2 vocabulary loads in
+# ~0.3-0.6 s, a few percent of the ~5-10 s it takes to encode 1 Gi characters on one thread.
 GIGATOKEN_REBUILD_CHARS = 1 << 30
+
+
+def gigatoken_rebuild_chars() -> int:
+    return int(os.environ.get("LLM_GIGATOKEN_REBUILD_CHARS") or GIGATOKEN_REBUILD_CHARS)
 
 
 class GigatokenEncoder:
@@ -173,10 +178,10 @@ class GigatokenEncoder:
 
     name = "gigatoken"
 
-    def __init__(self, build: Callable[[], Any], rebuild_chars: int = GIGATOKEN_REBUILD_CHARS):
+    def __init__(self, build: Callable[[], Any], rebuild_chars: int | None = None):
         self._build = build
         self._tok = build()
-        self._rebuild_chars = rebuild_chars
+        self._rebuild_chars = gigatoken_rebuild_chars() if rebuild_chars is None else rebuild_chars
         self._chars_since_build = 0
         self.rebuilds = 0
         # Our optimize workers encode on their own thread (LLM_TOKENIZER_THREADS=1); elsewhere
@@ -185,7 +190,7 @@ class GigatokenEncoder:
 
     def _tokenizer(self, texts: Sequence[str]) -> Any:
         self._chars_since_build += sum(map(len, texts))
-        if self._chars_since_build > self._rebuild_chars:
+        if self._rebuild_chars and self._chars_since_build > self._rebuild_chars:
             self._tok = None  # the old caches go before the new tokenizer is built
             self._tok = self._build()
             self._chars_since_build = sum(map(len, texts))
