@@ -55,18 +55,20 @@ def table(results: dict) -> str:
     cfg, s = results["config"], results["scenarios"]
     w = cfg["workers"]
     lines = [f"From `make bench` (`python -m bench`, {cfg['corpus']['text_bytes'] / 1e6:.1f} MB of real text, "
-             f"{cfg['tokens'] / 1e6:.1f} M tokens, {cfg['tokenizer_name'].split(' (')[0]}, {cfg['repeat']} repeats "
-             f"in one run, {cfg['machine'].split(',')[0]}, block {cfg['block_size']}, batch {cfg['batch_size']}; "
+             f"{cfg['tokens'] / 1e6:.1f} M tokens, {cfg['tokenizer_name'].split(' (')[0]}, {_runs(cfg)}, "
+             f"{cfg['machine'].split(',')[0]}, block {cfg['block_size']}, batch {cfg['batch_size']}; "
              "each contestant with the encoder its users would use; full tables in "
              "[docs/benchmarks.md](docs/benchmarks.md)):", "",
              "| | ours vs LitData | ours vs others |", "| --- | --- | --- |"]
     if "prepare" in s:
         p = s["prepare"]
         ours = _get(p, "ours", "", "mb_per_s")
+        mosaic = _get(p, "mosaic", "", "mb_per_s")
+        peers = f"{_x(_ratio(ours, mosaic))} MosaicML; " if mosaic else ""
         lines.append(f"| prepare (text to shards, {w} processes) | {_x(_ratio(ours, _get(p, 'litdata', '', 'mb_per_s')))} "
-                     f"faster | {_x(_ratio(ours, _get(p, 'mosaic', '', 'mb_per_s')))} MosaicML; "
-                     f"{_x(_ratio(ours, _get(p, 'limit', '', 'mb_per_s')))} the tokenizer limit (the bare loop of "
-                     f"`{cfg.get('encoders', {}).get('limit', 'ours')}`, the fastest identical engine) |")
+                     f"faster | {peers}{_x(_ratio(ours, _get(p, 'limit', '', 'mb_per_s')))} the tokenizer limit "
+                     f"(the bare loop of `{cfg.get('encoders', {}).get('limit', 'ours')}`, the fastest identical "
+                     "engine) |")
     if "stream" in s:
         lines += _stream(s, w)
     if "resume" in s:
@@ -92,6 +94,13 @@ def table(results: dict) -> str:
             lines.append(f"| tokens lost per epoch | {lost['ours']:,} of {cfg['tokens']:,}, the last partial block"
                          f"{peer} | |")
     return "\n".join(lines)
+
+
+def _runs(cfg: dict) -> str:
+    files = {src.split(" (")[0] for srcs in cfg.get("sources", {}).values() for src in srcs}
+    if len(files) > 1:
+        return f"scenarios from {len(files)} runs, each side by side within its run"
+    return f"{cfg['repeat']} repeats in one run"
 
 
 def rewrite(readme: Path, results: dict) -> bool:

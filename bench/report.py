@@ -162,6 +162,10 @@ def markdown(results: dict) -> str:
           f"versions: {', '.join(f'{k} {v}' for k, v in cfg['versions'].items())}", ""]
     for who, why in cfg.get("skipped", {}).items():
         md.append(f"- skipped {NAMES.get(who, who)}: {why}")
+    if cfg.get("sources"):  # combined by bench/combine.py: each scenario's runs
+        md.append("- scenarios from several runs (`python -m bench.combine`), each ratio still from one run's "
+                  "side-by-side cases:")
+        md += [f"  - {name}: {'; '.join(srcs)}" for name, srcs in cfg["sources"].items()]
     md += ["", "## Targets", "", "| target | measured | goal | |", "|---|---|---|---|"]
     for t in results["targets"]:
         val = "n/a" if t["ratio"] is None else f"{t['ratio']:.3g}"

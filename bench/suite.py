@@ -218,8 +218,9 @@ def scenario_onthefly(ctx: Context) -> list[dict]:
     from bench.doclength import LENGTHS, recut_corpus
 
     nw = ctx.workers
-    cuts = [("", ctx.corpus, ctx.tokens["tokens"])]
-    cuts += [(f"{name} docs, ", recut_corpus(ctx.corpus, ctx.cache_dir, name), None) for name in LENGTHS]
+    cuts = [("", ctx.corpus, ctx.tokens["tokens"])] if "as-is" in ctx.onthefly_cuts else []
+    cuts += [(f"{name} docs, ", recut_corpus(ctx.corpus, ctx.cache_dir, name), None)
+             for name in LENGTHS if name in ctx.onthefly_cuts]
     cases = []
     for prefix, corpus, _ in cuts:
         files = corpus_paths(corpus)
@@ -241,7 +242,7 @@ def scenario_onthefly(ctx: Context) -> list[dict]:
         encoded[prefix] = tokens or (limit_runs[0]["tokens"] if limit_runs else None)
 
     for (_, case), rs in runs.items():
-        total = next((n for prefix, n in encoded.items() if prefix and case.startswith(prefix)), encoded[""])
+        total = next((n for prefix, n in encoded.items() if prefix and case.startswith(prefix)), encoded.get(""))
         for r in rs:
             if "error" in r:
                 continue
