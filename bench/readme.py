@@ -65,18 +65,19 @@ def table(results: dict) -> str:
         ours = _get(p, "ours", "", "mb_per_s")
         mosaic = _get(p, "mosaic", "", "mb_per_s")
         peers = f"{_x(_ratio(ours, mosaic))} MosaicML; " if mosaic else ""
+        engines = cfg.get("encoders", {})
+        limit = engines.get("limit") or engines.get("LitData, MosaicML, limit", "?")  # older runs: the peers' encoder
         lines.append(f"| prepare (text to shards, {w} processes) | {_x(_ratio(ours, _get(p, 'litdata', '', 'mb_per_s')))} "
                      f"faster | {peers}{_x(_ratio(ours, _get(p, 'limit', '', 'mb_per_s')))} the tokenizer limit "
-                     f"(the bare loop of `{cfg.get('encoders', {}).get('limit', 'ours')}`, the fastest identical "
-                     "engine) |")
+                     f"(`{limit}` alone, same ids) |")
     if "stream" in s:
         lines += _stream(s, w)
     if "resume" in s:
         lines.append(_resume(s, w, cfg.get("resume_at", [10, 50, 90])))
     if "onthefly" in s:
         o = s["onthefly"]
-        ours = _get(o, "ours", "", "tokens_per_s")
-        delivered = _get(o, "ours", "", "delivered_fraction")
+        ours = _get(o, "ours", f"{w} workers", "tokens_per_s")
+        delivered = _get(o, "ours", f"{w} workers", "delivered_fraction")
         lines.append(f"| on the fly (text in, packed blocks out, {w} workers) | | "
                      f"{_x(_ratio(ours, _get(o, 'hf', f'{w} workers, tuned', 'tokens_per_s')))} HF `datasets` tuned, "
                      f"{'n/a' if delivered is None else f'{100 * delivered:.0f}%'} of tokens delivered |")
