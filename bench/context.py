@@ -41,6 +41,7 @@ class Context:
     resume_at: list[int] = field(default_factory=lambda: [10, 50, 90])
     profile_dir: Path | None = None
     min_stream_tokens: int = 40_000_000
+    onthefly_cuts: tuple[str, ...] = ("as-is", "short", "long")  # bench/doclength.py; "as-is": the corpus
     profiles: list = field(default_factory=list)
     references: dict = field(default_factory=dict)
     epoch_batches: dict = field(default_factory=dict)

@@ -55,29 +55,39 @@ def table(results: dict) -> str:
     cfg, s = results["config"], results["scenarios"]
     w = cfg["workers"]
     lines = [f"From `make bench` (`python -m bench`, {cfg['corpus']['text_bytes'] / 1e6:.1f} MB of real text, "
-             f"{cfg['tokens'] / 1e6:.1f} M tokens, {cfg['tokenizer_name'].split(' (')[0]}, {cfg['repeat']} repeats "
-             f"in one run, {cfg['machine'].split(',')[0]}, block {cfg['block_size']}, batch {cfg['batch_size']}; "
+             f"{cfg['tokens'] / 1e6:.1f} M tokens, {cfg['tokenizer_name'].split(' (')[0]}, {_runs(cfg)}, "
+             f"{cfg['machine'].split(',')[0]}, block {cfg['block_size']}, batch {cfg['batch_size']}; "
              "each contestant with the encoder its users would use; full tables in "
              "[docs/benchmarks.md](docs/benchmarks.md)):", "",
              "| | ours vs LitData | ours vs others |", "| --- | --- | --- |"]
     if "prepare" in s:
         p = s["prepare"]
         ours = _get(p, "ours", "", "mb_per_s")
+        mosaic = _get(p, "mosaic", "", "mb_per_s")
+        peers = f"{_x(_ratio(ours, mosaic))} MosaicML; " if mosaic else ""
+        engines = cfg.get("encoders", {})
+        limit = engines.get("limit") or engines.get("LitData, MosaicML, limit", "?")  # older runs: the peers' encoder
         lines.append(f"| prepare (text to shards, {w} processes) | {_x(_ratio(ours, _get(p, 'litdata', '', 'mb_per_s')))} "
-                     f"faster | {_x(_ratio(ours, _get(p, 'mosaic', '', 'mb_per_s')))} MosaicML; "
-                     f"{_x(_ratio(ours, _get(p, 'limit', '', 'mb_per_s')))} the reference encoder alone "
-                     f"(`{cfg.get('encoders', {}).get('ours', 'ours')}`, same ids) |")
+                     f"faster | {peers}{_x(_ratio(ours, _get(p, 'limit', '', 'mb_per_s')))} the tokenizer limit "
+                     f"(`{limit}` alone, same ids) |")
     if "stream" in s:
         lines += _stream(s, w)
     if "resume" in s:
         lines.append(_resume(s, w, cfg.get("resume_at", [10, 50, 90])))
     if "onthefly" in s:
         o = s["onthefly"]
-        ours = _get(o, "ours", "", "tokens_per_s")
-        delivered = _get(o, "ours", "", "delivered_fraction")
+        ours = _get(o, "ours", f"{w} workers", "tokens_per_s")
+        delivered = _get(o, "ours", f"{w} workers", "delivered_fraction")
         lines.append(f"| on the fly (text in, packed blocks out, {w} workers) | | "
                      f"{_x(_ratio(ours, _get(o, 'hf', f'{w} workers, tuned', 'tokens_per_s')))} HF `datasets` tuned, "
                      f"{'n/a' if delivered is None else f'{100 * delivered:.0f}%'} of tokens delivered |")
+        for cut, size in (("short", "~0.5 KB"), ("long", "~7 KB")):
+            if any(r["case"].startswith(f"{cut} docs") for r in o):
+                mine = _get(o, "ours", f"{cut} docs", "tokens_per_s")
+                got = _get(o, "ours", f"{cut} docs", "delivered_fraction")
+                lines.append(f"| on the fly, {cut} documents ({size}) | | "
+                             f"{_x(_ratio(mine, _get(o, 'hf', f'{cut} docs, {w} workers, tuned', 'tokens_per_s')))} "
+                             f"HF `datasets` tuned, {'n/a' if got is None else f'{100 * got:.0f}%'} of tokens delivered |")
     if "integrity" in s:
         lost = {r["who"]: r["tokens_lost"] for r in s["integrity"] if "tokens_lost" in r}
         if "ours" in lost:
@@ -85,6 +95,13 @@ def table(results: dict) -> str:
             lines.append(f"| tokens lost per epoch | {lost['ours']:,} of {cfg['tokens']:,}, the last partial block"
                          f"{peer} | |")
     return "\n".join(lines)
+
+
+def _runs(cfg: dict) -> str:
+    files = {src.split(" (")[0] for srcs in cfg.get("sources", {}).values() for src in srcs}
+    if len(files) > 1:
+        return f"scenarios from {len(files)} runs, each side by side within its run"
+    return f"{cfg['repeat']} repeats in one run"
 
 
 def rewrite(readme: Path, results: dict) -> bool:

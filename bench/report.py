@@ -33,12 +33,16 @@ def targets(results: dict) -> list[dict]:
     if "prepare" in s:
         p = s["prepare"]
         ours = _get(p, "ours", "", "mb_per_s")
-        # Issue 12: >= 3.5x with the GPT-2 vocabulary (each side with its users' encoder); issue 3's
+        # Issue 24: >= 6x with the GPT-2 vocabulary (each side with its users' encoder); issue 3's
         # 1.25x stays the goal for other vocabularies.
         gpt2 = results["config"].get("tokenizer") == "gpt2.tiktoken"
         add(f"prepare: ours / LitData (MB/s){', GPT-2 vocabulary' if gpt2 else ''}",
-            _ratio(ours, _get(p, "litdata", "", "mb_per_s")), 3.5 if gpt2 else 1.25)
+            _ratio(ours, _get(p, "litdata", "", "mb_per_s")), 6 if gpt2 else 1.25)
         add("prepare: ours / tokenizer limit", _ratio(ours, _get(p, "limit", "", "mb_per_s")), 0.95)
+        # On a shared machine wall time follows the load of the moment; CPU time of the process
+        # tree (same work, same text) is the steadier side-by-side figure.
+        out.append({"name": "(info) prepare: LitData / ours CPU s (tree)", "goal": "", "ok": None,
+                    "ratio": _ratio(_get(p, "litdata", "", "cpu_s"), _get(p, "ours", "", "cpu_s"))})
     if "stream" in s:
         st = s["stream"]
 
@@ -78,11 +82,29 @@ def targets(results: dict) -> list[dict]:
                         "ok": not bad, "detail": ", ".join(bad)})
     if "onthefly" in s:
         o = s["onthefly"]
-        ours = _get(o, "ours", "", "tokens_per_s")
-        add("on-the-fly: ours / HF datasets (tuned)", _ratio(ours, _get(o, "hf", f"{w} workers, tuned",
-                                                                          "tokens_per_s")), 2)
-        add("on-the-fly: ours / tokenizer limit", _ratio(ours, _get(o, "limit", "", "tokens_per_s")), 0.75)
-        add("on-the-fly: ours tokens delivered / encoded", _get(o, "ours", "", "delivered_fraction"), 0.99)
+        # The corpus as it is: cases "2 workers" / "2 processes" (the re-cut ones start "short docs, ").
+        ours = _get(o, "ours", f"{w} workers", "tokens_per_s")
+        if ours is not None:
+            add("on-the-fly: ours / HF datasets (tuned)", _ratio(ours, _get(o, "hf", f"{w} workers, tuned",
+                                                                              "tokens_per_s")), 2)
+            add("on-the-fly: ours / tokenizer limit", _ratio(ours, _get(o, "limit", f"{w} processes", "tokens_per_s")),
+                0.75)
+            add("on-the-fly: ours tokens delivered / encoded", _get(o, "ours", f"{w} workers", "delivered_fraction"),
+                0.9999)
+            out.append({"name": "(info) on-the-fly: HF tuned / ours CPU s (tree)", "goal": "", "ok": None,
+                        "ratio": _ratio(_get(o, "hf", f"{w} workers, tuned", "cpu_s"),
+                                        _get(o, "ours", f"{w} workers", "cpu_s"))})
+        # Issue 24: >= 3.5x HF tuned on short (~0.5 KB) and long (~7 KB) documents, every token delivered.
+        for cut in ("short", "long"):
+            if any(r["case"].startswith(f"{cut} docs") for r in o):
+                add(f"on-the-fly, {cut} docs: ours / HF datasets (tuned)",
+                    _ratio(_get(o, "ours", f"{cut} docs", "tokens_per_s"),
+                           _get(o, "hf", f"{cut} docs, {w} workers, tuned", "tokens_per_s")), 3.5)
+                add(f"on-the-fly, {cut} docs: ours tokens delivered / encoded",
+                    _get(o, "ours", f"{cut} docs", "delivered_fraction"), 0.9999)
+                out.append({"name": f"(info) on-the-fly, {cut} docs: HF tuned / ours CPU s (tree)", "goal": "",
+                            "ok": None, "ratio": _ratio(_get(o, "hf", f"{cut} docs, {w} workers, tuned", "cpu_s"),
+                                                        _get(o, "ours", f"{cut} docs", "cpu_s"))})
     if "scale" in s:
         sc = s["scale"]
         add("scale: ours peak RSS 4x / 1x", _ratio(_get(sc, "ours", "4x", "peak_rss_mb"),
@@ -154,6 +176,10 @@ def markdown(results: dict) -> str:
           f"versions: {', '.join(f'{k} {v}' for k, v in cfg['versions'].items())}", ""]
     for who, why in cfg.get("skipped", {}).items():
         md.append(f"- skipped {NAMES.get(who, who)}: {why}")
+    if cfg.get("sources"):  # combined by bench/combine.py: each scenario's runs
+        md.append("- scenarios from several runs (`python -m bench.combine`), each ratio still from one run's "
+                  "side-by-side cases:")
+        md += [f"  - {name}: {'; '.join(srcs)}" for name, srcs in cfg["sources"].items()]
     md += ["", "## Targets", "", "| target | measured | goal | |", "|---|---|---|---|"]
     for t in results["targets"]:
         val = "n/a" if t["ratio"] is None else f"{t['ratio']:.3g}"
@@ -229,6 +255,8 @@ def markdown(results: dict) -> str:
         from bench import s3_report
 
         md += s3_report.markdown(s["s3"], cfg["workers"])
+    if results.get("encoders"):
+        md += encoders_markdown(results["encoders"])
     from bench import dedup  # its section stays from its last run when other scenarios are rerun
 
     if dedup_results := s.get("dedup") or dedup.latest():
@@ -243,6 +271,29 @@ def markdown(results: dict) -> str:
     if notes.exists():
         md += ["", notes.read_text().strip()]
     return "\n".join(md) + "\n"
+
+
+def encoders_markdown(enc: dict) -> list[str]:
+    """The engines alone (`python -m bench.encoders --fresh`, its JSON under results["encoders"])."""
+    md = ["", "## Encoders: the engines alone, one cold pass each", "",
+          f"`python -m bench.encoders --fresh` on {enc['corpus_mb']:.1f} MB of the corpus, {enc['threads']} thread: "
+          "each engine loads the vocabulary and encodes the text once in a fresh process (cold caches, as an "
+          "`optimize` worker), engines interleaved, median of the rounds. MB of text per CPU-second (the "
+          "machine is shared; wall time in the JSON); x: against the file's reference engine; RSS +MB: "
+          "growth over the pass (the engine's caches). bpe-openai loads only its own vocabularies: it is "
+          "timed on cl100k_base against tiktoken, one call per document.", "",
+          "| vocabulary | engine | MB/s (CPU) | x reference | load s | RSS +MB | ids |",
+          "|---|---|---:|---:|---:|---:|---|"]
+    for r in enc["rows"]:
+        name = r["backend"] + (f" {r['version']}" if r.get("version") else "")
+        ref = r["backend"] == r["reference"]
+        md.append(f"| {r['vocab']} | {name}{' (reference)' if ref else ''} | {r['mb_per_cpu_s']:.1f} | "
+                  f"{r['x_cpu']:.2f} | {r['load_s']:.2f} | {r['rss_growth_mb']:.0f} | "
+                  f"{'' if ref else 'identical' if r['identical'] else '**differ**'} |"
+                  if "load_s" in r else
+                  f"| {r['vocab']} | {name}{' (reference)' if ref else ''} | {r['mb_per_cpu_s']:.1f} | "
+                  f"{r['x_cpu']:.2f} | | | {'' if ref else 'identical' if r['identical'] else '**differ**'} |")
+    return md
 
 
 def _top_functions(path: str, n: int = 6) -> list[str]:

@@ -14,20 +14,25 @@ from bench.runners.common import BATCH, BLOCK, consume
 from bench.tok import encoder
 
 
-def _count(args: tuple[str, str]) -> tuple[int, int]:
-    spec, path = args
+def _count(args: tuple[str, str, str]) -> tuple[int, int]:
+    spec, path, engine = args
     tokens = docs = 0
-    for arr in encoder(spec).documents(path):
+    for arr in encoder(spec, engine).documents(path):
         tokens += len(arr)
         docs += 1
     return tokens, docs
 
 
 def prepare(spec: dict) -> dict:
-    """Tokenizer limit: encode the corpus in N processes, count tokens, write nothing."""
+    """Tokenizer limit: encode the corpus in N processes, count tokens, write nothing.
+
+    `engine`: "ours" (the fastest engine identical to the reference, as `load_tokenizer` picks it)
+    or "reference" (`tokenizers` / `tiktoken`).
+    """
+    engine = spec.get("engine", "reference")
     t0 = time.perf_counter()
     with mp.get_context("fork").Pool(spec["num_workers"]) as pool:
-        parts = pool.map(_count, [(spec["tokenizer"], p) for p in spec["inputs"]], chunksize=1)
+        parts = pool.map(_count, [(spec["tokenizer"], p, engine) for p in spec["inputs"]], chunksize=1)
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "tokens": sum(t for t, _ in parts), "documents": sum(d for _, d in parts)}
 

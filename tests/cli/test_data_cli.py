@@ -111,6 +111,10 @@ def test_train_tokenizer_then_optimize_with_it(tmp_path: Path, text: Path) -> No
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[0].startswith("train-tokenizer: ") and "from 60 documents" in proc.stderr
     assert (tmp_path / "tok" / "tokenizer.json").is_file()
+    # Every one of the 256 byte symbols, even those no UTF-8 text holds (0xC0, 0xC1, 0xF5-0xFF):
+    # without them tokenizers drops unseen bytes and no fast engine could serve the file as it is.
+    from llm.data.tokenize.bpe_vocab import read_byte_level_bpe
+    assert read_byte_level_bpe(tmp_path / "tok" / "tokenizer.json").missing_bytes == []
 
     again = run("llm-data", "train-tokenizer", "notes.txt", "--vocab-size", "300", "--output", "tok/tokenizer.json", cwd=tmp_path)
     assert first_error(again).startswith("llm-data: error: tok/tokenizer.json already exists; pass --overwrite")

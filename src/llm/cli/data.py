@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--output", "-o", required=True, help="dataset folder, or s3://, gs:// or az://bucket/prefix, to write")
     opt.add_argument("--tokenizer", default=DEFAULT_TOKENIZER,
                      help="simple (byte-level) | path/to/tokenizer.json | folder holding one | file.tiktoken")
-    opt.add_argument("--tokenizer-backend", choices=("auto", "tokenizers", "tiktoken", "fastokens"), default=None,
+    opt.add_argument("--tokenizer-backend", choices=("auto", "tokenizers", "tiktoken", "fastokens", "gigatoken"), default=None,
                      help="engine that encodes a BPE vocabulary; all give the same ids (default: auto, the fastest "
                           "verified token-identical one installed, or $LLM_TOKENIZER_BACKEND)")
     opt.add_argument("--num-workers", type=int, default=None, help="worker processes (default: all cores)")

@@ -4,14 +4,20 @@
 used for one only when its structure is one we have verified they reproduce exactly:
 
 * a byte-level BPE: `ByteLevel` pre-tokenizer (GPT-2's split pattern, no prefix space), no
-  normalizer, a `BPE` model without dropout, word prefixes/suffixes or byte fallback, all 256
-  byte symbols in the vocabulary, no truncation or padding;
+  normalizer, a `BPE` model without dropout, word prefixes/suffixes or byte fallback, no
+  truncation or padding;
 * added tokens matched as plain strings (no `single_word`, `lstrip`, `rstrip`).
 
 `tiktoken` merges by token rank, not by the merge list, so it needs more (`tiktoken_ranks`): token
 ids that grow with the merge order, and every merge being the split that rank-order merging
 itself reaches for that token (checked for every token). Then both merge the same pairs in the
 same order on any input: a token forms only from its own bytes, by the same steps as alone.
+
+A vocabulary may lack some of the 256 byte symbols (a BPE trained without the byte alphabet as
+`initial_alphabet`); `tokenizers` then drops those bytes from each pre-token, and the fast engines
+refuse such a file. `complete_byte_alphabet` gives them the same vocabulary with the missing
+symbols added under new ids that no merge uses: on text without those bytes it encodes exactly
+like the original (engines.py re-encodes every other document with `tokenizers`).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class ByteLevelBPE:
     merges: list[tuple[str, str]]
     added: dict[str, int] = field(default_factory=dict)  # added token text -> id (matched anywhere)
     ignore_merges: bool = False  # a word that is itself a token is emitted whole
+    missing_bytes: list[str] = field(default_factory=list)  # byte symbols absent from the vocabulary
 
 
 def _reject(condition: bool, why: str) -> None:
@@ -61,10 +68,18 @@ def _reject(condition: bool, why: str) -> None:
 
 def read_byte_level_bpe(path: Path) -> ByteLevelBPE:
     """Parse `path`; raise `Unsupported` naming the first feature outside the verified structure."""
+    return byte_level_bpe(_read_json(path))
+
+
+def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise Unsupported(f"cannot read {path} as JSON ({e})") from None
+
+
+def byte_level_bpe(data: dict) -> ByteLevelBPE:
+    """The parsed tokenizer.json `data` as a `ByteLevelBPE`, or `Unsupported` naming what is outside it."""
     _reject(not isinstance(data, dict), "not a tokenizer.json object")
     _reject(data.get("normalizer") is not None, "it has a normalizer")
     _reject(data.get("truncation") is not None or data.get("padding") is not None, "it sets truncation or padding")
@@ -85,15 +100,33 @@ def read_byte_level_bpe(path: Path) -> ByteLevelBPE:
         pair = m.split(" ") if isinstance(m, str) else m
         _reject(not isinstance(pair, list) or len(pair) != 2, f"merge {m!r} is not a pair")
         merges.append((pair[0], pair[1]))
-    decoder = byte_decoder()
-    _reject(any(c not in vocab for c in decoder), "its vocabulary lacks some of the 256 byte symbols")
+    missing = [c for c in byte_decoder() if c not in vocab]
     added = {}
     for tok in data.get("added_tokens") or []:
         _reject(any(tok.get(k) for k in ("single_word", "lstrip", "rstrip")),
                 f"added token {tok.get('content')!r} has single_word/lstrip/rstrip matching")
         _reject(not tok.get("content"), "an added token is empty")
         added[tok["content"]] = int(tok["id"])
-    return ByteLevelBPE(vocab=vocab, merges=merges, added=added, ignore_merges=bool(model.get("ignore_merges")))
+    return ByteLevelBPE(vocab=vocab, merges=merges, added=added, ignore_merges=bool(model.get("ignore_merges")),
+                        missing_bytes=missing)
+
+
+def complete_byte_alphabet(path: Path) -> tuple[str, int | None]:
+    """(tokenizer.json text, first added id): `path` with the byte symbols it lacks added, or as it is.
+
+    The added symbols get ids after every id in the file (vocabulary and added tokens), so an
+    encoding that holds an id >= the first one met a byte the original vocabulary drops. None
+    when nothing lacks. Raises `Unsupported` for a file outside the verified structure.
+    """
+    data = _read_json(path)
+    bpe = byte_level_bpe(data)
+    if not bpe.missing_bytes:
+        return Path(path).read_text(encoding="utf-8"), None
+    first = 1 + max([*bpe.vocab.values(), *bpe.added.values()])
+    vocab = data["model"]["vocab"]
+    for offset, symbol in enumerate(bpe.missing_bytes):
+        vocab[symbol] = first + offset
+    return json.dumps(data, ensure_ascii=False), first
 
 
 def _to_bytes(symbol: str) -> bytes:

@@ -30,17 +30,19 @@ from llm.data.storage.local import atomic_write, cache_home
 from llm.data.tokenize.bpe_vocab import (
     GPT2_PATTERN,
     Unsupported,
-    read_byte_level_bpe,
+    byte_level_bpe,
+    complete_byte_alphabet,
     tiktoken_ranks,
     tokenizer_json_from_ranks,
 )
 
 log = logging.getLogger("llm.data.tokenize.tokenizers")
 
-BACKENDS = ("tokenizers", "tiktoken", "fastokens")
-# Fastest first, for byte-level BPE vocabularies (bench/encoders.py: fastokens several times
-# tiktoken, tiktoken several times tokenizers).
-PREFERENCE = ("fastokens", "tiktoken", "tokenizers")
+BACKENDS = ("tokenizers", "tiktoken", "fastokens", "gigatoken")
+# Fastest first, for byte-level BPE vocabularies, as measured here by `python -m bench.encoders`
+# (docs/benchmarks.md, "Encoders"): fastokens ahead of gigatoken on one thread, both several
+# times tiktoken, tiktoken several times tokenizers.
+PREFERENCE = ("fastokens", "gigatoken", "tiktoken", "tokenizers")
 ENV_VAR = "LLM_TOKENIZER_BACKEND"
 
 # Texts every candidate must encode exactly like the reference before it is used.
@@ -156,31 +158,168 @@ class FastokensEncoder:
         return np.frombuffer(ids, dtype="<u4"), np.frombuffer(offsets, dtype="<u8").astype(np.int64)
 
 
+# gigatoken (0.10) caches every pre-token it has seen, per tokenizer, without a bound: its memory
+# grows with the variety of the text. The tokenizer is built anew after this many characters
+# ($LLM_GIGATOKEN_REBUILD_CHARS; 0: never), which frees the caches; a GPT-2 vocabulary loads in
+# ~0.3-0.6 s, a few percent of the ~5-10 s it takes to encode 1 Gi characters on one thread.
+GIGATOKEN_REBUILD_CHARS = 1 << 30
+
+
+def gigatoken_rebuild_chars() -> int:
+    return int(os.environ.get("LLM_GIGATOKEN_REBUILD_CHARS") or GIGATOKEN_REBUILD_CHARS)
+
+
+class GigatokenEncoder:
+    """`gigatoken` (Rust): a byte-level tokenizer.json, or .tiktoken ranks with GPT-2's pre-tokenizer.
+
+    `build` makes the tokenizer; it is called again after `rebuild_chars` characters of text so
+    that gigatoken's unbounded pre-token caches never outgrow one such stretch of text.
+    """
+
+    name = "gigatoken"
+
+    def __init__(self, build: Callable[[], Any], rebuild_chars: int | None = None):
+        self._build = build
+        self._tok = build()
+        self._rebuild_chars = gigatoken_rebuild_chars() if rebuild_chars is None else rebuild_chars
+        self._chars_since_build = 0
+        self.rebuilds = 0
+        # Our optimize workers encode on their own thread (LLM_TOKENIZER_THREADS=1); elsewhere
+        # gigatoken decides (its thread pool, but never inside a forked or multiprocessing child).
+        self._parallel = False if os.environ.get("LLM_TOKENIZER_THREADS") == "1" else None
+
+    def _tokenizer(self, texts: Sequence[str]) -> Any:
+        self._chars_since_build += sum(map(len, texts))
+        if self._rebuild_chars and self._chars_since_build > self._rebuild_chars:
+            self._tok = None  # the old caches go before the new tokenizer is built
+            self._tok = self._build()
+            self._chars_since_build = sum(map(len, texts))
+            self.rebuilds += 1
+        return self._tok
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        texts = list(texts)
+        return self._tokenizer(texts).encode_batch_list(texts, parallel=self._parallel)
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(all ids as one uint32 array, len(texts) + 1 offsets), read from gigatoken's columnar result."""
+        texts = list(texts)
+        layout = self._tokenizer(texts).encode_batch(texts, parallel=self._parallel).layout
+        if type(layout).__name__ != "ListOffsetArray":  # not what 0.10 returns; take the generic way
+            import awkward as ak
+
+            result = ak.Array(layout)
+            counts = np.asarray(ak.num(result), dtype=np.int64)
+            offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            return np.asarray(ak.flatten(result), dtype=np.uint32), offsets
+        offsets = np.asarray(layout.offsets.data, dtype=np.int64)
+        ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
+        return ids.astype(np.uint32, copy=False), offsets - offsets[0]
+
+
 def tiktoken_encoding(name: str, ranks: dict[bytes, int], special: dict[str, int]) -> Any:
     import tiktoken
 
     return tiktoken.Encoding(name=name, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=special)
 
 
-def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[[], Any]]:
-    """How each engine loads a tokenizer.json (raising ImportError or `Unsupported` when it cannot)."""
+class MissingBytesEncoder:
+    """A fast engine on a vocabulary completed with the byte symbols it lacked (`complete_byte_alphabet`).
 
-    def structure():
-        return read_byte_level_bpe(path)
+    A document without those bytes encodes exactly as with the original vocabulary. One with them
+    (its ids hold an id >= `first_added`) is encoded again by the reference, which drops those
+    bytes from their pre-token and may merge across the gap, as the completed vocabulary cannot.
+    """
+
+    def __init__(self, fast: Any, reference: Any, first_added: int):
+        self.name = fast.name
+        self._fast = fast
+        self._reference = reference
+        self._first_added = first_added
+        self.encode_flat = self._encode_flat if fast.encode_flat is not None else None
+        self.documents_redone = 0  # how many documents the reference encoded (for tests and logs)
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        texts = list(texts)
+        out = [list(ids) for ids in self._fast.encode_batch(texts)]
+        redo = [i for i, ids in enumerate(out) if ids and max(ids) >= self._first_added]
+        if redo:
+            self.documents_redone += len(redo)
+            for i, ids in zip(redo, self._reference.encode_batch([texts[i] for i in redo])):
+                out[i] = list(ids)
+        return out
+
+    def _encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        texts = list(texts)
+        ids, offsets = self._fast.encode_flat(texts)
+        hits = np.flatnonzero(ids >= self._first_added)
+        if not len(hits):
+            return ids, offsets
+        redo = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
+        self.documents_redone += len(redo)
+        again = dict(zip(redo.tolist(), self._reference.encode_batch([texts[i] for i in redo])))
+        pieces = [np.asarray(again[i], dtype=np.uint32) if i in again else ids[offsets[i] : offsets[i + 1]]
+                  for i in range(len(texts))]
+        lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+        new_offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_offsets[1:])
+        flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint32)
+        return flat.astype(np.uint32, copy=False), new_offsets
+
+
+def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[[], Any]]:
+    """How each engine loads a tokenizer.json (raising ImportError or `Unsupported` when it cannot).
+
+    A vocabulary lacking some byte symbols is given to the fast engines completed with them
+    (`complete_byte_alphabet`), behind a `MissingBytesEncoder`.
+    """
+    completed: list[tuple[str, int | None]] = []
+
+    def vocabulary() -> tuple[str, int | None]:
+        if not completed:  # parsed once, by the first engine tried
+            completed.append(complete_byte_alphabet(path))
+        return completed[0]
+
+    def served(make: Callable[[str], Any]) -> Any:
+        text, first_added = vocabulary()
+        engine = make(text)
+        if first_added is None:
+            return engine
+        log.info("tokenizer %s lacks some of the 256 byte symbols: %s encodes it, and %s every document "
+                 "holding one of those bytes", path, engine.name, reference.name)
+        return MissingBytesEncoder(engine, reference, first_added)
 
     def fastokens():
         _require("fastokens")
-        structure()
         import fastokens as fk
 
-        return FastokensEncoder(fk.Tokenizer.from_file(str(path)))
+        return served(lambda text: FastokensEncoder(fk.Tokenizer.from_json_str(text)))
+
+    def gigatoken():
+        _require("gigatoken")
+        import gigatoken as gt
+
+        # From the file's text: gigatoken.Tokenizer(path) would also try a Hub download for
+        # names shaped like a repository id.
+        return served(lambda text: GigatokenEncoder(lambda: gt.Tokenizer.from_json(text)))
 
     def tiktoken():
         _require("tiktoken")
-        ranks, special = tiktoken_ranks(structure())
-        return TiktokenEncoder(tiktoken_encoding(path.stem, ranks, special), match_special=True)
 
-    return {"fastokens": fastokens, "tiktoken": tiktoken, "tokenizers": lambda: reference}
+        def make(text: str) -> TiktokenEncoder:
+            ranks, special = tiktoken_ranks(byte_level_bpe(json.loads(text)))
+            return TiktokenEncoder(tiktoken_encoding(path.stem, ranks, special), match_special=True)
+
+        return served(make)
+
+    return {"fastokens": fastokens, "gigatoken": gigatoken, "tiktoken": tiktoken, "tokenizers": lambda: reference}
 
 
 def tiktoken_file_makers(
@@ -201,7 +340,14 @@ def tiktoken_file_makers(
 
         return FastokensEncoder(fk.Tokenizer.from_json_str(converted_vocabulary(ranks, digest)))
 
-    return {"fastokens": fastokens, "tiktoken": lambda: reference}
+    def gigatoken():
+        _require("gigatoken")
+        import gigatoken as gt
+
+        # GPT-2's pre-tokenizer; no special tokens: a .tiktoken file's text is ordinary text.
+        return GigatokenEncoder(lambda: gt.Tokenizer.from_tiktoken(str(path), pretokenizer="gpt2", special_tokens=None))
+
+    return {"fastokens": fastokens, "gigatoken": gigatoken, "tiktoken": lambda: reference}
 
 
 _CONVERSION_VERSION = 1

@@ -213,7 +213,11 @@ def load_tokenizer(spec: str, backend: str | None = None) -> Tokenizer:
 
 
 def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, path: str | Path) -> Path:
-    """Train a GPT-2-like byte-level BPE with `tokenizers` and save it as tokenizer.json."""
+    """Train a GPT-2-like byte-level BPE with `tokenizers` and save it as tokenizer.json.
+
+    The vocabulary always holds all 256 byte symbols (`initial_alphabet`), seen in the text or
+    not: a vocabulary lacking some drops those bytes when encoding, and is slower to serve.
+    """
     from tokenizers import Tokenizer as _RustTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -227,6 +231,11 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, path: str | Path)
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
+    missing = len(pre_tokenizers.ByteLevel.alphabet()) - sum(
+        tok.token_to_id(c) is not None for c in pre_tokenizers.ByteLevel.alphabet()
+    )
+    if missing:  # never seen: BpeTrainer keeps its initial alphabet; a guard against a change of it
+        raise RuntimeError(f"the trained vocabulary lacks {missing} of the 256 byte symbols")
     path = Path(path)
     if path.suffix != ".json":
         path = path / "tokenizer.json"
