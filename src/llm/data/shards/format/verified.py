@@ -104,26 +104,9 @@ def store_path(shard: Path | str) -> Path:
     return _base() / hashlib.sha256(folder.encode()).hexdigest()[:24]
 
 
-def manifest_checked(digest: str) -> bool:
-    """True if a manifest with these exact bytes (sha256 `digest`) passed every cross-check here before.
-
-    The checks are a pure function of the bytes, so a second open of an unchanged index.json
-    (a restart, a resume, another rank) skips them: they cost O(shards) of Python (~12 us per
-    shard), which made the first batch of a 1,000-shard dataset grow with its size.
-    """
-    return enabled() and (_base() / "manifests" / digest).is_file()
-
-
-def remember_manifest(digest: str) -> None:
-    """Mark the manifest with sha256 `digest` as checked (an empty file; best effort)."""
-    if not enabled():
-        return
-    try:
-        folder = _base() / "manifests"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / digest).touch()
-    except OSError:
-        pass
+def manifests_folder() -> Path:
+    """Where the shard tables of checked manifests are remembered (shard_table.py)."""
+    return _base() / "manifests"
 
 
 def enabled() -> bool:
