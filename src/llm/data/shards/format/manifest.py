@@ -15,7 +15,7 @@ import numpy as np
 import xxhash
 
 from llm.data.shards.format import shard_table
-from llm.data.shards.format.shard_table import ShardTable
+from llm.data.shards.format.shard_table import ShardInfo, ShardTable
 from llm.data.shards.format.validate import ManifestError, check_derived, check_manifest
 from llm.data.storage.local import atomic_write
 
@@ -33,21 +33,6 @@ def merge_backends(previous: str | None, new: str | None) -> str | None:
     """The `tokenizer_backend` of an appended dataset: each engine that wrote some of it, in order."""
     names = [n for part in (previous, new) if part for n in part.split(",")]
     return ",".join(dict.fromkeys(names)) or None
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """One shard file. `tokens` counts tokens (kind tokens) and `items` items (kind items)."""
-
-    file: str
-    bytes: int
-    checksum: str  # "xxh3_64:<hex>" of the file as stored (compressed bytes when compressed)
-    documents: int = 0
-    tokens: int = 0
-    items: int = 0
-    dtype: str | None = None  # token dtype of this shard (a run may widen uint16 to uint32)
-    compression: str | None = None
-    raw_bytes: int = 0  # size before compression; equals `bytes` when uncompressed
 
 
 @dataclass
@@ -169,8 +154,10 @@ class Manifest:
         digest = xxhash.xxh3_128_hexdigest(raw)
         remembered = shard_table.recall(digest)
         if remembered is not None:
-            table, header = remembered
-            return cls.from_table(table, header["fields"], header["fingerprint"])
+            table, meta = remembered
+            header, fingerprint = meta.get("fields"), meta.get("fingerprint")
+            if isinstance(header, dict) and set(header) == _HEADER_FIELDS and isinstance(fingerprint, str):
+                return cls.from_table(table, header, fingerprint)  # else written by another version: check again
         with _collector_paused():
             try:
                 data = json.loads(raw)
@@ -187,7 +174,7 @@ class Manifest:
 
     def header_fields(self) -> dict:
         """Every field but the shard list, as JSON values."""
-        return {f.name: getattr(self, f.name) for f in fields(Manifest) if f.name != "shards"}
+        return {name: getattr(self, name) for name in sorted(_HEADER_FIELDS)}
 
     @classmethod
     def from_table(cls, table: ShardTable, header: dict, fingerprint: str) -> Manifest:
@@ -197,9 +184,8 @@ class Manifest:
         return manifest
 
     @classmethod
-    def from_json(cls, data: object, path: Path, checked: bool = False) -> Manifest:
-        """The manifest in `data` (read from `path`), cross-checked unless `checked` (the caller knows
-        these very bytes passed the checks before)."""
+    def from_json(cls, data: object, path: Path) -> Manifest:
+        """The manifest in `data` (read from `path`), every field cross-checked."""
         if not isinstance(data, dict):
             raise ManifestError(f"{path}: malformed manifest (expected a JSON object)")
         version = data.get("format_version")
@@ -211,8 +197,7 @@ class Manifest:
         if not isinstance(shards, list):
             raise ManifestError(f"{path}: key 'shards' is missing or not a list")
         # Trust nothing on disk: a wrong count would repeat data, read document ends as tokens or hang.
-        if not checked:
-            check_manifest(data, path)
+        check_manifest(data, path)
         backend = data.get("tokenizer_backend")
         if backend is not None and not isinstance(backend, str):
             raise ManifestError(f"{path}: key 'tokenizer_backend' is {backend!r}, expected a string or null")
@@ -220,10 +205,11 @@ class Manifest:
         known = {f for f in cls.__dataclass_fields__}
         fields = {k: v for k, v in data.items() if k in known and k != "shards"}
         manifest = cls(shards=infos, **fields)
-        if not checked:
-            check_derived(data, manifest.fingerprint(), manifest.totals(), path)
+        check_derived(data, manifest.fingerprint(), manifest.totals(), path)
         return manifest
 
+
+_HEADER_FIELDS = {f.name for f in fields(Manifest)} - {"shards"}
 
 
 def _get_shards(self: Manifest) -> list[ShardInfo]:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import xxhash
@@ -33,6 +33,21 @@ _MAGIC = b"llm-shard-table\n"
 _VERSION = 1
 
 
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard file. `tokens` counts tokens (kind tokens) and `items` items (kind items)."""
+
+    file: str
+    bytes: int
+    checksum: str  # "xxh3_64:<hex>" of the file as stored (compressed bytes when compressed)
+    documents: int = 0
+    tokens: int = 0
+    items: int = 0
+    dtype: str | None = None  # token dtype of this shard (a run may widen uint16 to uint32)
+    compression: str | None = None
+    raw_bytes: int = 0  # size before compression; equals `bytes` when uncompressed
+
+
 class ShardTable(Sequence):
     """Every shard's manifest entry, column by column; `table[i]` is shard i's `ShardInfo` (made on first use)."""
 
@@ -41,12 +56,12 @@ class ShardTable(Sequence):
         self.counts = counts  # name -> int64 array, one value per shard
         self._files, self._checksums = files, checksums  # (utf-8 blob, int64 end offsets)
         self._dtypes, self._compressions = dtypes, compressions  # (distinct values, uint8 code per shard)
-        self._infos: dict[int, Any] = {}  # ShardInfo of the shards touched so far
+        self._infos: dict[int, ShardInfo] = {}  # ShardInfo of the shards touched so far
 
     def __len__(self) -> int:
         return len(self.counts["bytes"])
 
-    def __getitem__(self, i: int) -> Any:  # type: ignore[override]
+    def __getitem__(self, i: int) -> ShardInfo:  # type: ignore[override]
         if not isinstance(i, (int, np.integer)):
             raise TypeError(f"a ShardTable is indexed by shard number, got {i!r}; use list(table) for slices")
         i = int(i)
@@ -57,12 +72,10 @@ class ShardTable(Sequence):
             info = self._infos[i % len(self)] = self._build(i % len(self))
         return info
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[ShardInfo]:
         return (self[i] for i in range(len(self)))
 
-    def _build(self, i: int) -> Any:
-        from llm.data.shards.format.manifest import ShardInfo
-
+    def _build(self, i: int) -> ShardInfo:
         values = {name: int(column[i]) for name, column in self.counts.items()}
         return ShardInfo(file=_string(self._files, i), checksum=_string(self._checksums, i),
                          dtype=self._dtypes[0][self._dtypes[1][i]],
@@ -79,7 +92,7 @@ class ShardTable(Sequence):
         return [values[c] for c in np.flatnonzero(present).tolist()]
 
     @classmethod
-    def from_infos(cls, infos: Sequence[Any]) -> ShardTable:
+    def from_infos(cls, infos: Sequence[ShardInfo]) -> ShardTable:
         """The table of a list of `ShardInfo` (a manifest built in memory or parsed from JSON)."""
         counts = {name: np.array([getattr(s, name) for s in infos], dtype=np.int64).reshape(-1) for name in COUNTS}
         return cls(counts, _strings([s.file for s in infos]), _strings([s.checksum for s in infos]),

@@ -33,6 +33,8 @@ _QUIET_NS = 50_000_000  # a file changed less than 50 ms before its hash is not 
 _PARSE_AFTER = 64  # lookups answered by a substring search of the store before it is parsed whole
 _lock = threading.Lock()
 _stores: dict[Path, _Store] = {}  # store file -> what this process has read of it
+# (folder, store base) -> store file; a folder retargeted by a symlink later only costs hashes (keys are file identities)
+_store_paths: dict[tuple[str, Path], Path] = {}
 
 
 class _Store:
@@ -100,8 +102,11 @@ def _base() -> Path:
 def store_path(shard: Path | str) -> Path:
     """The store of the folder holding `shard`: one small file per dataset folder, so a process
     reads only the entries of the datasets it opens (O(shards), once)."""
-    folder = os.path.realpath(os.path.dirname(os.path.abspath(shard)))
-    return _base() / hashlib.sha256(folder.encode()).hexdigest()[:24]
+    folder, base = os.path.dirname(os.path.abspath(shard)), _base()
+    known = _store_paths.get((folder, base))
+    if known is None:  # realpath walks every component: once per folder, not once per shard touched
+        known = _store_paths[(folder, base)] = base / hashlib.sha256(os.path.realpath(folder).encode()).hexdigest()[:24]
+    return known
 
 
 def manifests_folder() -> Path:
