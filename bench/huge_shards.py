@@ -1,7 +1,7 @@
 """`python -m bench.huge_shards` (also run by `python -m bench.huge`): the same tokens in 50 to 10^4 shards.
 
-Real corpora reach 10^4-10^5 shards. Here one token stream (20.48 M tokens, 41 MB) is written
-by `optimize` as 50, 1,000, 5,000 and 10,000 shards, and each measure runs in a fresh process
+Real corpora reach 10^4-10^5 shards. Here one token stream (81.92 M tokens, 164 MB) is written
+by `optimize` as 50, 1,000, 5,000 and 10,000 shards (at 10^4, 8,192 tokens each: 4 blocks), and each measure runs in a fresh process
 with a warm page cache (each folder is read once first):
 
 * first open: the very first open on this machine (the manifest is parsed and cross-checked
@@ -32,7 +32,7 @@ import numpy as np
 
 BLOCK, BATCH = 2049, 8
 SHARD_COUNTS = (50, 1_000, 5_000, 10_000)
-TOKENS = 20_480_000  # 10^4 shards of 2,048 tokens each
+TOKENS = 81_920_000  # 10^4 shards of 8,192 tokens each: a shard still holds a few blocks
 DOC_TOKENS = 1024
 TARGET = 3.0  # largest shard count / smallest, wall time of the first batch
 

@@ -2,7 +2,8 @@
 
 No time is asserted: each test counts what the open path does (files stat'ed and opened,
 `ShardInfo` entries built, JSON bytes parsed, objects left alive) on 2,000 tiny shards and
-on the same tokens in 20, and checks the first batch and a resume token for token.
+on the same tokens in about 20, and checks the first batch and a resume token for token (the
+resume also in fresh processes, on 1 and 2 ranks, through tests/resume.py: marked slow).
 """
 
 from __future__ import annotations
@@ -146,7 +147,11 @@ def test_a_resume_on_many_shards_does_bounded_work_and_continues_token_for_token
     counts, first, _ = _open_and_first_batch(datasets["many"], monkeypatch, state)
     assert np.array_equal(first, expected)
     assert len({p for p in counts.stats + counts.opened if p.endswith(".bin")}) <= TOUCHED and counts.infos <= TOUCHED
-    # Stop at several points, resume in fresh processes (which read the remembered table), also on 2 ranks.
+
+
+@pytest.mark.slow
+def test_many_shards_resume_token_for_token_in_fresh_processes_also_on_two_ranks(datasets):
+    Manifest.load(datasets["many"])  # fresh processes then read the remembered table
     config = {"path": str(datasets["many"]), "block": BLOCK, "batch": BATCH}
     check_resume(run_loader, config, stops=[77], resume_configs=[dict(config, batch=BATCH // 2, world=2)])
 
