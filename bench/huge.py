@@ -16,6 +16,9 @@ The claim checked: first batch and resume (warm: without the disk's seek time), 
 and anonymous RSS do not grow with the data (largest / smallest <= 1.2, plus a 5 ms / 4 MiB floor for timer and allocator noise).
 Every dataset is deleted after its size is measured; a disk with too little free room skips
 the sizes that do not fit, saying so. Results: bench/results/huge-<date>.json and a table.
+
+Then the shard-count study (bench/huge_shards.py): the same tokens in 50 to 10^4 shards, first
+batch and resume in fresh processes; bench/results/huge-shards-<date>.json.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bench.huge_shards import SHARD_COUNTS
+from bench.huge_shards import run as run_shard_study
 
 BLOCK, BATCH = 2049, 8
 SIZES = (10**8, 10**9, 5_200_000_000)
@@ -163,14 +169,27 @@ def table(rows: list[dict], checks: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.huge")
-    parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="token counts, comma separated")
+    parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="token counts, comma separated ('' skips)")
+    parser.add_argument("--shard-counts", default=",".join(str(s) for s in SHARD_COUNTS),
+                        help="the shard-count study's shard counts, comma separated ('' skips; bench/huge_shards.py)")
     parser.add_argument("--root", default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--results", default=None)
     args = parser.parse_args()
     root = Path(args.root or tempfile.mkdtemp(prefix="llm-huge-"))
     root.mkdir(parents=True, exist_ok=True)
+    if args.shard_counts:
+        counts = tuple(int(c) for c in args.shard_counts.split(","))
+        run_shard_study(root, counts, 7, Path(f"bench/results/huge-shards-{time.strftime('%Y%m%d')}.json"))
+    if args.sizes:
+        run_sizes(root, [int(float(s)) for s in args.sizes.split(",")], args.results)
+    if not args.root:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_sizes(root: Path, sizes: list[int], results: str | None) -> None:
+    """The data-size study: each size built, measured and deleted; results JSON and a table."""
     rows = []
-    for total in [int(float(s)) for s in args.sizes.split(",")]:
+    for total in sizes:
         rows.append(measure(root, total))
         print(json.dumps(rows[-1]), flush=True)
     checks = {  # warm: our own cost; cold (reported in the table) adds the disk's seeks
@@ -180,13 +199,10 @@ def main() -> None:
         "anon_rss_bytes": flat(rows, "anon_rss_bytes", _FLOOR_B),
     }
     result = {"block": BLOCK, "batch": BATCH, "rows": rows, "checks": checks}
-    path = Path(args.results or f"bench/results/huge-{time.strftime('%Y%m%d')}.json")
+    path = Path(results or f"bench/results/huge-{time.strftime('%Y%m%d')}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     print(table(rows, checks))
-    if not args.root:
-        shutil.rmtree(root, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

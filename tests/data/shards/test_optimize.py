@@ -270,8 +270,9 @@ def test_corruption_names_the_shard(tmp_path, texts):
     with pytest.raises(ValueError, match=f"shard .*{shard.name} fails its checksum"):
         [ds[i] for i in range(len(ds))]
     shard.write_bytes(bytes(data[:-5]))
+    ds = StreamingDataset(out, item_loader=TokensLoader(block_size=64))  # opening reads no shard: the first touch checks
     with pytest.raises(ValueError, match=f"shard .*{shard.name} has {len(data) - 5} bytes"):
-        StreamingDataset(out, item_loader=TokensLoader(block_size=64))
+        [ds[i] for i in range(len(ds))]
     (out / "index.json").write_text("{not json")
     with pytest.raises(ValueError, match="index.json: malformed manifest"):
         StreamingDataset(out, item_loader=TokensLoader(block_size=64))

@@ -34,7 +34,7 @@ class ItemReader:
     def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, files: _ShardBytes | None = None):
         self.files = files if files is not None else _ShardBytes(folder, manifest, verify)
         self.folder = folder
-        counts = np.array([s.items for s in manifest.shards], dtype=np.int64)
+        counts = manifest.column("items")
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
         self.codec = ItemCodec(manifest.item_layout) if manifest.item_layout is not None else None

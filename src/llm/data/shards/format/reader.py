@@ -23,15 +23,15 @@ from llm.data.shards.format.pread import DatasetChanged, DescriptorPool, ShardEr
 class _ShardBytes:
     """Opens shard files by index: a memory map when stored raw, decompressed bytes otherwise.
 
-    Sizes are checked up front (cheap, names a missing shard at once); checksums the first
-    time this process touches a shard, so corruption never reaches a training step.
-    Decompressed shards are kept in a small LRU so memory stays bounded.
+    Nothing is checked at open, so opening costs the same at 50 or 10^5 shards: the first time this
+    process touches a shard, its size (a missing file is named), checksum and layout tail are checked,
+    so corruption never reaches a training step. Decompressed shards sit in a small, bounded LRU.
     """
 
     keep_views = True  # token views may be cached for the reader's lifetime (not for cached remote shards)
 
     def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, cache_shards: int = 4, encryption: Encryption | None = None):
-        self.folder, self.shards, self.verify = folder, manifest.shards, verify
+        self.folder, self.shards, self.verify = folder, manifest.entries, verify
         self.encryption, self.encrypted = encryption, manifest.encryption is not None  # decrypted whole when read
         self.kind, self.dtype = manifest.kind, manifest.dtype
         self._maps: dict[int, np.ndarray] = {}
@@ -40,17 +40,16 @@ class _ShardBytes:
         self._identity: dict[int, tuple[int, int]] = {}  # (dev, inode) of each verified plain shard
         self._fds = DescriptorPool()
         self._lock = threading.Lock()  # reader threads share one instance
-        self._check_sizes(self.shards)
 
-    def _check_sizes(self, infos: list[ShardInfo]) -> None:
-        folder = str(self.folder)
-        for info in infos:  # one stat per shard (plain strings: at open this loop is O(shards))
+    def _check_size(self, info: ShardInfo, size: int | None = None) -> None:
+        """The file's size (`size`, or a stat) against the manifest's `bytes`: a truncated or grown shard is named."""
+        if size is None:
             try:
-                size = os.stat(os.path.join(folder, info.file)).st_size
+                size = os.stat(os.path.join(self.folder, info.file)).st_size
             except FileNotFoundError:
                 raise ShardError(f"shard {self.folder / info.file} is missing (listed in {self.folder / 'index.json'})") from None
-            if size != info.bytes:
-                raise ShardError(f"shard {self.folder / info.file} has {size} bytes, the manifest says {info.bytes}: the file is corrupt")
+        if size != info.bytes:
+            raise ShardError(f"shard {self.folder / info.file} has {size} bytes, the manifest says {info.bytes}: the file is corrupt")
 
     def _verify(self, info: ShardInfo, data: np.ndarray | None = None, force: bool = False) -> None:
         """The shard's checksum, unless this machine verified this very file before (verified.py)."""
@@ -118,7 +117,7 @@ class _ShardBytes:
     def _gone(self, info: ShardInfo) -> ShardError:
         """A shard that existed at open is gone: the dataset changed under us, or a file was deleted."""
         try:
-            listed = any(s.file == info.file for s in Manifest.load(self.folder).shards)
+            listed = any(s.file == info.file for s in Manifest.load(self.folder).entries)
         except (OSError, ValueError):
             listed = False  # no readable manifest: a rewrite in progress, or a removed dataset
         if listed:  # the folder's manifest still wants it: a lost file, not a new dataset
@@ -129,6 +128,7 @@ class _ShardBytes:
     def _load(self, i: int, info: ShardInfo, path: Path, verify: bool) -> np.ndarray:
         if self.plain(info):
             st = os.stat(path)  # the file verified is the file read (pread.py checks its descriptors)
+            self._check_size(info, st.st_size)
             self._identity[i] = (st.st_dev, st.st_ino)
             if self.verify or verify:
                 self._verify(info, force=verify)
@@ -138,6 +138,7 @@ class _ShardBytes:
             self._maps[i] = data
             return data
         stored = path.read_bytes()
+        self._check_size(info, len(stored))
         if self.verify or verify:
             self._verify(info, np.frombuffer(stored, np.uint8), force=verify)
         stored = unlock(self.encrypted, self.encryption, stored, str(path))  # encryption.py: decrypted whole
@@ -183,7 +184,7 @@ class _ShardBytes:
         """Size, checksum and layout of every shard: what `llm-data verify` reports."""
         keyless = self.encrypted and self.encryption is None  # no key: sizes and checksums (of the ciphertext) only
         for i, info in enumerate(self.shards):
-            self._check_sizes([info])
+            self._check_size(info)
             if keyless:
                 self._verify(info, force=True)
                 continue
@@ -242,7 +243,7 @@ class TokenReader:
     def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, files: _ShardBytes | None = None):
         self.manifest = manifest
         self.files = files if files is not None else _ShardBytes(folder, manifest, verify)
-        counts = np.array([s.tokens for s in manifest.shards], dtype=np.int64)
+        counts = manifest.column("tokens")
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self.starts[-1])
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}

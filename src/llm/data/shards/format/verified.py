@@ -33,6 +33,8 @@ _QUIET_NS = 50_000_000  # a file changed less than 50 ms before its hash is not 
 _PARSE_AFTER = 64  # lookups answered by a substring search of the store before it is parsed whole
 _lock = threading.Lock()
 _stores: dict[Path, _Store] = {}  # store file -> what this process has read of it
+# (folder, store base) -> store file; a folder retargeted by a symlink later only costs hashes (keys are file identities)
+_store_paths: dict[tuple[str, Path], Path] = {}
 
 
 class _Store:
@@ -100,30 +102,16 @@ def _base() -> Path:
 def store_path(shard: Path | str) -> Path:
     """The store of the folder holding `shard`: one small file per dataset folder, so a process
     reads only the entries of the datasets it opens (O(shards), once)."""
-    folder = os.path.realpath(os.path.dirname(os.path.abspath(shard)))
-    return _base() / hashlib.sha256(folder.encode()).hexdigest()[:24]
+    folder, base = os.path.dirname(os.path.abspath(shard)), _base()
+    known = _store_paths.get((folder, base))
+    if known is None:  # realpath walks every component: once per folder, not once per shard touched
+        known = _store_paths[(folder, base)] = base / hashlib.sha256(os.path.realpath(folder).encode()).hexdigest()[:24]
+    return known
 
 
-def manifest_checked(digest: str) -> bool:
-    """True if a manifest with these exact bytes (sha256 `digest`) passed every cross-check here before.
-
-    The checks are a pure function of the bytes, so a second open of an unchanged index.json
-    (a restart, a resume, another rank) skips them: they cost O(shards) of Python (~12 us per
-    shard), which made the first batch of a 1,000-shard dataset grow with its size.
-    """
-    return enabled() and (_base() / "manifests" / digest).is_file()
-
-
-def remember_manifest(digest: str) -> None:
-    """Mark the manifest with sha256 `digest` as checked (an empty file; best effort)."""
-    if not enabled():
-        return
-    try:
-        folder = _base() / "manifests"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / digest).touch()
-    except OSError:
-        pass
+def manifests_folder() -> Path:
+    """Where the shard tables of checked manifests are remembered (shard_table.py)."""
+    return _base() / "manifests"
 
 
 def enabled() -> bool:

@@ -10,6 +10,9 @@ from llm.data.shards.interop.base import ForeignManifest, ForeignSource
 __all__ = ["ForeignManifest", "ForeignSource", "detect_format", "open_foreign", "open_peer"]
 
 
+_TAIL = 64 << 10  # bytes of index.json read to recognise our own manifest without reading 10^5 shard entries
+
+
 def _read_index(folder: Path) -> dict | None:
     path = folder / "index.json"
     if not folder.is_dir() or not path.is_file():
@@ -25,8 +28,10 @@ def detect_format(folder: str | Path) -> str | None:
     """'litdata', 'mds', or None (our own format, or no dataset at all)."""
     path = Path(folder) / "index.json"
     try:
-        if b'"format_version"' in path.read_bytes():  # ours: Manifest.load parses it (once, not twice)
-            return None
+        with open(path, "rb") as f:  # ours ends with format_version and a few small keys: the tail says
+            f.seek(max(0, f.seek(0, 2) - _TAIL))
+            if b'"format_version"' in f.read() or b'"format_version"' in path.read_bytes():
+                return None  # ours: Manifest.load reads it
     except OSError:
         return None  # our own loader names the problem
     from llm.data.shards.interop.litdata import (

@@ -57,9 +57,9 @@ class ForeignShardBytes(_ShardBytes):
     """A peer's shard files by index: our `_ShardBytes` (maps, LRU, descriptors), with the peer's checks.
 
     Stored raw: a memory map. Compressed (zstd, possibly several frames): decompressed whole.
-    Sizes are checked up front; `check` (the peer's own hashes, when its index has them) runs
-    the first time a process opens a shard when `verify` is on. The peer's offsets tables were
-    checked against its index when the folder was opened (trust.py).
+    Sizes and offsets tables were checked against the peer's index when the folder was opened
+    (trust.py), sizes again on first touch; `check` (the peer's own hashes, when its index has
+    them) runs the first time a process opens a shard when `verify` is on.
     """
 
     # A peer's tokens start after its offsets table, not at byte 0: TokenReader's pread path (which

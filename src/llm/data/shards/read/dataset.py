@@ -129,7 +129,7 @@ class StreamingDataset(SampleSource):
         if value is None or (isinstance(value, str) and value in ("auto", "global")):
             if value == "global" or not self.shuffle or self.cache is None or self.cache.max_bytes is None:
                 return None
-            largest = max((s.bytes for s in self.manifest.shards), default=1)
+            largest = int(self.manifest.column("bytes").max(initial=1))
             value = max(1, (self.cache.max_bytes // 2) // max(largest, 1))  # leaves half for prefetch and spill
         elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"shuffle_window must be a number of shards >= 1, 'auto', 'global' or None, got {value!r}")
@@ -167,7 +167,7 @@ class StreamingDataset(SampleSource):
 
     def _token_dtype(self) -> np.dtype:
         """The batches' token dtype: TokensLoader.dtype, or the widest stored one; ids must fit it."""
-        stored = max((np.dtype(s.dtype or self.manifest.dtype) for s in self.manifest.shards),
+        stored = max((np.dtype(d or self.manifest.dtype) for d in self.manifest.distinct("dtype")),
                      key=lambda d: d.itemsize, default=np.dtype(self.manifest.dtype))
         wanted = np.dtype(self.item_loader.dtype) if self.item_loader.dtype else stored
         vocab = (self.manifest.tokenizer or {}).get("vocab_size")

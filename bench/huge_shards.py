@@ -1,0 +1,161 @@
+"""`python -m bench.huge_shards` (also run by `python -m bench.huge`): the same tokens in 50 to 10^4 shards.
+
+Real corpora reach 10^4-10^5 shards. Here one token stream (81.92 M tokens, 164 MB) is written
+by `optimize` as 50, 1,000, 5,000 and 10,000 shards (at 10^4, 8,192 tokens each: 4 blocks), and each measure runs in a fresh process
+with a warm page cache (each folder is read once first):
+
+* first open: the very first open on this machine (the manifest is parsed and cross-checked
+  once, then remembered as a shard table): open + first shuffled batch;
+* start: a fresh process, open + first shuffled batch (block 2049, batch 8);
+* resume: a fresh process, open + a state at 50% of the epoch + the first batch.
+
+Start and resume run `--repeats` times, interleaved over the shard counts so that machine
+noise falls on all of them alike; the medians of wall time and of CPU time (the process's
+own work, steadier on a shared machine) are reported. Target (issue 24): 5,000 shards within
+3x of 50 shards, for start and resume. Results: bench/results/huge-shards-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+BLOCK, BATCH = 2049, 8
+SHARD_COUNTS = (50, 1_000, 5_000, 10_000)
+TOKENS = 81_920_000  # 10^4 shards of 8,192 tokens each: a shard still holds a few blocks
+DOC_TOKENS = 1024
+TARGET = 3.0  # largest shard count / smallest, wall time of the first batch
+
+_PROBE = """
+import json, sys, time
+import torch  # a training process has imported it (the collector then has far more to walk)
+from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
+out, what, block, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+wall, cpu = time.perf_counter(), time.process_time()
+ds = StreamingDataset(out, item_loader=TokensLoader(block_size=block), shuffle=True)
+loader = StreamingDataLoader(ds, batch_size=batch)
+if what == "resume":
+    loader.load_state_dict(dict(loader.state_dict(), samples_consumed=len(ds) // 2 // batch * batch))
+first = next(iter(loader))
+print(json.dumps({"wall_ms": (time.perf_counter() - wall) * 1e3, "cpu_ms": (time.process_time() - cpu) * 1e3,
+                  "shards": ds.manifest.num_shards, "checksum": int(first.sum())}))
+"""
+
+
+def documents(i: int, per: int):
+    """Input i: `per` random ids in documents of DOC_TOKENS (each input becomes one shard)."""
+    from llm.data.shards.prepare.optimize import DocumentBatch
+
+    tokens = np.random.default_rng(i).integers(0, 50_000, size=per, dtype=np.uint16)
+    return DocumentBatch(tokens, np.full(per // DOC_TOKENS, DOC_TOKENS, dtype=np.int64))
+
+
+def build(out: Path, shards: int) -> float:
+    """The TOKENS in `shards` shards of equal size; returns the seconds `optimize` took."""
+    from llm.data import TokensLoader, optimize
+
+    per = TOKENS // shards // DOC_TOKENS * DOC_TOKENS
+    shard_bytes = per * 2 + 8 * (per // DOC_TOKENS)
+    t0 = time.perf_counter()
+    optimize(partial(documents, per=per), list(range(shards)), str(out), item_loader=TokensLoader(),
+             chunk_bytes=f"{shard_bytes}B", num_workers=2, progress=False)
+    return time.perf_counter() - t0
+
+
+def probe(out: Path, what: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", _PROBE, str(out), what, str(BLOCK), str(BATCH)],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"probe {what} on {out} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def study(root: Path, counts: tuple[int, ...] = SHARD_COUNTS, repeats: int = 7) -> dict:
+    """Build each shard count, measure it as the module docstring says; rows and the ratio checks."""
+    folders, rows = {}, []
+    for shards in counts:
+        folders[shards] = root / f"s{shards}"
+        seconds = build(folders[shards], shards)
+        for path in folders[shards].iterdir():  # warm page cache: the question is our cost, not the disk's
+            path.read_bytes()
+        first = probe(folders[shards], "start")
+        rows.append({"shards": first["shards"], "tokens": TOKENS, "build_s": seconds,
+                     "first_open_ms": first["wall_ms"], "first_open_cpu_ms": first["cpu_ms"]})
+        print(json.dumps(rows[-1]), flush=True)
+    runs: dict[tuple[int, str], list[dict]] = {}
+    for _ in range(repeats):
+        for shards in counts:
+            for what in ("start", "resume"):
+                runs.setdefault((shards, what), []).append(probe(folders[shards], what))
+    for row, shards in zip(rows, counts):
+        for what in ("start", "resume"):
+            got = runs[(shards, what)]
+            assert len({r["checksum"] for r in got}) == 1, f"{shards} shards: the first {what} batch differs between runs"
+            row[f"{what}_ms"] = statistics.median(r["wall_ms"] for r in got)
+            row[f"{what}_cpu_ms"] = statistics.median(r["cpu_ms"] for r in got)
+    checks = {}
+    for key in ("start_ms", "resume_ms", "start_cpu_ms", "resume_cpu_ms", "first_open_ms"):
+        checks[key] = {str(r["shards"]): round(r[key] / rows[0][key], 2) for r in rows}
+    for key in ("start_ms", "resume_ms"):
+        at_5000 = [r for r in rows if r["shards"] == 5_000]
+        ratio = at_5000[0][key] / rows[0][key] if at_5000 else None
+        checks[f"{key} 5000/{rows[0]['shards']}"] = {"ratio": ratio and round(ratio, 2),
+                                                     "pass": None if ratio is None else ratio <= TARGET}
+    return {"block": BLOCK, "batch": BATCH, "repeats": repeats, "rows": rows, "checks": checks}
+
+
+def table(result: dict) -> str:
+    lines = ["| shards | build s | first open ms | start ms (cpu) | resume 50% ms (cpu) |", "|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['shards']:,} | {r['build_s']:.1f} | {r['first_open_ms']:.0f} | "
+                     f"{r['start_ms']:.1f} ({r['start_cpu_ms']:.1f}) | {r['resume_ms']:.1f} ({r['resume_cpu_ms']:.1f}) |")
+    lines.append("")
+    for key, check in result["checks"].items():
+        if "pass" in check:
+            verdict = "n/a" if check["pass"] is None else ("pass" if check["pass"] else "**short**")
+            lines.append(f"- {key}: {check['ratio']} ({verdict}, target <= {TARGET})")
+        else:
+            lines.append(f"- {key} / smallest: " + ", ".join(f"{k}: {v}x" for k, v in check.items()))
+    return "\n".join(lines)
+
+
+def run(root: Path, counts: tuple[int, ...], repeats: int, results: Path) -> dict:
+    """The study in `root` (each folder deleted afterwards), written to `results` and printed as a table."""
+    try:
+        result = study(root, counts, repeats)
+    finally:
+        for shards in counts:
+            shutil.rmtree(root / f"s{shards}", ignore_errors=True)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(result, indent=1))
+    print(table(result))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.huge_shards")
+    parser.add_argument("--shard-counts", default=",".join(map(str, SHARD_COUNTS)), help="comma separated")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--root", default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--results", default=None)
+    args = parser.parse_args()
+    root = Path(args.root or tempfile.mkdtemp(prefix="llm-huge-shards-"))
+    root.mkdir(parents=True, exist_ok=True)
+    counts = tuple(int(c) for c in args.shard_counts.split(","))
+    run(root, counts, args.repeats, Path(args.results or f"bench/results/huge-shards-{time.strftime('%Y%m%d')}.json"))
+    if not args.root:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
