@@ -59,7 +59,7 @@ def check_shard_entry(entry: Any, i: int, kind: str, dtype: Any, path: Path, enc
         raise ManifestError(f"{where}: key 'raw_bytes' is {raw}, but an uncompressed shard has raw_bytes = bytes = {size}")
     raw = raw if compression or encrypted else size
     if kind == "tokens":
-        shard_dtype = entry.get("dtype") or dtype
+        shard_dtype = dtype if entry.get("dtype") is None else entry["dtype"]  # an empty list is no dtype either
         if not (isinstance(shard_dtype, str) and shard_dtype in TOKEN_DTYPES):
             raise ManifestError(f"{where}: key 'dtype' is {shard_dtype!r}, expected one of {', '.join(TOKEN_DTYPES)}")
         if items:
