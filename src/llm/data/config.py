@@ -75,6 +75,9 @@ class DataConfig(BaseModel):
     streaming_dataset_mixing_strategy: Literal["round_robin", "weighted", "random"] = "round_robin"
     streaming_mixing_weights: list[float] | None = None
     streaming_buffer_per_dataset: int = Field(default=1000, gt=0)
+    # how text becomes blocks (stream_lm, pretraining_dataset, sft with sample_packing): greedy | best_fit
+    packing: str = "greedy"
+    packing_buffer: int = 64  # best fit's open blocks
 
     @model_validator(mode="before")
     @classmethod
@@ -85,6 +88,13 @@ class DataConfig(BaseModel):
                 if isinstance(entry, dict) and "path" in entry and "dataset_path" in entry:
                     raise ValueError(f"datasets[{i}] gives both path and dataset_path (the same key); keep one")
         return value
+
+    @model_validator(mode="after")
+    def _check_packing(self) -> DataConfig:
+        from llm.data.text.best_fit import check_packing
+
+        check_packing(self.packing, self.packing_buffer)
+        return self
 
     @field_validator("hash_algo")
     @classmethod
@@ -148,6 +158,7 @@ class DataConfig(BaseModel):
             "source": self, "tokenizer": self.tokenizer_spec(), "max_seq_len": self.max_seq_len,
             "steps_per_epoch": self.steps_per_epoch, "num_workers": self.num_workers, "text_column": self.text_column,
             "val_dataset_path": self.val_dataset_path, "storage_options": self.storage_options, "seed": seed,
+            "packing": self.packing, "packing_buffer": self.packing_buffer,
         }
 
     def text_stream(self, seed: int = DEFAULT_SEED) -> TextStreamConfig:

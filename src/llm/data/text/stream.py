@@ -17,7 +17,8 @@ import torch
 
 from llm.data.seeds import check_seed
 from llm.data.stage import Stage
-from llm.data.text.dataset import StreamingTextDataset
+from llm.data.text.best_fit import check_open_blocks, window_slots
+from llm.data.text.dataset import StreamingTextDataset, as_tensors
 from llm.data.text.dedup import DedupTextSource
 from llm.data.text.mixing import as_mixture
 from llm.data.text.packing import new_cursor
@@ -141,6 +142,7 @@ class StreamingTextDataModule(Stage):
             "tokenizer": self.tokenizer.fingerprint(),
             "max_seq_len": self.max_seq_len,
             "stripes": STRIPES,
+            **self.settings.packing_fingerprint(),
         }
 
     def partitions(self) -> list[Partition]:
@@ -219,7 +221,7 @@ class StreamingTextDataModule(Stage):
             worker_rotation=self._next_worker.get(key, 0), packed=self.num_workers > 0,
             batch_format=self.batch_format(), mix_seed=self._mix_seed(),
             # a mixture reads at most `streaming_buffer_per_dataset` records ahead before encoding
-            chunk_records=self._chunk_records(),
+            chunk_records=self._chunk_records(), packing_buffer=self.settings.best_fit_buffer(),
         )
         if self.num_workers:
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
@@ -242,10 +244,13 @@ class StreamingTextDataModule(Stage):
                 continue
             self._handed_over = True
             if "_packed" in item:
+                planes = 3 if self.settings.best_fit_buffer() else 2  # best fit adds position_ids
                 both = torch.from_numpy(np.frombuffer(item.pop("_packed"), dtype=np.int32).copy())
-                both = both.view(-1, 2, self.max_seq_len).long()
-                item["input_ids"], item["labels"] = both[:, 0].contiguous(), both[:, 1].contiguous()
+                both = both.view(-1, planes, self.max_seq_len).long()
+                item.update(as_tensors([both[:, i].contiguous() for i in range(planes)]))
             yield item
+
+    piece_slots = staticmethod(window_slots)  # how many slots one of best fit's pieces fills
 
     def _mix_seed(self) -> int:
         """The seed of a `random` mixture's draws in this pass: derive_seed(root, "text.mixture", pass)."""
@@ -363,6 +368,8 @@ class StreamingTextDataModule(Stage):
         """Raise StateError naming the key when `state` cannot resume this stream; changes nothing."""
         check_layout(state)
         validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
+        if buffer := self.settings.best_fit_buffer():  # best fit's open blocks ride in the cursors
+            check_open_blocks(state["partitions"], self.max_seq_len, buffer, self.piece_slots)
         check_seen_count(self._dedup(), state.get("seen_hashes"))
 
     def restore(self, state: dict) -> None:

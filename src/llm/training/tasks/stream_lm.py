@@ -37,7 +37,8 @@ class StreamTextData:
             empty = True
             for batch in self.module.train_dataloader():
                 empty = False
-                yield {"input_ids": batch["input_ids"], "labels": batch["labels"]}
+                # best fit's document boundaries: the model keeps each document to itself
+                yield {k: batch[k] for k in ("input_ids", "labels", "position_ids") if k in batch}
             if empty:
                 raise ValueError(
                     f"data source {self.config.data.data_source!r} yielded no batch for rank {self.rank}; "
