@@ -272,6 +272,14 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
         "datasets": [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}],
         "streaming_mixing_weights": [float("nan"), 1.0]}})), ConfigError,
      "{root}/t2.yaml: streaming_mixing_weights[0] (datasets[0]) is nan"),
+    ("text-unknown-packing-mode", lambda c: load_config(_text_yaml(c, "t3.yaml", packing="bestfit")), ConfigError,
+     "{root}/t3.yaml: data: packing 'bestfit' is not a packing mode"),
+    ("train-skip-range-reversed", lambda c: train_main(["--task", "stream_lm", "--config-path", _text_yaml(
+        c, "t4.yaml", steps_per_epoch=2, skip_batches=[[5, 3]])]), Exit("llm-train"),
+     "data.skip_batches[0] [5, 3] is reversed"),
+    ("train-skip-range-empty", lambda c: train_main(["--task", "stream_lm", "--config-path", _text_yaml(
+        c, "t5.yaml", steps_per_epoch=2, skip_batches=[[0, 1], [7, 7]])]), Exit("llm-train"),
+     "data.skip_batches[1] [7, 7] is empty"),
     ("text-missing-local-file", lambda c: _text_stream(c, c.root / "nope.txt"), InputError, "{root}/nope.txt"),
     ("text-cut-gz", lambda c: _text_stream(c, c.root / "cut.jsonl.gz"), InputError,
      "{root}/cut.jsonl.gz: truncated or corrupt gzip stream"),

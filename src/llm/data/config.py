@@ -17,7 +17,7 @@ from pydantic import (
 from llm.data.sft.settings import SFT_TYPES, DatasetEntry, SftStreamConfig
 from llm.data.text.dedup import check_hash_algo
 from llm.data.text.entries import SOURCE_KEYS, SourceEntry
-from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig
+from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig, packing_keys
 
 __all__ = ["SFT_TYPES", "DataConfig", "DatasetEntry", "SourceEntry"]
 
@@ -75,9 +75,12 @@ class DataConfig(BaseModel):
     streaming_dataset_mixing_strategy: Literal["round_robin", "weighted", "random"] = "round_robin"
     streaming_mixing_weights: list[float] | None = None
     streaming_buffer_per_dataset: int = Field(default=1000, gt=0)
-    # how text becomes blocks (stream_lm, pretraining_dataset, sft with sample_packing): greedy | best_fit
-    packing: str = "greedy"
-    packing_buffer: int = 64  # best fit's open blocks
+    # how text becomes blocks (stream_lm, pretraining_dataset, sft with sample_packing): greedy (None) | best_fit.
+    # None when unset, so that checkpoints saved before these keys existed resume under the same config
+    packing: str | None = None
+    packing_buffer: int | None = None  # best fit's open blocks (None: 64)
+    # global batch ranges [start, end) the run never trains on (llm.training.skip_ranges, docs/training.md)
+    skip_batches: list[Any] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -93,7 +96,7 @@ class DataConfig(BaseModel):
     def _check_packing(self) -> DataConfig:
         from llm.data.text.best_fit import check_packing
 
-        check_packing(self.packing, self.packing_buffer)
+        check_packing(**packing_keys(self.packing, self.packing_buffer))
         return self
 
     @field_validator("hash_algo")
@@ -158,7 +161,7 @@ class DataConfig(BaseModel):
             "source": self, "tokenizer": self.tokenizer_spec(), "max_seq_len": self.max_seq_len,
             "steps_per_epoch": self.steps_per_epoch, "num_workers": self.num_workers, "text_column": self.text_column,
             "val_dataset_path": self.val_dataset_path, "storage_options": self.storage_options, "seed": seed,
-            "packing": self.packing, "packing_buffer": self.packing_buffer,
+            **packing_keys(self.packing, self.packing_buffer),
         }
 
     def text_stream(self, seed: int = DEFAULT_SEED) -> TextStreamConfig:

@@ -129,7 +129,7 @@ def _write_payload(path: Path, payload: dict[str, Any]) -> None:
 RESUMABLE_KEYS = (
     "training.epochs", "training.max_steps", "training.log_interval_steps", "training.val_interval_steps",
     "training.val_batches", "training.device", "training.compile", "data.num_workers",
-    "data.val_dataset_path", "data.cache_dir",
+    "data.val_dataset_path", "data.cache_dir", "data.skip_batches",  # skip ranges: checked by skip_ranges.py
 )
 
 

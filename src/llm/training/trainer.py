@@ -37,6 +37,7 @@ from llm.training.runtime import (
     set_rng_state,
 )
 from llm.training.schedule import WarmupCosine, build_optimizer
+from llm.training.skip_ranges import SkipRanges
 from llm.training.tasks import TrainData, build_task_data
 from llm.training.validation import ValidationSet, build_validation, evaluate
 
@@ -83,6 +84,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self._log = log
+        self.skips = SkipRanges(config.data.skip_batches)  # data.skip_batches, checked before the data is built
         self.data: TrainData = build_task_data(task, config, self.env.rank, self.env.world_size)
         self.tokenizer = self.data.tokenizer
         self.steps_per_epoch = self._steps_per_epoch()
@@ -172,6 +174,7 @@ class Trainer:
             "total_steps": self.schedule.total,
             "stream_data": stream_data,
             "stream_source": self.data.fingerprint(),
+            "skip_batches": self.skips.state(),
             "rng_states": rng_states,
             "world_size": self.env.world_size,
             "task": self.task,
@@ -219,6 +222,7 @@ class Trainer:
         if ckpt.get("task", self.task) != self.task:
             raise ValueError(f"checkpoint {where} was written by --task {ckpt['task']}, not --task {self.task}")
         check_resume_config(ckpt, self.config.model_dump(mode="json"), self.env.world_size)
+        skips = self.skips.check(ckpt.get("skip_batches"), where, int(ckpt["step"]))
         try:
             self.raw_model.load_state_dict(ckpt["model_state_dict"])
         except RuntimeError as exc:
@@ -230,6 +234,7 @@ class Trainer:
         self.scheduler.load_state_dict(ckpt["scheduler_state_dict"])
         self.scaler.load_state_dict(ckpt.get("scaler_state_dict", {}))
         self.data.load_state_dict(ckpt["stream_data"])
+        self.skips.restore(skips)
         self._batches = None
         self.step = int(ckpt["step"])
         self.epoch = int(ckpt["epoch"])
@@ -320,7 +325,7 @@ class Trainer:
         if self.step == 0:
             self.log(start_line(self))
         if self._batches is None:  # one iterator for the whole run: loaders keep their position
-            self._batches = self.data.batches()
+            self._batches = self.skips.filter(self.data.batches())
         batches = self._batches
         meter = RunMeter(cc.checkpoint_dir, self.step, self.total_steps, write=self.env.is_main)
         end = self.total_steps if stop_after is None else min(self.total_steps, self.step + stop_after)
@@ -348,7 +353,7 @@ class Trainer:
                 self.log(step_line(self, mean_loss, epoch_end, stats))
                 lr = self.scheduler.get_last_lr()[0]
                 meter.record(self.step, epoch=self.epoch, loss=mean_loss, lr=lr, tokens=self.tokens_seen,
-                             **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"})
+                             **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"}, **self.skips.metrics())
             if self.val is not None and (
                 epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
             ):

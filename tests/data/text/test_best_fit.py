@@ -120,9 +120,9 @@ def test_block_example_positions_restart_at_each_document_and_padding_is_one_run
 
 
 def test_bad_packing_settings_name_key_and_value():
-    with pytest.raises(ValueError, match=r"data.packing 'bestfit' is not a packing mode; use one of: greedy, best_fit"):
+    with pytest.raises(ValueError, match=r"packing 'bestfit' is not a packing mode; use one of: greedy, best_fit"):
         check_packing("bestfit", 64)
-    with pytest.raises(ValueError, match=r"data.packing_buffer 0 must be a whole number >= 1"):
+    with pytest.raises(ValueError, match=r"packing_buffer 0 must be a whole number >= 1"):
         check_packing("best_fit", 0)
 
 

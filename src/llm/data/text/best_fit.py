@@ -31,15 +31,14 @@ import numpy as np
 from llm.data.stage import StateError
 
 PACKING_MODES = ("greedy", "best_fit")
-DEFAULT_PACKING_BUFFER = 64
 
 
-def check_packing(mode: Any, buffer: Any, where: str = "data.") -> None:
+def check_packing(packing: Any, packing_buffer: Any) -> None:
     """Raise ValueError naming the key and value for an unknown packing mode or a buffer below 1."""
-    if mode not in PACKING_MODES:
-        raise ValueError(f"{where}packing {mode!r} is not a packing mode; use one of: {', '.join(PACKING_MODES)}")
-    if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
-        raise ValueError(f"{where}packing_buffer {buffer!r} must be a whole number >= 1 (the open blocks kept)")
+    if packing not in PACKING_MODES:
+        raise ValueError(f"packing {packing!r} is not a packing mode; use one of: {', '.join(PACKING_MODES)}")
+    if isinstance(packing_buffer, bool) or not isinstance(packing_buffer, int) or packing_buffer < 1:
+        raise ValueError(f"packing_buffer {packing_buffer!r} must be a whole number >= 1 (the open blocks kept)")
 
 
 class OpenBlocks:
