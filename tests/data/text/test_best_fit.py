@@ -74,12 +74,16 @@ def test_resume_from_any_cursor_is_exact(docs, L, buffer, cut):
 
 
 def test_a_block_fills_with_the_document_that_fits_it_best():
-    blocks = OpenBlocks(capacity=10, limit=3, size=len)
-    assert blocks.add("aaaaaa") == [] and blocks.add("bbbbbbb") == []  # rooms 4 and 3
-    assert blocks.add("ccc") == [["bbbbbbb", "ccc"]]  # the tighter room, now exactly full: out at once
-    assert blocks.add("dd") == [] and blocks.blocks == [["aaaaaa", "dd"]]
-    assert blocks.add("eeeeeeeee") == [] and blocks.add("ffffffff") == []  # three open: the buffer is full
-    assert blocks.add("ggggggg") == [["eeeeeeeee"]]  # no room anywhere: the fullest goes out
+    blocks = OpenBlocks(capacity=10, limit=3)
+
+    def add(piece: str) -> list:
+        return blocks.add(piece, piece.upper(), len(piece))
+
+    assert add("aaaaaa") == [] and add("bbbbbbb") == []  # rooms 4 and 3
+    assert add("ccc") == [["bbbbbbb", "ccc"]]  # the tighter room, now exactly full: out at once
+    assert add("dd") == [] and blocks.raw_blocks() == [["AAAAAA", "DD"]]
+    assert add("eeeeeeeee") == [] and add("ffffffff") == []  # three open: the buffer is full
+    assert add("ggggggg") == [["eeeeeeeee"]]  # no room anywhere: the fullest goes out
     assert len(blocks.blocks) == 3
 
 
@@ -87,8 +91,7 @@ def test_the_end_of_a_partition_repacks_the_open_blocks():
     packer = BestFitCutter(8, EOS, buffer=4)
     for i, n in enumerate([3, 3, 5, 5]):  # best fit keeps [3, 3], [5], [5] open
         assert list(packer.feed(np.arange(n), i + 1)) == []
-    assert [[len(w) - 1 for w in b] for b in packer.open.blocks and [[p for p, _ in b] for b in packer.open.blocks]] \
-        == [[3, 3], [5], [5]]
+    assert [[len(w) - 1 for w in pieces] for pieces, _ in packer.open.blocks.values()] == [[3, 3], [5], [5]]
     out = [[len(w) - 1 for w in b] for b in packer.finish()]
     assert out == [[5, 3], [5, 3]] and packer.done  # first-fit decreasing: two full blocks
 
@@ -101,7 +104,7 @@ def test_a_long_document_keeps_the_cursor_before_it_while_its_blocks_go_out():
     assert [w.tolist() for w in first] == [[100, 101, 102, 103, 104]]
     cursor = packer.cursor()
     assert (cursor["offset"], cursor["records"], cursor["skip"]) == (1, 1, 4)
-    assert cursor["open_blocks"] == [[[0, 1, EOS]]]
+    assert cursor["open_blocks"] == [[np.array([0, 1, EOS], "<i4").tobytes()]]  # windows as int32 bytes
     resumed = BestFitCutter(4, EOS, 2, cursor)
     again = list(resumed.feed(np.arange(100, 111), 2))
     assert [[w.tolist() for w in b] for b in again] == [[w.tolist() for w in b] for b in gen]
@@ -126,9 +129,13 @@ def test_bad_packing_settings_name_key_and_value():
         check_packing("best_fit", 0)
 
 
+def _w(*tokens):
+    return np.array(tokens, "<i4").tobytes()
+
+
 def test_open_blocks_of_a_state_are_checked():
-    good = {"p0": {"open_blocks": [[[1, 2, 3], [4, EOS]]]}}
+    good = {"p0": {"open_blocks": [[_w(1, 2, 3), _w(4, EOS)]]}}
     check_open_blocks(good, 4, 2, window_slots)
-    for bad in ([[[1, 2, 3, 4, 5, 6]]], [[[1, "x"]]], [[]], "x", [[[1, 2]]] * 3):
+    for bad in ([[_w(1, 2, 3, 4, 5, 6)]], [[[1, 2]]], [[b"abc"]], [[_w(1)]], [[]], "x", [[_w(1, 2)]] * 3):
         with pytest.raises(StateError, match="data state partition 'p0'"):
             check_open_blocks({"p0": {"open_blocks": bad}}, 4, 2, window_slots)

@@ -113,7 +113,7 @@ def test_a_state_with_an_oversized_open_block_changes_nothing(tmp_path: Path) ->
     take_steps(module.train_dataloader(), 5)
     state = copy.deepcopy(module.state_dict())
     key = next(k for k, c in state["partitions"].items() if c["open_blocks"])
-    state["partitions"][key]["open_blocks"][0].append(list(range(40)))
+    state["partitions"][key]["open_blocks"][0].append(np.arange(40, dtype="<i4").tobytes())
     fresh = make_module(config)
     take_steps(fresh.train_dataloader(), 5)
 

@@ -59,7 +59,7 @@ class BestFitRecords(BestFitPacker):
         return list(raw[0]), list(raw[1])
 
     def dump_piece(self, sample: Any) -> list[list[int]]:
-        return [list(sample[0]), list(sample[1])]
+        return [sample[0], sample[1]]  # the sample's own lists: nothing changes them
 
     def feed(self, sample: Any, offset_after: int) -> Iterator[Any]:
         if isinstance(sample, BadRecord):

@@ -14,8 +14,8 @@ Each piece keeps its own positions: a block's `position_ids` restart at 0 where
 a piece starts, and `cu_seqlens` lists the pieces' starts (flash-attention's
 varlen layout), so no token attends across documents.
 
-The cursor is exact: the open blocks (their tokens) are part of it, next to the
-offset of the last record fed. While a long document's full blocks go out, the
+The cursor is exact: the open blocks (their tokens, each window as int32
+little-endian bytes) are part of it, next to the offset of the last record fed. While a long document's full blocks go out, the
 cursor stays before it and `skip` counts its tokens already emitted, as in
 greedy packing. The buffer bounds the cursor: at most `packing_buffer *
 max_seq_len` tokens per partition being read.
@@ -23,6 +23,7 @@ max_seq_len` tokens per partition being read.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,51 +43,67 @@ def check_packing(packing: Any, packing_buffer: Any) -> None:
 
 
 class OpenBlocks:
-    """At most `limit` open blocks of `capacity` slots; `add` places one piece and returns the blocks that go out."""
+    """At most `limit` open blocks of `capacity` slots; `add` places one piece and returns the blocks that go out.
 
-    def __init__(self, capacity: int, limit: int, size: Callable[[Any], int], blocks: list[list[Any]] | None = None):
-        self.capacity, self.limit, self.size = capacity, limit, size
-        self.blocks: list[list[Any]] = [list(b) for b in blocks or []]
-        self.rooms = [capacity - sum(size(p) for p in b) for b in self.blocks]
+    A block is (pieces, their cursor forms): the cursor copies the second list, made once per
+    piece, instead of writing every open piece out again for every batch. `order` keeps
+    (free room, age) sorted, so the tightest fit (the oldest on a tie) and the fullest block
+    are found by bisection, not by a scan of every open block per document.
+    """
 
-    def add(self, piece: Any) -> list[list[Any]]:
-        need = self.size(piece)
-        best, best_room = -1, self.capacity + 1
-        for i, room in enumerate(self.rooms):  # the tightest fit; the oldest block on a tie
-            if need <= room < best_room:
-                best, best_room = i, room
+    def __init__(self, capacity: int, limit: int, blocks: list[tuple[list, list, int]] = ()):
+        self.capacity, self.limit = capacity, limit
+        self.blocks: dict[int, tuple[list, list]] = {}  # age -> (pieces, raws), oldest first
+        self.order: list[tuple[int, int]] = []
+        self._age = 0
+        for pieces, raws, used in blocks:
+            self._open(pieces, raws, capacity - used)
+
+    def _open(self, pieces: list, raws: list, room: int) -> None:
+        self.blocks[self._age] = (pieces, raws)
+        insort(self.order, (room, self._age))
+        self._age += 1
+
+    def add(self, piece: Any, raw: Any, need: int) -> list[list[Any]]:
+        """Place a piece of `need` slots; the pieces of every block that goes out."""
+        at = bisect_left(self.order, (need, -1))
+        if at < len(self.order):  # the tightest room that takes it
+            room, age = self.order.pop(at)
+            pieces, raws = self.blocks[age]
+            pieces.append(piece)
+            raws.append(raw)
+            if room == need:  # exactly full: out at once
+                return [self.blocks.pop(age)[0]]
+            insort(self.order, (room - need, age))
+            return []
         out = []
-        if best < 0:
-            if len(self.blocks) >= self.limit:  # the fullest block goes out: it wastes the least
-                fullest = min(range(len(self.rooms)), key=self.rooms.__getitem__)
-                out.append(self._pop(fullest))
-            self.blocks.append([])
-            self.rooms.append(self.capacity)
-            best = len(self.blocks) - 1
-        self.blocks[best].append(piece)
-        self.rooms[best] -= need
-        if self.rooms[best] == 0:
-            out.append(self._pop(best))
+        if len(self.blocks) >= self.limit:  # no room anywhere: the fullest block goes out, it wastes the least
+            out.append(self.blocks.pop(self.order.pop(0)[1])[0])
+        if need == self.capacity:
+            out.append([piece])
+        else:
+            self._open([piece], [raw], self.capacity - need)
         return out
 
-    def _pop(self, i: int) -> list[Any]:
-        self.rooms.pop(i)
-        return self.blocks.pop(i)
+    def raw_blocks(self) -> list[list[Any]]:
+        return [list(raws) for _, raws in self.blocks.values()]
 
-    def repack(self) -> list[list[Any]]:
+    def repack(self, size: Callable[[Any], int]) -> list[tuple[list, list]]:
         """The open pieces repacked first-fit decreasing (stable: equal sizes keep their order); the buffer empties."""
-        pieces = sorted((p for b in self.blocks for p in b), key=self.size, reverse=True)
-        blocks: list[list[Any]] = []
+        entries = sorted((e for pieces, raws in self.blocks.values() for e in zip(pieces, raws)),
+                         key=lambda e: size(e[0]), reverse=True)
+        blocks: list[tuple[list, list]] = []
         rooms: list[int] = []
-        for piece in pieces:
-            need = self.size(piece)
+        for piece, raw in entries:
+            need = size(piece)
             at = next((i for i, room in enumerate(rooms) if room >= need), -1)
             if at < 0:
-                blocks.append([])
+                blocks.append(([], []))
                 rooms.append(self.capacity)
-            blocks[at].append(piece)
+            blocks[at][0].append(piece)
+            blocks[at][1].append(raw)
             rooms[at] -= need
-        self.blocks, self.rooms = [], []
+        self.blocks, self.order = {}, []
         return blocks
 
 
@@ -109,19 +126,19 @@ def _check_blocks(key: str, blocks: Any, capacity: int, limit: int, size: Callab
                              "tokens; resume with the packing settings the state was saved with")
 
 
-def window_slots(window: Any) -> int:
-    """A token window of n + 1 tokens fills n slots: inputs `window[:-1]`, labels `window[1:]`."""
-    if not isinstance(window, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in window):
-        raise TypeError("a window holds token ids")
-    return len(window) - 1
+def window_slots(raw: Any) -> int:
+    """A token window in a cursor: int32 little-endian bytes of n + 1 tokens, which fill n slots."""
+    if not isinstance(raw, bytes) or len(raw) % 4 or len(raw) < 8:
+        raise TypeError("a window is the bytes of at least two int32 token ids")
+    return len(raw) // 4 - 1
 
 
 def sample_slots(sample: Any) -> int:
     """A fine-tuning sample `[input_ids, labels]` fills one slot per token; both lists hold ids, equally many."""
     if not (isinstance(sample, list) and len(sample) == 2 and len(sample[0]) == len(sample[1])):
         raise TypeError("a sample is [input_ids, labels]")
-    window_slots([0, *sample[0]])
-    window_slots([0, *sample[1]])
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in (*sample[0], *sample[1])):
+        raise TypeError("a sample holds token ids")
     return len(sample[0])
 
 
@@ -135,9 +152,10 @@ class BestFitPacker:
         self.skip = int(cursor.get("skip", 0))
         self.done = bool(cursor.get("done", False))
         self.draining = bool(cursor.get("draining", False))  # the open blocks are final: the partition ended
-        # open blocks hold (piece, its cursor form): a piece is written out for the cursor once, not per batch
-        blocks = [[(self.load_piece(raw), raw) for raw in b] for b in cursor.get("open_blocks", [])]
-        self.open = OpenBlocks(capacity, buffer, lambda entry: self.slots(entry[0]), blocks)
+        blocks = [([self.load_piece(raw) for raw in b], list(b)) for b in cursor.get("open_blocks", [])]
+        self.final = blocks if self.draining else []  # the partition's last blocks, repacked, not out yet
+        self.open = OpenBlocks(capacity, buffer, [] if self.draining else
+                               [(p, r, sum(map(self.slots, p))) for p, r in blocks])
         self._anchor = (self.offset, self.records)
 
     def slots(self, piece: Any) -> int:
@@ -151,15 +169,13 @@ class BestFitPacker:
 
     def cursor(self) -> dict:
         offset, records = self._anchor
-        return {
-            "offset": offset, "records": records, "token_buffer": [], "skip": self.skip, "done": self.done,
-            "draining": self.draining, "open_blocks": [[raw for _, raw in b] for b in self.open.blocks],
-        }
+        blocks = [list(raws) for _, raws in self.final] if self.draining else self.open.raw_blocks()
+        return {"offset": offset, "records": records, "token_buffer": [], "skip": self.skip, "done": self.done,
+                "draining": self.draining, "open_blocks": blocks}
 
-    def _add(self, piece: Any) -> Iterator[list[Any]]:
-        """Place one piece; yield the blocks that go out (lists of pieces)."""
-        for block in self.open.add((piece, self.dump_piece(piece))):
-            yield [p for p, _ in block]
+    def _add(self, piece: Any) -> list[list[Any]]:
+        """Place one piece; the blocks that go out (lists of pieces)."""
+        return self.open.add(piece, self.dump_piece(piece), self.slots(piece))
 
     def _consumed(self, offset_after: int) -> None:
         """The record is fed whole: the cursor moves after it."""
@@ -169,16 +185,14 @@ class BestFitPacker:
     def finish(self) -> Iterator[list[Any]]:
         """The partition ended: its open blocks, repacked, go out; the cursor carries those not yet out."""
         if not self.draining:
-            self.open.blocks = self.open.repack()
-            self.open.rooms = [0] * len(self.open.blocks)  # final: nothing more goes in
+            self.final = self.open.repack(self.slots)
             self.draining = True
         self._anchor, self.skip = (self.offset, self.records), 0
-        self.done = not self.open.blocks
-        while self.open.blocks:
-            block = self.open.blocks.pop(0)
-            self.open.rooms.pop(0)
-            self.done = not self.open.blocks
-            yield [p for p, _ in block]
+        self.done = not self.final
+        while self.final:
+            pieces, _ = self.final.pop(0)
+            self.done = not self.final
+            yield pieces
 
 
 class BestFitCutter(BestFitPacker):
@@ -191,16 +205,23 @@ class BestFitCutter(BestFitPacker):
     def slots(self, window: np.ndarray) -> int:
         return len(window) - 1  # n + 1 tokens: inputs window[:-1], labels window[1:]
 
-    def load_piece(self, raw: list[int]) -> np.ndarray:
-        return np.asarray(raw, dtype=np.int32)
+    def load_piece(self, raw: bytes) -> np.ndarray:
+        return np.frombuffer(raw, dtype="<i4").astype(np.int32)
 
-    def dump_piece(self, window: np.ndarray) -> list[int]:
-        return window.tolist()
+    def dump_piece(self, window: np.ndarray) -> bytes:
+        return window.astype("<i4", copy=False).tobytes()  # bytes, not a list: a memory copy per piece
 
     def feed(self, ids: np.ndarray, offset_after: int) -> Iterator[list[np.ndarray]]:
         """Place one document (+EOS); yield every block that goes out."""
-        data = np.concatenate([np.asarray(ids, dtype=np.int32), np.array([self.eos], dtype=np.int32)])
-        L, n = self.L, len(data) - 1  # n slots: an empty document fills none and teaches nothing
+        L, n = self.L, len(ids)  # n + 1 tokens with EOS fill n slots: an empty document fills none
+        data = np.empty(n + 1, dtype=np.int32)
+        data[:n] = ids
+        data[n] = self.eos
+        if n < L and not self.skip:  # the common case: a whole document, packed
+            self._consumed(offset_after)
+            if n:
+                yield from self._add(data)
+            return
         n_full, tail = n // L, n % L
         first = self.skip // L  # resuming inside this document: these blocks went out already
         for k in range(first, n_full):
@@ -209,9 +230,8 @@ class BestFitCutter(BestFitPacker):
             else:
                 self.skip = (k + 1) * L  # the anchor stays before this document
             yield [data[k * L : k * L + L + 1]]
-        if n_full == 0 or tail:
-            self._consumed(offset_after)
         if tail:
+            self._consumed(offset_after)
             yield from self._add(data[n_full * L :])
 
 
@@ -221,17 +241,17 @@ def block_example(block: list[np.ndarray], max_seq_len: int, eos_id: int, ignore
     Each window's positions count from 0; the padding after the last window is one more
     run of positions (its labels are `ignore`), so position 0 marks every piece's start.
     """
+    lengths = np.array([len(w) - 1 for w in block])
+    used = int(lengths.sum())
     input_ids = np.full(max_seq_len, eos_id, dtype=np.int64)
     labels = np.full(max_seq_len, ignore, dtype=np.int64)
-    positions = np.empty(max_seq_len, dtype=np.int64)
-    at = 0
-    for w in block:
-        n = len(w) - 1
-        input_ids[at : at + n] = w[:-1]
-        labels[at : at + n] = w[1:]
-        positions[at : at + n] = np.arange(n)
-        at += n
-    positions[at:] = np.arange(max_seq_len - at)
+    input_ids[:used] = np.concatenate([w[:-1] for w in block])
+    labels[:used] = np.concatenate([w[1:] for w in block])
+    # positions count from each piece's start: the offset of every slot minus its piece's start
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    positions = np.arange(max_seq_len, dtype=np.int64)
+    positions[:used] -= starts
+    positions[used:] -= used
     return input_ids, labels, positions
 
 
