@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -53,3 +54,12 @@ def test_axolotl_pretraining_dataset_with_best_fit_trains_on_document_boundaries
     trainer.fit()
     trainer.close()
     assert len(seen) == 2 and all((b["position_ids"] == 0).sum() > len(b["input_ids"]) for b in seen)
+
+
+def test_best_fit_on_blocks_cut_elsewhere_is_refused(tmp_path: Path) -> None:
+    from llm.training.core.loading import ConfigError
+
+    corpus = write_corpus(tmp_path / "demo.txt", 50)
+    tree = tiny_tree(corpus, data={"steps_per_epoch": 2, "packing": "best_fit"})
+    with pytest.raises(ConfigError, match="data.packing 'best_fit' packs text streamed on the fly, not --task lm's"):
+        Trainer(build_config(tree), "lm", log=lambda _: None)

@@ -112,7 +112,7 @@ def test_a_long_document_keeps_the_cursor_before_it_while_its_blocks_go_out():
 
 def test_block_example_positions_restart_at_each_document_and_padding_is_one_run():
     block = [np.array([1, 2, 3, EOS]), np.array([7, EOS])]
-    ids, labels, pos = block_example(block, 8, EOS, IGNORE_INDEX)
+    ids, labels, pos = block_example(block, 8, EOS)
     assert ids.tolist() == [1, 2, 3, 7, EOS, EOS, EOS, EOS]
     assert labels.tolist() == [2, 3, EOS, EOS, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]
     assert pos.tolist() == [0, 1, 2, 0, 0, 1, 2, 3]

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.stage import StateError
+from llm.data.text.packing import IGNORE_INDEX, to_example
 
 PACKING_MODES = ("greedy", "best_fit")
 
@@ -235,16 +236,22 @@ class BestFitCutter(BestFitPacker):
             yield from self._add(data[n_full * L :])
 
 
-def block_example(block: list[np.ndarray], max_seq_len: int, eos_id: int, ignore: int) -> tuple[np.ndarray, ...]:
+def block_example(block: list[np.ndarray], max_seq_len: int, eos_id: int) -> tuple[np.ndarray, ...]:
     """A block of windows to (input_ids, labels, position_ids), each `max_seq_len` long.
 
     Each window's positions count from 0; the padding after the last window is one more
-    run of positions (its labels are `ignore`), so position 0 marks every piece's start.
+    run of positions (its labels are -100), so position 0 marks every piece's start.
     """
+    if len(block) == 1:  # one window (a long document's full block, or a lone piece): positions count up
+        input_ids, labels = to_example(block[0], max_seq_len, eos_id)
+        positions = np.arange(max_seq_len, dtype=np.int64)
+        n = len(block[0]) - 1
+        positions[n:] -= n
+        return input_ids, labels, positions
     lengths = np.array([len(w) - 1 for w in block])
     used = int(lengths.sum())
     input_ids = np.full(max_seq_len, eos_id, dtype=np.int64)
-    labels = np.full(max_seq_len, ignore, dtype=np.int64)
+    labels = np.full(max_seq_len, IGNORE_INDEX, dtype=np.int64)
     input_ids[:used] = np.concatenate([w[:-1] for w in block])
     labels[:used] = np.concatenate([w[1:] for w in block])
     # positions count from each piece's start: the offset of every slot minus its piece's start

@@ -22,7 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from llm.data.text.best_fit import BestFitCutter, block_example, cu_seqlens
 from llm.data.text.mixing import as_mixture, choose
-from llm.data.text.packing import IGNORE_INDEX, WindowCutter, to_example
+from llm.data.text.packing import WindowCutter, to_example
 from llm.data.text.partitions import assign_partitions, stripe_partitions
 from llm.data.text.readers import InputError
 from llm.data.text.source import Partition, Record, TextSource
@@ -52,7 +52,7 @@ class TokenBlocks:
 
     def batch(self, rows: list[Any]) -> dict[str, Any]:
         if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
-            planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id, IGNORE_INDEX) for b in rows]
+            planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
         else:
             planes = [to_example(w, self.max_seq_len, self.tokenizer.eos_id) for w in rows]
         arrays = [np.stack([p[i] for p in planes]) for i in range(len(planes[0]))]
