@@ -99,3 +99,18 @@ def test_ranges_merge_and_cover() -> None:
     assert uncovered((1, 4), [(1, 4)]) is None and uncovered((1, 5), [(1, 4)]) == 4 and uncovered((0, 2), []) == 0
     skips = SkipRanges([[1, 3]])
     assert list(skips.filter(iter("abcde"))) == ["a", "d", "e"] and skips.state()["skipped"] == 2
+
+
+def test_a_run_with_ranges_resumes_exactly_through_the_shared_helper(tmp_path: Path) -> None:
+    from tests.resume import check_resume
+    from tests.training.test_trainer import run_trainer
+
+    tree = tiny_tree(write_corpus(tmp_path / "a.txt", 300), data={"steps_per_epoch": 8, "skip_batches": [[2, 4], [6, 7]]})
+    reference = check_resume(run_trainer, {"tree": tree, "task": "stream_lm"}, stops=[3, 5], fresh_process=False)
+    assert len(reference) == 8
+    straight = copy.deepcopy(tree)
+    del straight["data"]["skip_batches"]
+    straight["training"]["epochs"] = 2  # 11 steps: the 8 trained plus the 3 skipped
+    plain, _ = run_trainer({"tree": straight, "task": "stream_lm"}, None, 11)
+    assert [r["input_ids"].tobytes() for r in reference] == \
+        [r["input_ids"].tobytes() for i, r in enumerate(plain) if i not in (2, 3, 6)]
