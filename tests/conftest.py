@@ -1,6 +1,7 @@
 """Suite-wide settings: hypothesis without per-example deadlines (CI machines are small and shared), a clean source registry per test."""
 
 import os
+import secrets
 import tempfile
 
 import pytest
@@ -16,6 +17,14 @@ os.environ.setdefault("LLM_CACHE_DIR", tempfile.mkdtemp(prefix="llm-test-cache-"
 keep_on_loopback()
 # Ray clusters the tests start send no usage reports (docs/items.md); the engine sets it too.
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+# Ray's driver swaps 127.0.0.1 for the machine's network address ("so other nodes can reach it") unless
+# its multi-node switch is off, as it is on macOS; off, every Ray address the tests use stays on loopback.
+# The raylets of tests/ray_nodes.py turn it back on for themselves (a second node needs it).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+# Every Ray cluster of the suite authenticates with a token of this run, set before Ray is imported, so
+# the driver, local clusters and the raylets of tests/ray_nodes.py agree whatever ~/.ray holds.
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 settings.register_profile("llm", deadline=None, max_examples=60)
 settings.load_profile("llm")
@@ -33,10 +42,11 @@ def _isolated_source_registry():
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A local Ray cluster of 2 CPUs for one test module (~10-20 s to start on 2 cores)."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm-stream-data[ray]' (the dev extra has it)")
-    from llm.data.shards.jobs.ray import start_local
+    """A Ray cluster of two raylets on this machine, one CPU each, for one test module (tests/ray_nodes.py)."""
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm-stream-data[ray]' (the dev extra has it)")
+    from tests.ray_nodes import TwoRayletCluster
 
-    start_local(num_cpus=2)
-    yield
-    ray.shutdown()
+    cluster = TwoRayletCluster()
+    cluster.start()
+    yield cluster
+    cluster.stop()

@@ -71,6 +71,33 @@ def _zstd_squares(cwd: Path, out: str) -> None:
     assert StreamingDataset(str(cwd / "my_optimized_dataset"))[:] == [(i, i**2) for i in range(100)]
 
 
+def _merged(cwd: Path, out: str) -> None:
+    from llm.data import StreamingDataset
+
+    assert out.strip().splitlines()[-1] == "1000"
+    index = json.loads((cwd / "merged_fast_data" / "index.json").read_text())
+    parts = [json.loads((cwd / f"fast_data_{k}" / "index.json").read_text()) for k in range(1, 5)]
+    assert [s["checksum"] for s in index["shards"]] == [s["checksum"] for p in parts for s in p["shards"]]
+    assert sorted(s["index"] for s in StreamingDataset(str(cwd / "merged_fast_data"))) == sorted(list(range(250)) * 4)
+
+
+_USE_CUSTOM_ENCRYPTION = """
+if __name__ == "__main__":
+    from llm.data import StreamingDataset, optimize
+
+    optimize(fn=lambda i: {"i": i}, inputs=list(range(20)), output_dir="custom_encrypted", num_workers=0,
+             encryption=CustomEncryption(), progress=False)
+    print(StreamingDataset("custom_encrypted", encryption=CustomEncryption())[:][-1])
+"""
+
+
+def _custom_encryption(cwd: Path, out: str) -> None:
+    assert out.strip().splitlines()[-1] == "{'i': 19}"
+    index = json.loads((cwd / "custom_encrypted" / "index.json").read_text())
+    assert index["encryption"] == {"class": "__main__.CustomEncryption", "algorithm": "CustomEncryption",
+                                   "level": "chunk"}
+
+
 def _prints(expected: str) -> Callable[[Path, str], None]:
     def check(cwd: Path, out: str) -> None:
         assert out.strip().splitlines()[-1] == expected
@@ -96,15 +123,13 @@ RUNNABLE = [
     Snippet("03", setup=_images, prefix="import os\n", check=_resized),
     Snippet("16", check=_prints(str(list(range(0, 1000, 2))))),
     Snippet("17", check=_prints("[1.0, 0.5, 0.25]")),
-    Snippet("19", check=_prints("1000"),
-            xfail="merge_datasets is not in llm.data (ImportError); smallest fix: a merge that concatenates "
-                  "the manifests of same-layout folders into a new index.json and copies or links their shards"),
+    Snippet("19", check=_merged),
     Snippet("23"),  # the snippet asserts its own result: 200 items, (i, i**2) in order
     Snippet("26", check=_zstd_squares),
     Snippet("33", setup=_network_drive, replace={"/data/shared-drive/some-data": "{cwd}/some-data"},
             suffix="print(len(dataset), dataset[3])\n", check=_prints("10 3")),
-    Snippet("38", xfail="llm.data has no Encryption base class (ImportError): we do not encrypt shards; smallest "
-                        "fix: an Encryption ABC (encrypt/decrypt bytes) applied per item by the writer and readers"),
+    # the block only defines the class; the suffix writes and reads a dataset with it (index.json names it)
+    Snippet("38", suffix=_USE_CUSTOM_ENCRYPTION, check=_custom_encryption),
 ]
 
 _CLOUD = "needs an S3 bucket and credentials (s3:// input)"

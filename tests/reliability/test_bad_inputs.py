@@ -21,17 +21,21 @@ import yaml
 from llm.cli.data import main as data_main
 from llm.data import (
     CombinedStreamingDataset,
+    FernetEncryption,
     ItemsLoader,
     StreamingDataLoader,
     StreamingDataset,
     TokensLoader,
+    merge_datasets,
     optimize,
     train_test_split,
 )
 from llm.data.config import DataConfig, DatasetEntry
 from llm.data.sft.prompts import ChatTemplateError
 from llm.data.sft.stream import StreamingSFTDataModule
+from llm.data.shards.format.encryption import EncryptionError
 from llm.data.shards.format.manifest import INDEX_NAME
+from llm.data.shards.format.pread import ShardError
 from llm.data.shards.format.serializers import StructureError, UnpicklableItem
 from llm.data.shards.format.validate import ManifestError
 from llm.data.shards.jobs.map import map as map_items
@@ -141,8 +145,31 @@ def _state_edited(c: Ctx, **edit: Any) -> None:
     loader.load_state_dict({k: v for k, v in state.items() if v is not None})
 
 
-def _combined(c: Ctx, weights: Any) -> CombinedStreamingDataset:
-    return CombinedStreamingDataset([c.dataset(), c.dataset(seed=3)], weights=weights)
+def _combined(c: Ctx, weights: Any, **kw: Any) -> CombinedStreamingDataset:
+    return CombinedStreamingDataset([c.dataset(), c.dataset(seed=3)], weights=weights, **kw)
+
+
+def _schedule(*points: tuple[int, list[float]]) -> list[dict]:
+    return [{"step": step, "weights": weights} for step, weights in points]
+
+
+def _text_mix(c: Ctx, name: str, **data: Any) -> Any:
+    """A two-entry text mixture's YAML with these mixing keys, loaded."""
+    return load_config(_yaml(c, name, {"data": {"datasets": [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}],
+                                                "streaming_dataset_mixing_strategy": "weighted", **data}}))
+
+
+def _merge_kinds(c: Ctx) -> None:
+    items = c.fresh("items")
+    optimize(lambda i: {"i": i}, [1, 2], items, num_workers=0, progress=False)
+    merge_datasets([c.ds, items], c.fresh("merged"))
+
+
+def _encrypted(c: Ctx, password: str | None) -> Any:
+    """A dataset encrypted with one password, read with `password` (None: no key)."""
+    folder = c.fresh("secret")
+    optimize(lambda i: {"i": i}, [1, 2], folder, num_workers=0, progress=False, encryption=FernetEncryption("one"))
+    return StreamingDataset(folder, encryption=FernetEncryption(password) if password else None)[0]
 
 
 def _edited_manifest(c: Ctx) -> StreamingDataset:
@@ -280,6 +307,28 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
     ("train-skip-range-empty", lambda c: train_main(["--task", "stream_lm", "--config-path", _text_yaml(
         c, "t5.yaml", steps_per_epoch=2, skip_batches=[[0, 1], [7, 7]])]), Exit("llm-train"),
      "data.skip_batches[1] [7, 7] is empty"),
+    ("text-schedule-wrong-length", lambda c: _text_mix(c, "s1.yaml", streaming_mixing_schedule=_schedule(
+        (0, [1.0]))), ConfigError, "{root}/s1.yaml: streaming_mixing_schedule[0].weights is [1.0]: 1 weights for 2"),
+    ("text-schedule-nan", lambda c: _text_mix(c, "s2.yaml", streaming_mixing_schedule=_schedule(
+        (0, [0.5, 0.5]), (9, [float("nan"), 1.0]))), ConfigError,
+     "streaming_mixing_schedule[1].weights is [nan, 1.0], but nan is not a finite number"),
+    ("text-schedule-inf", lambda c: _text_mix(c, "s3.yaml", streaming_mixing_schedule=_schedule(
+        (0, [float("inf"), 1.0]))), ConfigError, "streaming_mixing_schedule[0].weights is [inf, 1.0]"),
+    ("text-schedule-negative", lambda c: _text_mix(c, "s4.yaml", streaming_mixing_schedule=_schedule(
+        (0, [1.5, -0.5]))), ConfigError, "but -0.5 is not a finite number >= 0"),
+    ("text-schedule-steps-out-of-order", lambda c: _text_mix(c, "s5.yaml", streaming_mixing_schedule=_schedule(
+        (0, [0.5, 0.5]), (500, [0.2, 0.8]), (100, [0.9, 0.1]))), ConfigError,
+     "streaming_mixing_schedule[2].step is 100 but streaming_mixing_schedule[1] is at step 500"),
+    ("text-mixing-unit-unknown", lambda c: _text_mix(c, "s6.yaml", streaming_mixing_weights=[0.5, 0.5],
+                                                     streaming_mixing_unit="bytes"), ConfigError,
+     "streaming_mixing_unit 'bytes' is not known"),
+    ("combined-schedule-wrong-length", lambda c: _combined(c, None, schedule=_schedule((0, [1.0, 1.0, 1.0]))),
+     ValueError, "schedule[0].weights is [1.0, 1.0, 1.0]: 3 weights for 2 datasets"),
+    ("combined-schedule-nan", lambda c: _combined(c, None, schedule=_schedule((0, [1.0, float("nan")]))),
+     ValueError, "schedule[0].weights is [1.0, nan]"),
+    ("combined-schedule-steps-out-of-order", lambda c: _combined(c, None, schedule=_schedule(
+        (0, [1, 1]), (10, [1, 2]), (10, [2, 1]))), ValueError, "schedule[2].step is 10 but schedule[1] is at step 10"),
+    ("combined-unit-unknown", lambda c: _combined(c, None, unit="bytes"), ValueError, "unit='bytes' is not known"),
     ("text-missing-local-file", lambda c: _text_stream(c, c.root / "nope.txt"), InputError, "{root}/nope.txt"),
     ("text-cut-gz", lambda c: _text_stream(c, c.root / "cut.jsonl.gz"), InputError,
      "{root}/cut.jsonl.gz: truncated or corrupt gzip stream"),
@@ -309,6 +358,15 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
      "checkpoint no-such-run does not exist"),
     ("generate-folder-without-checkpoint", lambda c: generate_main(["--checkpoint", "empty"]), Exit("llm-generate"),
      ("empty", "--checkpoint")),
+    # merge_datasets, encryption, val_set_size
+    ("merge-different-kinds", _merge_kinds, ValueError, ("cannot merge {ds} and {root}/fresh/items", "kind differs")),
+    ("encrypted-read-without-key", lambda c: _encrypted(c, None), EncryptionError,
+     "{root}/fresh/secret is encrypted (llm.data.FernetEncryption); pass encryption="),
+    ("encrypted-read-with-wrong-key", lambda c: _encrypted(c, "two"), ShardError,
+     ("{root}/fresh/secret/shard-", "does not decrypt with the fernet key given")),
+    ("train-val-set-size-holds-out-everything", lambda c: train_main(["--task", "sft", "--config-path", _axolotl(
+        c, "ax3.yaml", streaming=False, val_set_size=2)]), Exit("llm-train"),
+     "val_set_size=2 holds out 2 of the 2 records of datasets {root}/sft.jsonl"),
 ]
 
 

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
+from llm.data.stage import StateError
+from llm.data.text.errors import InputError
 from llm.training.core.axolotl import VAL_STREAMING, axolotl_task
 from llm.training.core.axolotl_pretrain import STREAM_EPOCH_STEPS
 from llm.training.core.loading import ConfigError, build_config
+from llm.training.tasks.sft import SftData
 from llm.training.train import main
 from llm.training.trainer import Trainer
+from tests.resume import check_resume, take_steps
 from tests.training.test_sft import axolotl_tree, write_alpaca
 from tests.training.test_trainer import REPO
 
@@ -119,12 +125,87 @@ def test_val_set_size_with_streaming_logs_what_axolotl_logs(tmp_path):
     build_config(pretrain_tree(write_text(tmp_path / "t.jsonl"), tmp_path / "o", val_set_size=0.05), warn=warned.append)
     assert warned == [VAL_STREAMING]
     tree = axolotl_tree(write_alpaca(tmp_path / "a.jsonl", 20), tmp_path / "o", streaming=False, val_set_size=0.1)
-    with pytest.raises(ConfigError, match=r"does not support \(val_set_size=0.1 without streaming \(put held-out "
-                                          r"records in test_datasets: \[\{path, type\}\]\)\)"):
-        build_config(tree)
     warned.clear()
-    build_config({**tree, "val_set_size": 0}, warn=warned.append)  # Axolotl's "no split": nothing to say
+    assert build_config(tree, warn=warned.append).data.val_set_size == 0.1 and warned == []  # a real split
+    assert build_config({**tree, "val_set_size": 0}, warn=warned.append).data.val_set_size == 0  # Axolotl's "none"
     assert warned == []
+
+
+def decoded(rows: torch.Tensor) -> list[str]:
+    """The trained-on bytes of each row (the `simple` tokenizer is bytes): an alpaca record's output."""
+    return [bytes(int(x) for x in row if 0 <= x < 256).decode() for row in rows]
+
+
+def held_out_run(tmp_path: Path, records: int = 38, seed: int = 1, **keys) -> tuple[Trainer, list[str]]:
+    """A val_set_size run of 2 epochs over `records` alpaca records; the outputs of every trained row."""
+    tree = axolotl_tree(write_alpaca(tmp_path / "a.jsonl", records), tmp_path / "out", streaming=False, num_epochs=2,
+                        eval_steps=4, **keys)
+    del tree["max_steps"]
+    tree["training"]["seed"] = seed
+    trainer = Trainer(build_config(tree), "sft", log=lambda _: None)
+    trained: list[str] = []
+    trainer.callbacks.append(lambda t, batch, loss: trained.extend(decoded(batch["labels"])))
+    return trainer, trained
+
+
+def test_val_set_size_without_streaming_holds_out_records_never_trained_on(tmp_path):
+    trainer, trained = held_out_run(tmp_path, val_set_size=0.1, dataset_processes=2)
+    result = trainer.fit()
+    held = [t for b in trainer.val.batches for t in decoded(b["labels"]) if t]
+    every = {str(i) for i in range(38)}
+    assert len(held) == len(set(held)) == 4  # ceil(0.1 x 38), as HF's train_test_split
+    assert set(held) <= every and not set(held) & set(trained)  # no validation record in any training batch
+    per_epoch = [t for t in trained if t]
+    assert sorted(per_epoch, key=int) == sorted([*(every - set(held))] * 2, key=int)  # the rest, once an epoch
+    assert trainer.steps_per_epoch == 9 and result.steps == 18  # ceil(34 / 4) per epoch
+    # at eval_steps 4, 8, 12, 16 and each epoch's end (9, 18)
+    assert len(result.val_losses) == 6 and all(math.isfinite(v) for v in result.val_losses)
+
+
+def test_val_set_size_draws_by_the_seed_a_fraction_or_a_count(tmp_path):
+    def held(**keys) -> set[str]:
+        trainer, _ = held_out_run(tmp_path, **keys)
+        return {t for b in trainer.val.batches for t in decoded(b["labels"]) if t}
+
+    first = held(val_set_size=5, seed=3)
+    assert len(first) == 5 and held(val_set_size=5, seed=3) == first  # a count; the same every time
+    assert held(val_set_size=5, seed=4) != first  # the seed draws them
+    with pytest.raises(InputError, match=r"val_set_size=38 holds out 38 of the 38 records of datasets .*a\.jsonl"):
+        held(val_set_size=38)
+    with pytest.raises(ValueError, match="the val_set_size split has no record with a token to train on within "
+                                         "sequence_len=128; raise sequence_len"):  # alpaca's prompt is 232 bytes
+        held(val_set_size=5, sequence_len=128)
+    with pytest.raises(ConfigError, match="non-zero val_set_size should not be used with test_datasets"):
+        held(val_set_size=0.1, test_datasets=[{"path": str(tmp_path / "a.jsonl"), "type": "alpaca"}])
+
+
+def run_held_out(config: dict, state: dict | None, steps: int | None) -> tuple[list, dict]:
+    """tests/resume.py's pipeline: the training side of a val_set_size split, two epochs in all (as the trainer,
+    the state carries the steps taken)."""
+    data = SftData(build_config(config), rank=0, world_size=1)
+    taken = 0
+    if state is not None:
+        data.load_state_dict(state["data"])
+        taken = state["taken"]
+    left = 2 * data.steps_per_pass - taken
+    out = take_steps(data.batches(), left if steps is None else min(steps, left))
+    return out, {"data": data.state_dict(), "taken": taken + len(out)}
+
+
+def test_val_set_size_split_is_the_same_after_a_resume(tmp_path):
+    tree = axolotl_tree(write_alpaca(tmp_path / "a.jsonl", 30), tmp_path / "o", streaming=False, val_set_size=0.2,
+                        dataset_processes=2)
+    del tree["max_steps"]
+    reference = check_resume(run_held_out, tree, stops=[2, 7])  # token for token, in fresh processes
+    trained = {t for step in reference for t in decoded(torch.from_numpy(step["labels"])) if t}
+    assert len(reference) == 12 and len(trained) == 24  # 30 records, 6 held out, 4 a step: 2 epochs of 6 steps
+    # on another topology the rows regroup (a worker's last batch may be short), but never reach a held-out record
+    head, state = run_held_out(tree, None, 3)
+    tail, _ = run_held_out({**tree, "dataset_processes": 0}, state, None)
+    assert {t for step in head + tail for t in decoded(torch.from_numpy(step["labels"])) if t} == trained
+    moved = {**tree, "val_set_size": 0.3}
+    with pytest.raises(StateError, match=r"held_out.val_set_size: 0.2 -> 0.3"):  # another split is refused
+        run_held_out(moved, state, 1)
 
 
 def test_datasets_stream_only_on_request_as_in_axolotl(tmp_path):
@@ -145,8 +226,7 @@ def test_every_key_llm_train_lacks_is_named_in_one_run(tmp_path):
     assert ("Axolotl keys llm-train does not support (base_model, model_type, tokenizer_type, load_in_8bit, "
             "pad_to_sequence_len, adapter, lora_r, lora_alpha, lora_dropout, lora_target_linear, "
             "lora_target_modules, wandb_project, gradient_checkpointing, flash_attention, evals_per_epoch, "
-            "saves_per_epoch, special_tokens, val_set_size=0.05 without streaming (put held-out records in "
-            "test_datasets: [{path, type}]))") in message
+            "saves_per_epoch, special_tokens)") in message
     assert "unknown key 'learning_rat' in the top level" in message and "did you mean 'learning_rate'?" in message
     assert "--ignore-unsupported" in message and "\n" not in message
     assert "field_instructoin" not in message  # the entries are fine here: see the next test
@@ -177,8 +257,7 @@ def test_ignore_unsupported_runs_with_a_warning(tmp_path, monkeypatch, capsys):
     assert warned == ["config: ignoring Axolotl keys llm-train does not support: base_model, model_type, "
                       "tokenizer_type, load_in_8bit, pad_to_sequence_len, adapter, lora_r, lora_alpha, lora_dropout, "
                       "lora_target_linear, lora_target_modules, wandb_project, gradient_checkpointing, flash_attention, "
-                      "evals_per_epoch, saves_per_epoch, special_tokens, val_set_size=0.05 without streaming (put "
-                      "held-out records in test_datasets: [{path, type}])"]
+                      "evals_per_epoch, saves_per_epoch, special_tokens"]
     tc = config.training
     assert (tc.lr, tc.amp_dtype, tc.seed, tc.epochs, tc.warmup_steps, tc.weight_decay) == (2e-4, "bf16", 7, 1, 1, 0.0)
     assert (tc.log_interval_steps, config.data.max_seq_len, tc.batch_size, tc.max_steps) == (1, 512, 2, None)
@@ -188,7 +267,7 @@ def test_ignore_unsupported_runs_with_a_warning(tmp_path, monkeypatch, capsys):
     cfg.write_text(yaml.safe_dump(tree))
     assert main(["--config-path", str(cfg), "--ignore-unsupported"]) == 0
     assert "llm-train: warning: " in capsys.readouterr().err
-    assert (tmp_path / "out" / "step_10").is_dir()  # 20 records, 2 per step
+    assert (tmp_path / "out" / "step_10").is_dir()  # 20 records, 1 held out (val_set_size 0.05), 2 per step
 
 
 @pytest.mark.parametrize(("keys", "expected"), [

@@ -113,3 +113,18 @@ def test_kill_9_during_save_leaves_previous_checkpoint_loadable(tmp_path: Path) 
         # a later save cleans up the killed save's temporary folder
         save_checkpoint(root, step + 100, _payload(step + 100))
         assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_a_key_newer_than_the_checkpoint_is_a_change_only_when_set_off_its_default() -> None:
+    """A checkpoint written before a config key existed ran with that key's default."""
+    from llm.training.checkpoint import config_changes
+    from llm.training.core.config import TrainConfig
+
+    defaults = TrainConfig().model_dump(mode="json")
+    saved = TrainConfig().model_dump(mode="json")
+    del saved["data"]["val_set_size"]  # an older checkpoint's config: the key did not exist yet
+    current = TrainConfig().model_dump(mode="json")
+    assert config_changes(saved, current, 1, 1, defaults) == []
+    assert config_changes(saved, current, 1, 1) != []  # without the defaults it reads as a change
+    current["data"]["val_set_size"] = 0.1
+    assert config_changes(saved, current, 1, 1, defaults) == ["data.val_set_size: '(absent)' -> 0.1"]

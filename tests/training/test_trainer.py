@@ -202,3 +202,31 @@ def test_validation_and_max_steps(tmp_path: Path) -> None:
     assert result.val_losses[-1] < result.val_losses[0] < 6.0
     assert any("val_loss" in line for line in logs)
     assert any(line.startswith("trained 30 steps") and "tokens/s" in line for line in logs)
+
+
+def test_max_steps_is_the_total_when_the_python_trainer_resumes_a_finished_run(tmp_path: Path) -> None:
+    """Trainer (not only llm-train) reads max_steps as the total: a finished run trains nothing more."""
+    torch.set_num_threads(1)
+    corpus = write_corpus(tmp_path / "demo.txt")
+    run = tmp_path / "run"
+    tree = tiny_tree(corpus, data={"steps_per_epoch": 4}, training={"epochs": 3, "max_steps": 6},
+                     checkpoint={"checkpoint_dir": str(run)})
+    first = Trainer(build_config(tree), "lm", log=lambda _: None)
+    assert first.fit().steps == 6
+    first.close()
+    finished = str(first.last_checkpoint)
+
+    logs: list[str] = []
+    again = Trainer(build_config({**tree, "checkpoint": {"checkpoint_dir": str(run), "resume_from_checkpoint": finished}}),
+                    "lm", log=logs.append)
+    assert again.total_steps == 6 and again.fit().steps == 0  # before the fix: 6 more steps
+    assert any("nothing to train" in line for line in logs)
+    again.close()
+
+    further = {**tree, "training": {**tree["training"], "max_steps": 9},
+               "checkpoint": {"checkpoint_dir": str(run), "resume_from_checkpoint": finished}}
+    more = Trainer(build_config(further), "lm", log=lambda _: None)
+    assert more.total_steps == 9 and more.step == 6
+    more.fit()
+    assert more.step == 9
+    more.close()

@@ -214,6 +214,8 @@ def info_lines(manifest, folder: str) -> list[str]:
     else:
         rows += [("items", f"{totals['items']:,}")]
     rows += [("on disk", _size(on_disk)), ("compression", compression)]
+    if manifest.encryption:  # whole shards (format/encryption.py): readers need the key
+        rows.append(("encryption", f"{manifest.encryption.get('class')} ({manifest.encryption.get('level')} level)"))
     if manifest.dtype:
         rows.append(("dtype", manifest.dtype))
     if manifest.tokenizer:
@@ -269,7 +271,8 @@ def _verify(dataset: str) -> None:
         print(f"llm-data: verify: {e}", file=sys.stderr)
         raise SystemExit(1) from None
     manifest = verify_any(dataset)
-    print(f"verify: {plural(len(manifest.shards), 'shard')} OK in {dataset}")
+    keyless = " (encrypted: sizes and checksums of the stored bytes; no key, so no layout check)" if manifest.encryption else ""
+    print(f"verify: {plural(len(manifest.shards), 'shard')} OK in {dataset}{keyless}")
 
 
 def _train_tokenizer(args: argparse.Namespace) -> None:

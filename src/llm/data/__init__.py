@@ -27,6 +27,9 @@ _EXPORTS = {
     "MapError": "llm.data.shards.jobs.map",
     "OptimizeError": "llm.data.shards.prepare.optimize",
     "collate_items": "llm.data.shards.read.collate",
+    "Encryption": "llm.data.shards.format.encryption",
+    "FernetEncryption": "llm.data.shards.format.encryption",
+    "merge_datasets": "llm.data.shards.prepare.merge",
 }
 
 __all__ = sorted([*_EXPORTS, "optimize"])

@@ -16,7 +16,7 @@ from pydantic import (
 
 from llm.data.sft.settings import SFT_TYPES, DatasetEntry, SftStreamConfig
 from llm.data.text.dedup import check_hash_algo
-from llm.data.text.entries import SOURCE_KEYS, SourceEntry
+from llm.data.text.entries import SOURCE_KEYS, SourceEntry, entry_name, path_stem
 from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig, packing_keys
 
 __all__ = ["SFT_TYPES", "DataConfig", "DatasetEntry", "SourceEntry"]
@@ -68,6 +68,8 @@ class DataConfig(BaseModel):
     datasets: list[Annotated[Annotated[DatasetEntry, Tag("sft")] | Annotated[SourceEntry, Tag("source")],
                              Discriminator(_entry_kind)]] | None = None
     test_datasets: list[DatasetEntry] | None = None
+    # Axolotl's held-out split of the datasets' records without streaming: a fraction < 1 or a count
+    val_set_size: int | float = Field(default=0, ge=0)
     train_on_inputs: bool = False
     chat_template: str | None = None  # `type: chat_template` entries' default (Axolotl's top-level key)
     sample_packing: bool = False
@@ -75,6 +77,8 @@ class DataConfig(BaseModel):
     streaming_dataset_mixing_strategy: Literal["round_robin", "weighted", "random"] = "round_robin"
     streaming_mixing_weights: list[float] | None = None
     streaming_buffer_per_dataset: int = Field(default=1000, gt=0)
+    streaming_mixing_unit: str = "records"  # records | tokens: what a weight is a share of
+    streaming_mixing_schedule: list[Any] | None = None  # [{step, weights, interpolate?}]: weights by step
     # how text becomes blocks (stream_lm, pretraining_dataset, sft with sample_packing): greedy (None) | best_fit.
     # None when unset, so that checkpoints saved before these keys existed resume under the same config
     packing: str | None = None
@@ -124,9 +128,12 @@ class DataConfig(BaseModel):
             raise ValueError("seen_hashes_path is required when write_seen_hashes is true")
         self._check_extra_keys(SOURCE_REGISTRY.declared_keys(self.data_source))
         if self.datasets and len(self.datasets) > 1:
-            from llm.data.text.mixing import check_weights
+            from llm.data.text.mixing import check_schedule, check_unit, check_weights
 
-            check_weights(self.streaming_mixing_weights, len(self.datasets), self.streaming_dataset_mixing_strategy)
+            check_unit(self.streaming_mixing_unit)
+            n, strategy = len(self.datasets), self.streaming_dataset_mixing_strategy
+            if check_schedule(self.streaming_mixing_schedule, n, strategy, self.streaming_mixing_weights) is None:
+                check_weights(self.streaming_mixing_weights, n, strategy)
         return self
 
     def _check_extra_keys(self, allowed: frozenset[str] | None) -> None:
@@ -152,9 +159,15 @@ class DataConfig(BaseModel):
         return "simple" if self.tokenizer_type == "simple" else str(self.tokenizer_path)
 
     def mixture(self) -> MixtureConfig:
-        """How the `datasets:` entries mix."""
+        """How the `datasets:` entries mix (and each entry's name in the per-source accounting)."""
         return MixtureConfig(self.streaming_dataset_mixing_strategy, self.streaming_mixing_weights,
-                             self.streaming_buffer_per_dataset)
+                             self.streaming_buffer_per_dataset, unit=self.streaming_mixing_unit,
+                             schedule=self.streaming_mixing_schedule,
+                             names=tuple(entry_name(e) for e in self.datasets or ()))
+
+    def source_name(self) -> str:
+        """The name of a single (unmixed) source in the per-source accounting: its path's stem."""
+        return path_stem(self.dataset_path or self.dataset_name) or self.data_source
 
     def _stream_keys(self, seed: int) -> dict[str, Any]:
         return {

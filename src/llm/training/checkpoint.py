@@ -13,6 +13,7 @@ import torch
 
 from llm.data.storage.local import fsync_dir, write_file
 from llm.data.text.dedup import publish_seen_hashes
+from llm.data.text.source import FINGERPRINT_MISMATCH, fingerprint_diff
 from llm.training.core.loading import ConfigError
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -130,6 +131,7 @@ RESUMABLE_KEYS = (
     "training.epochs", "training.max_steps", "training.log_interval_steps", "training.val_interval_steps",
     "training.val_batches", "training.device", "training.compile", "data.num_workers",
     "data.val_dataset_path", "data.cache_dir", "data.skip_batches",  # skip ranges: checked by skip_ranges.py
+    "data.streaming_mixing_schedule",  # for steps not trained yet: the data state refuses a change to the past
 )
 
 
@@ -142,26 +144,50 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_changes(saved: dict[str, Any], current: dict[str, Any], saved_world: Any, world: int) -> list[str]:
-    """The config keys that differ from a checkpoint's, as `key: saved -> current`, minus RESUMABLE_KEYS."""
-    a, b = _flat(saved), _flat(current)
+def config_changes(saved: dict[str, Any], current: dict[str, Any], saved_world: Any, world: int,
+                   defaults: dict[str, Any] | None = None) -> list[str]:
+    """The config keys that differ from a checkpoint's, as `key: saved -> current`, minus RESUMABLE_KEYS.
+
+    A key the checkpoint lacks was added to the config after it was written: it ran with the key's
+    default, so only a value other than `defaults`' is a change.
+    """
+    a, b, d = _flat(saved), _flat(current), _flat(defaults or {})
     changes = []
     for key in sorted(set(a) | set(b)):
         if key in RESUMABLE_KEYS or key.startswith("checkpoint."):
             continue
         if key == "training.batch_size" and saved_world not in (None, world):
             continue
+        if key not in a and key in d and b.get(key) == d[key]:
+            continue
         if a.get(key) != b.get(key):
             changes.append(f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}")
     return changes
 
 
-def check_resume_config(ckpt: dict[str, Any], current: dict[str, Any], world: int) -> None:
-    """Refuse to resume a checkpoint under a config that changes the run (one sentence naming the keys)."""
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def check_data_fingerprint(expected: Any, actual: Any, where: str) -> None:
+    """Refuse a checkpoint written for other data, naming only the keys that differ (`max_seq_len: 128 -> 64`)."""
+    if _canonical(expected) != _canonical(actual):
+        differs = "; ".join(fingerprint_diff(json.loads(_canonical(expected)), json.loads(_canonical(actual))))
+        raise ValueError(
+            f"{FINGERPRINT_MISMATCH}: checkpoint {where} was written for other data: {differs} "
+            "(checkpoint -> this config); resume with the data config it was trained on"
+        )
+
+
+def check_resume_config(ckpt: dict[str, Any], current: dict[str, Any], world: int,
+                        defaults: dict[str, Any] | None = None) -> None:
+    """Refuse to resume a checkpoint under a config that changes the run (one sentence naming the keys).
+
+    `defaults`: the config's defaults, for keys newer than the checkpoint (see `config_changes`)."""
     saved = ckpt.get("config")
     if not isinstance(saved, dict):  # written before checkpoints stored their config
         return
-    changes = config_changes(saved, current, ckpt.get("world_size"), world)
+    changes = config_changes(saved, current, ckpt.get("world_size"), world, defaults)
     if changes:
         raise ConfigError(
             f"checkpoint {ckpt.get('path', '(in memory)')} was trained with another config: {'; '.join(changes)} "

@@ -3,7 +3,9 @@
 `metrics.jsonl` holds one JSON object per logged step (`step`, `epoch`, `loss`, `lr`, `tokens`,
 `tokens_per_s` (this call's tokens over its time, as in the log and the summary),
 `tokens_per_s_window` (since the previous record), `data_wait` (share of the step time spent
-waiting for the next batch), `elapsed_s`, `time`) and one per validation (`step`, `val_loss`).
+waiting for the next batch), `elapsed_s`, `time`; a mixture adds `tokens_by_source` and
+`samples_by_source`, {source name: count} of the whole job, source_metrics.py) and one per
+validation (`step`, `val_loss`).
 A fresh run starts the file over; a resumed run drops the records after its checkpoint's step
 and appends. With `tensorboard` installed (`pip install -e '.[tensorboard]'`) the same scalars
 go to `<run folder>/tensorboard` too.
@@ -108,6 +110,9 @@ class RunMeter:
             for key, value in values.items():
                 if isinstance(value, (int, float)) and key not in ("epoch",):
                     self._tb.add_scalar(key, value, step)
+                elif isinstance(value, dict):  # per-source counts: one curve per source (tokens_by_source/wiki)
+                    for name, count in value.items():
+                        self._tb.add_scalar(f"{key}/{name}", count, step)
 
     def _write(self, record: dict[str, Any]) -> None:
         # strict JSON: a non-finite value (a NaN loss) is written as null, never as a bare NaN

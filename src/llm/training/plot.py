@@ -1,4 +1,4 @@
-"""`llm-train plot RUN_DIR`: a PNG of a run's loss and throughput curves, from its metrics.jsonl."""
+"""`llm-train plot RUN_DIR`: a PNG of a run's loss and throughput curves (and a mixture's token shares), from its metrics.jsonl."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from llm.training.cli_help import HelpFormatter
 from llm.training.metrics import METRICS_FILE, RESUMED, read_metrics
+from llm.training.source_metrics import KEY, draw_shares
 
 EPILOG = """examples:
   llm-train plot checkpoints/demo                    # writes checkpoints/demo/metrics.png
@@ -59,7 +60,12 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("plotting needs matplotlib: pip install matplotlib (or pip install -e '.[dev]')") from None
-    fig, (ax_loss, ax_speed) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    mixture = any(isinstance(r.get(KEY), dict) for r in records)  # a third panel: each source's token share
+    fig, axes = plt.subplots(3 if mixture else 2, 1, figsize=(8, 9.5 if mixture else 6.5), sharex=True)
+    ax_loss, ax_speed = axes[0], axes[1]
+    if mixture:
+        draw_shares(axes[2], records)
+        axes[2].set_xlabel("step")
     if steps:
         ax_loss.plot(steps, loss, label="train loss")
     val_steps, val = _series(records, "val_loss")

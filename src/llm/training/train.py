@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from llm.data.text.readers import InputError
 from llm.training.cli_help import HelpFormatter, add_version
@@ -14,9 +13,6 @@ from llm.training.core.axolotl import axolotl_task
 from llm.training.core.config import TrainConfig
 from llm.training.core.loading import ConfigError, build_config, parse_override, read_yaml
 from llm.training.user_modules import import_user_modules, modules_to_import
-
-if TYPE_CHECKING:
-    from llm.training.trainer import Trainer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,14 +147,6 @@ def finished_line(config: TrainConfig) -> str | None:
             "(the total, as in Axolotl and Hugging Face); raise max_steps to train further")
 
 
-def end_at_max_steps(trainer: Trainer) -> None:
-    """A resumed run ends at max_steps, the total, not max_steps after a checkpoint that finished its schedule."""
-    max_steps = trainer.config.training.max_steps
-    if max_steps and trainer.resumed_from and trainer.total_steps > max_steps:
-        trainer.schedule.total = max_steps  # the fresh cosine cycle from the checkpoint's step ends there
-        trainer.log(f"max_steps {max_steps} is the total (as in Axolotl and Hugging Face): training to step {max_steps}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, load the config, train; a user mistake is one line on stderr and exit 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -193,7 +181,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from llm.training.trainer import Trainer
 
         trainer = Trainer(config, task, overwrite=args.overwrite)
-        end_at_max_steps(trainer)
         trainer.fit()
         trainer.close()
     except ConfigError as exc:

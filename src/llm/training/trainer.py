@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -14,8 +13,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from llm.data.text.source import FINGERPRINT_MISMATCH, fingerprint_diff
 from llm.training.checkpoint import (
+    check_data_fingerprint,
     check_resume_config,
     check_run_folder,
     load_checkpoint,
@@ -38,14 +37,11 @@ from llm.training.runtime import (
 )
 from llm.training.schedule import WarmupCosine, build_optimizer
 from llm.training.skip_ranges import SkipRanges
+from llm.training.source_metrics import tokens_by_source
 from llm.training.tasks import TrainData, build_task_data
 from llm.training.validation import ValidationSet, build_validation, evaluate
 
 Callback = Callable[["Trainer", dict, float], None]
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
 
 
 class Trainer:
@@ -211,17 +207,11 @@ class Trainer:
         is overwritten.
         """
         where = ckpt.get("path", "(in memory)")
-        expected, actual = ckpt.get("stream_source"), self.data.fingerprint()
-        if _canonical(expected) != _canonical(actual):
-            # only what differs (`max_seq_len: 128 -> 64`), not two whole dicts
-            differs = "; ".join(fingerprint_diff(json.loads(_canonical(expected)), json.loads(_canonical(actual))))
-            raise ValueError(
-                f"{FINGERPRINT_MISMATCH}: checkpoint {where} was written for other data: {differs} "
-                "(checkpoint -> this config); resume with the data config it was trained on"
-            )
+        check_data_fingerprint(ckpt.get("stream_source"), self.data.fingerprint(), where)
         if ckpt.get("task", self.task) != self.task:
             raise ValueError(f"checkpoint {where} was written by --task {ckpt['task']}, not --task {self.task}")
-        check_resume_config(ckpt, self.config.model_dump(mode="json"), self.env.world_size)
+        check_resume_config(ckpt, self.config.model_dump(mode="json"), self.env.world_size,
+                            defaults=type(self.config)().model_dump(mode="json"))
         skips = self.skips.check(ckpt.get("skip_batches"), where, int(ckpt["step"]))
         try:
             self.raw_model.load_state_dict(ckpt["model_state_dict"])
@@ -264,6 +254,12 @@ class Trainer:
             )
         self.schedule.cycle_start = cycle_start
         self.schedule.total = cycle_start + self.planned_steps
+        max_steps = self.config.training.max_steps
+        if max_steps is not None and self.schedule.total > max_steps:
+            # max_steps is the total, as in Axolotl and Hugging Face (the guide's epochs count from the resume).
+            self.schedule.total = max(max_steps, self.step)
+            self.log(f"max_steps {max_steps} is the total (as in Axolotl and Hugging Face): training to step "
+                     f"{self.schedule.total}" + (" (nothing to train)" if self.step >= max_steps else ""))
         self.schedule.warmup = self.config.training.warmup_steps
         self.schedule.min_ratio = self.config.training.min_lr_ratio
         for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
@@ -353,7 +349,8 @@ class Trainer:
                 self.log(step_line(self, mean_loss, epoch_end, stats))
                 lr = self.scheduler.get_last_lr()[0]
                 meter.record(self.step, epoch=self.epoch, loss=mean_loss, lr=lr, tokens=self.tokens_seen,
-                             **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"}, **self.skips.metrics())
+                             **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"},
+                             **tokens_by_source(self.data), **self.skips.metrics())  # a mixture's per-source counts (collective)
             if self.val is not None and (
                 epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
             ):

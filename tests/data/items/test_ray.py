@@ -24,6 +24,19 @@ def _item(i: int) -> dict:
     return {"x": np.full((4, 4), i, np.uint8), "label": i, "name": f"n{i}"}
 
 
+def _node_of_a_task(_: int) -> str:
+    import time
+
+    time.sleep(1)  # long enough that the two tasks overlap and need both nodes' CPUs
+    return ray.get_runtime_context().get_node_id()
+
+
+def test_the_cluster_has_two_raylets_and_tasks_run_on_both() -> None:
+    task = ray.remote(num_cpus=1)(_node_of_a_task)
+    nodes = ray.get([task.remote(i) for i in range(4)])
+    assert len(set(nodes)) == 2, "a task ran on each of the two raylets"
+
+
 @pytest.mark.parametrize("kind", ["tokens", "items"])
 def test_ray_writes_the_same_dataset_as_local(tmp_path: Path, kind: str) -> None:
     fn, loader = (_doc, TokensLoader()) if kind == "tokens" else (_item, None)
@@ -44,13 +57,11 @@ def _dies_once(i: int) -> dict:
     return _item(i)
 
 
-def test_a_killed_ray_worker_is_retried_and_every_item_is_there_once(tmp_path: Path, monkeypatch) -> None:
+def test_a_killed_ray_worker_is_retried_and_every_item_is_there_once(tmp_path: Path, ray_cluster) -> None:
     marker = tmp_path / "marker"
-    monkeypatch.setenv("LLM_TEST_RAY_MARKER", str(marker))
-    ray.shutdown()  # the env var must reach the workers of a fresh cluster
-    from llm.data.shards.jobs.ray import start_local
-
-    start_local(num_cpus=2)
+    ray.shutdown()  # reconnect as a job whose workers get the marker's path
+    ray.init(address=ray_cluster.address, logging_level="ERROR", log_to_driver=False,
+             runtime_env={"env_vars": {"LLM_TEST_RAY_MARKER": str(marker)}})
     optimize(_dies_once, list(range(40)), tmp_path / "ds", num_workers=2, chunk_size=3, engine="ray", progress=False)
     assert marker.read_text() == "killed"
     ds = StreamingDataset(tmp_path / "ds")

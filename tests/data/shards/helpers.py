@@ -58,7 +58,7 @@ def run_loader(config: dict, state: dict | None, steps: int | None) -> tuple[lis
     """check_resume's `run`: world_size ranks in lockstep in one process; a step is the global batch."""
     ds = StreamingDataset(
         config["path"], item_loader=TokensLoader(block_size=config["block"]), shuffle=config.get("shuffle", True), seed=7,
-        shuffle_window=config.get("window"),
+        shuffle_window=config.get("window"), encryption=config.get("encryption"),
     )
     world, workers = config.get("world", 1), config.get("workers", 0)
     loaders = [

@@ -174,7 +174,8 @@ def dedup_module(config: dict, seen: Path) -> StreamingTextDataModule:
     entries = [{"data_source": "dedup_local", "dataset_path": a}, {"data_source": "dedup_local", "dataset_path": b},
                {"dataset_path": c}]
     data = DataConfig(datasets=entries, max_seq_len=16, num_workers=config["workers"], seen_hashes_path=str(seen),
-                      write_seen_hashes=True, streaming_dataset_mixing_strategy="round_robin")
+                      write_seen_hashes=True, streaming_dataset_mixing_strategy="round_robin",
+                      streaming_mixing_unit=config.get("unit", "records"))
     return StreamingTextDataModule(data, batch_size=4, loop=False)
 
 
@@ -200,8 +201,9 @@ def run_dedup_mix(config: dict, state: dict | None, steps: int | None):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_dedup_entries_share_one_seen_set_and_resume_exactly(tmp_path):
-    config = {"paths": write_overlapping(tmp_path / "text"), "dir": str(tmp_path), "workers": 0}
+@pytest.mark.parametrize("unit", ["records", "tokens"])
+def test_dedup_entries_share_one_seen_set_and_resume_exactly(tmp_path, unit):
+    config = {"paths": write_overlapping(tmp_path / "text"), "dir": str(tmp_path), "workers": 0, "unit": unit}
     ref = check_resume(run_dedup_mix, config, stops=[0, 4, 9], fresh_process=False)
     # counted by EOS: 40 shared + 20 + 20 distinct dedup records, and all 15 plain ones (repeats kept)
     assert sum(int((s["labels"] == 256).sum()) for s in ref) == 40 + 20 + 20 + 15

@@ -16,6 +16,7 @@ from typing import Any
 from llm.data.sft.collator import BatchRecordError, StreamingDataCollator
 from llm.data.sft.prompts import prompter_for
 from llm.data.text.best_fit import BestFitPacker, sample_slots
+from llm.data.text.entries import entry_name
 from llm.data.text.errors import InputError
 from llm.data.text.hf import HFStreamTextSource
 from llm.data.text.local import LocalLineTextSource
@@ -30,6 +31,7 @@ class RecordCursor:
         cursor = cursor or {}
         self.offset = int(cursor.get("offset", 0))
         self.records = int(cursor.get("records", 0))
+        self.tokens = int(cursor.get("tokens", 0))  # the samples' tokens, for a mixture of token shares
         self.done = bool(cursor.get("done", False))
 
     def feed(self, sample: Any, offset_after: int) -> Iterator[Any]:
@@ -38,6 +40,7 @@ class RecordCursor:
             raise InputError(f"{sample.entry}: the record at {where(sample.path, self.records + 1, offset_after)} "
                              f"{sample.reason}")
         self.offset, self.records = offset_after, self.records + 1
+        self.tokens += sample_tokens(sample)
         if sample is not None:
             yield sample
 
@@ -46,7 +49,13 @@ class RecordCursor:
         return iter(())
 
     def cursor(self) -> dict:
-        return {"offset": self.offset, "records": self.records, "token_buffer": [], "skip": 0, "done": self.done}
+        return {"offset": self.offset, "records": self.records, "tokens": self.tokens, "token_buffer": [],
+                "skip": 0, "done": self.done}
+
+
+def sample_tokens(sample: Any) -> int:
+    """A sample's tokens (its input_ids); 0 for a record with nothing to train on."""
+    return len(sample[0]) if isinstance(sample, tuple) else 0
 
 
 class BestFitRecords(BestFitPacker):
@@ -65,7 +74,7 @@ class BestFitRecords(BestFitPacker):
         if isinstance(sample, BadRecord):
             raise InputError(f"{sample.entry}: the record at {where(sample.path, self.records + 1, offset_after)} "
                              f"{sample.reason}")
-        self._consumed(offset_after)
+        self._consumed(offset_after, sample_tokens(sample))
         if sample is not None:  # truncated to max_length already: a sample always fits a row
             yield from self._add(sample)
 
@@ -142,6 +151,14 @@ class SftSamples:
             return self.collators[0].collate_rows(rows)
         return self.collators[0].collate(rows)
 
+    def tokens(self, item: Any) -> int:
+        """The tokens a record adds to the stream (a mixture's token shares count these)."""
+        return sample_tokens(item)
+
+    def row_tokens(self, row: Any) -> int:
+        """A row's tokens in the per-source accounting: the sample's input_ids (best fit: its samples')."""
+        return sum(len(sample[0]) for sample in row) if self.packing_buffer else sample_tokens(row)
+
 
 def is_local(path: str) -> bool:
     """Axolotl's rule: a dataset `path` that exists here (file, folder or glob) is local, else a hub id."""
@@ -208,6 +225,11 @@ class StreamingSFTDataModule(StreamingTextDataModule):
                              "set sample_packing: true, or leave packing out")
 
     piece_slots = staticmethod(sample_slots)
+
+    def _source_names(self) -> list[str]:
+        if len(self.entries) == 1:  # one entry: no mixture to name it
+            return [entry_name(self.entries[0])]
+        return super()._source_names()
 
     def batch_format(self) -> SftSamples:
         return SftSamples(self.collators, self.entry_names, self.settings.best_fit_buffer())

@@ -108,8 +108,13 @@ class OpenBlocks:
         return blocks
 
 
-def check_open_blocks(partitions: dict, capacity: int, limit: int, size: Callable[[Any], int]) -> None:
-    """Every cursor's open blocks: at most `limit`, each within `capacity` slots; StateError naming the partition."""
+def check_open_blocks(partitions: dict, capacity: int, limit: int | None, size: Callable[[Any], int]) -> None:
+    """Every cursor's open blocks: at most `limit`, each within `capacity` slots; StateError naming the partition.
+
+    `limit` None: greedy packing, whose cursors hold no open blocks (nothing to check).
+    """
+    if limit is None:
+        return
     for key, cursor in partitions.items():
         _check_blocks(key, cursor.get("open_blocks", []), capacity, limit, size)
 
@@ -150,6 +155,7 @@ class BestFitPacker:
         cursor = cursor or {}
         self.offset = int(cursor.get("offset", 0))
         self.records = int(cursor.get("records", 0))
+        self.tokens = int(cursor.get("tokens", 0))  # the records' tokens, for a mixture of token shares
         self.skip = int(cursor.get("skip", 0))
         self.done = bool(cursor.get("done", False))
         self.draining = bool(cursor.get("draining", False))  # the open blocks are final: the partition ended
@@ -157,7 +163,7 @@ class BestFitPacker:
         self.final = blocks if self.draining else []  # the partition's last blocks, repacked, not out yet
         self.open = OpenBlocks(capacity, buffer, [] if self.draining else
                                [(p, r, sum(map(self.slots, p))) for p, r in blocks])
-        self._anchor = (self.offset, self.records)
+        self._anchor = (self.offset, self.records, self.tokens)
 
     def slots(self, piece: Any) -> int:
         raise NotImplementedError
@@ -169,26 +175,26 @@ class BestFitPacker:
         return piece
 
     def cursor(self) -> dict:
-        offset, records = self._anchor
+        offset, records, tokens = self._anchor
         blocks = [list(raws) for _, raws in self.final] if self.draining else self.open.raw_blocks()
-        return {"offset": offset, "records": records, "token_buffer": [], "skip": self.skip, "done": self.done,
+        return {"offset": offset, "records": records, "tokens": tokens, "token_buffer": [], "skip": self.skip, "done": self.done,
                 "draining": self.draining, "open_blocks": blocks}
 
     def _add(self, piece: Any) -> list[list[Any]]:
         """Place one piece; the blocks that go out (lists of pieces)."""
         return self.open.add(piece, self.dump_piece(piece), self.slots(piece))
 
-    def _consumed(self, offset_after: int) -> None:
-        """The record is fed whole: the cursor moves after it."""
-        self.offset, self.records = offset_after, self.records + 1
-        self._anchor, self.skip = (self.offset, self.records), 0
+    def _consumed(self, offset_after: int, tokens: int) -> None:
+        """The record (of `tokens` tokens) is fed whole: the cursor moves after it."""
+        self.offset, self.records, self.tokens = offset_after, self.records + 1, self.tokens + tokens
+        self._anchor, self.skip = (self.offset, self.records, self.tokens), 0
 
     def finish(self) -> Iterator[list[Any]]:
         """The partition ended: its open blocks, repacked, go out; the cursor carries those not yet out."""
         if not self.draining:
             self.final = self.open.repack(self.slots)
             self.draining = True
-        self._anchor, self.skip = (self.offset, self.records), 0
+        self._anchor, self.skip = (self.offset, self.records, self.tokens), 0
         self.done = not self.final
         while self.final:
             pieces, _ = self.final.pop(0)
@@ -219,7 +225,7 @@ class BestFitCutter(BestFitPacker):
         data[:n] = ids
         data[n] = self.eos
         if n < L and not self.skip:  # the common case: a whole document, packed
-            self._consumed(offset_after)
+            self._consumed(offset_after, n + 1)
             if n:
                 yield from self._add(data)
             return
@@ -227,12 +233,12 @@ class BestFitCutter(BestFitPacker):
         first = self.skip // L  # resuming inside this document: these blocks went out already
         for k in range(first, n_full):
             if k == n_full - 1 and not tail:
-                self._consumed(offset_after)
+                self._consumed(offset_after, n + 1)
             else:
                 self.skip = (k + 1) * L  # the anchor stays before this document
             yield [data[k * L : k * L + L + 1]]
         if tail:
-            self._consumed(offset_after)
+            self._consumed(offset_after, n + 1)
             yield from self._add(data[n_full * L :])
 
 

@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from llm.data.text.best_fit import BestFitCutter, block_example, cu_seqlens
+from llm.data.text.dedup import DedupTextSource
 from llm.data.text.mixing import as_mixture, choose
 from llm.data.text.packing import WindowCutter, to_example
 from llm.data.text.partitions import assign_partitions, stripe_partitions
@@ -50,6 +51,14 @@ class TokenBlocks:
     def encode(self, texts: list[str], sources: list[int]) -> list[np.ndarray]:
         return encode_each(self.tokenizer, texts)
 
+    def tokens(self, ids: np.ndarray) -> int:
+        """The tokens a record adds to the stream: its ids and the EOS after them."""
+        return len(ids) + 1
+
+    def row_tokens(self, row: Any) -> int:
+        """A row's trained tokens (labels that are not padding): a window's length less one (best fit: per window)."""
+        return sum(len(w) - 1 for w in row) if self.packing_buffer else len(row) - 1
+
     def batch(self, rows: list[Any]) -> dict[str, Any]:
         if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
             planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
@@ -59,6 +68,13 @@ class TokenBlocks:
         if self.packed:  # int32 bytes: pickled through the worker pipe, cheaper than tensors in shm
             return {"_packed": np.stack(arrays, axis=1).astype(np.int32).tobytes()}
         return as_tensors(arrays)
+
+
+def unpack(packed: bytes, max_seq_len: int, best_fit: int | None) -> dict[str, Any]:
+    """A batch that crossed the worker pipe as int32 bytes to its tensors (best fit: position_ids too)."""
+    planes = 3 if best_fit else 2
+    both = torch.from_numpy(np.frombuffer(packed, dtype=np.int32).copy()).view(-1, planes, max_seq_len).long()
+    return as_tensors([both[:, i].contiguous() for i in range(planes)])
 
 
 def as_tensors(arrays: list[Any]) -> dict[str, Any]:
@@ -72,7 +88,7 @@ def as_tensors(arrays: list[Any]) -> dict[str, Any]:
 
 def _done(worker: int) -> dict:
     """The marker a worker sends once its partitions are read (and until the loader stops it)."""
-    return {"worker": worker, "done": True, "cursors": {}, "digests": b""}
+    return {"worker": worker, "done": True, "cursors": {}, "digests": b"", "counts": {}}
 
 
 class StreamingTextDataset(IterableDataset):
@@ -102,6 +118,8 @@ class StreamingTextDataset(IterableDataset):
         packed: bool = False,
         batch_format: Any = None,
         mix_seed: int = 0,
+        mix_weights: list[float] | None = None,
+        mix_anchors: dict[str, list[int]] | None = None,
         packing_buffer: int | None = None,
     ):
         self.source = source
@@ -116,6 +134,10 @@ class StreamingTextDataset(IterableDataset):
         self.format = batch_format or TokenBlocks(tokenizer, max_seq_len, packed, packing_buffer)
         self.mix_seed = mix_seed  # a `random` mixture's draws: the module derives it from the root seed
         self._consumer = 0  # rank * workers + worker, set when iterating: seeds a random mixture's draws
+        # a schedule's weights at this step (None: the mixture's), and the partitions' (records, tokens)
+        # at the schedule's last change point: each segment's shares count from there
+        self.mix_weights = mix_weights
+        self.mix_anchors = dict(mix_anchors or {})
 
     def __iter__(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
@@ -140,6 +162,7 @@ class StreamingTextDataset(IterableDataset):
     def _batches(self, parts: list[Partition], worker: int) -> Iterator[dict]:
         fmt = self.format
         rows: list[Any] = []
+        row_sources: list[int] = []  # the source of each row: the per-source accounting
         touched: dict[str, tuple[Any, deque]] = {}
 
         def state(done: bool) -> dict:
@@ -152,21 +175,30 @@ class StreamingTextDataset(IterableDataset):
             return {"worker": worker, "done": done, "cursors": cursors, "digests": b"".join(digests)}
 
         def batch() -> dict:
-            out: dict[str, Any] = {**fmt.batch(rows), "_state": state(False)}
+            counts: dict[int, list[int]] = {}
+            for row, s in zip(rows, row_sources):
+                tally = counts.setdefault(s, [0, 0])
+                tally[0] += fmt.row_tokens(row)
+                tally[1] += 1
+            out: dict[str, Any] = {**fmt.batch(rows), "_state": {**state(False), "counts": counts}}
             rows.clear()
+            row_sources.clear()
             for key in [k for k, (p, _) in touched.items() if p.done]:
                 del touched[key]
             return out
 
         chunk: list[tuple[Record, Any, int]] = []
 
-        def flush() -> Iterator[dict]:
-            items = fmt.encode([r[0] for r, _, _ in chunk], [i for _, _, i in chunk])
-            for ((_, after, digest), (packer, queue), _), item in zip(chunk, items):
+        def flush(encoded: list[Any] | None = None) -> Iterator[dict]:
+            if not chunk:
+                return
+            items = encoded or fmt.encode([r[0] for r, _, _ in chunk], [i for _, _, i in chunk])
+            for ((_, after, digest), (packer, queue), source), item in zip(chunk, items):
                 if digest is not None:
                     queue.append((packer.records + 1, digest))
                 for window in packer.feed(item, after):
                     rows.append(window)
+                    row_sources.append(source)
                     if len(rows) == self.batch_size:
                         yield batch()
             chunk.clear()
@@ -179,8 +211,15 @@ class StreamingTextDataset(IterableDataset):
                 for packer in event[1]:
                     for window in packer.finish():
                         rows.append(window)
+                        row_sources.append(event[2])
                         if len(rows) == self.batch_size:
                             yield batch()
+                continue
+            if event[0] == "encoded":  # drawn by tokens: encoded when drawn, fed in draw order
+                yield from flush()
+                chars = 0
+                chunk.append(event[1:4])
+                yield from flush([event[4]])
                 continue
             _, record, route, source = event
             chunk.append((record, route, source))
@@ -191,7 +230,7 @@ class StreamingTextDataset(IterableDataset):
         yield from flush()
         if rows:
             yield batch()
-        yield {"_state": {**state(True), "stats": dict(self.source.stats)}}
+        yield {"_state": {**state(True), "counts": {}, "stats": dict(self.source.stats)}}
 
     def _events(self, parts: list[Partition], touched: dict) -> Iterator[tuple]:
         """("record", record, (packer, queue), source) and ("end", packers) events, the sources mixed."""
@@ -204,19 +243,58 @@ class StreamingTextDataset(IterableDataset):
             for stream in streams.values():
                 yield from stream
             return
-        counts = [0] * len(mixture.sources)
+        # draws (records, tokens) from each source since the schedule's last change point
+        counts, tokens, drawn = [0] * len(mixture.sources), [0] * len(mixture.sources), 0
         for p in parts:
-            counts[p.source] += int(self.cursors.get(p.key, {}).get("records", 0))
+            cursor = self.cursors.get(p.key, {})
+            records, anchor = int(cursor.get("records", 0)), self.mix_anchors.get(p.key, (0, 0))
+            counts[p.source] += records - anchor[0]
+            tokens[p.source] += int(cursor.get("tokens", 0)) - anchor[1]
+            drawn += records
+        weights = self.mix_weights or mixture.weights
+        by_tokens = mixture.unit == "tokens"
+        if by_tokens:  # each draw needs the tokens of the records drawn before it: encode as they are read
+            # a shared seen-set drops a record another source read first: read strictly in draw order there
+            ahead = 1 if isinstance(self.source, DedupTextSource) else self.chunk_records
+            streams = {i: self._encoded(stream, i, ahead) for i, stream in streams.items()}
         live = sorted(streams)
         while live:
-            i = choose(mixture.strategy, live, counts, mixture.weights, self.mix_seed, self._consumer)
+            i = choose(mixture.strategy, live, counts, weights, self.mix_seed, self._consumer,
+                       tokens if by_tokens else None, drawn)
             for event in streams[i]:
+                if event[0] == "encoded":
+                    tokens[i] += self.format.tokens(event[4])
                 yield event
-                if event[0] == "record":
+                if event[0] != "end":
                     counts[i] += 1
+                    drawn += 1
                     break
             else:
                 live.remove(i)
+
+    def _encoded(self, stream: Iterator[tuple], source: int, ahead: int) -> Iterator[tuple]:
+        """One source's events, its records encoded up to `ahead` at a time ("encoded" events, item last).
+
+        Reading ahead inside one source changes nothing it yields: which source is drawn
+        next depends only on the events already taken, and each source's order is its own.
+        """
+        pending: list[tuple] = []
+
+        def encode() -> list[tuple]:
+            records = [e for e in pending if e[0] == "record"]
+            items = iter(self.format.encode([e[1][0] for e in records], [source] * len(records)))
+            out = [("encoded", *e[1:], next(items)) if e[0] == "record" else e for e in pending]
+            pending.clear()
+            return out
+
+        count = 0
+        for event in stream:
+            pending.append(event)
+            count += event[0] == "record"
+            if event[0] == "end" or count >= ahead:
+                yield from encode()
+                count = 0
+        yield from encode()
 
     def _source_events(self, parts: list[Partition], touched: dict, source: int) -> Iterator[tuple]:
         """One source's events: its groups in order, each group's records then its end."""
@@ -242,7 +320,7 @@ class StreamingTextDataset(IterableDataset):
                 target = route(record[1])
                 if target is not None:  # sources may ignore `want`
                     yield ("record", record, target, source)
-            yield ("end", [packer for _, packer, _ in live])
+            yield ("end", [packer for _, packer, _ in live], source)
 
 
 def _groups(parts: list[Partition]) -> list[list[Partition]]:

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 # keys that make a datasets: entry a text source (else it is a fine-tuning entry: path, type)
 SOURCE_KEYS = frozenset({"data_source", "dataset_path", "dataset_name", "dataset_config", "dataset_split", "text_column"})
+
+
+def path_stem(path: str) -> str:
+    """`wiki` for `data/wiki.jsonl.gz`, `org/set` -> `set`: a readable name for a path."""
+    name = path.rstrip("/").replace("\\", "/").split("/")[-1]
+    while "." in name and not name.startswith("."):
+        name = name.rsplit(".", 1)[0]
+    return name or path
+
+
+def entry_name(entry: Any) -> str:
+    """A datasets: entry's name in the per-source accounting: `name`, else its path's stem."""
+    if getattr(entry, "name", None):
+        return str(entry.name)
+    return path_stem(getattr(entry, "dataset_path", "") or getattr(entry, "path", "") or getattr(entry, "dataset_name", ""))
 
 
 class SourceEntry(BaseModel):
@@ -25,6 +40,7 @@ class SourceEntry(BaseModel):
     dataset_config: str | None = None
     dataset_split: str = "train"
     text_column: str = "text"
+    name: str | None = None  # the entry's name in the per-source accounting (default: its path's stem)
 
     @model_validator(mode="before")
     @classmethod

@@ -2,9 +2,13 @@
 
 Each consumer (rank x worker) draws its records from its own partitions of every
 source. Which source the next record comes from is a pure function of how many
-records this consumer has drawn from each source in the current pass (and, for
-`random`, the seed and the consumer): those counts are the sums of the
+records (and tokens) this consumer has drawn from each source in the current pass (and,
+for `random`, the seed and the consumer): those counts are the sums of the
 partitions' cursors, so the mixture resumes exactly with no state of its own.
+With `unit="tokens"` (`streaming_mixing_unit`) the weights are shares of tokens, not of
+records: a record is encoded when drawn and the choice compares token counts.
+A weight schedule (`mix_schedule.py`) counts from the cursors at its last change point
+(the module's per-partition anchors), so each segment's shares follow its own weights.
 
 * `round_robin` (the default): the live source with the fewest draws, lowest index first.
 * `weighted`: the live source furthest behind its weight (a low-discrepancy schedule:
@@ -19,13 +23,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
+from llm.data.mix_schedule import MixSchedule, parse_schedule
 from llm.data.text.dedup import DedupTextSource
 from llm.data.text.source import Partition, Record, RecordFilter, TextSource
 
 STRATEGIES = ("round_robin", "weighted", "random")
+UNITS = ("records", "tokens")
 _PREFIX = "d{}:"
 
 
@@ -54,8 +61,44 @@ def check_weights(weights: list[float] | None, n: int, strategy: str) -> list[fl
     return [float(w) for w in weights]
 
 
-def choose(strategy: str, live: list[int], counts: list[int], weights: list[float], seed: int, consumer: int) -> int:
-    """The source of the next draw, from the draws so far (`counts`, per source) and the live sources."""
+def check_unit(unit: str) -> str:
+    """`streaming_mixing_unit`: what a weight is a share of."""
+    if unit not in UNITS:
+        raise ValueError(f"streaming_mixing_unit {unit!r} is not known; use records (shares of records) "
+                         "or tokens (shares of the trained tokens)")
+    return unit
+
+
+def check_schedule(schedule: Any, n: int, strategy: str, weights: list[float] | None) -> MixSchedule | None:
+    """`streaming_mixing_schedule` checked for `n` sources (None when not given)."""
+    if schedule is None:
+        return None
+    if weights is not None:
+        raise ValueError("give streaming_mixing_weights or streaming_mixing_schedule, not both "
+                         "(a schedule's first point holds the weights from step 0)")
+    if strategy == "round_robin":
+        raise ValueError("streaming_mixing_schedule needs streaming_dataset_mixing_strategy weighted or random "
+                         "(round_robin ignores weights)")
+    return parse_schedule(schedule, n)
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """Source names for the accounting; a repeated name gets its index (`wiki`, `wiki#2`)."""
+    out: list[str] = []
+    for i, name in enumerate(names):
+        out.append(name if name not in out else f"{name}#{i}")
+    return out
+
+
+def choose(strategy: str, live: list[int], counts: list[int], weights: list[float], seed: int, consumer: int,
+           tokens: list[int] | None = None, drawn: int | None = None) -> int:
+    """The source of the next draw, from the draws so far (`counts`, per source) and the live sources.
+
+    `tokens` (per source) makes the weights shares of tokens (`choose_by_tokens`); `drawn` keys
+    a random draw (default: the draws counted).
+    """
+    if tokens is not None:
+        return choose_by_tokens(strategy, live, counts, tokens, weights, seed, consumer, drawn)
     if strategy == "round_robin":
         return min(live, key=lambda i: (counts[i], i))
     total_w = sum(weights[i] for i in live)
@@ -64,7 +107,35 @@ def choose(strategy: str, live: list[int], counts: list[int], weights: list[floa
     if strategy == "weighted":
         drawn = sum(counts[i] for i in live) + 1
         return max(live, key=lambda i: (weights[i] / total_w * drawn - counts[i], -i))
-    k = sum(counts)
+    return _draw(live, weights, total_w, seed, consumer, sum(counts) if drawn is None else drawn)
+
+
+def choose_by_tokens(strategy: str, live: list[int], counts: list[int], tokens: list[int], weights: list[float],
+                     seed: int, consumer: int, drawn: int | None = None) -> int:
+    """The next source when weights are token shares: the live source furthest behind its share of tokens.
+
+    Each source's tokens stay within one record of its share at every point (a low-discrepancy
+    rule on tokens); `random` draws by weight / mean record length, so the expected token
+    shares are the weights.
+    """
+    if strategy == "round_robin":
+        weights = [1.0] * len(weights)
+    total_w = sum(weights[i] for i in live)
+    if total_w <= 0:  # only zero-weight sources left: the one with the fewest tokens
+        return min(live, key=lambda i: (tokens[i], i))
+    if strategy != "random":
+        total = sum(tokens[i] for i in live)
+        return max(live, key=lambda i: (weights[i] / total_w * total - tokens[i], weights[i], -i))
+    seen = [tokens[i] / counts[i] for i in live if counts[i]]
+    default = sum(seen) / len(seen) if seen else 1.0  # a source not drawn yet: the others' mean length
+    rates = [0.0] * len(weights)
+    for i in live:
+        rates[i] = weights[i] / max(tokens[i] / counts[i] if counts[i] else default, 1e-9)
+    return _draw(live, rates, sum(rates), seed, consumer, sum(counts) if drawn is None else drawn)
+
+
+def _draw(live: list[int], weights: list[float], total_w: float, seed: int, consumer: int, k: int) -> int:
+    """A seeded draw among the live sources by weight, keyed by (seed, consumer, draw number)."""
     digest = hashlib.blake2b(f"{seed}:{consumer}:{k}".encode(), digest_size=8).digest()
     u = int.from_bytes(digest, "little") / 2**64 * total_w
     for i in live:
@@ -78,12 +149,16 @@ class MixedTextSource(TextSource):
     """Several sources as one: partitions keyed `d<i>:<key>`, read by the dataset source by source and mixed."""
 
     def __init__(self, sources: list[TextSource], strategy: str = "round_robin",
-                 weights: list[float] | None = None, buffer: int = 1000):
+                 weights: list[float] | None = None, buffer: int = 1000, unit: str = "records",
+                 schedule: Any = None, names: Sequence[str] | None = None):
         if not sources:
             raise ValueError("datasets is empty; list at least one source to mix")
         self.sources = sources
         self.strategy = strategy
-        self.weights = check_weights(weights, len(sources), strategy)
+        self.schedule = check_schedule(schedule, len(sources), strategy, weights)
+        self.weights = self.schedule.weights_at(0) if self.schedule else check_weights(weights, len(sources), strategy)
+        self.unit = check_unit(unit)
+        self.names = unique_names(names or [f"datasets[{i}]" for i in range(len(sources))])
         self.buffer = buffer  # records read ahead per source, at most
 
     def source_fingerprint(self) -> dict:
@@ -150,6 +225,9 @@ class DedupMixture(DedupTextSource):
     sources = property(lambda self: self.inner.sources)
     weights = property(lambda self: self.inner.weights)
     buffer = property(lambda self: self.inner.buffer)
+    unit = property(lambda self: self.inner.unit)
+    schedule = property(lambda self: self.inner.schedule)
+    names = property(lambda self: self.inner.names)
 
     def source_fingerprint(self) -> dict:
         return {**super().source_fingerprint(), "deduplicated": sorted(self.dedup_sources)}

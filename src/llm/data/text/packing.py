@@ -9,7 +9,8 @@ it is padded with EOS in `input_ids` and `IGNORE_INDEX` in `labels`.
 The cursor is exact and bounded: `offset`/`records` point after the last record
 whose tokens are all in the past or in `token_buffer` (at most `max_seq_len`
 tokens); while a long record is being cut, the cursor stays before it and
-`skip` counts the tokens of `token_buffer + record` already emitted.
+`skip` counts the tokens of `token_buffer + record` already emitted. `tokens` counts the
+tokens (ids + EOS) of the `records` counted, for a mixture whose weights are token shares.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ IGNORE_INDEX = -100
 
 def new_cursor() -> dict:
     """The cursor of a partition nobody has read yet."""
-    return {"offset": 0, "records": 0, "token_buffer": [], "skip": 0, "done": False}
+    return {"offset": 0, "records": 0, "tokens": 0, "token_buffer": [], "skip": 0, "done": False}
 
 
 class WindowCutter:
@@ -35,17 +36,19 @@ class WindowCutter:
         self.eos = eos_id
         self.offset = int(cursor["offset"])
         self.records = int(cursor["records"])
+        self.tokens = int(cursor.get("tokens", 0))
         self.buffer = np.asarray(cursor["token_buffer"], dtype=np.int32)
         self.skip = int(cursor.get("skip", 0))
         self.done = bool(cursor.get("done", False))
         # while cutting a long record, the cursor stays at the state before it
-        self._anchor = (self.offset, self.records, self.buffer)
+        self._anchor = (self.offset, self.records, self.buffer, self.tokens)
 
     def cursor(self) -> dict:
-        offset, records, buffer = self._anchor
+        offset, records, buffer, tokens = self._anchor
         return {
             "offset": offset,
             "records": records,
+            "tokens": tokens,
             "token_buffer": buffer.tolist(),
             "skip": self.skip,
             "done": self.done,
@@ -57,23 +60,25 @@ class WindowCutter:
         L = self.L
         n_full = max(0, (len(data) - 1) // L)  # windows k with k*L + L + 1 <= len(data)
         first = self.skip // L  # resuming inside this record: these windows were emitted
-        before = (self.offset, self.records, self.buffer)
+        before = (self.offset, self.records, self.buffer, self.tokens)
         self.offset, self.records, self.buffer = offset_after, self.records + 1, data[n_full * L :]
+        self.tokens += len(ids) + 1
+        after = (self.offset, self.records, self.buffer, self.tokens)
         for k in range(first, n_full):
             if k == n_full - 1:
-                self._anchor, self.skip = (self.offset, self.records, self.buffer), 0
+                self._anchor, self.skip = after, 0
             else:
                 self._anchor, self.skip = before, (k + 1) * L
             yield data[k * L : k * L + L + 1]
         if n_full <= first:
-            self._anchor, self.skip = (self.offset, self.records, self.buffer), 0
+            self._anchor, self.skip = after, 0
 
     def finish(self) -> Iterator[np.ndarray]:
         """The partition ended: yield its last, short window (if it has one) and mark it done."""
         rest = self.buffer
         self.buffer = rest[:0]
         self.done = True
-        self._anchor, self.skip = (self.offset, self.records, self.buffer), 0
+        self._anchor, self.skip = (self.offset, self.records, self.buffer, self.tokens), 0
         if len(rest) >= 2:
             yield rest
 

@@ -141,9 +141,9 @@ class _KeyRecorder:
 def _source_keys(i: int, entry: Any) -> dict[str, Any]:
     """A mixture entry's source keys; a bare `{path}` entry (the SFT word) is a local text source."""
     if isinstance(entry, SourceEntry):
-        return entry.model_dump()
-    if entry.model_fields_set <= {"path"}:
-        return SourceEntry(dataset_path=entry.path).model_dump()
+        return entry.model_dump(exclude={"name"})  # the name is the accounting's, not the source's
+    if entry.model_fields_set <= {"path", "name"}:  # `name`: the entry's name in the accounting
+        return SourceEntry(dataset_path=entry.path).model_dump(exclude={"name"})
     raise ValueError(
         f"datasets[{i}] has fine-tuning keys (path, type): use --task sft, or give text sources "
         "(data_source, path / dataset_path / dataset_name) to mix them for stream_lm"

@@ -28,17 +28,26 @@ def packing_keys(packing: str | None, buffer: int | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class MixtureConfig:
-    """How several sources mix (`streaming_dataset_mixing_strategy`, `streaming_mixing_weights`, ...)."""
+    """How several sources mix (`streaming_dataset_mixing_strategy`, `streaming_mixing_weights`, ...).
+
+    `unit` (`streaming_mixing_unit`): weights are shares of records or of tokens; `schedule`
+    (`streaming_mixing_schedule`): weights by step instead of fixed ones; `names`: each entry's
+    name in the per-source accounting (its `name`, else its path's stem).
+    """
 
     strategy: str = "round_robin"
     weights: list[float] | None = None
     buffer_per_dataset: int = 1000
+    unit: str = "records"
+    schedule: list[dict[str, Any]] | None = None
+    names: tuple[str, ...] | None = None
 
     def build(self, sources: list[TextSource]) -> MixedTextSource:
         """The mixture of `sources` (weights checked: finite, non-negative, summing to 1)."""
         from llm.data.text.mixing import MixedTextSource
 
-        return MixedTextSource(sources, self.strategy, self.weights, buffer=self.buffer_per_dataset)
+        return MixedTextSource(sources, self.strategy, self.weights, buffer=self.buffer_per_dataset,
+                               unit=self.unit, schedule=self.schedule, names=self.names)
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,16 @@ LEGACY_MIX_SEED = 0
 def merge_stream_states(states: Iterable[dict]) -> dict:
     """One state from the states of several ranks (each holds the cursors of its own partitions)."""
     states = list(states)
-    merged = {**states[0], "partitions": {}, "line_index": {}, "next_worker": {}}
+    merged = {**states[0], "partitions": {}, "line_index": {}, "next_worker": {}, "consumed": {}}
+    if "mix" in states[0]:
+        merged["mix"] = {**states[0]["mix"], "anchors": {}}
     for s in states:
         merged["partitions"].update(s["partitions"])
         merged["line_index"].update(s["line_index"])
         merged["next_worker"].update(s["next_worker"])
+        merged["consumed"].update(s.get("consumed", {}))
+        if "mix" in merged:
+            merged["mix"]["anchors"].update(s.get("mix", {}).get("anchors", {}))
     return merged
 
 
@@ -54,7 +59,7 @@ def check_cursor(key: str, cursor: Any) -> None:
     """One partition's saved cursor must have whole-number offsets and a token list."""
     if not isinstance(cursor, dict):
         raise StateError(f"data state partition {key!r} holds {cursor!r}, not a cursor dict")
-    for field in ("offset", "records", "skip"):
+    for field in ("offset", "records", "skip", "tokens"):
         value = cursor.get(field, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise StateError(f"data state partition {key!r} has {field}={value!r}; expected a whole number >= 0")
@@ -96,4 +101,22 @@ def check_seen_count(dedup: DedupTextSource | None, seen: Any) -> None:
     raise StateError(
         f"seen-hashes file {dedup.seen_hashes_path} holds {held} digests but the data state "
         f"expects {seen['count']}; resume with the seen-hashes file the state was saved with"
+    )
+
+
+def check_not_all_seen(pass_stats: dict[str, int], dedup: DedupTextSource | None, handed_over: bool) -> None:
+    """A pass that yielded nothing because every record was seen before says so, in one sentence."""
+    read, seen = pass_stats.get("read", 0), pass_stats.get("seen_before", 0)
+    if not read or seen != read:
+        return
+    path = dedup.seen_hashes_path if dedup is not None else None
+    if not handed_over:
+        raise ValueError(
+            f"all {read} records are in the seen-hashes file {path}; nothing is left to train on: "
+            "add new data, or point data.seen_hashes_path at another (or no) file"
+        )
+    raise ValueError(
+        f"all {read} records were consumed earlier in this run (a deduplicated stream never repeats a "
+        f"record, seen-hashes file {path}); nothing is left for another pass: lower steps_per_epoch or "
+        "epochs, or add new data"
     )

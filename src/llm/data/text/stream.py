@@ -12,14 +12,14 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from llm.data.seeds import check_seed
 from llm.data.stage import Stage
 from llm.data.text.best_fit import check_open_blocks, window_slots
-from llm.data.text.dataset import StreamingTextDataset, as_tensors
+from llm.data.text.dataset import StreamingTextDataset, unpack
 from llm.data.text.dedup import DedupTextSource
+from llm.data.text.mix_state import MixProgress
 from llm.data.text.mixing import as_mixture
 from llm.data.text.packing import new_cursor
 from llm.data.text.partitions import STRIPES, owned_partitions, stripe_partitions
@@ -35,6 +35,7 @@ from llm.data.text.source import (
 from llm.data.text.state import (
     STATE_VERSION,
     check_layout,
+    check_not_all_seen,
     check_seen_count,
     merge_stream_states,
     mixture_seed,
@@ -48,9 +49,8 @@ __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoad
 def _batches_as_they_are(item: dict) -> dict:
     """The DataLoader's collate for whole batches: they are tensors (or packed bytes) already.
 
-    Its default (`default_convert`) walks every element of every list, and each batch's
-    state carries the packers' token buffers as lists: ~1,000 Python calls per batch, which
-    was over half the main process's time on the fly.
+    Its default (`default_convert`) walks every list of each batch's state (the packers' token
+    buffers): ~1,000 Python calls per batch, over half the main process's time on the fly.
     """
     return item
 
@@ -89,6 +89,7 @@ class StreamingTextDataModule(Stage):
     stream where the previous epoch stopped; when this rank's partitions are all
     read it starts a new pass over them (`loop=False`: stop instead).
     """
+    piece_slots = staticmethod(window_slots)  # the slots one of best fit's pieces fills (sft: a sample's)
 
     def __init__(
         self,
@@ -132,6 +133,21 @@ class StreamingTextDataModule(Stage):
         self._pass_stats: dict[str, int] = {}
         self._entries_checked = False  # has a mixture's every entry been seen to hold a record?
         self._handed_over = False  # has this module handed any batch over (this run)?
+        mixture = as_mixture(self.source)  # the step, a schedule's anchors, per-source counts (mix_state.py)
+        self.progress = MixProgress(self._source_names(), *((mixture.schedule, mixture.weights) if mixture else ()))
+        self._switched = False  # did the last pass stop at a schedule's change point?
+
+    def _source_names(self) -> list[str]:
+        """Names of the sources in the accounting: the mixture's entries, or the one source's path stem."""
+        mixture = as_mixture(self.source)
+        if mixture is not None:
+            return list(mixture.names)
+        source = self.settings.source
+        return [source.source_name() if source is not None else "data"]
+
+    def source_counts(self) -> dict[str, dict[str, int]]:
+        """Tokens and samples (rows) this rank handed over, per source: {name: {tokens, samples}} (mix_state.py)."""
+        return self.progress.source_counts()
 
 
     # -- identity -------------------------------------------------------------------------
@@ -191,6 +207,7 @@ class StreamingTextDataModule(Stage):
                     return
                 for p in own:  # a new pass over this rank's partitions
                     self._cursors[p.key] = new_cursor() | {"pass": self._cursors[p.key].get("pass", 0) + 1}
+                self.progress.new_pass([p.key for p in own])
             before = steps
             # a pass picked up mid-way may only have the end of its partitions left to mark done
             mid_pass = any(self._cursors.get(p.key, {}).get("offset") or self._cursors.get(p.key, {}).get("records")
@@ -201,9 +218,11 @@ class StreamingTextDataModule(Stage):
                 yield item
                 if limit is not None and steps >= limit:
                     return
+            if self._switched:  # a schedule's change point: the same pass goes on with the new weights
+                continue
             passes_without_data = int(steps == before and not mid_pass)
             if passes_without_data:
-                self._check_not_all_seen()
+                check_not_all_seen(self._pass_stats, self._dedup(), self._handed_over)
                 self._check_not_empty(own)
             if not self.loop:
                 return
@@ -215,6 +234,8 @@ class StreamingTextDataModule(Stage):
     def _one_pass(self, rank: int, world: int) -> Iterator[dict]:
         workers = max(1, self.num_workers)
         key = str(rank)
+        self.progress.enter_segment(self._cursors, [p.key for p in self._own()])
+        stop, self._switched = self.progress.stop_at(), False
         ds = StreamingTextDataset(
             self.source, self.tokenizer, self.max_seq_len, self.batch_size,
             rank=rank, world_size=world, cursors=self._cursors,
@@ -222,6 +243,7 @@ class StreamingTextDataModule(Stage):
             batch_format=self.batch_format(), mix_seed=self._mix_seed(),
             # a mixture reads at most `streaming_buffer_per_dataset` records ahead before encoding
             chunk_records=self._chunk_records(), packing_buffer=self.settings.best_fit_buffer(),
+            mix_weights=self.progress.weights_now(), mix_anchors=self.progress.anchors,
         )
         if self.num_workers:
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
@@ -243,14 +265,13 @@ class StreamingTextDataModule(Stage):
                     return
                 continue
             self._handed_over = True
+            self.progress.handed_over(st["counts"])
             if "_packed" in item:
-                planes = 3 if self.settings.best_fit_buffer() else 2  # best fit adds position_ids
-                both = torch.from_numpy(np.frombuffer(item.pop("_packed"), dtype=np.int32).copy())
-                both = both.view(-1, planes, self.max_seq_len).long()
-                item.update(as_tensors([both[:, i].contiguous() for i in range(planes)]))
+                item.update(unpack(item.pop("_packed"), self.max_seq_len, self.settings.best_fit_buffer()))
             yield item
-
-    piece_slots = staticmethod(window_slots)  # how many slots one of best fit's pieces fills
+            if stop is not None and self.progress.step >= stop:  # new weights from here: restart the workers
+                self._switched = True
+                return
 
     def _mix_seed(self) -> int:
         """The seed of a `random` mixture's draws in this pass: derive_seed(root, "text.mixture", pass)."""
@@ -260,24 +281,6 @@ class StreamingTextDataModule(Stage):
     def _chunk_records(self) -> int:
         mixture = as_mixture(self.source)
         return min(64, mixture.buffer) if mixture is not None else 64
-
-    def _check_not_all_seen(self) -> None:
-        """A pass that yielded nothing because every record was seen before says so."""
-        read, seen = self._pass_stats.get("read", 0), self._pass_stats.get("seen_before", 0)
-        if not read or seen != read:
-            return
-        dedup = self._dedup()
-        path = dedup.seen_hashes_path if dedup is not None else None
-        if not self._handed_over:
-            raise ValueError(
-                f"all {read} records are in the seen-hashes file {path}; nothing is left to train on: "
-                "add new data, or point data.seen_hashes_path at another (or no) file"
-            )
-        raise ValueError(
-            f"all {read} records were consumed earlier in this run (a deduplicated stream never repeats a "
-            f"record, seen-hashes file {path}); nothing is left for another pass: lower steps_per_epoch or "
-            "epochs, or add new data"
-        )
 
     def _check_not_empty(self, own: list[Partition]) -> None:
         """Local files that yielded no record at all (read whole by this rank) are named, not trained on."""
@@ -325,6 +328,7 @@ class StreamingTextDataModule(Stage):
             "next_worker": {str(rank): self._next_worker.get(str(rank), 0)},
             "line_index": {str(rank): records},
             "token_buffer": list(last.get("token_buffer", [])),
+            **self.progress.state(rank, own),
         }
         dedup = self._dedup()
         if dedup is not None:
@@ -368,9 +372,9 @@ class StreamingTextDataModule(Stage):
         """Raise StateError naming the key when `state` cannot resume this stream; changes nothing."""
         check_layout(state)
         validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
-        if buffer := self.settings.best_fit_buffer():  # best fit's open blocks ride in the cursors
-            check_open_blocks(state["partitions"], self.max_seq_len, buffer, self.piece_slots)
+        check_open_blocks(state["partitions"], self.max_seq_len, self.settings.best_fit_buffer(), self.piece_slots)
         check_seen_count(self._dedup(), state.get("seen_hashes"))
+        self.progress.check(state)
 
     def restore(self, state: dict) -> None:
         """Continue from a checked `state`: exactly on the same topology, by reassigning partitions on another."""
@@ -384,6 +388,7 @@ class StreamingTextDataModule(Stage):
         _, world = current_topology(self.rank, self.world_size)
         same = state.get("world_size") == world and state.get("num_workers") == self.num_workers
         self._next_worker = dict(state.get("next_worker", {})) if same else {}
+        self.progress.restore(state, current_topology(self.rank, self.world_size)[0], same)
         self._uncommitted = []
         if seen and seen.get("pending"):
             warnings.warn(

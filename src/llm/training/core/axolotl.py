@@ -26,6 +26,8 @@ AXOLOTL_KEYS = {
     "streaming_dataset_mixing_strategy": "data.streaming_dataset_mixing_strategy",
     "streaming_mixing_weights": "data.streaming_mixing_weights",
     "streaming_buffer_per_dataset": "data.streaming_buffer_per_dataset",
+    "streaming_mixing_unit": "data.streaming_mixing_unit",
+    "streaming_mixing_schedule": "data.streaming_mixing_schedule",
     "dataset_processes": "data.num_workers",
     "tokenizer_config": "data.tokenizer_path",
     "micro_batch_size": "training.batch_size",
@@ -108,15 +110,15 @@ def _streams(tree: dict[str, Any]) -> bool:
     return bool(streaming) if streaming is not None else bool(_max_steps(tree))
 
 
-def _val_set_size(tree: dict[str, Any], warn: Callable[[str], None]) -> list[str]:
-    """Axolotl's log line for val_set_size on a stream; without one, the key refused with what to use."""
+def _val_set_size(tree: dict[str, Any], warn: Callable[[str], None]) -> dict[str, tuple[str, Any]]:
+    """val_set_size as our data.val_set_size (a held-out split); on a stream, Axolotl's log line and nothing."""
     size = tree.get("val_set_size")
     if not size:
-        return []
+        return {}
     if _streams(tree):
         warn(VAL_STREAMING)  # what Axolotl logs; its streaming runs have no validation split either
-        return []
-    return [f"val_set_size={size} without streaming (put held-out records in test_datasets: [{{path, type}}])"]
+        return {}
+    return {"data.val_set_size": ("val_set_size", size)}
 
 
 def _place(out: dict[str, Any], key: str, dotted: str, value: Any, source: str) -> None:
@@ -144,7 +146,7 @@ def from_axolotl(
     if tree.get("pretraining_dataset") and "datasets" in tree:
         raise ConfigError(f"{source}: set datasets (fine-tuning) or pretraining_dataset (pretraining), not both")
     mapped, refused = _trainer_keys(tree)
-    refused += _val_set_size(tree, warn)
+    mapped.update(_val_set_size(tree, warn))
     if "datasets" in tree and not _streams(tree):
         mapped["data.streaming"] = ("streaming", False)
     try:

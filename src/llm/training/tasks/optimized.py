@@ -76,6 +76,10 @@ class OptimizedData:
     def state_dict(self) -> dict[str, Any]:
         return self.loader.state_dict()
 
+    def source_counts(self) -> dict[str, dict[str, int]]:
+        """Tokens and samples handed out per source, the whole job's (the loader's position is global)."""
+        return self.loader.source_counts()
+
     def checkpoint_state(self) -> dict[str, Any]:
         return self.state_dict()  # topology-free: rank 0's state is the whole job's
 

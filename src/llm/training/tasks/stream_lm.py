@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from llm.training.core.loading import OPTIMIZED, ConfigError
+from llm.training.source_metrics import sum_over_ranks
 from llm.training.tasks.optimized import OptimizedData
 
 __all__ = ["OptimizedData", "StreamTextData", "build_stream_lm_data"]  # OptimizedData: its old home
@@ -50,6 +51,10 @@ class StreamTextData:
 
     def checkpoint_state(self) -> dict[str, Any]:
         return self.module.checkpoint_state()
+
+    def source_counts(self) -> dict[str, dict[str, int]]:
+        """Tokens and samples per source, summed over ranks (collective under torch.distributed)."""
+        return sum_over_ranks(self.module.source_counts())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.module.load_state_dict(state)

@@ -48,7 +48,7 @@ class ItemReader:
             info = self.files.shards[i]
             raw = self.files.raw(i).view(np.ndarray)
             views = (raw, raw[len(raw) - 8 * (info.items + 1) :].view("<u8").astype(np.int64))
-            if info.compression is None and self.files.keep_views:
+            if self.files.plain(info) and self.files.keep_views:
                 self._views[i] = views
                 self.files.release_pages({i})  # the offsets are a copy: the table's pages need not stay
         return views
@@ -68,7 +68,7 @@ class ItemReader:
             local = indices[rows] - self.starts[i]
             starts, ends = offsets[local], offsets[local + 1]
             spans = zip(rows.tolist(), local.tolist(), starts.tolist(), ends.tolist())
-            if pinned is not None and self.files.shards[i].compression is None:
+            if pinned is not None and self.files.plain(self.files.shards[i]):
                 with pinned([i]) as (fd,):  # plain shard: each record with one pread, no page kept
                     for row, k, a, b in spans:
                         out[row] = self._decode(i, k, self._pread(fd, i, a, b))

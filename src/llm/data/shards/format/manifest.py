@@ -57,6 +57,8 @@ class Manifest:
     # the fingerprint: every engine gives the same ids for a vocabulary.
     tokenizer_backend: str | None = None
     item_layout: Any = None  # v2 items: the structure every record follows (None: v1 pickles)
+    # encrypted shards: the Encryption's class, algorithm, level and public state (encryption.py)
+    encryption: dict | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -91,6 +93,8 @@ class Manifest:
         data = asdict(self)
         if data["item_layout"] is None:  # token datasets and v1 items have none
             del data["item_layout"]
+        if data["encryption"] is None:  # unencrypted manifests stay as they were
+            del data["encryption"]
         data["fingerprint"] = self.fingerprint()
         data["totals"] = self.totals()
         return data

@@ -15,6 +15,7 @@ import numpy as np
 from llm.data.shards.arrays import group_rows
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
+from llm.data.shards.format.encryption import Encryption, unlock
 from llm.data.shards.format.manifest import Manifest, ShardInfo
 from llm.data.shards.format.pread import DatasetChanged, DescriptorPool, ShardError, read_rows
 
@@ -29,8 +30,9 @@ class _ShardBytes:
 
     keep_views = True  # token views may be cached for the reader's lifetime (not for cached remote shards)
 
-    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, cache_shards: int = 4):
+    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, cache_shards: int = 4, encryption: Encryption | None = None):
         self.folder, self.shards, self.verify = folder, manifest.shards, verify
+        self.encryption, self.encrypted = encryption, manifest.encryption is not None  # decrypted whole when read
         self.kind, self.dtype = manifest.kind, manifest.dtype
         self._maps: dict[int, np.ndarray] = {}
         self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -61,6 +63,10 @@ class _ShardBytes:
             raise ShardError(f"shard {path} fails its checksum ({actual} != {info.checksum}): the file is corrupt")
         verified.remember(path, actual, before)
 
+    def plain(self, info: ShardInfo) -> bool:
+        """Whether the stored bytes are the shard's bytes (mapped and read in place), not compressed or encrypted."""
+        return info.compression is None and not self.encrypted
+
     def _check_layout(self, info: ShardInfo, data: np.ndarray, deep: bool = False) -> None:
         """The counts in the manifest against the shard's own offsets (the tail; all of it when deep).
 
@@ -68,7 +74,7 @@ class _ShardBytes:
         to the right size but do not describe this file (e.g. tokens and documents both edited).
         """
         path = self.folder / info.file
-        if len(data) != (info.raw_bytes if info.compression else info.bytes):
+        if len(data) != (info.bytes if self.plain(info) else info.raw_bytes):
             raise ShardError(f"shard {path} holds {len(data)} bytes uncompressed, the manifest says {info.raw_bytes}")
         if self.kind == "tokens":
             if not info.documents:
@@ -121,7 +127,7 @@ class _ShardBytes:
                               "folder was re-optimized or removed while it was read); recreate the dataset to read the new one")
 
     def _load(self, i: int, info: ShardInfo, path: Path, verify: bool) -> np.ndarray:
-        if info.compression is None:
+        if self.plain(info):
             st = os.stat(path)  # the file verified is the file read (pread.py checks its descriptors)
             self._identity[i] = (st.st_dev, st.st_ino)
             if self.verify or verify:
@@ -134,7 +140,8 @@ class _ShardBytes:
         stored = path.read_bytes()
         if self.verify or verify:
             self._verify(info, np.frombuffer(stored, np.uint8), force=verify)
-        data = self._decompress(info, stored)
+        stored = unlock(self.encrypted, self.encryption, stored, str(path))  # encryption.py: decrypted whole
+        data = np.frombuffer(stored, np.uint8) if info.compression is None else self._decompress(info, stored)
         self._check_layout(info, data)
         self._decompressed[i] = data
         while len(self._decompressed) > self._cache_shards:
@@ -174,8 +181,12 @@ class _ShardBytes:
 
     def verify_all(self) -> None:
         """Size, checksum and layout of every shard: what `llm-data verify` reports."""
+        keyless = self.encrypted and self.encryption is None  # no key: sizes and checksums (of the ciphertext) only
         for i, info in enumerate(self.shards):
             self._check_sizes([info])
+            if keyless:
+                self._verify(info, force=True)
+                continue
             with self._lock:  # reopen: the checksum is checked again even if this shard was read before
                 self._maps.pop(i, None)
                 self._decompressed.pop(i, None)
@@ -247,7 +258,7 @@ class TokenReader:
             tokens = raw[:n_bytes].view(f"<{np.dtype(info.dtype or self.manifest.dtype).str[1:]}")
             doc_ends = raw[n_bytes : n_bytes + 8 * info.documents].view("<u8")
             views = (tokens, doc_ends)
-            if info.compression is None and self.files.keep_views:
+            if self.files.plain(info) and self.files.keep_views:
                 self._views[i] = views
         return views
 
@@ -272,8 +283,8 @@ class TokenReader:
         fits = starts + width <= self.starts[np.minimum(shard + 1, len(self.starts) - 1)]
         groups = group_rows(np.flatnonzero(fits), shard, order=starts)  # file order: by shard, then by offset
         pinned = getattr(self.files, "pinned_descriptors", None)
-        plain = [(i, rows) for i, rows in groups if pinned is not None and self.files.shards[i].compression is None]
-        mapped = [(i, rows) for i, rows in groups if pinned is None or self.files.shards[i].compression is not None]
+        plain = [(i, rows) for i, rows in groups if pinned is not None and self.files.plain(self.files.shards[i])]
+        mapped = [(i, rows) for i, rows in groups if pinned is None or not self.files.plain(self.files.shards[i])]
         for i, rows in mapped:  # compressed or cached remote shards: through their bytes
             out[rows if dest is None else dest[rows]] = self.windows(i, width)[starts[rows] - self.starts[i]]
         for at in range(0, len(plain), _PIN_AT_ONCE):  # bounded: each pinned shard holds a descriptor

@@ -30,7 +30,7 @@ def token_layout_bytes(tokens: int, documents: int, dtype: str) -> int:
     return tokens * TOKEN_DTYPES[dtype] + 8 * documents
 
 
-def check_shard_entry(entry: Any, i: int, kind: str, dtype: Any, path: Path) -> None:
+def check_shard_entry(entry: Any, i: int, kind: str, dtype: Any, path: Path, encrypted: bool = False) -> None:
     """One shard entry alone: types, ranges, and the size its counts imply (no file access)."""
     if not isinstance(entry, dict):
         raise ManifestError(f"{path}: shard entry {i} is {type(entry).__name__}, expected a JSON object")
@@ -55,9 +55,9 @@ def check_shard_entry(entry: Any, i: int, kind: str, dtype: Any, path: Path) -> 
     compression = entry.get("compression")
     if compression not in COMPRESSIONS:
         raise ManifestError(f"{where}: key 'compression' is {compression!r}, expected null or 'zstd'")
-    if compression is None and raw not in (0, size):
+    if compression is None and raw not in (0, size) and not encrypted:
         raise ManifestError(f"{where}: key 'raw_bytes' is {raw}, but an uncompressed shard has raw_bytes = bytes = {size}")
-    raw = raw if compression else size
+    raw = raw if compression or encrypted else size
     if kind == "tokens":
         shard_dtype = entry.get("dtype") or dtype
         if not (isinstance(shard_dtype, str) and shard_dtype in TOKEN_DTYPES):
@@ -98,11 +98,14 @@ def check_manifest(data: dict, path: Path) -> None:
         if tokenizer and key in tokenizer and tokenizer[key] != value:
             raise ManifestError(f"{path}: key '{key}' is {value!r}, but the tokenizer recorded says {tokenizer[key]!r}")
     _check_item_layout(data, path)
+    encryption = data.get("encryption")
+    if encryption is not None and not (isinstance(encryption, dict) and isinstance(encryption.get("class"), str)):
+        raise ManifestError(f"{path}: key 'encryption' is {encryption!r}, expected an object naming its 'class' or null")
     if not isinstance(data.get("sources", []), list):
         raise ManifestError(f"{path}: key 'sources' is {data.get('sources')!r}, expected a list")
     seen: set[str] = set()
     for i, entry in enumerate(data["shards"]):
-        check_shard_entry(entry, i, kind, dtype, path)
+        check_shard_entry(entry, i, kind, dtype, path, encrypted=encryption is not None)
         if entry["file"] in seen:
             raise ManifestError(f"{path}: shard {entry['file']} is listed twice")
         seen.add(entry["file"])

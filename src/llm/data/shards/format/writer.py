@@ -19,6 +19,7 @@ import numpy as np
 
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes
+from llm.data.shards.format.encryption import Encryption
 from llm.data.shards.format.manifest import ShardInfo
 from llm.data.shards.format.records import ItemCodec
 from llm.data.storage.local import write_file
@@ -78,8 +79,9 @@ def is_small(size: int, count: int, chunk_bytes: int | None, chunk_count: int | 
             and (chunk_count is None or count <= chunk_count // 4))
 
 
-def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str | None) -> tuple[int, int, str]:
-    """Write parts to path (compressed when asked); returns (stored bytes, raw bytes, checksum)."""
+def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str | None,
+                 encryption: Encryption | None = None) -> tuple[int, int, str]:
+    """Write parts to path (compressed, then encrypted, when asked); returns (stored bytes, raw bytes, checksum)."""
     raw = b"".join(parts)
     data = raw
     if compression == "zstd":
@@ -88,6 +90,8 @@ def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str |
         data = zstandard.ZstdCompressor(level=3).compress(raw)
     elif compression is not None:
         raise ValueError(f"unknown compression {compression!r}; expected 'zstd' or none")
+    if encryption is not None:  # the whole shard, as LitData's level="chunk"; the checksum is of the ciphertext
+        data = encryption.encrypt(data)
     write_file(path, data)
     checksum = checksum_bytes(data)
     verified.remember_written(path, checksum)
@@ -105,8 +109,10 @@ class TokenShardWriter:
         chunk_bytes: int | None = None,
         chunk_tokens: int | None = None,
         compression: str | None = None,
+        encryption: Encryption | None = None,
     ):
         self.folder, self.prefix, self.compression = folder, prefix, compression
+        self.encryption = encryption
         self.dtype = dtype
         self.chunk_tokens = chunk_tokens
         self.chunk_bytes = chunk_bytes or (None if chunk_tokens else DEFAULT_CHUNK_BYTES)
@@ -165,7 +171,7 @@ class TokenShardWriter:
         name = f"{self.prefix}-{len(self.shards):05d}.bin"
         stored, raw, checksum = _write_shard(
             self.folder / name, [tokens.astype(f"<{tokens.dtype.str[1:]}").data, doc_ends.astype("<u8").data],
-            self.compression,
+            self.compression, self.encryption,
         )
         self.shards.append(
             ShardInfo(
@@ -187,8 +193,10 @@ class ItemShardWriter:
         chunk_bytes: int | None = None,
         chunk_items: int | None = None,
         compression: str | None = None,
+        encryption: Encryption | None = None,
     ):
         self.folder, self.prefix, self.compression = folder, prefix, compression
+        self.encryption = encryption
         self.chunk_items = chunk_items
         self.chunk_bytes = chunk_bytes or (None if chunk_items else DEFAULT_CHUNK_BYTES)
         self.shards: list[ShardInfo] = []
@@ -229,7 +237,8 @@ class ItemShardWriter:
         offsets = np.zeros(len(self._blobs) + 1, dtype="<u8")
         np.cumsum([len(b) for b in self._blobs], out=offsets[1:])
         name = f"{self.prefix}-{len(self.shards):05d}.bin"
-        stored, raw, checksum = _write_shard(self.folder / name, [*self._blobs, offsets.data], self.compression)
+        stored, raw, checksum = _write_shard(self.folder / name, [*self._blobs, offsets.data], self.compression,
+                                              self.encryption)
         self.shards.append(
             ShardInfo(
                 file=name, bytes=stored, raw_bytes=raw, checksum=checksum, items=len(self._blobs),

@@ -18,9 +18,17 @@ source, and the counts are the same closed form times `samples_per_slot` plus th
 position inside the current slot.
 
 A combined epoch is `num_samples` positions: until the first source has given all
-its samples (`iterate_over_all=False`) or until every source has (`True`).
-Changing the weights on resume re-anchors the schedule at the saved per-source
+its samples (`iterate_over_all=False`) or until every source has (`True`), at the first
+weights. Changing the weights on resume re-anchors the schedule at the saved per-source
 counts: nothing consumed is repeated, the new mixture applies from there.
+
+`schedule=` gives weights by step (`mix_schedule.py`; one step is one global batch, as the
+loader sets it): each change point starts a segment anchored at the counts there
+(segments.py), positions still a pure function of the position. `unit="tokens"` makes the
+weights shares of tokens for item datasets whose samples differ in length (`tokens_of`
+counts an item's tokens; each source's lengths are read once); token-block datasets have
+equal samples, so there it is the same mixture. `source_counts()` gives the samples and
+tokens each source has handed out, from the position alone.
 """
 
 from __future__ import annotations
@@ -32,10 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.seeds import check_seed, derive_seed
+from llm.data.mix_schedule import MixSchedule, parse_schedule
+from llm.data.seeds import check_seed
 from llm.data.shards.arrays import distinct
-from llm.data.shards.mix.sources import check_sources
-from llm.data.shards.mix.weights import PERIOD, check_weights, period_for, quotas, slot_table
+from llm.data.shards.mix.segments import MixPlan, PeriodicPicker, TokenPicker
+from llm.data.shards.mix.sources import check_sources, count_tokens, source_names
+from llm.data.shards.mix.weights import PERIOD, check_weights, quotas, slot_table
 from llm.data.shards.read.dataset import StreamingDataset
 from llm.data.shards.read.source import Order, Resume, SampleSource
 from llm.data.shards.read.state import StateError
@@ -43,6 +53,18 @@ from llm.data.shards.read.state import StateError
 __all__ = ["CombinedStreamingDataset", "PERIOD", "quotas", "slot_table"]
 BATCHING = ("stratified", "per_batch")
 _MATERIALISE = 1 << 20  # samples: sources up to this size keep their epoch order as an array
+
+
+UNITS = ("records", "tokens")
+
+
+def check_unit(unit: str, batching: str) -> str:
+    """What the weights are shares of: samples (`records`) or tokens; one sentence naming a bad value."""
+    if unit not in UNITS:
+        raise ValueError(f"unit={unit!r} is not known; use 'records' (shares of samples) or 'tokens' (shares of tokens)")
+    if unit == "tokens" and batching == "per_batch":
+        raise ValueError("unit='tokens' needs batching='stratified': per_batch gives whole global batches to one source")
+    return unit
 
 
 class CombinedStreamingDataset(SampleSource):
@@ -55,6 +77,9 @@ class CombinedStreamingDataset(SampleSource):
         seed: int = 42,
         iterate_over_all: bool = True,
         batching: str = "stratified",
+        schedule: Any = None,
+        unit: str = "records",
+        tokens_of: Callable[[Any], int] | None = None,
     ):
         self.datasets: list[StreamingDataset] = check_sources(datasets)
         if batching not in BATCHING:
@@ -84,51 +109,97 @@ class CombinedStreamingDataset(SampleSource):
         self.fingerprint = hashlib.sha256(
             json.dumps([d.fingerprint for d in self.datasets] + [seed]).encode()
         ).hexdigest()
-        shares = check_weights(weights, self.sizes.tolist(), [str(d.input_dir) for d in self.datasets])
+        self.names = source_names([str(d.input_dir) for d in self.datasets])
+        self.unit, self.tokens_of = check_unit(unit, batching), tokens_of
+        self._lengths: list[np.ndarray] | None = None  # each item's tokens, per source (read when needed)
+        self.samples_per_step = 1  # a schedule's step in positions: the global batch, set by the loader
+        if schedule is not None:
+            if weights is not None:
+                raise ValueError("give weights or schedule, not both (a schedule's first point holds the weights "
+                                 "from step 0)")
+            self.schedule: MixSchedule | None = parse_schedule(schedule, len(self.datasets), "schedule", sum_to_one=False)
+            shares = check_weights(self.schedule.weights_at(0), self.sizes.tolist(), self.names)
+        else:
+            self.schedule = None
+            shares = check_weights(weights, self.sizes.tolist(), [str(d.input_dir) for d in self.datasets])
         self.reanchor(shares, np.zeros(len(self.datasets), dtype=np.int64))
 
     def reanchor(self, weights: Sequence[float], counts: np.ndarray) -> None:
         """Start the schedule of these (checked) weights at a point where source s had given counts[s]."""
-        n = len(self.datasets)
         self.weights = list(weights)
-        if self.legacy_seeds:  # a version-1 state: its period and rotation, zero quotas included
-            self.period, rotation = PERIOD, self.seed
-            self.quota = np.array(quotas(self.weights), dtype=np.int64)
-        else:
-            self.period, rotation = period_for(self.weights), derive_seed(self.seed, "mixture")
-            self.quota = np.array(quotas(self.weights, self.period, floor=True), dtype=np.int64)
-        self.slots = slot_table(self.quota.tolist(), rotation, self.period)
-        # prefix[s, k]: slots of source s in [0, k)
-        self.prefix = np.zeros((n, self.period + 1), dtype=np.int64)
-        for s in range(n):
-            self.prefix[s, 1:] = np.cumsum(self.slots == s)
         self.anchor = np.asarray(counts, dtype=np.int64)
-        self.num_samples = self._epoch_length()
         self._orders = {}
+        starts, by_step = [0], [self.weights]
+        if self.schedule is not None:
+            steps = self.schedule.change_points()
+            starts = [step * self.samples_per_step for step in steps]
+            by_step = [check_weights(self.schedule.weights_at(step), self.sizes.tolist(), self.names) for step in steps]
+            by_step[0] = self.weights
+        self.plan = MixPlan(starts, by_step, self.anchor, self._picker)
+        first = self.plan.first()
+        self.num_samples = first.epoch_end(self.sizes, self.iterate_over_all)
+        if isinstance(first, PeriodicPicker):  # the first segment's table, as before schedules
+            self.period, self.quota, self.slots = first.period, first.quota, first.slots
+
+    def _picker(self, weights: list[float], anchor: np.ndarray) -> PeriodicPicker | TokenPicker:
+        if self.unit == "tokens" and self.manifest.kind == "items":
+            return TokenPicker(weights, anchor, self._lengths_at)
+        return PeriodicPicker(weights, self.seed, self.legacy_seeds, self.samples_per_slot)
+
+    def _lengths_at(self, s: int, first: int, n: int) -> np.ndarray:
+        """Tokens of source s's samples number first .. first + n - 1 (in its own epochs' orders)."""
+        lengths = self.item_lengths()[s]
+        q = np.arange(first, first + n, dtype=np.int64)
+        own_epoch, index = np.divmod(q, self.sizes[s])
+        out = np.empty(n, dtype=np.int64)
+        for e in distinct(own_epoch):
+            at = own_epoch == e
+            out[at] = lengths[self._source_order(s, int(e))(index[at])]
+        return out
+
+    def item_lengths(self) -> list[np.ndarray]:
+        """Each source's items' token counts (`tokens_of`), read once."""
+        if self._lengths is None:
+            self._lengths = [count_tokens(d, self.tokens_of, name) for d, name in zip(self.datasets, self.names)]
+            for s, lengths in enumerate(self._lengths):
+                if self.unit == "tokens" and self.weights[s] > 0 and not lengths.any():
+                    raise ValueError(f"datasets[{s}] ({self.names[s]}) has no tokens (tokens_of gives 0 for every "
+                                     "item) but a positive weight; give it weight 0 or fix tokens_of")
+        return self._lengths
+
+    def source_counts(self, epoch: int | None = None, consumed: int = 0) -> dict[str, dict[str, int]]:
+        """Samples and tokens each source has handed out before a position (the loader's: all ranks together).
+
+        Tokens are block_size per sample of a token dataset, `tokens_of` per item of an item one.
+        """
+        absolute = np.array([(self.epoch if epoch is None else epoch) * self.num_samples + consumed], dtype=np.int64)
+        counts = self.plan.counts(absolute)[:, 0]
+        out = {}
+        for s, name in enumerate(self.names):
+            n = int(counts[s])
+            if self.manifest.kind == "tokens":
+                tokens = n * int(self.block_size or 0)
+            else:
+                full, rest = divmod(n, int(self.sizes[s]))
+                lengths = self.item_lengths()[s]
+                tokens = full * int(lengths.sum()) + int(self._lengths_at(s, full * int(self.sizes[s]), rest).sum())
+            out[name] = {"tokens": tokens, "samples": n}
+        return out
 
     def set_global_batch(self, global_batch: int) -> None:
-        """Called by StreamingDataLoader: with per_batch, one slot of the schedule is one global batch."""
+        """Called by StreamingDataLoader: with per_batch, one slot of the schedule is one global batch;
+        with a weight schedule, one step is one global batch."""
+        changed = False
         if self.batching == "per_batch" and global_batch != self.samples_per_slot:
-            self.samples_per_slot = int(global_batch)
+            self.samples_per_slot, changed = int(global_batch), True
+        if self.schedule is not None and global_batch != self.samples_per_step:
+            self.samples_per_step, changed = int(global_batch), True
+        if changed:
             self.reanchor(self.weights, self.anchor)
 
     def _counts(self, positions: np.ndarray) -> np.ndarray:
         """Samples each source gave before each position: shape (sources, len(positions))."""
-        slot, within = np.divmod(positions, self.samples_per_slot)
-        full, rest = np.divmod(slot, self.period)
-        before = full[None, :] * self.quota[:, None] + self.prefix[:, rest]
-        current = self.slots[rest][None, :] == np.arange(len(self.datasets))[:, None]
-        return self.anchor[:, None] + before * self.samples_per_slot + current * within[None, :]
-
-    def _epoch_length(self) -> int:
-        """Positions until the first (or every) weighted source has given all its samples once."""
-        ends = []
-        for s in np.flatnonzero(self.quota):
-            need = -(-int(self.sizes[s]) // self.samples_per_slot)  # slots
-            periods = max(0, (need - 1) // int(self.quota[s]))
-            within = int(np.searchsorted(self.prefix[s], need - periods * self.quota[s]))
-            ends.append(periods * self.period + within)
-        return int(max(ends) if self.iterate_over_all else min(ends)) * self.samples_per_slot
+        return self.plan.counts(np.asarray(positions, dtype=np.int64))
 
     # ---- the source contract (read/source.py) --------------------------------------------------
 
@@ -140,9 +211,14 @@ class CombinedStreamingDataset(SampleSource):
     def extra_state(self, epoch: int, consumed: int) -> dict[str, Any]:
         """Weights, anchor and per-source counts at the loader's position (a few numbers per source)."""
         absolute = np.array([epoch * self.num_samples + consumed], dtype=np.int64)
-        return {"mixture": {"weights": self.weights, "anchor": self.anchor.tolist(),
-                            "counts": self._counts(absolute)[:, 0].tolist(), "batching": self.batching,
-                            "unit": self.samples_per_slot}}
+        mixture = {"weights": self.weights, "anchor": self.anchor.tolist(),
+                   "counts": self._counts(absolute)[:, 0].tolist(), "batching": self.batching,
+                   "unit": self.samples_per_slot}
+        if self.schedule is not None:  # what the past was, for a resume that changes the schedule
+            mixture["schedule"], mixture["step_samples"] = self.schedule.as_list(), self.samples_per_step
+        if self.unit == "tokens":
+            mixture["shares_of"] = "tokens"
+        return {"mixture": mixture}
 
     def resume_anchor(self, state: dict[str, Any]) -> tuple[np.ndarray | None, bool]:
         """As saved; re-anchored where it was saved after a weight change; or, with other weights now,
@@ -166,9 +242,26 @@ class CombinedStreamingDataset(SampleSource):
                 f"schedule slot, but this mixture has batching={self.batching!r} and {self.samples_per_slot}; a "
                 "per_batch mixture resumes with the same batching and global batch (batch_size x world size)"
             )
+        if self.schedule is not None:
+            self._check_past(mixture, weights, anchor, counts)
+            return (None if (anchor == self.anchor).all() else anchor), False
         if np.allclose(weights, self.weights):
             return (None if (anchor == self.anchor).all() else anchor), False
         return counts, True
+
+    def _check_past(self, mixture: dict, weights: list[float], anchor: np.ndarray, counts: np.ndarray) -> None:
+        """A schedule may change only what has not been read: the saved one must agree up to the saved step."""
+        try:
+            saved = parse_schedule(mixture.get("schedule") or [{"step": 0, "weights": weights}], len(weights),
+                                   "loader state key 'mixture'", sum_to_one=False)
+        except ValueError as e:
+            raise StateError(str(e)) from None
+        per_step = int(mixture.get("step_samples", self.samples_per_step)) or 1
+        step = -(-int((counts - anchor).sum()) // per_step)  # positions read since the anchor, in steps
+        changed = self.schedule.past_differs(saved, step) if self.schedule else None
+        if changed is not None:
+            raise StateError(f"schedule gives other weights at step {changed} than the run that saved this state, "
+                             f"which has read to step {step}; change the schedule only from step {step} on")
 
     def apply(self, resume: Resume) -> None:
         super().apply(resume)
@@ -197,7 +290,7 @@ class CombinedStreamingDataset(SampleSource):
     def global_ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         """Combined sample ids (source offset + its own sample) of epoch positions."""
         absolute = epoch * self.num_samples + np.asarray(positions, dtype=np.int64)
-        src = self.slots[(absolute // self.samples_per_slot) % self.period]
+        src = self.plan.sources(absolute)
         q = self._counts(absolute)[src, np.arange(len(absolute))]
         out = np.empty(len(absolute), dtype=np.int64)
         for s in distinct(src):

@@ -1,8 +1,12 @@
-"""What a mixture's sources must share (kind, block size, dtype, boundaries, tokenizer), checked once, in one sentence."""
+"""What a mixture's sources must share (kind, block size, dtype, boundaries, tokenizer), their names, their tokens."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
 
 from llm.data.shards.read.dataset import StreamingDataset
 
@@ -37,3 +41,35 @@ def _check_same(i: int, d: StreamingDataset, first: StreamingDataset) -> None:
     bounds = d.item_loader.document_boundaries
     if bounds != first.item_loader.document_boundaries:
         raise ValueError(f"datasets[{i}] has document_boundaries={bounds} but datasets[0] does not; use one TokensLoader setting")
+
+
+def source_names(dirs: Sequence[str]) -> list[str]:
+    """Each source's name in the accounting: its folder's name (`wiki` for `s3://b/wiki/`), repeats numbered."""
+    out: list[str] = []
+    for i, d in enumerate(dirs):
+        name = PurePosixPath(d.rstrip("/").replace("\\", "/")).name or d
+        out.append(name if name not in out else f"{name}#{i}")
+    return out
+
+
+def item_tokens(item: Any) -> int:
+    """The default `tokens_of`: the length of an item's `input_ids` (or of the item, an array or list)."""
+    if isinstance(item, dict):
+        if "input_ids" not in item:
+            raise ValueError(f"an item with keys {sorted(item)} has no input_ids; pass tokens_of= to count its tokens")
+        item = item["input_ids"]
+    return int(np.size(item))
+
+
+def count_tokens(dataset: StreamingDataset, tokens_of: Callable[[Any], int] | None, name: str) -> np.ndarray:
+    """Every item's token count, in sample order (read in blocks through the dataset's own path)."""
+    count = tokens_of or item_tokens
+    out = np.empty(dataset.num_samples, dtype=np.int64)
+    for start in range(0, dataset.num_samples, 4096):
+        ids = np.arange(start, min(start + 4096, dataset.num_samples), dtype=np.int64)
+        for i, item in zip(ids.tolist(), dataset.sample_list(ids)):
+            n = count(item)
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+                raise ValueError(f"tokens_of gave {n!r} for item {i} of {name}; it must return a whole number >= 0")
+            out[i] = n
+    return out

@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from llm.data.shards.format.encryption import Encryption, for_appending, record
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest, ShardInfo
 from llm.data.shards.format.pread import ShardError
@@ -96,6 +97,7 @@ class _Job:
     chunk_size: int | None
     compression: str | None
     upload_to: tuple[str, dict | None] | None = None  # (s3:// url, storage_options) for folder None
+    encryption: Any = None  # an Encryption: every shard is encrypted whole (format/encryption.py)
 
 
 @dataclass
@@ -144,9 +146,10 @@ def _run_task(job: _Job, task_id: int, report: Callable[[int, int], None]) -> _T
 def _write_task(job: _Job, task_id: int, folder: Path, report: Callable[[int, int], None]) -> _TaskResult:
     prefix = f"{SHARD_PREFIX}{job.run_id}-{task_id:05d}"
     if job.kind == "tokens":
-        writer: Any = TokenShardWriter(folder, prefix, job.dtype, job.chunk_bytes, job.chunk_size, job.compression)
+        writer: Any = TokenShardWriter(folder, prefix, job.dtype, job.chunk_bytes, job.chunk_size, job.compression,
+                                       job.encryption)
     else:
-        writer = ItemShardWriter(folder, prefix, job.chunk_bytes, job.chunk_size, job.compression)
+        writer = ItemShardWriter(folder, prefix, job.chunk_bytes, job.chunk_size, job.compression, job.encryption)
     first = sum(len(t) for t in job.tasks[:task_id])  # index of this task's first input
     for index, item in enumerate(job.tasks[task_id], first):
         prefix = f"optimize: input {index} ({item!r:.80})"
@@ -258,6 +261,7 @@ def optimize(
     storage_options: dict | None = None,
     engine: str = "local",
     ray_address: str | None = None,
+    encryption: Encryption | None = None,
 ) -> OptimizeSummary:
     """Run `fn` over `inputs` in `num_workers` processes and write the results as a dataset.
 
@@ -274,6 +278,8 @@ def optimize(
     running session, or a local one); `num_workers` tasks run at once (default: the
     cluster's CPUs). The same `num_workers` gives the same shards, and fingerprint, on
     either engine. `fn` raising stops the run with an OptimizeError naming the input.
+    `encryption` (e.g. `FernetEncryption(password)`) encrypts every shard whole; the manifest
+    records its class and public state, and readers need the key (format/encryption.py).
     """
     started = time.perf_counter()
     if not callable(fn):
@@ -289,10 +295,18 @@ def optimize(
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     check_engine(engine, ray_address)
+    encrypted = record(encryption)  # checks the object before any worker starts
     chunk = parse_size(chunk_bytes)
     tok_fp = tokenizer.fingerprint() if tokenizer is not None else None
     with engine_session(engine, ray_address, num_workers) as workers:
         output = open_output(output_dir, mode, kind, tok_fp, wait=wait, storage_options=storage_options)
+        if mode == "append":  # appended shards take the dataset's key (its salt), under the output's lock
+            try:
+                encryption = for_appending(output._current(), encryption, output.display)
+            except BaseException:
+                output.release()
+                raise
+            encrypted = record(encryption)
         run_id = time.strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]
         dtype = token_dtype(tokenizer.vocab_size) if tokenizer is not None else "uint16"
         # Ray tasks writing to object storage upload from their own node; everything else
@@ -300,7 +314,7 @@ def optimize(
         remote = engine == "ray" and hasattr(output, "upload")
         job = _Job(
             fn, _split_tasks(inputs, 4 * max(workers, 1)), None if remote else output.folder, run_id, kind, dtype,
-            chunk, chunk_size, compression, (output.display, storage_options) if remote else None,
+            chunk, chunk_size, compression, (output.display, storage_options) if remote else None, encryption,
         )
         results: dict[int, _TaskResult] = {}
         upload = None if remote else getattr(output, "upload", None)
@@ -326,6 +340,7 @@ def optimize(
                 sources=sources or [],
                 item_layout=layout,
                 tokenizer_backend=getattr(tokenizer, "backend", None) if tokenizer is not None else None,
+                encryption=encrypted,
             )
             if mode == "append":
                 check_append_layout(output, manifest)
@@ -361,7 +376,7 @@ def _join_tails(job: _Job, results: dict[int, _TaskResult], output: Any, upload:
     try:
         def new_writer(task_id: int) -> Any:
             return tail_writer(job.kind, folder, f"{SHARD_PREFIX}{job.run_id}-{task_id:05d}-joined", job.dtype,
-                               job.chunk_bytes, job.chunk_size, job.compression)
+                               job.chunk_bytes, job.chunk_size, job.compression, job.encryption)
 
         shards = join_tails([(results[t].shards, results[t].tail) for t in range(len(job.tasks))], new_writer)
         written = {s.file for r in results.values() for s in r.shards}

@@ -49,8 +49,8 @@ def _add(writer: Any, tail: Any) -> None:
 
 
 def tail_writer(kind: str, folder: Path, prefix: str, dtype: str, chunk_bytes: int | None, chunk_size: int | None,
-                compression: str | None) -> TokenShardWriter | ItemShardWriter:
+                compression: str | None, encryption: Any = None) -> TokenShardWriter | ItemShardWriter:
     """A writer for joined tails, cutting at the run's limits."""
     if kind == "tokens":
-        return TokenShardWriter(folder, prefix, dtype, chunk_bytes, chunk_size, compression)
-    return ItemShardWriter(folder, prefix, chunk_bytes, chunk_size, compression)
+        return TokenShardWriter(folder, prefix, dtype, chunk_bytes, chunk_size, compression, encryption)
+    return ItemShardWriter(folder, prefix, chunk_bytes, chunk_size, compression, encryption)

@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.shards.format.encryption import Encryption, for_reading
 from llm.data.shards.format.items_reader import ItemReader
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest
-from llm.data.shards.format.reader import TokenReader
+from llm.data.shards.format.reader import TokenReader, _ShardBytes
 from llm.data.shards.interop import open_foreign
 from llm.data.shards.plan.schedule import epoch_order
 from llm.data.shards.plan.shuffle.windowed import shard_sample_starts
@@ -46,6 +47,7 @@ class StreamingDataset(SampleSource):
         subsample: float = 1.0,
         transform: Callable[[Any], Any] | list[Callable[[Any], Any]] | None = None,
         drop_last: bool | None = None,
+        encryption: Encryption | None = None,
     ):
         """`input_dir`: a folder, `local:/network/folder` or `s3://bucket/prefix`. Remote shards are
         downloaded ahead of use into `cache_dir/<fingerprint>` (default: the user cache dir), verified,
@@ -61,7 +63,8 @@ class StreamingDataset(SampleSource):
         older name, is accepted; the loader's `drop_short_batch` is the other meaning).
         `subsample`: a seeded subset of floor(subsample * n) samples (> 1 repeats them; subset.py).
         `transform`: a callable (or a list, applied in order) on each sample as `ds[i]` gives it, also in
-        workers; it moves the loader to the per-sample path (access.py)."""
+        workers; it moves the loader to the per-sample path (access.py).
+        `encryption`: the key of a dataset written with `optimize(..., encryption=)` (format/encryption.py)."""
         if verify_checksums not in (True, False, "always"):
             raise ValueError(f"verify_checksums must be True, False or 'always', got {verify_checksums!r}")
         if item_loader is not None and not isinstance(item_loader, (TokensLoader, ItemsLoader)):
@@ -80,6 +83,7 @@ class StreamingDataset(SampleSource):
             self.input_dir = location.local_path()
             self.foreign = open_foreign(self.input_dir)
             self.manifest = self.foreign.manifest if self.foreign else Manifest.load(self.input_dir)
+        self.encryption = for_reading(getattr(self.manifest, "encryption", None), encryption, str(self.input_dir))
         self.item_loader = item_loader or self._default_loader()
         if self.item_loader.kind != self.manifest.kind:
             raise ValueError(
@@ -133,11 +137,14 @@ class StreamingDataset(SampleSource):
         return None if value >= shards else int(value)  # a window of every shard is the global shuffle
 
     def _remote_files(self, verify: bool) -> Any:
+        """The shard files of a remote or encrypted dataset (None: the reader opens the folder's itself)."""
         if self.cache is None:
-            return None
+            if self.encryption is None:
+                return None
+            return _ShardBytes(Path(self.input_dir), self.manifest, verify, encryption=self.encryption)
         from llm.data.shards.format.remote import RemoteShardBytes
 
-        return RemoteShardBytes(self.cache, self.manifest, verify)
+        return RemoteShardBytes(self.cache, self.manifest, verify, encryption=self.encryption)
 
     def _default_loader(self) -> TokensLoader | ItemsLoader:
         if self.manifest.kind == "items":

@@ -226,6 +226,10 @@ class StreamingDataLoader(DataLoader, Stage):
 
     # ---- the stage contract (llm.data.stage): state_dict / load_state_dict are Stage's ----------
 
+    def source_counts(self) -> dict[str, dict[str, int]]:
+        """Samples and tokens handed out so far per source, all ranks together: {name: {tokens, samples}}."""
+        return self.dataset.source_counts(*self._cursor())
+
     def state(self) -> dict[str, Any]:
         """{version, fingerprint, seed, shuffle, shuffle_window, epoch, samples_consumed, ...}: a few hundred bytes."""
         epoch, consumed = self._cursor()

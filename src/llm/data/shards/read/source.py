@@ -19,6 +19,7 @@ import threading
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -97,6 +98,7 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
     shuffle: bool
     fingerprint: str
     input_dir: Any
+    block_size: int | None = None  # token blocks' length (None: items)
     epoch: int = 0
     legacy_seeds: bool = False  # set by restoring a version-1 state
     _plan: ReadPlan | None = None
@@ -135,6 +137,12 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
     def extra_state(self, epoch: int, consumed: int) -> dict[str, Any]:
         """Keys of this source's state beyond its identity and position (a mixture's counts)."""
         return {}
+
+    def source_counts(self, epoch: int | None = None, consumed: int = 0) -> dict[str, dict[str, int]]:
+        """Samples (and tokens of token blocks) handed out before a position, per source; a mixture's per source."""
+        samples = (self.epoch if epoch is None else epoch) * self.num_samples + consumed
+        name = PurePosixPath(str(self.input_dir).rstrip("/")).name or "data"  # the folder's name
+        return {name: {"tokens": samples * (self.block_size or 0), "samples": samples}}  # items: 0 tokens
 
     def resume_anchor(self, state: dict[str, Any]) -> tuple[np.ndarray | None, bool]:
         """(anchor to set or None, whether the schedule restarts at position 0); checks, changes nothing."""
