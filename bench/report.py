@@ -251,6 +251,10 @@ def markdown(results: dict) -> str:
         if key in s:
             title, cols = sections[key]
             md += ["", f"## {title}", "", *_table(s[key], cols)]
+    if "packing" in s:
+        from bench.packing import markdown as packing_markdown
+
+        md += packing_markdown(s["packing"])
     if "s3" in s:
         from bench import s3_report
 

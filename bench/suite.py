@@ -20,7 +20,7 @@ from bench.context import (
 from bench.corpus import build_corpus, corpus_paths
 from bench.runners.common import BLOCK
 
-SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "s3", "dedup"]
+SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "packing", "s3", "dedup"]
 OPT_IN = ["s3", "dedup"]  # run only when named in --only (s3 starts an S3 server and takes half an hour)
 
 
@@ -274,6 +274,12 @@ def clean(ctx: Context) -> None:
 
 def scenario_paths(ctx: Context) -> list[dict]:
     from bench.paths import scenario_paths as run  # its own module: old vs new read paths of ours
+
+    return run(ctx)
+
+
+def scenario_packing(ctx: Context) -> list[dict]:
+    from bench.packing import scenario_packing as run  # its own module: best-fit vs greedy, ours
 
     return run(ctx)
 

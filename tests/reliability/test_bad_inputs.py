@@ -328,6 +328,14 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
         "datasets": [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}],
         "streaming_mixing_weights": [float("nan"), 1.0]}})), ConfigError,
      "{root}/t2.yaml: streaming_mixing_weights[0] (datasets[0]) is nan"),
+    ("text-unknown-packing-mode", lambda c: load_config(_text_yaml(c, "t3.yaml", packing="bestfit")), ConfigError,
+     "{root}/t3.yaml: data: packing 'bestfit' is not a packing mode"),
+    ("train-skip-range-reversed", lambda c: train_main(["--task", "stream_lm", "--config-path", _text_yaml(
+        c, "t4.yaml", steps_per_epoch=2, skip_batches=[[5, 3]])]), Exit("llm-train"),
+     "data.skip_batches[0] [5, 3] is reversed"),
+    ("train-skip-range-empty", lambda c: train_main(["--task", "stream_lm", "--config-path", _text_yaml(
+        c, "t5.yaml", steps_per_epoch=2, skip_batches=[[0, 1], [7, 7]])]), Exit("llm-train"),
+     "data.skip_batches[1] [7, 7] is empty"),
     ("text-schedule-wrong-length", lambda c: _text_mix(c, "s1.yaml", streaming_mixing_schedule=_schedule(
         (0, [1.0]))), ConfigError, "{root}/s1.yaml: streaming_mixing_schedule[0].weights is [1.0]: 1 weights for 2"),
     ("text-schedule-nan", lambda c: _text_mix(c, "s2.yaml", streaming_mixing_schedule=_schedule(

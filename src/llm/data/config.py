@@ -17,7 +17,7 @@ from pydantic import (
 from llm.data.sft.settings import SFT_TYPES, DatasetEntry, SftStreamConfig
 from llm.data.text.dedup import check_hash_algo
 from llm.data.text.entries import SOURCE_KEYS, SourceEntry, entry_name, path_stem
-from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig
+from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig, packing_keys
 
 __all__ = ["SFT_TYPES", "DataConfig", "DatasetEntry", "SourceEntry"]
 
@@ -79,6 +79,12 @@ class DataConfig(BaseModel):
     streaming_buffer_per_dataset: int = Field(default=1000, gt=0)
     streaming_mixing_unit: str = "records"  # records | tokens: what a weight is a share of
     streaming_mixing_schedule: list[Any] | None = None  # [{step, weights, interpolate?}]: weights by step
+    # how text becomes blocks (stream_lm, pretraining_dataset, sft with sample_packing): greedy (None) | best_fit.
+    # None when unset, so that checkpoints saved before these keys existed resume under the same config
+    packing: str | None = None
+    packing_buffer: int | None = None  # best fit's open blocks (None: 64)
+    # global batch ranges [start, end) the run never trains on (llm.training.skip_ranges, docs/training.md)
+    skip_batches: list[Any] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +95,13 @@ class DataConfig(BaseModel):
                 if isinstance(entry, dict) and "path" in entry and "dataset_path" in entry:
                     raise ValueError(f"datasets[{i}] gives both path and dataset_path (the same key); keep one")
         return value
+
+    @model_validator(mode="after")
+    def _check_packing(self) -> DataConfig:
+        from llm.data.text.best_fit import check_packing
+
+        check_packing(**packing_keys(self.packing, self.packing_buffer))
+        return self
 
     @field_validator("hash_algo")
     @classmethod
@@ -161,6 +174,7 @@ class DataConfig(BaseModel):
             "source": self, "tokenizer": self.tokenizer_spec(), "max_seq_len": self.max_seq_len,
             "steps_per_epoch": self.steps_per_epoch, "num_workers": self.num_workers, "text_column": self.text_column,
             "val_dataset_path": self.val_dataset_path, "storage_options": self.storage_options, "seed": seed,
+            **packing_keys(self.packing, self.packing_buffer),
         }
 
     def text_stream(self, seed: int = DEFAULT_SEED) -> TextStreamConfig:

@@ -13,6 +13,7 @@ import torch
 
 from llm.data.storage.local import fsync_dir, write_file
 from llm.data.text.dedup import publish_seen_hashes
+from llm.data.text.source import FINGERPRINT_MISMATCH, fingerprint_diff
 from llm.training.core.loading import ConfigError
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -129,7 +130,7 @@ def _write_payload(path: Path, payload: dict[str, Any]) -> None:
 RESUMABLE_KEYS = (
     "training.epochs", "training.max_steps", "training.log_interval_steps", "training.val_interval_steps",
     "training.val_batches", "training.device", "training.compile", "data.num_workers",
-    "data.val_dataset_path", "data.cache_dir",
+    "data.val_dataset_path", "data.cache_dir", "data.skip_batches",  # skip ranges: checked by skip_ranges.py
     "data.streaming_mixing_schedule",  # for steps not trained yet: the data state refuses a change to the past
 )
 
@@ -162,6 +163,20 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any], saved_world: 
         if a.get(key) != b.get(key):
             changes.append(f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}")
     return changes
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def check_data_fingerprint(expected: Any, actual: Any, where: str) -> None:
+    """Refuse a checkpoint written for other data, naming only the keys that differ (`max_seq_len: 128 -> 64`)."""
+    if _canonical(expected) != _canonical(actual):
+        differs = "; ".join(fingerprint_diff(json.loads(_canonical(expected)), json.loads(_canonical(actual))))
+        raise ValueError(
+            f"{FINGERPRINT_MISMATCH}: checkpoint {where} was written for other data: {differs} "
+            "(checkpoint -> this config); resume with the data config it was trained on"
+        )
 
 
 def check_resume_config(ckpt: dict[str, Any], current: dict[str, Any], world: int,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -14,8 +13,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from llm.data.text.source import FINGERPRINT_MISMATCH, fingerprint_diff
 from llm.training.checkpoint import (
+    check_data_fingerprint,
     check_resume_config,
     check_run_folder,
     load_checkpoint,
@@ -37,15 +36,12 @@ from llm.training.runtime import (
     set_rng_state,
 )
 from llm.training.schedule import WarmupCosine, build_optimizer
+from llm.training.skip_ranges import SkipRanges
 from llm.training.source_metrics import tokens_by_source
 from llm.training.tasks import TrainData, build_task_data
 from llm.training.validation import ValidationSet, build_validation, evaluate
 
 Callback = Callable[["Trainer", dict, float], None]
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
 
 
 class Trainer:
@@ -84,6 +80,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self._log = log
+        self.skips = SkipRanges(config.data.skip_batches)  # data.skip_batches, checked before the data is built
         self.data: TrainData = build_task_data(task, config, self.env.rank, self.env.world_size)
         self.tokenizer = self.data.tokenizer
         self.steps_per_epoch = self._steps_per_epoch()
@@ -173,6 +170,7 @@ class Trainer:
             "total_steps": self.schedule.total,
             "stream_data": stream_data,
             "stream_source": self.data.fingerprint(),
+            "skip_batches": self.skips.state(),
             "rng_states": rng_states,
             "world_size": self.env.world_size,
             "task": self.task,
@@ -209,18 +207,12 @@ class Trainer:
         is overwritten.
         """
         where = ckpt.get("path", "(in memory)")
-        expected, actual = ckpt.get("stream_source"), self.data.fingerprint()
-        if _canonical(expected) != _canonical(actual):
-            # only what differs (`max_seq_len: 128 -> 64`), not two whole dicts
-            differs = "; ".join(fingerprint_diff(json.loads(_canonical(expected)), json.loads(_canonical(actual))))
-            raise ValueError(
-                f"{FINGERPRINT_MISMATCH}: checkpoint {where} was written for other data: {differs} "
-                "(checkpoint -> this config); resume with the data config it was trained on"
-            )
+        check_data_fingerprint(ckpt.get("stream_source"), self.data.fingerprint(), where)
         if ckpt.get("task", self.task) != self.task:
             raise ValueError(f"checkpoint {where} was written by --task {ckpt['task']}, not --task {self.task}")
         check_resume_config(ckpt, self.config.model_dump(mode="json"), self.env.world_size,
                             defaults=type(self.config)().model_dump(mode="json"))
+        skips = self.skips.check(ckpt.get("skip_batches"), where, int(ckpt["step"]))
         try:
             self.raw_model.load_state_dict(ckpt["model_state_dict"])
         except RuntimeError as exc:
@@ -232,6 +224,7 @@ class Trainer:
         self.scheduler.load_state_dict(ckpt["scheduler_state_dict"])
         self.scaler.load_state_dict(ckpt.get("scaler_state_dict", {}))
         self.data.load_state_dict(ckpt["stream_data"])
+        self.skips.restore(skips)
         self._batches = None
         self.step = int(ckpt["step"])
         self.epoch = int(ckpt["epoch"])
@@ -328,7 +321,7 @@ class Trainer:
         if self.step == 0:
             self.log(start_line(self))
         if self._batches is None:  # one iterator for the whole run: loaders keep their position
-            self._batches = self.data.batches()
+            self._batches = self.skips.filter(self.data.batches())
         batches = self._batches
         meter = RunMeter(cc.checkpoint_dir, self.step, self.total_steps, self.env.is_main, lambda s: gather(s, self.env))
         end = self.total_steps if stop_after is None else min(self.total_steps, self.step + stop_after)
@@ -357,7 +350,7 @@ class Trainer:
                 lr = self.scheduler.get_last_lr()[0]
                 meter.record(self.step, epoch=self.epoch, loss=mean_loss, lr=lr, tokens=self.tokens_seen,
                              **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"},
-                             **tokens_by_source(self.data))  # a mixture's per-source counts (collective)
+                             **tokens_by_source(self.data), **self.skips.metrics())  # a mixture's per-source counts (collective)
             if self.val is not None and (
                 epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
             ):

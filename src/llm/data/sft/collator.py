@@ -169,7 +169,19 @@ class StreamingDataCollator:
         if not samples:  # Axolotl's contract: never an empty batch
             eos = self.tokenizer.eos_id
             samples = [([eos], [eos])]
-        rows = self._pack(samples) if self.sample_packing else [[s] for s in samples]
+        return self._fill(self._pack(samples) if self.sample_packing else [[s] for s in samples])
+
+    def collate_rows(self, rows: list[list[tuple[list[int], list[int]]]]) -> dict[str, torch.Tensor]:
+        """Rows packed already (best fit) to one batch: `position_ids` restart at each sample, the padding
+        after a row's samples is one more run, and `cu_seqlens` (int32) lists every run's start, then the total."""
+        from llm.data.text.best_fit import cu_seqlens
+
+        batch = self._fill(rows, positions_always=True, padding_run=True)
+        batch["cu_seqlens"] = cu_seqlens(batch["position_ids"])
+        return batch
+
+    def _fill(self, rows: list[list[tuple[list[int], list[int]]]], positions_always: bool = False,
+              padding_run: bool = False) -> dict[str, torch.Tensor]:
         width = self._width(rows)
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         labels = torch.full((len(rows), width), self.label_pad_token_id, dtype=torch.long)
@@ -186,8 +198,10 @@ class StreamingDataCollator:
                 attention[r, at : at + n] = 1
                 positions[r, at : at + n] = torch.arange(n)
                 at += n
+            if padding_run:  # one run, so that position 0 marks exactly the starts of samples and of padding
+                positions[r, at:] = torch.arange(width - at)
         batch = {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
-        if self.sample_packing:
+        if self.sample_packing or positions_always:
             batch["position_ids"] = positions
         return batch
 

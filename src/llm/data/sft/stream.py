@@ -15,6 +15,7 @@ from typing import Any
 
 from llm.data.sft.collator import BatchRecordError, StreamingDataCollator
 from llm.data.sft.prompts import prompter_for
+from llm.data.text.best_fit import BestFitPacker, sample_slots
 from llm.data.text.entries import entry_name
 from llm.data.text.errors import InputError
 from llm.data.text.hf import HFStreamTextSource
@@ -57,6 +58,27 @@ def sample_tokens(sample: Any) -> int:
     return len(sample[0]) if isinstance(sample, tuple) else 0
 
 
+class BestFitRecords(BestFitPacker):
+    """Best-fit packing of whole samples into rows of `max_length` tokens; `feed` yields the rows that go out."""
+
+    def slots(self, sample: Any) -> int:
+        return len(sample[0])
+
+    def load_piece(self, raw: Any) -> tuple[list[int], list[int]]:
+        return list(raw[0]), list(raw[1])
+
+    def dump_piece(self, sample: Any) -> list[list[int]]:
+        return [sample[0], sample[1]]  # the sample's own lists: nothing changes them
+
+    def feed(self, sample: Any, offset_after: int) -> Iterator[Any]:
+        if isinstance(sample, BadRecord):
+            raise InputError(f"{sample.entry}: the record at {where(sample.path, self.records + 1, offset_after)} "
+                             f"{sample.reason}")
+        self._consumed(offset_after, sample_tokens(sample))
+        if sample is not None:  # truncated to max_length already: a sample always fits a row
+            yield from self._add(sample)
+
+
 class BadRecord:
     """A record that cannot be a sample; its cursor raises, naming the file and line."""
 
@@ -84,11 +106,15 @@ class SftSamples:
     the tokenizer and the padding settings, so the first one collates the batch.
     """
 
-    def __init__(self, collators: list[StreamingDataCollator], entries: list[tuple[str, str]]):
+    def __init__(self, collators: list[StreamingDataCollator], entries: list[tuple[str, str]],
+                 packing_buffer: int | None = None):
         self.collators = collators
         self.entries = entries  # (name for messages, path) per source
+        self.packing_buffer = packing_buffer  # best fit: rows packed across batches from this many open rows
 
-    def packer(self, cursor: dict | None) -> RecordCursor:
+    def packer(self, cursor: dict | None) -> RecordCursor | BestFitRecords:
+        if self.packing_buffer:
+            return BestFitRecords(self.collators[0].max_length, self.packing_buffer, cursor)
         return RecordCursor(cursor)
 
     def encode(self, texts: list[str], sources: list[int]) -> list[Any]:
@@ -120,7 +146,9 @@ class SftSamples:
             return BadRecord(*self.entries[s], f"is a JSON {type(record).__name__}, expected an object of fields")
         return record
 
-    def batch(self, rows: list[tuple[list[int], list[int]]]) -> dict[str, Any]:
+    def batch(self, rows: list[Any]) -> dict[str, Any]:
+        if self.packing_buffer:  # rows packed by best fit already
+            return self.collators[0].collate_rows(rows)
         return self.collators[0].collate(rows)
 
     def tokens(self, item: Any) -> int:
@@ -128,8 +156,8 @@ class SftSamples:
         return sample_tokens(item)
 
     def row_tokens(self, row: Any) -> int:
-        """A row's tokens in the per-source accounting: the sample's input_ids."""
-        return sample_tokens(row)
+        """A row's tokens in the per-source accounting: the sample's input_ids (best fit: its samples')."""
+        return sum(len(sample[0]) for sample in row) if self.packing_buffer else sample_tokens(row)
 
 
 def is_local(path: str) -> bool:
@@ -192,6 +220,11 @@ class StreamingSFTDataModule(StreamingTextDataModule):
             for e, name in zip(self.entries, names)
         ]
         self.collator = self.collators[0]
+        if settings.packing == "best_fit" and not settings.sample_packing:  # best fit packs samples into rows
+            raise ValueError("packing 'best_fit' packs samples into rows and needs sample_packing: true; "
+                             "set sample_packing: true, or leave packing out")
+
+    piece_slots = staticmethod(sample_slots)
 
     def _source_names(self) -> list[str]:
         if len(self.entries) == 1:  # one entry: no mixture to name it
@@ -199,7 +232,7 @@ class StreamingSFTDataModule(StreamingTextDataModule):
         return super()._source_names()
 
     def batch_format(self) -> SftSamples:
-        return SftSamples(self.collators, self.entry_names)
+        return SftSamples(self.collators, self.entry_names, self.settings.best_fit_buffer())
 
     def source_fingerprint(self) -> dict:
         return {

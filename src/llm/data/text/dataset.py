@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from llm.data.text.best_fit import BestFitCutter, block_example, cu_seqlens
 from llm.data.text.dedup import DedupTextSource
 from llm.data.text.mixing import as_mixture, choose
 from llm.data.text.packing import WindowCutter, to_example
@@ -38,10 +39,13 @@ class TokenBlocks:
     (`batch`); fine-tuning plugs in its own (`llm.data.sft.stream.SftSamples`).
     """
 
-    def __init__(self, tokenizer: Any, max_seq_len: int, packed: bool = False):
+    def __init__(self, tokenizer: Any, max_seq_len: int, packed: bool = False, packing_buffer: int | None = None):
         self.tokenizer, self.max_seq_len, self.packed = tokenizer, max_seq_len, packed
+        self.packing_buffer = packing_buffer  # set: best fit (text/best_fit.py) from this many open blocks
 
-    def packer(self, cursor: dict | None) -> WindowCutter:
+    def packer(self, cursor: dict | None) -> WindowCutter | BestFitCutter:
+        if self.packing_buffer:
+            return BestFitCutter(self.max_seq_len, self.tokenizer.eos_id, self.packing_buffer, cursor)
         return WindowCutter(self.max_seq_len, self.tokenizer.eos_id, cursor)
 
     def encode(self, texts: list[str], sources: list[int]) -> list[np.ndarray]:
@@ -51,16 +55,35 @@ class TokenBlocks:
         """The tokens a record adds to the stream: its ids and the EOS after them."""
         return len(ids) + 1
 
-    def row_tokens(self, window: np.ndarray) -> int:
-        """A row's trained tokens (labels that are not padding): the window's length less one."""
-        return len(window) - 1
+    def row_tokens(self, row: Any) -> int:
+        """A row's trained tokens (labels that are not padding): a window's length less one (best fit: per window)."""
+        return sum(len(w) - 1 for w in row) if self.packing_buffer else len(row) - 1
 
-    def batch(self, rows: list[np.ndarray]) -> dict[str, Any]:
-        pairs = [to_example(w, self.max_seq_len, self.tokenizer.eos_id) for w in rows]
-        input_ids, labels = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    def batch(self, rows: list[Any]) -> dict[str, Any]:
+        if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
+            planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
+        else:
+            planes = [to_example(w, self.max_seq_len, self.tokenizer.eos_id) for w in rows]
+        arrays = [np.stack([p[i] for p in planes]) for i in range(len(planes[0]))]
         if self.packed:  # int32 bytes: pickled through the worker pipe, cheaper than tensors in shm
-            return {"_packed": np.stack([input_ids, labels], axis=1).astype(np.int32).tobytes()}
-        return {"input_ids": torch.from_numpy(input_ids), "labels": torch.from_numpy(labels)}
+            return {"_packed": np.stack(arrays, axis=1).astype(np.int32).tobytes()}
+        return as_tensors(arrays)
+
+
+def unpack(packed: bytes, max_seq_len: int, best_fit: int | None) -> dict[str, Any]:
+    """A batch that crossed the worker pipe as int32 bytes to its tensors (best fit: position_ids too)."""
+    planes = 3 if best_fit else 2
+    both = torch.from_numpy(np.frombuffer(packed, dtype=np.int32).copy()).view(-1, planes, max_seq_len).long()
+    return as_tensors([both[:, i].contiguous() for i in range(planes)])
+
+
+def as_tensors(arrays: list[Any]) -> dict[str, Any]:
+    """(input_ids, labels[, position_ids]) to the batch's tensors; positions also as flash-attention's cu_seqlens."""
+    batch = {"input_ids": torch.as_tensor(arrays[0]), "labels": torch.as_tensor(arrays[1])}
+    if len(arrays) > 2:
+        batch["position_ids"] = torch.as_tensor(arrays[2])
+        batch["cu_seqlens"] = cu_seqlens(batch["position_ids"])
+    return batch
 
 
 def _done(worker: int) -> dict:
@@ -97,6 +120,7 @@ class StreamingTextDataset(IterableDataset):
         mix_seed: int = 0,
         mix_weights: list[float] | None = None,
         mix_anchors: dict[str, list[int]] | None = None,
+        packing_buffer: int | None = None,
     ):
         self.source = source
         self.tokenizer = tokenizer
@@ -107,7 +131,7 @@ class StreamingTextDataset(IterableDataset):
         self.worker_rotation = worker_rotation
         self.chunk_records, self.chunk_chars = chunk_records, chunk_chars
         self.packed = packed
-        self.format = batch_format or TokenBlocks(tokenizer, max_seq_len, packed)
+        self.format = batch_format or TokenBlocks(tokenizer, max_seq_len, packed, packing_buffer)
         self.mix_seed = mix_seed  # a `random` mixture's draws: the module derives it from the root seed
         self._consumer = 0  # rank * workers + worker, set when iterating: seeds a random mixture's draws
         # a schedule's weights at this step (None: the mixture's), and the partitions' (records, tokens)

@@ -17,6 +17,13 @@ if TYPE_CHECKING:  # the components are imported when built: reading a config ne
     from llm.data.text.stream import StreamingTextDataModule
 
 DEFAULT_SEED = 42  # training.seed's default: a module built alone draws as a run with the default seed
+DEFAULT_PACKING_BUFFER = 64  # best fit's open blocks
+
+
+def packing_keys(packing: str | None, buffer: int | None) -> dict[str, Any]:
+    """The data: section's packing keys with their defaults filled in (unset: greedy, 64 open blocks)."""
+    return {"packing": "greedy" if packing is None else packing,
+            "packing_buffer": DEFAULT_PACKING_BUFFER if buffer is None else buffer}
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,21 @@ class TextStreamConfig:
     val_dataset_path: str | None = None
     storage_options: dict[str, Any] | None = field(default=None, repr=False)  # keys: never printed
     seed: int = DEFAULT_SEED
+    packing: str = "greedy"  # or "best_fit" (text/best_fit.py): whole documents into the block they fill best
+    packing_buffer: int = DEFAULT_PACKING_BUFFER  # best fit's open blocks
+
+    def __post_init__(self) -> None:
+        from llm.data.text.best_fit import check_packing
+
+        check_packing(self.packing, self.packing_buffer)
+
+    def best_fit_buffer(self) -> int | None:
+        """Best fit's open blocks, or None for greedy packing."""
+        return self.packing_buffer if self.packing == "best_fit" else None
+
+    def packing_fingerprint(self) -> dict[str, Any]:
+        """What packing adds to the stream's fingerprint; greedy, the default, adds nothing (older states resume)."""
+        return {"packing": "best_fit", "packing_buffer": self.packing_buffer} if self.best_fit_buffer() else {}
 
     def text_stream(self) -> TextStreamConfig:
         """Itself: the module takes this or a `DataConfig`, and asks either for its stream settings."""

@@ -12,12 +12,12 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from llm.data.seeds import check_seed
 from llm.data.stage import Stage
-from llm.data.text.dataset import StreamingTextDataset
+from llm.data.text.best_fit import check_open_blocks, window_slots
+from llm.data.text.dataset import StreamingTextDataset, unpack
 from llm.data.text.dedup import DedupTextSource
 from llm.data.text.mix_state import MixProgress
 from llm.data.text.mixing import as_mixture
@@ -89,6 +89,7 @@ class StreamingTextDataModule(Stage):
     stream where the previous epoch stopped; when this rank's partitions are all
     read it starts a new pass over them (`loop=False`: stop instead).
     """
+    piece_slots = staticmethod(window_slots)  # the slots one of best fit's pieces fills (sft: a sample's)
 
     def __init__(
         self,
@@ -157,6 +158,7 @@ class StreamingTextDataModule(Stage):
             "tokenizer": self.tokenizer.fingerprint(),
             "max_seq_len": self.max_seq_len,
             "stripes": STRIPES,
+            **self.settings.packing_fingerprint(),
         }
 
     def partitions(self) -> list[Partition]:
@@ -240,7 +242,7 @@ class StreamingTextDataModule(Stage):
             worker_rotation=self._next_worker.get(key, 0), packed=self.num_workers > 0,
             batch_format=self.batch_format(), mix_seed=self._mix_seed(),
             # a mixture reads at most `streaming_buffer_per_dataset` records ahead before encoding
-            chunk_records=self._chunk_records(),
+            chunk_records=self._chunk_records(), packing_buffer=self.settings.best_fit_buffer(),
             mix_weights=self.progress.weights_now(), mix_anchors=self.progress.anchors,
         )
         if self.num_workers:
@@ -265,9 +267,7 @@ class StreamingTextDataModule(Stage):
             self._handed_over = True
             self.progress.handed_over(st["counts"])
             if "_packed" in item:
-                both = torch.from_numpy(np.frombuffer(item.pop("_packed"), dtype=np.int32).copy())
-                both = both.view(-1, 2, self.max_seq_len).long()
-                item["input_ids"], item["labels"] = both[:, 0].contiguous(), both[:, 1].contiguous()
+                item.update(unpack(item.pop("_packed"), self.max_seq_len, self.settings.best_fit_buffer()))
             yield item
             if stop is not None and self.progress.step >= stop:  # new weights from here: restart the workers
                 self._switched = True
@@ -372,6 +372,7 @@ class StreamingTextDataModule(Stage):
         """Raise StateError naming the key when `state` cannot resume this stream; changes nothing."""
         check_layout(state)
         validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
+        check_open_blocks(state["partitions"], self.max_seq_len, self.settings.best_fit_buffer(), self.piece_slots)
         check_seen_count(self._dedup(), state.get("seen_hashes"))
         self.progress.check(state)
 

@@ -20,6 +20,8 @@ AXOLOTL_KEYS = {
     "train_on_inputs": "data.train_on_inputs",
     "chat_template": "data.chat_template",
     "sample_packing": "data.sample_packing",
+    "packing": "data.packing",  # ours (greedy | best_fit), beside Axolotl's sample_packing
+    "packing_buffer": "data.packing_buffer",
     "streaming": "data.streaming",
     "streaming_dataset_mixing_strategy": "data.streaming_dataset_mixing_strategy",
     "streaming_mixing_weights": "data.streaming_mixing_weights",

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from llm.training.tasks.optimized import OptimizedData
+from llm.training.tasks.stream_lm import refuse_packing
 from llm.training.text_cache import cache_root, prepare_text
 
 
@@ -53,6 +54,7 @@ class LocalTextData(OptimizedData):
 def build_lm_data(config: Any, rank: int, world_size: int) -> OptimizedData:
     """TrainData for `--task lm`: `data_source: local` (prepared once, cached) or `optimized` shards."""
     data = config.data
+    refuse_packing(data, "--task lm's prepared blocks")
     if data.data_source == "optimized":
         return OptimizedData(config, rank, world_size)
     if data.data_source != "local":

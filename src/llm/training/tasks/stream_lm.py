@@ -38,7 +38,8 @@ class StreamTextData:
             empty = True
             for batch in self.module.train_dataloader():
                 empty = False
-                yield {"input_ids": batch["input_ids"], "labels": batch["labels"]}
+                # best fit's document boundaries: the model keeps each document to itself
+                yield {k: batch[k] for k in ("input_ids", "labels", "position_ids") if k in batch}
             if empty:
                 raise ValueError(
                     f"data source {self.config.data.data_source!r} yielded no batch for rank {self.rank}; "
@@ -66,9 +67,17 @@ class StreamTextData:
         return None
 
 
+def refuse_packing(data: Any, what: str) -> None:
+    """`packing: best_fit` packs text read on the fly; blocks cut elsewhere would ignore it, so it is refused."""
+    if data.packing == "best_fit":
+        raise ConfigError(f"data.packing 'best_fit' packs text streamed on the fly, not {what} (cut into blocks "
+                          "when read); leave packing out, or stream the text (data_source: local or hf)")
+
+
 def build_stream_lm_data(config: Any, rank: int, world_size: int) -> Any:
     """TrainData for `--task stream_lm`: optimized shards or a streamed text source."""
     if config.data.data_source == OPTIMIZED:
+        refuse_packing(config.data, "optimized shards")
         return OptimizedData(config, rank, world_size)
     if not config.data.steps_per_epoch:
         raise ConfigError(

@@ -1,0 +1,126 @@
+"""`data.skip_batches`: global batch ranges a run never trains on, kept in every checkpoint after it.
+
+The use case: a loss spike at batches 1200-1299; resume from a checkpoint before it with
+`skip_batches: [[1200, 1300]]`. Ranges are half-open, `[start, end)` in global batch
+indices (batch `i` is the `i`-th global batch the data stream hands over, counted from
+the run's start, skipped ones included). A skipped batch is read and dropped, so the
+data stream's own state moves past it: this works for every task's data (optimized
+shards, text streams, mixtures, SFT) without knowing how it is made.
+
+The ranges and the count of batches drawn ride in the checkpoint. A resume keeps the
+checkpoint's ranges and adds the config's (their union); a config without the key keeps
+them. A range that reaches below the batches already drawn is refused, unless the
+checkpoint skipped that part already (the same key given again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+KEY = "data.skip_batches"
+
+
+def parse_ranges(value: Any, key: str = KEY) -> list[tuple[int, int]]:
+    """`[[start, end], ...]` (half-open) to sorted, merged pairs; ValueError naming the key and the value."""
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{key} is {value!r}; give a list of [start, end] global batch ranges, end exclusive")
+    ranges = []
+    for i, pair in enumerate(value):
+        ok = isinstance(pair, list | tuple) and len(pair) == 2
+        if not ok or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in pair):
+            raise ValueError(f"{key}[{i}] is {pair!r}; a range is [start, end] with whole numbers >= 0, end exclusive")
+        start, end = pair
+        if end < start:
+            raise ValueError(f"{key}[{i}] {list(pair)} is reversed; a range is [start, end] with start < end "
+                             "(end exclusive)")
+        if end == start:
+            raise ValueError(f"{key}[{i}] {list(pair)} is empty (end is exclusive); to skip batch {start} alone "
+                             f"write [{start}, {start + 1}]")
+        ranges.append((start, end))
+    return merge(ranges)
+
+
+def merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, with overlapping or touching ranges joined."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def uncovered(span: tuple[int, int], ranges: list[tuple[int, int]]) -> int | None:
+    """The first batch of `span` that no range covers, or None."""
+    at, end = span
+    for start, stop in ranges:
+        if start > at:
+            break
+        at = max(at, stop)
+    return at if at < end else None
+
+
+class SkipRanges:
+    """Which global batches to drop, how many were drawn and skipped; `filter` wraps a task's batches."""
+
+    def __init__(self, value: Any = None):
+        self.configured = parse_ranges(value)
+        self.ranges = list(self.configured)
+        self.next_batch = 0  # the global index of the next batch the data stream hands over
+        self.skipped = 0
+
+    def filter(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """`batches` without those in a range (read, then dropped: the data's own cursor moves past them)."""
+        try:
+            for batch in batches:
+                index = self.next_batch
+                self.next_batch += 1
+                if self.covers(index):
+                    self.skipped += 1
+                    continue
+                yield batch
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:  # the trainer closes us: stop the data's workers now
+                close()
+
+    def covers(self, index: int) -> bool:
+        return any(start <= index < end for start, end in self.ranges)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint stores."""
+        return {"ranges": [list(r) for r in self.ranges], "next_batch": self.next_batch, "skipped": self.skipped}
+
+    def metrics(self) -> dict[str, int]:
+        """`skipped_batches` for metrics.jsonl once the run has any range (nothing otherwise)."""
+        return {"skipped_batches": self.skipped} if self.ranges else {}
+
+    def check(self, saved: Any, where: str, step: int) -> tuple[list[tuple[int, int]], int, int]:
+        """The union of a checkpoint's ranges and the config's, its batches drawn and skipped; changes nothing.
+
+        ValueError (one sentence) when a configured range reaches below the batches the checkpoint
+        has drawn, over batches it did not skip.
+        """
+        if saved is None:  # a checkpoint from before skip ranges: one batch per step, none skipped
+            saved = {"ranges": [], "next_batch": step, "skipped": 0}
+        if not isinstance(saved, dict):
+            raise ValueError(f"checkpoint {where} holds skip_batches {saved!r}, not {{ranges, next_batch, skipped}}")
+        old = parse_ranges(saved.get("ranges"), f"checkpoint {where} skip_batches.ranges")
+        drawn, skipped = saved.get("next_batch"), saved.get("skipped")
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (drawn, skipped)):
+            raise ValueError(f"checkpoint {where} holds skip_batches {saved!r}; next_batch and skipped must be "
+                             "whole numbers >= 0")
+        for start, end in self.configured:
+            first = uncovered((start, min(end, drawn)), old)
+            if first is not None:
+                raise ValueError(f"{KEY} range [{start}, {end}] overlaps batches already trained: checkpoint {where} "
+                                 f"has trained batch {first} (it has drawn batches 0 to {drawn - 1}); skip only "
+                                 f"batches from {drawn} on, or resume from an earlier checkpoint")
+        return merge([*old, *self.configured]), drawn, skipped
+
+    def restore(self, checked: tuple[list[tuple[int, int]], int, int]) -> None:
+        self.ranges, self.next_batch, self.skipped = checked
