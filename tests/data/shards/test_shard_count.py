@@ -69,11 +69,18 @@ class _Counts:
 
 
 _counting: list[_Counts] = []  # audit hooks cannot be removed: one hook, pointed at the current count
-sys.addaudithook(lambda event, args: _counting[-1].audit(event, args) if _counting else None)
+
+
+def _hook_audit() -> None:
+    """Add the one audit hook (at first use: a module merely collected adds none to the session)."""
+    if not getattr(_hook_audit, "done", False):
+        sys.addaudithook(lambda event, args: _counting[-1].audit(event, args) if _counting else None)
+        _hook_audit.done = True  # type: ignore[attr-defined]
 
 
 def _open_and_first_batch(folder: Path, monkeypatch, state: dict | None = None) -> tuple[_Counts, np.ndarray, int]:
     """Counts, the first batch and the objects left alive by opening `folder` in a process that knows its manifest."""
+    _hook_audit()
     counts = _Counts(folder)
     real_stat, real_init, real_loads = os.stat, ShardInfo.__init__, json.loads
 
