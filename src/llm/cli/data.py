@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 from llm.cli.common import HelpFormatter, add_version, expect_folder
+from llm.data.storage.sizes import format_size
 
 
 class _Default(str):
@@ -129,14 +129,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    raise AssertionError
-
-
 def _source_key(source: dict) -> tuple[str, int]:
     return Path(str(source.get("path", ""))).name, int(source.get("bytes", -1))
 
@@ -213,7 +205,7 @@ def info_lines(manifest, folder: str) -> list[str]:
     raw = sum(s.raw_bytes or s.bytes for s in manifest.shards)
     codecs = sorted({s.compression for s in manifest.shards if s.compression})
     if codecs:
-        compression = f"{', '.join(codecs)}, {raw / max(on_disk, 1):.2f}x ({_size(raw)} raw)"
+        compression = f"{', '.join(codecs)}, {raw / max(on_disk, 1):.2f}x ({format_size(raw)} raw)"
     else:
         compression = "none"
     rows = [("kind", f"{manifest.kind} (format v{manifest.format_version})"), ("shards", f"{totals['shards']:,}")]
@@ -221,7 +213,7 @@ def info_lines(manifest, folder: str) -> list[str]:
         rows += [("documents", f"{totals['documents']:,}"), ("tokens", f"{totals['tokens']:,}")]
     else:
         rows += [("items", f"{totals['items']:,}")]
-    rows += [("on disk", _size(on_disk)), ("compression", compression)]
+    rows += [("on disk", format_size(on_disk)), ("compression", compression)]
     if manifest.encryption:  # whole shards (format/encryption.py): readers need the key
         rows.append(("encryption", f"{manifest.encryption.get('class')} ({manifest.encryption.get('level')} level)"))
     if manifest.dtype:
@@ -321,53 +313,11 @@ def _train_tokenizer(args: argparse.Namespace) -> None:
     print(f"next: llm-data optimize {' '.join(args.inputs)} --output DATASET --tokenizer {written}", file=sys.stderr)
 
 
-def _cache(args: argparse.Namespace) -> None:
-    from llm.data.storage import cache_admin
-
-    root = cache_admin.check_root(args.cache_dir)
-    folders = cache_admin.list_caches(root)
-    if args.action == "ls":
-        for f in folders:
-            used = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_used)) if f.last_used else "never"
-            print(f"{f.fingerprint}  {f.url or '(url unknown)'}  {f.shards:,} shards  {_size(f.bytes)}  last used {used}")
-        print(f"cache: {len(folders)} folder(s), {_size(sum(f.bytes for f in folders))} under {root}", file=sys.stderr)
-        _others(root)
-        return
-    if args.all == bool(args.targets):
-        raise ValueError("cache clear needs either FINGERPRINT or URL arguments (as `llm-data cache ls` shows them) "
-                         "or --all, not both" if args.all else
-                         "cache clear needs what to remove: FINGERPRINT or URL arguments (as `llm-data cache ls` "
-                         "shows them), or --all for every cache folder")
-    chosen = folders if args.all else cache_admin.select(folders, args.targets, root)
-    freed = kept = 0
-    for f in chosen:
-        done = cache_admin.clear(f)
-        freed += done.freed
-        what = f"{f.fingerprint} ({f.url or 'url unknown'})"
-        if done.gone:
-            print(f"removed {what}: {done.removed:,} shards, {_size(done.freed)}")
-            continue
-        kept += 1
-        why = f"{len(done.kept)} file(s) in use ({', '.join(done.kept[:3])})" if done.kept else "open by a running reader"
-        print(f"kept {what}: {why}; removed {done.removed:,} shards, {_size(done.freed)}")
-    print(f"cache clear: freed {_size(freed)} in {len(chosen)} folder(s)"
-          + (f"; {kept} kept because a running reader uses them" if kept else ""), file=sys.stderr)
-    _others(root)
-
-
-def _others(root: Path) -> None:
-    from llm.cli.inspect import plural
-    from llm.data.storage import cache_admin
-
-    others = cache_admin.not_caches(root)
-    if others:
-        what = plural(len(others), "folder") + (" that is not a shard cache" if len(others) == 1 else " that are not shard caches")
-        print(f"cache: left alone {what}: {', '.join(others)}", file=sys.stderr)
-
-
 def _run(args: argparse.Namespace) -> None:
     if args.command == "cache":
-        _cache(args)
+        from llm.cli.cache import run_cache
+
+        run_cache(args)
     elif args.command == "optimize":
         _optimize(args)
     elif args.command == "info":

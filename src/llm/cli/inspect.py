@@ -148,7 +148,7 @@ def draw(stats: Any, path: str) -> None:
 
 def peer_info_lines(source, folder: str) -> list[str]:
     """`llm-data info` of a LitData / MDS folder: what its index says, its counts checked against its files."""
-    from llm.data.shards.interop.stats import _size
+    from llm.data.storage.sizes import format_size
 
     m = source.manifest
     totals = m.totals()
@@ -162,8 +162,8 @@ def peer_info_lines(source, folder: str) -> list[str]:
     else:
         rows += [("items", f"{totals['items']:,}")]
     codecs = sorted({s.compression for s in m.shards if s.compression})
-    rows += [("on disk", f"{_size(stored)} in {plural(totals['shards'], 'file')}"),
-             ("compression", f"{', '.join(codecs)}, {_size(raw)} raw" if codecs else "none")]
+    rows += [("on disk", f"{format_size(stored)} in {plural(totals['shards'], 'file')}"),
+             ("compression", f"{', '.join(codecs)}, {format_size(raw)} raw" if codecs else "none")]
     rows += [(key.replace("_", " "), _listed(value)) for key, value in m.details.items()]
     rows.append(("fingerprint", m.fingerprint()))
     width = max(len(k) for k, _ in rows)
@@ -203,7 +203,7 @@ _COMPRESSED_INPUTS = (".zst", ".zstd", ".gz", ".bz2", ".xz")
 
 def sources_row(sources: list[dict]) -> str:
     """What the manifest knows of its inputs: files and their stored sizes (compressed inputs said so), or peers converted."""
-    from llm.data.shards.interop.stats import _size
+    from llm.data.storage.sizes import format_size
 
     peers = [s for s in sources if "format" in s and "bytes" not in s]  # `llm-data convert` records no text size
     files = [s for s in sources if s not in peers]
@@ -211,6 +211,6 @@ def sources_row(sources: list[dict]) -> str:
     if files:
         stored = sum(int(s.get("bytes", 0)) for s in files)
         packed = sum(str(s.get("path", "")).endswith(_COMPRESSED_INPUTS) for s in files)
-        what = f"{plural(len(files), 'file')}, {_size(stored)} as stored"
+        what = f"{plural(len(files), 'file')}, {format_size(stored)} as stored"
         parts.append(what + (f" ({packed} compressed: the text itself is larger)" if packed else ""))
     return "; ".join(parts)

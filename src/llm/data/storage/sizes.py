@@ -1,4 +1,5 @@
-"""Size strings ("64MB", "1.5GiB", "512kb", "100 MB", "4096") read as bytes: the one parser for cache and chunk sizes.
+"""Size strings ("64MB", "1.5GiB", "512kb", "100 MB", "4096") read as bytes: the one parser for cache and chunk sizes,
+and the one way sizes are printed (`format_size`).
 
 Hand-written rather than pydantic's ByteSize (already a dependency): ByteSize reads "MB" as 10**6
 bytes, while every size in this library has meant 2**20 since its first release (chunk_bytes,
@@ -26,3 +27,12 @@ def parse_bytes(text: str) -> int | None:
         return int(number * factor) if math.isfinite(number) else None
     except (ValueError, OverflowError):
         return None
+
+
+def format_size(n: float) -> str:
+    """Bytes as people read them, in powers of 1000: '512 B', '4.2 KB', '1.5 GB', '2.0 TB'."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} TB"

@@ -14,6 +14,7 @@ import numpy as np
 
 from llm.data.shards.format.manifest import Manifest
 from llm.data.storage.paths import parse_location
+from llm.data.storage.sizes import format_size
 
 
 @dataclass
@@ -110,7 +111,7 @@ def summary_rows(stats: DatasetStats) -> list[tuple[str, str]]:
         rows += [("tokens", f"{totals['tokens']:,}"), ("documents", f"{totals['documents']:,}")]
     else:
         rows += [("items", f"{totals['items']:,}")]
-    rows += [("on disk", f"{_size(on_disk)} ({on_disk:,} bytes)"), ("raw", f"{_size(raw)} ({raw:,} bytes)")]
+    rows += [("on disk", f"{format_size(on_disk)} ({on_disk:,} bytes)"), ("raw", f"{format_size(raw)} ({raw:,} bytes)")]
     rows.append(("compression", f"{', '.join(codecs)}, {raw / max(on_disk, 1):.2f}x" if codecs else "none"))
     rows.append(("dtype", str(m.dtype or "-")))
     if m.tokenizer:
@@ -152,9 +153,3 @@ def summary_json(stats: DatasetStats) -> dict:
     }
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n} B"  # pragma: no cover
