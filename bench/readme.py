@@ -92,7 +92,8 @@ def table(results: dict) -> str:
         lost = {r["who"]: r["tokens_lost"] for r in s["integrity"] if "tokens_lost" in r}
         if "ours" in lost:
             peer = f" (LitData: {lost['litdata']:,})" if "litdata" in lost else ""
-            lines.append(f"| tokens lost per epoch | {lost['ours']:,} of {cfg['tokens']:,}, the last partial block"
+            written = next((r["tokens_written"] for r in s["integrity"] if r["who"] == "ours"), cfg["tokens"])
+            lines.append(f"| tokens lost per epoch | {lost['ours']:,} of {written:,}, the last partial block"
                          f"{peer} | |")
     return "\n".join(lines)
 

@@ -285,8 +285,10 @@ def encoders_markdown(enc: dict) -> list[str]:
           "`optimize` worker), engines interleaved, median of the rounds. MB of text per CPU-second (the "
           "machine is shared; wall time in the JSON); x: against the file's reference engine; RSS +MB: "
           "growth over the pass (the engine's caches). bpe-openai loads only its own vocabularies: it is "
-          "timed on cl100k_base against tiktoken, one call per document.", "",
-          "| vocabulary | engine | MB/s (CPU) | x reference | load s | RSS +MB | ids |",
+          "timed on cl100k_base against tiktoken, one call per document. A `nobytes` vocabulary lacks byte "
+          "symbols (trained without `initial_alphabet`): the fast engines re-encode with `tokenizers` the "
+          "documents holding such a byte (docs/optimized-shards.md).", "",
+          "| vocabulary | engine | MB/s (CPU) | x reference | load s (wall) | RSS +MB | ids |",
           "|---|---|---:|---:|---:|---:|---|"]
     for r in enc["rows"]:
         name = r["backend"] + (f" {r['version']}" if r.get("version") else "")

@@ -8,7 +8,7 @@ from pathlib import Path
 from bench import readme
 
 ROOT = Path(__file__).resolve().parent.parent
-MAIN_RUN = ROOT / "bench" / "results" / "20261201-1126-gpt2-200mb.json"
+MAIN_RUN = ROOT / "bench" / "results" / "20261202-gpt2-200mb-combined.json"
 
 
 def test_the_readme_table_is_the_one_the_cited_run_renders() -> None:
@@ -27,7 +27,7 @@ def test_rewrite_replaces_only_between_the_markers_and_follows_the_numbers(tmp_p
     assert readme.rewrite(page, results)
     new = page.read_text()
     assert new.startswith("# x\n\nbefore\n") and new.endswith(f"{readme.END}\nafter\n") and "old table" not in new
-    assert "| prepare (text to shards, 2 processes) | 2.9x faster |" in new
+    assert "| prepare (text to shards, 2 processes) | 2.5x faster |" in new
     no_markers = tmp_path / "OTHER.md"
     no_markers.write_text("no table here\n")
     assert not readme.rewrite(no_markers, results) and no_markers.read_text() == "no table here\n"
