@@ -16,7 +16,8 @@ def ours(spec: dict) -> dict:
 
     t0 = time.perf_counter()
     report = dedup_corpus(spec["inputs"], spec["output"], near=spec["threshold"], num_workers=spec["workers"],
-                          num_perm=spec["num_perm"], ngram=spec["ngram"], progress=False, keep_work=spec.get("keep_work", False))
+                          num_perm=spec["num_perm"], ngram=spec["ngram"], progress=False, keep_work=spec.get("keep_work", False),
+                          chunk_records=spec.get("chunk_records", 50_000))
     seconds = time.perf_counter() - t0
     kept = [json.loads(line)["id"] for p in sorted(Path(spec["output"]).glob("part-*.jsonl"))
             for line in p.read_text(encoding="utf-8").splitlines()]
