@@ -155,6 +155,12 @@ def scenario_packing(ctx: Any) -> list[dict]:
     return compare(corpora, ctx.tokenizer, max(2, ctx.repeat), ctx.say)
 
 
+def latest() -> list[dict] | None:
+    """The rows of the newest saved packing result (docs/benchmarks.md keeps its section when other scenarios are rerun)."""
+    found = sorted((Path(__file__).parent / "results").glob("packing-*.json"))
+    return json.loads(found[-1].read_text())["rows"] if found else None
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench.corpus import build_corpus, corpus_paths
     from bench.measure import REPO_ROOT

@@ -251,10 +251,12 @@ def markdown(results: dict) -> str:
         if key in s:
             title, cols = sections[key]
             md += ["", f"## {title}", "", *_table(s[key], cols)]
-    if "packing" in s:
-        from bench.packing import markdown as packing_markdown
+    from bench import (
+        packing,  # like dedup: its section stays from its last run when other scenarios are rerun
+    )
 
-        md += packing_markdown(s["packing"])
+    if packing_rows := s.get("packing") or packing.latest():
+        md += packing.markdown(packing_rows)
     if "s3" in s:
         from bench import s3_report
 
