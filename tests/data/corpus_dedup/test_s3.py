@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from llm.data import dedup_corpus
 from llm.data.storage.objects import open_objects
 from tests.data.corpus_dedup.helpers import tree, write_corpus
@@ -29,3 +31,18 @@ def test_s3_inputs_give_the_local_result_with_objects_named_in_the_removed_list(
         f"{prefix}/{name}": data for name, data in mine.items() if not name.startswith("dedup")}
     removed = [json.loads(line) for line in theirs["dedup-removed.jsonl"].decode().splitlines()]
     assert removed[0]["file"] == f"{url}/a.jsonl" and removed[0]["line"] == 14
+
+
+@pytest.mark.slow  # a cluster of two raylets (~20 s to start)
+def test_s3_inputs_on_the_ray_engine_give_the_local_bytes(s3_server, ray_cluster, tmp_path: Path) -> None:  # noqa: F811
+    write_corpus(tmp_path / "in")
+    url = s3_server.url()
+    objects = open_objects(url, s3_server.options())
+    for path in sorted(p for p in (tmp_path / "in").rglob("*") if p.is_file()):
+        objects.put(path.relative_to(tmp_path / "in").as_posix(), path)
+    local = dedup_corpus(url, tmp_path / "local", near=0.8, num_workers=0, progress=False,
+                         storage_options=s3_server.options())
+    on_ray = dedup_corpus(url, tmp_path / "ray", near=0.8, engine="ray", num_workers=2, progress=False,
+                          storage_options=s3_server.options())
+    assert on_ray["removed"] == local["removed"] == 6
+    assert tree(tmp_path / "ray") == tree(tmp_path / "local")
