@@ -11,7 +11,7 @@ import pytest
 from llm.data.storage.clouds import parse_connection_string
 from llm.data.storage.paths import Location, parse_location
 from llm.data.storage.s3 import proxy_options, resolve_config
-from tests.storage.azurite import ACCOUNT, ACCOUNT_KEY
+from tests.storage.azurite import ACCOUNT, ACCOUNT_KEY  # the emulator's well-known account; it is only ever started with --disableTelemetry
 from tests.storage.conftest import STORE_VARIABLES
 
 

@@ -38,7 +38,9 @@ class RestartableServer(Weed):
 
 
 class RestartableAzurite(Azurite):
-    """Azurite persisted to a folder (--location), so a restart serves what was written before."""
+    """Azurite persisted to a folder (--location), so a restart serves what was written before.
+
+    Started by `Azurite.start`, whose one command line always carries --disableTelemetry."""
 
     def __init__(self, root: Path):
         super().__init__(root, persist=True)
