@@ -11,8 +11,10 @@ import pytest
 from llm.data.storage.clouds import parse_connection_string
 from llm.data.storage.paths import Location, parse_location
 from llm.data.storage.s3 import proxy_options, resolve_config
-from tests.storage.azurite import ACCOUNT, ACCOUNT_KEY  # the emulator's well-known account; it is only ever started with --disableTelemetry
+from tests.storage.azurite import ACCOUNT, ACCOUNT_KEY
 from tests.storage.conftest import STORE_VARIABLES
+
+# ACCOUNT, ACCOUNT_KEY: the emulator's well-known account (Azurite only ever starts with --disableTelemetry)
 
 
 @pytest.fixture(autouse=True)
