@@ -22,7 +22,7 @@ from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import TokenReader, _ShardBytes
 from llm.data.shards.interop import open_foreign
 from llm.data.shards.plan.schedule import epoch_order
-from llm.data.shards.plan.shuffle.windowed import shard_sample_starts
+from llm.data.shards.plan.shuffle.windowed import shard_sample_starts, straddling_blocks
 from llm.data.shards.plan.subset import ComposedView, SampleView, check_subsample, subsample_view
 from llm.data.shards.read.access import as_transform
 from llm.data.shards.read.source import SampleSource, renamed
@@ -105,6 +105,9 @@ class StreamingDataset(SampleSource):
             self.num_samples = self.reader.total
         block = self.block_size if self.manifest.kind == "tokens" else None
         self.sample_starts = shard_sample_starts(self.reader.starts, block, self.num_samples)
+        # Blocks a windowed order reads in the later of their two shards' windows (windowed.py); a
+        # subset (view) keeps them in the earlier one: its samples are not the stored blocks.
+        self.straddles = None if block is None else straddling_blocks(self.reader.starts, block, self.num_samples)
         self.view: SampleView | ComposedView | None = None
         self.apply_subsample()
         self.shuffle_window = self._resolve_window(shuffle_window)
@@ -242,21 +245,26 @@ class StreamingDataset(SampleSource):
     def order(self, epoch: int) -> Callable[[np.ndarray], np.ndarray]:
         return self.epoch_permutation(epoch)
 
-    def epoch_permutation(self, epoch: int, component: str = "shuffle",
-                          legacy: bool | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    def epoch_permutation(self, epoch: int, component: str = "shuffle", legacy: bool | None = None,
+                          legacy_window: bool | None = None) -> Callable[[np.ndarray], np.ndarray]:
         """Epoch position -> sample id: global or windowed shuffle (or storage order).
 
         The shuffle's seed is `derive_seed(seed, component, epoch)` (a mixture asks for its sources'
         orders under components of their own); `legacy` (default: this dataset's, set by a
-        version-1 state) keys it by seed + epoch instead, as before state version 2.
+        version-1 state) keys it by seed + epoch instead, as before state version 2;
+        `legacy_window` (default: this dataset's, set by a state before version 3) reads the blocks
+        that straddle two shards in the earlier shard's window, as windowed orders did before.
         """
         legacy = self.legacy_seeds if legacy is None else legacy
-        key = (epoch, component, legacy, self.seed, self.shuffle, self.shuffle_algorithm, self.shuffle_window)
+        legacy_window = self.legacy_window if legacy_window is None else legacy_window
+        straddles = None if legacy_window or self.view is not None else self.straddles
+        key = (epoch, component, legacy, straddles is None, self.seed, self.shuffle, self.shuffle_algorithm,
+               self.shuffle_window, id(self.view))
         cached = self._order  # a windowed order costs O(shards) to set up: keep the last
         if cached is None or cached[0] != key:
             cached = self._order = (key, epoch_order(self.num_samples, self.seed, epoch, self.shuffle,
                                                      self.shuffle_algorithm, self.shuffle_window, self.sample_starts,
-                                                     component=component, legacy=legacy))
+                                                     component=component, legacy=legacy, straddles=straddles))
         return cached[1]
 
     def hint_samples(self, sample_ids: np.ndarray) -> None:
