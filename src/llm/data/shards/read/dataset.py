@@ -73,6 +73,7 @@ class StreamingDataset(SampleSource):
         self.subsample, self.transform, self.split = check_subsample(subsample), as_transform(transform), None
         location = parse_location(input_dir)
         self.cache = None
+        self.edges = None  # remote token shards' kept edges (edges.py)
         self.foreign = None  # a LitData / MDS folder read in place (shards/interop/)
         if location.is_remote:
             from llm.data.shards.format.remote import load_manifest, open_cache
@@ -162,6 +163,11 @@ class StreamingDataset(SampleSource):
         self.block_size = block
         self.reader = (self.foreign.token_reader(block, verify) if self.foreign else
                        TokenReader(self.input_dir, self.manifest, verify, self._remote_files(verify)))
+        if self.cache is not None and self.manifest.encryption is None:  # never plaintext beside ciphertext
+            from llm.data.shards.read.edges import EdgeStore
+
+            self.edges = EdgeStore(self.cache.folder, self.manifest, block, self.reader.starts)
+            self.reader.files.opened = self.edges.keep  # every shard's edges, cut when it is opened (verified)
         total = self.reader.total
         self.num_samples = total // block if self.drop_partial_block else math.ceil(total / block)
         pad = self.item_loader.pad_id
@@ -210,8 +216,21 @@ class StreamingDataset(SampleSource):
     def _read_block(self, sample: int, out: np.ndarray, positions: np.ndarray | None) -> None:
         start = sample * self.block_size
         stop = min(start + self.block_size, self.reader.total)
-        self.reader.read(start, stop, out, positions)
+        if self.edges is None:
+            self.reader.read(start, stop, out, positions)
+        else:  # a straddling block: the parts that kept edges hold are read from them (edges.py)
+            self.edges.read(self.reader, start, stop, out, positions)
         out[stop - start :] = self.pad_id
+
+    def _unkept(self, shards: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """(first, last) shard of each block, less the parts of two-shard blocks that kept edges hold."""
+        keep = np.ones(shards.shape, dtype=bool)
+        starts = self.reader.starts
+        for k in np.flatnonzero(shards[:, 1] == shards[:, 0] + 1).tolist():
+            a, b = int(shards[k, 0]), int(shards[k, 1])
+            keep[k, 0] = not self.edges.covers(a, int(tokens[k, 0] - starts[a]), int(starts[a + 1] - starts[a]))
+            keep[k, 1] = not self.edges.covers(b, 0, int(tokens[k, 1] + 1 - starts[b]))
+        return shards[keep]
 
     def verify(self) -> None:
         """Check every shard's size and checksum against the manifest (raises ShardError)."""
@@ -279,6 +298,8 @@ class StreamingDataset(SampleSource):
         else:
             ids = samples
         shards = np.searchsorted(self.reader.starts, ids, side="right") - 1
+        if self.edges is not None:  # a straddling block's part that an edge holds needs no fetch of its shard
+            shards = self._unkept(shards.reshape(-1, 2), ids.reshape(-1, 2))
         first_seen = np.ones(len(shards), dtype=bool)
         first_seen[1:] = shards[1:] != shards[:-1]
         self.cache.hint(list(dict.fromkeys(shards[first_seen].tolist())))
