@@ -218,6 +218,25 @@ def test_resume_with_a_window_is_exact_on_other_workers_and_world_sizes(resume_c
     ])
 
 
+def test_a_state_of_the_version_1_window_order_resumes_with_that_order(resume_config):
+    """States saved before order version 2 (state version 2) go on in the order they were saved in."""
+    old_config = {**resume_config, "old_order": True}
+    reference, _ = run_loader(old_config, None, None)
+    current, _ = run_loader(resume_config, None, None)
+    assert len(reference) == len(current) and any((a != b).any() for a, b in zip(reference, current)), \
+        "the two orders differ (straddling blocks move to the later window)"
+    head, state = run_loader(old_config, None, 7)
+    assert state["version"] == 2
+    tail, after = run_loader(resume_config, state, None)
+    assert all(np.array_equal(a, b) for a, b in zip(head + tail, reference)) and len(head + tail) == len(reference)
+    assert after["version"] == 2  # saved again as it was, so it keeps resuming in that order
+    per_epoch = len(reference) // 2
+    check_resume(run_loader, old_config, stops=[3, per_epoch + 2], resume_configs=[
+        {**old_config, "workers": 2, "backend": "threads"},
+        {**old_config, "world": 2, "batch": 2, "workers": 2, "backend": "threads"},
+    ])
+
+
 def test_a_mixture_of_windowed_sources_reads_them_in_their_windows(dataset, resume_config):
     a, b = _ds(dataset, shuffle_window=2), _ds(resume_config["path"], shuffle_window=3)
     mix = CombinedStreamingDataset([a, b], weights=[0.5, 0.5], seed=1)

@@ -178,7 +178,7 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
         check_identity(state, self.input_dir, expected)
         epoch = check_int(state, "epoch", 0, MAX_EPOCH, "epochs finished")
         consumed = check_int(state, "samples_consumed", 0, self.num_samples, "samples of the epoch already handed out")
-        return Resume(epoch, consumed, state["version"] == 1, anchor, state["version"] < 3)
+        return Resume(epoch, consumed, state["version"] == 1, anchor=anchor, legacy_window=state["version"] < 3)
 
     def check(self, state: Any) -> None:
         self.resolve(state)
