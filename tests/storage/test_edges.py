@@ -104,3 +104,20 @@ def test_an_encrypted_dataset_keeps_no_edges(tmp_path):
                           cache_dir=tmp_path / "c")
     ds.read_blocks(np.arange(len(ds)))
     assert ds.edges is None and not (ds.cache.folder / ".edges").exists()
+
+
+def test_cache_ls_counts_the_edges_and_clear_removes_them_with_the_folder(dataset):
+    from llm.data.storage.cache_admin import clear, list_caches
+
+    tmp_path, _ = dataset
+    ds = _remote(tmp_path, "c")
+    ds.read_blocks(np.arange(len(ds)))
+    folder = ds.cache.folder
+    edge_bytes = sum(p.stat().st_size for p in ds.edges.folder.iterdir())
+    shard_bytes = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    ds.cache.registration.close()  # the reader is done: its folder may go
+    del ds
+    (listed,) = list_caches(tmp_path / "c")
+    assert listed.bytes >= shard_bytes + edge_bytes
+    cleared = clear(listed)
+    assert cleared.gone and not folder.exists(), cleared
