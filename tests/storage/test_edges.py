@@ -51,9 +51,9 @@ def _drop_shards(ds: StreamingDataset) -> None:
             f.unlink()
 
 
-@pytest.fixture
-def dataset(tmp_path):
-    write(f"local:{tmp_path / 'data'}", docs(300, seed=5), chunk_bytes="2KB")
+@pytest.fixture(params=[None, "zstd"])
+def dataset(tmp_path, request):
+    write(f"local:{tmp_path / 'data'}", docs(300, seed=5), chunk_bytes="2KB", compression=request.param)
     plain = StreamingDataset(tmp_path / "data", item_loader=TokensLoader(block_size=BLOCK, document_boundaries=True))
     return tmp_path, plain.read_blocks(np.arange(len(plain)))
 
