@@ -1,7 +1,9 @@
 """Reads that don't storm the store: requests counted through a proxy in front of the real S3 server,
 per epoch and per reader. With the windowed shuffle and a cache smaller than the dataset, about one
-GET per shard per epoch for items; a cache that holds the dataset fetches each shard once and then
-nothing; no LIST after the open; never a request per sample."""
+GET per shard per epoch, for items and for token blocks (a block straddling two shards is read in the
+later window, from that window's shard and the kept edge of the other: read/edges.py); a cache that
+holds the dataset fetches each shard once and then nothing; no LIST after the open; never a request
+per sample."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def test_windowed_items_fetch_each_shard_about_once_per_epoch(s3_server, tmp_pat
     try:
         ds = StreamingDataset(url, shuffle=True, seed=2, cache_dir=tmp_path / "cache", max_cache_size="24KB",
                               storage_options=s3_server.options(endpoint=proxy.endpoint))
-        assert ds.shuffle_window and ds.shuffle_window < len(ds.manifest.shards) / 10  # the cache holds a few shards
+        assert ds.shuffle_window and ds.shuffle_window < len(ds.manifest.shards) / 8  # the cache holds a few shards
         epochs = _epochs(ds, proxy, 2, workers)
     finally:
         proxy.close()
@@ -71,15 +73,43 @@ def test_a_cache_that_holds_the_dataset_fetches_each_token_shard_once(s3_server,
         ds = StreamingDataset(url, item_loader=TokensLoader(block_size=32), shuffle=True, seed=2,
                               cache_dir=tmp_path / "cache", storage_options=options)
         first, second = _epochs(ds, proxy, 2, workers=2)
-        small = StreamingDataset(url, item_loader=TokensLoader(block_size=32), shuffle=True, seed=2,
-                                 cache_dir=tmp_path / "small", max_cache_size="24KB", storage_options=options)
-        (bounded,) = _epochs(small, proxy, 1, workers=2)
     finally:
         proxy.close()
     shards = len(ds.manifest.shards)
     assert shards >= 20 and set(_shard_gets(first).values()) == {1} and len(_shard_gets(first)) == shards
     assert sum(second.values()) == 0, f"a cached epoch asks the store nothing: {dict(second)}"
-    # A token block straddling two shards needs the next shard too, which may belong to another window:
-    # with a cache far smaller than the dataset, token shards are fetched about twice per epoch (docs/storage.md).
-    assert sum(_shard_gets(bounded).values()) <= 3 * shards
-    assert sum(bounded.values()) < len(small) / 10, "never a request per sample"
+
+
+# GETs per shard per epoch of a windowed token epoch, cache of about 11 shards (window 5), 44 shards.
+# One reader reads each shard once (a few shards left in the cache from the epoch before are not read
+# again); two reader threads read chunks of neighbouring windows at once, whose shards sometimes do
+# not all fit. The order of state version 2 (straddling blocks in their first shard's window, no kept
+# edges) took 1.7 (one reader) and 1.9 (two) here.
+TOKEN_GETS_PER_SHARD = {0: 1.05, 2: 1.25}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_windowed_token_shards_are_fetched_about_once_per_epoch(s3_server, tmp_path, workers):
+    url = s3_server.url()
+    write(url, docs(800, seed=3), storage_options=s3_server.options(), chunk_bytes="4KB")
+    proxy = _proxy(s3_server)
+    try:
+        ds = StreamingDataset(url, item_loader=TokensLoader(block_size=32), shuffle=True, seed=2,
+                              cache_dir=tmp_path / "small", max_cache_size="48KB",
+                              storage_options=s3_server.options(endpoint=proxy.endpoint))
+        assert ds.shuffle_window and ds.shuffle_window < len(ds.manifest.shards) / 8  # the cache holds a few shards
+        order = ds.epoch_permutation(0)
+        assert (order.owned != ds.sample_starts).sum() > 10, "blocks straddle shards of different windows"
+        epochs = _epochs(ds, proxy, 2, workers)
+    finally:
+        proxy.close()
+    shards = len(ds.manifest.shards)
+    for n, seen in enumerate(epochs):
+        gets = _shard_gets(seen)
+        print(f"workers={workers} epoch {n}: {sum(gets.values())} GETs for {shards} shards "
+              f"({sum(gets.values()) / shards:.2f} per shard)")
+        assert n > 0 or len(gets) == shards, "the first epoch reads every shard"
+        assert sum(gets.values()) <= TOKEN_GETS_PER_SHARD[workers] * shards, f"epoch {n}: {sum(gets.values())} GETs"
+        assert sum(seen.values()) - sum(gets.values()) <= 1, f"epoch {n}: requests besides shard GETs {seen}"
+        assert sum(seen.values()) < len(ds) / 10, "never a request per sample"

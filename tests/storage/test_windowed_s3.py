@@ -1,4 +1,8 @@
-"""Windowed shuffle over object storage: the default window fits the cache, so an epoch fetches each shard once or twice, not 50 times."""
+"""Windowed shuffle over object storage: the default window fits the cache, so an epoch fetches each shard about once, not 50 times.
+
+Blocks that straddle two shards of different windows are read in the later window, from its own
+shard and the kept edge of the other (plan/shuffle/windowed.py, read/edges.py): before that, each
+such boundary cost one more whole-shard GET (about two per shard per epoch)."""
 
 from __future__ import annotations
 
@@ -59,19 +63,18 @@ def test_default_window_fits_the_cache_and_an_epoch_fetches_each_shard_about_onc
     assert sorted(map(tuple, rows.tolist())) == everything, "every block exactly once"
     assert not np.array_equal(rows, blocks), "shuffled"
     assert set(downloads) == {s.file for s in ds.manifest.shards}
-    # One reader: each shard once for its own window, plus once more for each storage boundary
-    # whose two shards fall in different windows (the block straddling it reads both).
+    # One reader: each shard once, although many boundaries' two shards fall in different windows.
     order = ds.epoch_permutation(0)
     window_of = {int(k): w for w in range(order.num_windows) for k in order.window_shards(w)}
     crossing = sum(window_of[k] != window_of[k + 1] for k in range(shards - 1))
-    assert len(downloads) <= shards + crossing + 2, f"{len(downloads)} downloads, {shards} shards, {crossing} crossings"
+    assert crossing > shards / 2 and len(downloads) <= 1.05 * shards, f"{len(downloads)} downloads, {shards} shards"
 
     downloads.clear()  # two reader threads: a few more where their chunks straddle two windows
     again = StreamingDataset(url, item_loader=TokensLoader(block_size=BLOCK), shuffle=True, cache_dir=tmp_path / "w2",
                              max_cache_size=limit)
     assert sorted(map(tuple, _epoch(again).tolist())) == everything
     windowed = len(downloads)
-    assert windowed <= 2.5 * shards, f"{windowed} downloads for {shards} shards"
+    assert windowed <= 1.25 * shards, f"{windowed} downloads for {shards} shards"
 
     downloads.clear()
     everywhere = StreamingDataset(url, item_loader=TokensLoader(block_size=BLOCK), shuffle=True,
@@ -108,8 +111,6 @@ def test_the_windowed_shuffle_fetches_each_shard_about_once_on_azure_and_gcs(sto
     assert sum(proxy.seen.values()) - opened == len(downloads) < len(ds) / 4  # nothing else; never one per sample
     assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, blocks.tolist())), "every block exactly once"
     assert not np.array_equal(rows, blocks), "shuffled"
-    order = ds.epoch_permutation(0)
-    window_of = {int(k): w for w in range(order.num_windows) for k in order.window_shards(w)}
-    crossing = sum(window_of[k] != window_of[k + 1] for k in range(shards - 1))
     assert set(downloads) == {s.file for s in ds.manifest.shards}
-    assert len(downloads) <= shards + crossing + 2, f"{len(downloads)} downloads, {shards} shards, {crossing} crossings"
+    print(f"{store}: {len(downloads)} GETs for {shards} shards")
+    assert len(downloads) <= 1.15 * shards, f"{len(downloads)} downloads, {shards} shards"

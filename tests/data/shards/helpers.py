@@ -60,6 +60,8 @@ def run_loader(config: dict, state: dict | None, steps: int | None) -> tuple[lis
         config["path"], item_loader=TokensLoader(block_size=config["block"]), shuffle=config.get("shuffle", True), seed=7,
         shuffle_window=config.get("window"), encryption=config.get("encryption"),
     )
+    if config.get("old_order") and state is None:  # the run of a library before state version 3 (its order)
+        ds.legacy_window = True
     world, workers = config.get("world", 1), config.get("workers", 0)
     loaders = [
         StreamingDataLoader(ds, batch_size=config["batch"], num_workers=workers, worker_backend=config.get("backend", "auto"))

@@ -1,10 +1,12 @@
 """Windowed shuffle: a permutation fixed by (layout, seed, epoch, window), working set of one window, exact resume.
 
 The working-set claim, precisely: the positions of window w's span read the samples
-owned by the window's shards (a sample belongs to the shard holding its first token),
-so at most `window` shards own them; a token block may also spill into the shards that
-follow its owner in storage order, so with shards of at least one block each the
-shards read are the window's shards and their storage successors: at most 2 x window.
+owned by the window's shards, so at most `window` shards own them. Version 1 (no
+`straddles`): a sample belongs to the shard holding its first token, and a block may
+spill into the shards that follow it in storage order. Version 2: a block lying in two
+shards belongs to whichever of them comes later in the shard order, so a window reads
+its shards and their storage neighbours, and the neighbour it reads always belongs to
+an earlier window (the reader has kept its edge bytes: read/edges.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 
 from llm.data import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, TokensLoader
 from llm.data.shards.plan.schedule import epoch_order
-from llm.data.shards.plan.shuffle.windowed import shard_sample_starts
+from llm.data.shards.plan.shuffle.windowed import shard_sample_starts, straddling_blocks
 from llm.data.shards.read.state import StateError
 from tests.data.shards.helpers import make_token_dataset, run_loader
 from tests.resume import check_resume
@@ -36,14 +38,15 @@ _shards = st.lists(st.integers(0, 60), min_size=1, max_size=40)
 
 
 @given(counts=_shards, block=st.integers(1, 9), seed=st.integers(0, 2**31), epoch=st.integers(0, 50),
-       window=st.integers(1, 45))
-def test_order_is_a_permutation_fixed_by_seed_epoch_and_window(counts, block, seed, epoch, window):
-    _, starts = _layout(counts, block)
+       window=st.integers(1, 45), version=st.sampled_from([1, 2]))
+def test_order_is_a_permutation_fixed_by_seed_epoch_and_window(counts, block, seed, epoch, window, version):
+    token_starts, starts = _layout(counts, block)
     n = int(starts[-1])
-    order = epoch_order(n, seed, epoch, True, window=window, sample_starts=starts)
+    straddles = straddling_blocks(token_starts, block, n) if version == 2 else None
+    order = epoch_order(n, seed, epoch, True, window=window, sample_starts=starts, straddles=straddles)
     perm = order(np.arange(n))
     assert np.array_equal(np.sort(perm), np.arange(n))
-    again = epoch_order(n, seed, epoch, True, window=window, sample_starts=starts)
+    again = epoch_order(n, seed, epoch, True, window=window, sample_starts=starts, straddles=straddles)
     assert np.array_equal(again(np.arange(n)), perm)
     lo = n // 3  # any slice maps like the whole: a resume needs no earlier positions
     assert np.array_equal(order(np.arange(lo, n)), perm[lo:])
@@ -62,6 +65,7 @@ def test_order_changes_with_the_epoch(counts, seed, window):
 @given(counts=st.lists(st.integers(0, 60), min_size=1, max_size=40), block=st.integers(1, 9),
        seed=st.integers(0, 2**31), window=st.integers(1, 12), data=st.data())
 def test_a_run_inside_one_window_reads_only_its_shards_and_their_spill(counts, block, seed, window, data):
+    """Version 1 (straddling blocks in their first shard's window)."""
     counts = [c if c == 0 else max(c, block) for c in counts]  # non-empty shards hold at least one block
     token_starts, starts = _layout(counts, block)
     n = int(starts[-1])
@@ -84,6 +88,33 @@ def test_a_run_inside_one_window_reads_only_its_shards_and_their_spill(counts, b
     nonempty = [k for k, c in enumerate(counts) if c]
     successor = {k: next((j for j in nonempty if j > k), k) for k in mine}  # empty shards hold no tokens
     assert touched <= mine | set(successor.values()), "a block spills at most into the next shard holding tokens"
+
+
+@settings(max_examples=150)
+@given(counts=st.lists(st.integers(0, 60), min_size=1, max_size=40), block=st.integers(1, 9),
+       seed=st.integers(0, 2**31), window=st.integers(1, 12))
+def test_version_2_reads_a_straddling_block_in_the_later_window_and_nothing_else_outside(counts, block, seed, window):
+    token_starts, starts = _layout(counts, block)
+    n = int(starts[-1])
+    if n == 0:
+        return
+    order = epoch_order(n, seed, 0, True, window=window, sample_starts=starts,
+                        straddles=straddling_blocks(token_starts, block, n))
+    window_of = np.empty(len(counts), dtype=np.int64)
+    for w in range(order.num_windows):
+        window_of[order.window_shards(w)] = w
+    span_window = np.searchsorted(order.window_starts, np.arange(n), side="right") - 1
+    read_in = np.empty(n, dtype=np.int64)
+    read_in[order(np.arange(n))] = span_window  # the window each sample is read in
+    total = int(token_starts[-1])
+    first = np.searchsorted(token_starts, np.arange(n) * block, side="right") - 1
+    last = np.searchsorted(token_starts, np.minimum((np.arange(n) + 1) * block, total) - 1, side="right") - 1
+    for s in range(n):
+        shards = [k for k in range(first[s], last[s] + 1) if counts[k]]  # the shards holding its tokens
+        if len(shards) == 2 and shards[1] == shards[0] + 1:  # two neighbours: the later window reads it
+            assert read_in[s] == max(window_of[shards[0]], window_of[shards[1]]), (s, shards)
+        else:  # inside one shard, or across more than two: its first shard's window, as in version 1
+            assert read_in[s] == window_of[first[s]], (s, shards)
 
 
 @given(counts=_shards, block=st.integers(1, 9), seed=st.integers(0, 2**31), extra=st.integers(0, 5))
@@ -135,7 +166,8 @@ def test_an_epoch_delivers_every_block_once_window_by_window(dataset, workers, b
     assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, ds.read_blocks(np.arange(len(ds)))["input_ids"].tolist()))
     order = ds.epoch_permutation(0)
     assert order.num_windows > 2
-    owners = np.searchsorted(ds.sample_starts, order(np.arange(len(ds))), side="right") - 1
+    owners = np.searchsorted(order.owned, order(np.arange(len(ds))), side="right") - 1
+    assert not np.array_equal(order.owned, ds.sample_starts), "some blocks straddle two windows' shards"
     for w in range(order.num_windows):
         span = owners[order.window_starts[w] : order.window_starts[w + 1]]
         assert set(span.tolist()) <= set(order.window_shards(w).tolist())
@@ -183,6 +215,25 @@ def test_resume_with_a_window_is_exact_on_other_workers_and_world_sizes(resume_c
         {**resume_config, "workers": 2, "backend": "processes"},
         {**resume_config, "workers": 3, "backend": "threads"},
         {**resume_config, "world": 2, "batch": 2, "workers": 2, "backend": "threads"},  # same global batch
+    ])
+
+
+def test_a_state_of_the_version_1_window_order_resumes_with_that_order(resume_config):
+    """States saved before order version 2 (state version 2) go on in the order they were saved in."""
+    old_config = {**resume_config, "old_order": True}
+    reference, _ = run_loader(old_config, None, None)
+    current, _ = run_loader(resume_config, None, None)
+    assert len(reference) == len(current) and any((a != b).any() for a, b in zip(reference, current)), \
+        "the two orders differ (straddling blocks move to the later window)"
+    head, state = run_loader(old_config, None, 7)
+    assert state["version"] == 2
+    tail, after = run_loader(resume_config, state, None)
+    assert all(np.array_equal(a, b) for a, b in zip(head + tail, reference)) and len(head + tail) == len(reference)
+    assert after["version"] == 2  # saved again as it was, so it keeps resuming in that order
+    per_epoch = len(reference) // 2
+    check_resume(run_loader, old_config, stops=[3, per_epoch + 2], resume_configs=[
+        {**old_config, "workers": 2, "backend": "threads"},
+        {**old_config, "world": 2, "batch": 2, "workers": 2, "backend": "threads"},
     ])
 
 

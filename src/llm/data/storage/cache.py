@@ -106,7 +106,8 @@ class ShardCache:
     def _setup(self) -> None:
         self._pid = os.getpid()
         self._mutex = threading.Lock()
-        self._upcoming: dict[int, int] = {}  # shard -> distance in this process's plan
+        self._upcoming: dict[int, int] = {}  # shard -> distance in this process's plan (all its reader threads)
+        self._hints: dict[int, dict[int, int]] = {}  # reader thread -> its own latest hint
         self._inflight: set[int] = set()
         self._verified: set[tuple[int, int, int]] = set()  # (inode, size, mtime_ns) checked in this process
         self._pool: ThreadPoolExecutor | None = None
@@ -185,15 +186,27 @@ class ShardCache:
         return False
 
     def hint(self, upcoming: Sequence[int]) -> None:
-        """The shards this process needs next, in order: prefetch the first few, evict the last."""
+        """The shards this thread needs next, in order: prefetch the first few, evict the last.
+
+        Reader threads share the cache but read different chunks: each thread's latest hint is kept,
+        and a shard's distance is the nearest any live thread gives it, so one thread's hint (for
+        a later window) does not make the shards another thread is still reading the first evicted."""
         self._check_fork()
+        mine: dict[int, int] = {}
+        for d, i in enumerate(upcoming):
+            mine.setdefault(int(i), d)
         with self._mutex:
+            alive = {t.ident for t in threading.enumerate()}
+            self._hints = {t: h for t, h in self._hints.items() if t in alive}
+            self._hints[threading.get_ident()] = mine
             self._upcoming = {}
-            for d, i in enumerate(upcoming):
-                self._upcoming.setdefault(int(i), d)
+            for hint in self._hints.values():
+                for i, d in hint.items():
+                    if d < self._upcoming.get(i, 1 << 62):
+                        self._upcoming[i] = d
             if not self.prefetch:
                 return
-            todo = [i for i in self._upcoming if i not in self._inflight and not (self.folder / self.shards[i].file).exists()]
+            todo = [i for i in mine if i not in self._inflight and not (self.folder / self.shards[i].file).exists()]
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.prefetch, thread_name_prefix="llm-prefetch")
             for i in todo[: self.prefetch - len(self._inflight)]:

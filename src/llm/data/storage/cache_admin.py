@@ -9,7 +9,8 @@ again what it needs). A cache made before `.source.json` existed lists its URL a
 Only shard caches are listed or removed, never whatever else sits under the root (an optimized
 dataset, a user's folder): a cache folder is one holding `.source.json` (written by `register`
 when the folder is created), or, for caches made before that file existed, one with their exact
-layout: a 32-hex fingerprint name, the cache's `.lock` file, only plain files and no index.json.
+layout: a 32-hex fingerprint name, the cache's `.lock` file, only plain files (and kept edges,
+`.edges/`) and no index.json.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from llm.data.storage.cache import Pin, default_cache_root
 from llm.data.storage.local import pid_alive
 
 SOURCE = ".source.json"
+EDGES = ".edges"  # the kept edge tokens of shards (read/edges.py), removed with the shards
 _FINGERPRINT = re.compile(r"[0-9a-f]{32}")
 
 
@@ -101,6 +104,9 @@ def _scan(folder: Path) -> CacheFolder:
             st = entry.stat(follow_symlinks=False)
         except FileNotFoundError:
             continue
+        if entry.name == EDGES and entry.is_dir(follow_symlinks=False):
+            size += _tree_size(Path(entry.path))
+            continue
         if not entry.is_file(follow_symlinks=False):
             continue
         if not entry.name.startswith("."):
@@ -122,7 +128,8 @@ def is_cache_folder(folder: Path) -> bool:
         entries = list(os.scandir(folder))
     except OSError:
         return False
-    return all(e.is_file(follow_symlinks=False) and e.name != "index.json" for e in entries)
+    return all((e.is_file(follow_symlinks=False) or (e.name == EDGES and e.is_dir(follow_symlinks=False)))
+               and e.name != "index.json" for e in entries)
 
 
 def _subfolders(root: Path) -> list[Path]:
@@ -172,6 +179,17 @@ def _lock_free(fd: int) -> bool:
         raise
 
 
+def _tree_size(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name), follow_symlinks=False).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
 def _remove_unlocked(path: Path) -> bool:
     """Remove `path` if nobody holds a lock on it (a pinned shard, a download in progress)."""
     try:
@@ -219,6 +237,10 @@ def clear(folder: CacheFolder) -> Cleared:
         out.in_use = not _lock_free(holder)
         for entry in sorted(os.scandir(folder.path), key=lambda e: e.name):
             name, path = entry.name, Path(entry.path)
+            if name == EDGES and entry.is_dir(follow_symlinks=False):
+                out.freed += _tree_size(path)  # kept edges (read/edges.py): a reader without them reads shards whole
+                shutil.rmtree(path, ignore_errors=True)
+                continue
             if not entry.is_file(follow_symlinks=False) or name in (SOURCE, ".lock"):
                 continue
             try:

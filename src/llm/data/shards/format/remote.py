@@ -62,6 +62,7 @@ class RemoteShardBytes(_ShardBytes):
     past can be evicted while the run goes on."""
 
     keep_views = False
+    opened: Any = None  # called with (shard, its verified uncompressed bytes) on each open (read/edges.py)
 
     def __init__(self, cache: ShardCache, manifest: Manifest, verify: bool = True, encryption: Any = None):
         self.cache = cache
@@ -97,6 +98,8 @@ class RemoteShardBytes(_ShardBytes):
         data = _map(pin.path) if info.bytes else np.zeros(0, np.uint8)
         self._check_layout(info, data)
         held[i] = (pin, data)
+        if self.opened is not None:
+            self.opened(i, data)
         return data
 
     def _compressed(self, i: int) -> np.ndarray:
@@ -114,6 +117,8 @@ class RemoteShardBytes(_ShardBytes):
         stored = unlock(self.encrypted, self.encryption, stored, self.cache.objects.url(info.file))
         data = np.frombuffer(stored, np.uint8) if info.compression is None else self._decompress(info, stored)
         self._check_layout(info, data)
+        if self.opened is not None:
+            self.opened(i, data)
         with self._lock:
             self._decompressed[i] = data
             while len(self._decompressed) > self._cache_shards:

@@ -315,7 +315,7 @@ class CombinedStreamingDataset(SampleSource):
         key = (s, epoch)
         cached = self._orders.get(key)
         if cached is None:
-            order = self.datasets[s].epoch_permutation(epoch, f"mixture/source{s}", self.legacy_seeds)
+            order = self.datasets[s].epoch_permutation(epoch, f"mixture/source{s}", self.legacy_seeds, self.legacy_window)
             if self.sizes[s] <= _MATERIALISE:
                 table = order(np.arange(self.sizes[s], dtype=np.int64))
                 order = table.__getitem__

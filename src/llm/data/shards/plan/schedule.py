@@ -34,6 +34,7 @@ def epoch_order(
     sample_starts: np.ndarray | None = None,
     component: str = "shuffle",
     legacy: bool = False,
+    straddles: np.ndarray | None = None,
 ) -> Callable[[np.ndarray], np.ndarray]:
     """position -> sample id for one epoch, shuffled by `derive_seed(seed, component, epoch)`.
 
@@ -43,12 +44,14 @@ def epoch_order(
     `window=None`: a global shuffle over all samples. `window=W`: shards in a seeded order,
     samples shuffled within each window of W shards of it; `sample_starts` (first sample of
     each shard, then num_samples) says which samples each shard owns (shuffle/windowed.py).
+    `straddles` (per storage boundary, `straddling_blocks`): a windowed order of version 2, which reads
+    each two-shard block in the later of its shards' windows; None: version 1, in the earlier shard's.
     """
     stream = seed + epoch if legacy else derive_seed(seed, component, epoch)
     if shuffle and window is not None:
         if sample_starts is None or int(sample_starts[-1]) != num_samples:
             raise ValueError("a windowed shuffle needs sample_starts ending at num_samples")
-        return make_windowed(sample_starts, window, stream, algorithm)
+        return make_windowed(sample_starts, window, stream, algorithm, straddles)
     if not shuffle:
         return make_permutation("none", num_samples, stream)
     return SegmentedOrder(make_permutation(algorithm, num_samples, stream), num_samples)

@@ -22,7 +22,7 @@ from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.format.reader import TokenReader, _ShardBytes
 from llm.data.shards.interop import open_foreign
 from llm.data.shards.plan.schedule import epoch_order
-from llm.data.shards.plan.shuffle.windowed import shard_sample_starts
+from llm.data.shards.plan.shuffle.windowed import shard_sample_starts, straddling_blocks
 from llm.data.shards.plan.subset import ComposedView, SampleView, check_subsample, subsample_view
 from llm.data.shards.read.access import as_transform
 from llm.data.shards.read.source import SampleSource, renamed
@@ -73,6 +73,7 @@ class StreamingDataset(SampleSource):
         self.subsample, self.transform, self.split = check_subsample(subsample), as_transform(transform), None
         location = parse_location(input_dir)
         self.cache = None
+        self.edges = None  # remote token shards' kept edges (edges.py)
         self.foreign = None  # a LitData / MDS folder read in place (shards/interop/)
         if location.is_remote:
             from llm.data.shards.format.remote import load_manifest, open_cache
@@ -105,6 +106,9 @@ class StreamingDataset(SampleSource):
             self.num_samples = self.reader.total
         block = self.block_size if self.manifest.kind == "tokens" else None
         self.sample_starts = shard_sample_starts(self.reader.starts, block, self.num_samples)
+        # Blocks a windowed order reads in the later of their two shards' windows (windowed.py); a
+        # subset (view) keeps them in the earlier one: its samples are not the stored blocks.
+        self.straddles = None if block is None else straddling_blocks(self.reader.starts, block, self.num_samples)
         self.view: SampleView | ComposedView | None = None
         self.apply_subsample()
         self.shuffle_window = self._resolve_window(shuffle_window)
@@ -159,6 +163,11 @@ class StreamingDataset(SampleSource):
         self.block_size = block
         self.reader = (self.foreign.token_reader(block, verify) if self.foreign else
                        TokenReader(self.input_dir, self.manifest, verify, self._remote_files(verify)))
+        if self.cache is not None and self.manifest.encryption is None:  # never plaintext beside ciphertext
+            from llm.data.shards.read.edges import EdgeStore
+
+            self.edges = EdgeStore(self.cache.folder, self.manifest, block, self.reader.starts)
+            self.reader.files.opened = self.edges.keep  # every shard's edges, cut when it is opened (verified)
         total = self.reader.total
         self.num_samples = total // block if self.drop_partial_block else math.ceil(total / block)
         pad = self.item_loader.pad_id
@@ -207,8 +216,21 @@ class StreamingDataset(SampleSource):
     def _read_block(self, sample: int, out: np.ndarray, positions: np.ndarray | None) -> None:
         start = sample * self.block_size
         stop = min(start + self.block_size, self.reader.total)
-        self.reader.read(start, stop, out, positions)
+        if self.edges is None:
+            self.reader.read(start, stop, out, positions)
+        else:  # a straddling block: the parts that kept edges hold are read from them (edges.py)
+            self.edges.read(self.reader, start, stop, out, positions)
         out[stop - start :] = self.pad_id
+
+    def _unkept(self, shards: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """(first, last) shard of each block, less the parts of two-shard blocks that kept edges hold."""
+        keep = np.ones(shards.shape, dtype=bool)
+        starts = self.reader.starts
+        for k in np.flatnonzero(shards[:, 1] == shards[:, 0] + 1).tolist():
+            a, b = int(shards[k, 0]), int(shards[k, 1])
+            keep[k, 0] = not self.edges.covers(a, int(tokens[k, 0] - starts[a]), int(starts[a + 1] - starts[a]))
+            keep[k, 1] = not self.edges.covers(b, 0, int(tokens[k, 1] + 1 - starts[b]))
+        return shards[keep]
 
     def verify(self) -> None:
         """Check every shard's size and checksum against the manifest (raises ShardError)."""
@@ -242,21 +264,26 @@ class StreamingDataset(SampleSource):
     def order(self, epoch: int) -> Callable[[np.ndarray], np.ndarray]:
         return self.epoch_permutation(epoch)
 
-    def epoch_permutation(self, epoch: int, component: str = "shuffle",
-                          legacy: bool | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    def epoch_permutation(self, epoch: int, component: str = "shuffle", legacy: bool | None = None,
+                          legacy_window: bool | None = None) -> Callable[[np.ndarray], np.ndarray]:
         """Epoch position -> sample id: global or windowed shuffle (or storage order).
 
         The shuffle's seed is `derive_seed(seed, component, epoch)` (a mixture asks for its sources'
         orders under components of their own); `legacy` (default: this dataset's, set by a
-        version-1 state) keys it by seed + epoch instead, as before state version 2.
+        version-1 state) keys it by seed + epoch instead, as before state version 2;
+        `legacy_window` (default: this dataset's, set by a state before version 3) reads the blocks
+        that straddle two shards in the earlier shard's window, as windowed orders did before.
         """
         legacy = self.legacy_seeds if legacy is None else legacy
-        key = (epoch, component, legacy, self.seed, self.shuffle, self.shuffle_algorithm, self.shuffle_window)
+        legacy_window = self.legacy_window if legacy_window is None else legacy_window
+        straddles = None if legacy_window or self.view is not None else self.straddles
+        key = (epoch, component, legacy, straddles is None, self.seed, self.shuffle, self.shuffle_algorithm,
+               self.shuffle_window, id(self.view))
         cached = self._order  # a windowed order costs O(shards) to set up: keep the last
         if cached is None or cached[0] != key:
             cached = self._order = (key, epoch_order(self.num_samples, self.seed, epoch, self.shuffle,
                                                      self.shuffle_algorithm, self.shuffle_window, self.sample_starts,
-                                                     component=component, legacy=legacy))
+                                                     component=component, legacy=legacy, straddles=straddles))
         return cached[1]
 
     def hint_samples(self, sample_ids: np.ndarray) -> None:
@@ -271,6 +298,8 @@ class StreamingDataset(SampleSource):
         else:
             ids = samples
         shards = np.searchsorted(self.reader.starts, ids, side="right") - 1
+        if self.edges is not None:  # a straddling block's part that an edge holds needs no fetch of its shard
+            shards = self._unkept(shards.reshape(-1, 2), ids.reshape(-1, 2))
         first_seen = np.ones(len(shards), dtype=bool)
         first_seen[1:] = shards[1:] != shards[:-1]
         self.cache.hint(list(dict.fromkeys(shards[first_seen].tolist())))

@@ -88,6 +88,7 @@ class Resume:
     epoch: int
     consumed: int
     legacy_seeds: bool  # a version-1 state: orders keyed by seed + epoch (read/state.py)
+    legacy_window: bool = False  # a version-1 or -2 state: straddling blocks in the earlier window
     anchor: np.ndarray | None = None  # a mixture re-anchored at these per-source counts
 
 
@@ -102,6 +103,7 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
     block_size: int | None = None  # token blocks' length (None: items)
     epoch: int = 0
     legacy_seeds: bool = False  # set by restoring a version-1 state
+    legacy_window: bool = False  # set by restoring a state older than version 3
     _plan: ReadPlan | None = None
 
     # ---- what each kind of source says about itself -------------------------------------------
@@ -158,7 +160,8 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
 
     def state_at(self, epoch: int, consumed: int) -> dict[str, Any]:
         """This source's state at a position of an epoch (the loader's state adds its batch size)."""
-        return {"version": 1 if self.legacy_seeds else STATE_VERSION, **self.identity(), "epoch": epoch,
+        version = 1 if self.legacy_seeds else 2 if self.legacy_window else STATE_VERSION
+        return {"version": version, **self.identity(), "epoch": epoch,
                 "samples_consumed": consumed, **self.extra_state(epoch, consumed)}
 
     def state(self) -> dict[str, Any]:
@@ -175,14 +178,14 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
         check_identity(state, self.input_dir, expected)
         epoch = check_int(state, "epoch", 0, MAX_EPOCH, "epochs finished")
         consumed = check_int(state, "samples_consumed", 0, self.num_samples, "samples of the epoch already handed out")
-        return Resume(epoch, consumed, state["version"] == 1, anchor)
+        return Resume(epoch, consumed, state["version"] == 1, anchor=anchor, legacy_window=state["version"] < 3)
 
     def check(self, state: Any) -> None:
         self.resolve(state)
 
     def apply(self, resume: Resume) -> None:
         """Take the order derivation (and a mixture's anchor) of a resolved state."""
-        self.legacy_seeds = resume.legacy_seeds
+        self.legacy_seeds, self.legacy_window = resume.legacy_seeds, resume.legacy_window
 
     def restore(self, state: dict[str, Any]) -> None:
         resume = self.resolve(state)

@@ -11,8 +11,10 @@ __all__ = ["STATE_VERSION", "STATE_KEYS", "OPTIONAL_KEYS", "StateError", "check_
 
 # 2: every order is derived from the seed by a keyed hash (llm.data.seeds). A version-1 state
 # (orders keyed by seed + epoch) still resumes exactly: the dataset then keeps the old derivation.
-STATE_VERSION = 2
-VERSIONS = (1, 2)
+# 3: a windowed shuffle reads each block that straddles two shards in the later of their windows
+# (plan/shuffle/windowed.py). A version-1 or -2 state resumes exactly with the earlier order.
+STATE_VERSION = 3
+VERSIONS = (1, 2, 3)
 STATE_KEYS = ("version", "fingerprint", "seed", "shuffle", "num_samples", "epoch", "samples_consumed", "global_batch_size")
 # Keys added after version 1 shipped: a state saved without one reads as this default.
 OPTIONAL_KEYS = {

@@ -26,7 +26,9 @@ def make_permutation(name: str, n: int, seed: int) -> Permutation:
         raise ValueError(f"unknown shuffle {name!r}; valid names: {', '.join(sorted(SHUFFLES))}") from None
 
 
-def make_windowed(sample_starts: np.ndarray, window: int, seed: int, algorithm: str = "feistel") -> WindowedPermutation:
-    """Shards in a seeded order, samples shuffled within windows of `window` shards (see windowed.py)."""
+def make_windowed(sample_starts: np.ndarray, window: int, seed: int, algorithm: str = "feistel",
+                  straddles: np.ndarray | None = None) -> WindowedPermutation:
+    """Shards in a seeded order, samples shuffled within windows of `window` shards (see windowed.py);
+    `straddles` (order version 2) moves each two-shard block to the later of its shards' windows."""
     make_permutation(algorithm, 0, seed)  # an unknown name fails here, naming the valid ones
-    return WindowedPermutation(sample_starts, window, seed, make_permutation, algorithm)
+    return WindowedPermutation(sample_starts, window, seed, make_permutation, algorithm, straddles)

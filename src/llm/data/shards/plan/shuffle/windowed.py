@@ -17,6 +17,16 @@ blocks, the block's first token), so shard k owns samples
 [`sample_starts[k]`, `sample_starts[k+1]`). A token block may straddle into the
 following shards in storage order (`spill`); those are the only shards outside
 the window that a window's span reads.
+
+Straddling blocks (order version 2, `straddles` given): a block whose tokens lie in
+two shards k and k+1 is read in the window of whichever of the two comes *later*
+in the epoch's shard order. Read in the earlier window (version 1), it made the
+cache fetch the other shard whole for one block, long before that shard's own
+window, which then fetched it again: about two GETs per shard per epoch. Read in
+the later window, one shard is the window's own and the other was read in an
+earlier window, whose edge bytes the reader kept (read/edges.py): one GET per
+shard. Ownership stays contiguous (a shard gives away at most its last block and
+gains at most its predecessor's), so the order is still O(shards) per epoch.
 """
 
 from __future__ import annotations
@@ -49,17 +59,37 @@ def shard_sample_starts(item_starts: np.ndarray, block_size: int | None, num_sam
     return np.minimum(starts, num_samples)
 
 
-class WindowedPermutation:
-    """position -> sample id: a bijection of [0, n) fixed by (sample_starts, window, seed)."""
+def straddling_blocks(item_starts: np.ndarray, block_size: int, num_samples: int) -> np.ndarray:
+    """Per storage boundary k | k+1 (length shards - 1): whether shard k's last block lies in shards k and k+1
+    only (it starts in k, ends in k+1, and is a sample). Those are the blocks an order of version 2 may move."""
+    tok = np.asarray(item_starts, dtype=np.int64)
+    if len(tok) < 3:
+        return np.zeros(max(len(tok) - 2, 0), dtype=bool)
+    b, inner = int(block_size), tok[1:-1]
+    head = -(-inner // b)  # first block starting in shard k+1; block head - 1 is shard k's last
+    end = np.minimum(head * b, int(tok[-1]))
+    return (head <= num_samples) & (inner % b != 0) & ((head - 1) * b >= tok[:-2]) & (end > inner) & (end <= tok[2:])
 
-    def __init__(self, sample_starts: np.ndarray, window: int, seed: int, make: _Factory, algorithm: str = "feistel"):
+
+class WindowedPermutation:
+    """position -> sample id: a bijection of [0, n) fixed by (sample_starts, window, seed, straddles)."""
+
+    def __init__(self, sample_starts: np.ndarray, window: int, seed: int, make: _Factory, algorithm: str = "feistel",
+                 straddles: np.ndarray | None = None):
         self.sample_starts = np.asarray(sample_starts, dtype=np.int64)
         self.n = int(self.sample_starts[-1])
         shards = len(self.sample_starts) - 1
         self.window, self.seed, self.algorithm, self._make = int(window), seed, algorithm, make
         # The shard order of this epoch, and where each shard's samples start in it.
         self.shard_order = make(algorithm, shards, _derive(seed, "shards"))(np.arange(shards, dtype=np.int64))
-        sizes = np.diff(self.sample_starts)[self.shard_order]
+        self.owned = self.sample_starts  # shard k reads samples [owned[k], owned[k+1]) in its window
+        if straddles is not None and shards > 1:
+            rank = np.empty(shards, dtype=np.int64)
+            rank[self.shard_order] = np.arange(shards, dtype=np.int64)
+            later = np.asarray(straddles, dtype=bool) & (rank[1:] > rank[:-1])  # shard k+1's window comes later
+            self.owned = self.sample_starts.copy()
+            self.owned[1:-1] -= later  # shard k's last block moves to shard k+1
+        sizes = np.diff(self.owned)[self.shard_order]
         self.order_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         bounds = np.minimum(np.arange(-(-shards // self.window) + 1) * self.window, shards)
         self.window_starts = self.order_starts[bounds]  # window w: positions [window_starts[w], window_starts[w+1])
@@ -93,4 +123,4 @@ class WindowedPermutation:
         # `mixed` is a position of the shard order again (within the same window): to its shard.
         slot = np.searchsorted(self.order_starts, mixed, side="right") - 1
         shard = self.shard_order[slot]
-        return self.sample_starts[shard] + (mixed - self.order_starts[slot])
+        return self.owned[shard] + (mixed - self.order_starts[slot])
