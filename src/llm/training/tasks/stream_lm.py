@@ -19,8 +19,9 @@ class StreamTextData:
 
     Each rank streams the partitions it owns; the module's `checkpoint_state()` is
     collective under torch.distributed, returns every rank's cursor (`line_index`: the
-    records each rank consumed, a count, not a line number) and commits the dedup seen-set, so it is called exactly when a checkpoint is
-    written; `state_dict()` is this rank's pure view.
+    records each rank consumed, a count, not a line number) and commits the dedup
+    seen-set, so it is called exactly when a checkpoint is written; `state_dict()` is
+    this rank's pure view.
     The module starts a new pass over the source by itself when the stream ends.
     """
 
