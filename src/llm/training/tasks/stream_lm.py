@@ -11,8 +11,6 @@ from llm.training.core.loading import OPTIMIZED, ConfigError
 from llm.training.source_metrics import sum_over_ranks
 from llm.training.tasks.optimized import OptimizedData
 
-__all__ = ["OptimizedData", "StreamTextData", "build_stream_lm_data"]  # OptimizedData: its old home
-
 
 class StreamTextData:
     """Batches of `StreamingTextDataModule` (local files, HF streams, dedup, custom sources).
