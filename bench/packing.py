@@ -130,19 +130,18 @@ def markdown(rows: list[dict]) -> list[str]:
           "(a document cut twice counts twice). `documents`: the bench corpus as it is (whole files); "
           "`paragraphs`: the same text, a document per paragraph.", "",
           "| corpus | packing | documents | padding | cuts | M slots / CPU s |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        if "packing" in r:
-            tps = r["tokens_per_s"]
-            md.append(f"| {r['corpus']} | {r['packing']} | {r['documents']:,} | {100 * r['padding_fraction']:.2f}% | "
-                      f"{r['cuts']:,} | {tps['median'] / 1e6:.2f} [{tps['min'] / 1e6:.2f}-{tps['max'] / 1e6:.2f}] |")
+    md += [f"| {r['corpus']} | {r['packing']} | {r['documents']:,} | {100 * r['padding_fraction']:.2f}% | "
+           f"{r['cuts']:,} | {_spread(r['tokens_per_s'], 1e6)} |" for r in rows if "packing" in r]
     md += ["", "| corpus | best-fit padding (goal <= 2%) | greedy cuts / best-fit cuts (goal >= 5) | "
            "throughput best fit / greedy (goal >= 0.8) |", "|---|---|---|---|"]
-    for r in rows:
-        if "cuts_ratio" in r:
-            t = r["throughput_ratio"]
-            md.append(f"| {r['corpus']} | {100 * r['best_fit_padding']:.2f}% | {r['cuts_ratio']:.1f} | "
-                      f"{t['median']:.2f} [{t['min']:.2f}-{t['max']:.2f}] |")
+    md += [f"| {r['corpus']} | {100 * r['best_fit_padding']:.2f}% | {r['cuts_ratio']:.1f} | "
+           f"{_spread(r['throughput_ratio'])} |" for r in rows if "cuts_ratio" in r]
     return md
+
+
+def _spread(s: dict[str, float], scale: float = 1.0) -> str:
+    """A `_stat` as `median [min-max]`, each divided by `scale`."""
+    return f"{s['median'] / scale:.2f} [{s['min'] / scale:.2f}-{s['max'] / scale:.2f}]"
 
 
 def scenario_packing(ctx: Any) -> list[dict]:

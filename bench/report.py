@@ -8,14 +8,16 @@ NAMES = {"ours": "ours (llm.data)", "litdata": "LitData", "mosaic": "MosaicML St
          "hf": "HF datasets", "limit": "limit"}
 
 
-def _get(rows: list[dict], who: str, case_prefix: str, key: str) -> float | None:
+def median_of(rows: list[dict], who: str, case_prefix: str, key: str) -> float | None:
+    """The median `key` of `who`'s first row whose case starts with `case_prefix` (None: no such row)."""
     for r in rows:
         if r["who"] == who and r["case"].startswith(case_prefix) and r.get(key):
             return r[key]["median"]
     return None
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    """a / b, None when either side is missing (or b is 0)."""
     return a / b if a is not None and b else None
 
 
@@ -32,45 +34,45 @@ def targets(results: dict) -> list[dict]:
 
     if "prepare" in s:
         p = s["prepare"]
-        ours = _get(p, "ours", "", "mb_per_s")
+        ours = median_of(p, "ours", "", "mb_per_s")
         # Issue 24: >= 6x with the GPT-2 vocabulary (each side with its users' encoder); issue 3's
         # 1.25x stays the goal for other vocabularies.
         gpt2 = results["config"].get("tokenizer") == "gpt2.tiktoken"
         add(f"prepare: ours / LitData (MB/s){', GPT-2 vocabulary' if gpt2 else ''}",
-            _ratio(ours, _get(p, "litdata", "", "mb_per_s")), 6 if gpt2 else 1.25)
-        add("prepare: ours / tokenizer limit", _ratio(ours, _get(p, "limit", "", "mb_per_s")), 0.95)
+            ratio_of(ours, median_of(p, "litdata", "", "mb_per_s")), 6 if gpt2 else 1.25)
+        add("prepare: ours / tokenizer limit", ratio_of(ours, median_of(p, "limit", "", "mb_per_s")), 0.95)
         # On a shared machine wall time follows the load of the moment; CPU time of the process
         # tree (same work, same text) is the steadier side-by-side figure.
         out.append({"name": "(info) prepare: LitData / ours CPU s (tree)", "goal": "", "ok": None,
-                    "ratio": _ratio(_get(p, "litdata", "", "cpu_s"), _get(p, "ours", "", "cpu_s"))})
+                    "ratio": ratio_of(median_of(p, "litdata", "", "cpu_s"), median_of(p, "ours", "", "cpu_s"))})
     if "stream" in s:
         st = s["stream"]
 
         def tps(who: str, nw: int) -> float | None:
-            return _get(st, who, f"{nw} workers", "tokens_per_s")
+            return median_of(st, who, f"{nw} workers", "tokens_per_s")
 
-        add("stream 0 workers: ours / LitData", _ratio(tps("ours", 0), tps("litdata", 0)), 1)
-        add("stream 0 workers: ours / memmap limit", _ratio(tps("ours", 0), tps("limit", 0)), 0.5)
-        add(f"stream {w} workers: ours / LitData", _ratio(tps("ours", w), tps("litdata", w)), 2)
-        add(f"stream {w} workers: ours / MosaicML", _ratio(tps("ours", w), tps("mosaic", w)), 5)
-        procs = _get(st, "ours", f"{w} workers, processes", "tokens_per_s")
+        add("stream 0 workers: ours / LitData", ratio_of(tps("ours", 0), tps("litdata", 0)), 1)
+        add("stream 0 workers: ours / memmap limit", ratio_of(tps("ours", 0), tps("limit", 0)), 0.5)
+        add(f"stream {w} workers: ours / LitData", ratio_of(tps("ours", w), tps("litdata", w)), 2)
+        add(f"stream {w} workers: ours / MosaicML", ratio_of(tps("ours", w), tps("mosaic", w)), 5)
+        procs = median_of(st, "ours", f"{w} workers, processes", "tokens_per_s")
         if procs:
             out.append({"name": f"(info) stream {w} workers: ours with worker processes / LitData",
-                        "ratio": _ratio(procs, tps("litdata", w)), "goal": "", "ok": None})
+                        "ratio": ratio_of(procs, tps("litdata", w)), "goal": "", "ok": None})
         out.append({"name": f"(info) stream {w} workers: peak PSS ours / LitData",
-                    "ratio": _ratio(_get(st, "ours", f"{w} workers", "peak_pss_mb"),
-                                    _get(st, "litdata", f"{w} workers", "peak_pss_mb")),
+                    "ratio": ratio_of(median_of(st, "ours", f"{w} workers", "peak_pss_mb"),
+                                    median_of(st, "litdata", f"{w} workers", "peak_pss_mb")),
                     "goal": "", "ok": None})
         add(f"stream {w} workers: peak RSS ours / LitData",
-            _ratio(_get(st, "ours", f"{w} workers", "peak_rss_mb"),
-                   _get(st, "litdata", f"{w} workers", "peak_rss_mb")), 0.5, higher_is_better=False)
+            ratio_of(median_of(st, "ours", f"{w} workers", "peak_rss_mb"),
+                   median_of(st, "litdata", f"{w} workers", "peak_rss_mb")), 0.5, higher_is_better=False)
     if "resume" in s:
         rs = s["resume"]
         for pct in results["config"].get("resume_at", [10, 50, 90]):
             for after in (w, 0):  # issue 12: also when resuming without workers
                 case = f"{w}->{after} workers @{pct}%"
                 add(f"resume {w}->{after} @{pct}%: first batch ours / LitData (s)",
-                    _ratio(_get(rs, "ours", case, "first_batch_s"), _get(rs, "litdata", case, "first_batch_s")),
+                    ratio_of(median_of(rs, "ours", case, "first_batch_s"), median_of(rs, "litdata", case, "first_batch_s")),
                     1, higher_is_better=False)
         ours_rows = [r for r in rs if r["who"] == "ours"]
         exact = [r for r in ours_rows if r.get("delivery")]
@@ -83,32 +85,32 @@ def targets(results: dict) -> list[dict]:
     if "onthefly" in s:
         o = s["onthefly"]
         # The corpus as it is: cases "2 workers" / "2 processes" (the re-cut ones start "short docs, ").
-        ours = _get(o, "ours", f"{w} workers", "tokens_per_s")
+        ours = median_of(o, "ours", f"{w} workers", "tokens_per_s")
         if ours is not None:
-            add("on-the-fly: ours / HF datasets (tuned)", _ratio(ours, _get(o, "hf", f"{w} workers, tuned",
+            add("on-the-fly: ours / HF datasets (tuned)", ratio_of(ours, median_of(o, "hf", f"{w} workers, tuned",
                                                                               "tokens_per_s")), 2)
-            add("on-the-fly: ours / tokenizer limit", _ratio(ours, _get(o, "limit", f"{w} processes", "tokens_per_s")),
+            add("on-the-fly: ours / tokenizer limit", ratio_of(ours, median_of(o, "limit", f"{w} processes", "tokens_per_s")),
                 0.75)
-            add("on-the-fly: ours tokens delivered / encoded", _get(o, "ours", f"{w} workers", "delivered_fraction"),
+            add("on-the-fly: ours tokens delivered / encoded", median_of(o, "ours", f"{w} workers", "delivered_fraction"),
                 0.9999)
             out.append({"name": "(info) on-the-fly: HF tuned / ours CPU s (tree)", "goal": "", "ok": None,
-                        "ratio": _ratio(_get(o, "hf", f"{w} workers, tuned", "cpu_s"),
-                                        _get(o, "ours", f"{w} workers", "cpu_s"))})
+                        "ratio": ratio_of(median_of(o, "hf", f"{w} workers, tuned", "cpu_s"),
+                                        median_of(o, "ours", f"{w} workers", "cpu_s"))})
         # Issue 24: >= 3.5x HF tuned on short (~0.5 KB) and long (~7 KB) documents, every token delivered.
         for cut in ("short", "long"):
             if any(r["case"].startswith(f"{cut} docs") for r in o):
                 add(f"on-the-fly, {cut} docs: ours / HF datasets (tuned)",
-                    _ratio(_get(o, "ours", f"{cut} docs", "tokens_per_s"),
-                           _get(o, "hf", f"{cut} docs, {w} workers, tuned", "tokens_per_s")), 3.5)
+                    ratio_of(median_of(o, "ours", f"{cut} docs", "tokens_per_s"),
+                           median_of(o, "hf", f"{cut} docs, {w} workers, tuned", "tokens_per_s")), 3.5)
                 add(f"on-the-fly, {cut} docs: ours tokens delivered / encoded",
-                    _get(o, "ours", f"{cut} docs", "delivered_fraction"), 0.9999)
+                    median_of(o, "ours", f"{cut} docs", "delivered_fraction"), 0.9999)
                 out.append({"name": f"(info) on-the-fly, {cut} docs: HF tuned / ours CPU s (tree)", "goal": "",
-                            "ok": None, "ratio": _ratio(_get(o, "hf", f"{cut} docs, {w} workers, tuned", "cpu_s"),
-                                                        _get(o, "ours", f"{cut} docs", "cpu_s"))})
+                            "ok": None, "ratio": ratio_of(median_of(o, "hf", f"{cut} docs, {w} workers, tuned", "cpu_s"),
+                                                        median_of(o, "ours", f"{cut} docs", "cpu_s"))})
     if "scale" in s:
         sc = s["scale"]
-        add("scale: ours peak RSS 4x / 1x", _ratio(_get(sc, "ours", "4x", "peak_rss_mb"),
-                                                   _get(sc, "ours", "1x", "peak_rss_mb")), 1.1,
+        add("scale: ours peak RSS 4x / 1x", ratio_of(median_of(sc, "ours", "4x", "peak_rss_mb"),
+                                                   median_of(sc, "ours", "1x", "peak_rss_mb")), 1.1,
             higher_is_better=False)
     if "s3" in s:
         from bench import s3_report

@@ -140,3 +140,28 @@ def check_refused_state_changes_nothing(stage: Any, bad_state: Any, run: Callabl
     with pytest.raises(StateError):
         stage.load_state_dict(bad_state)
     assert_same_steps(run(stage), run(fresh), "after a refused state")
+
+
+def loaded(modules: list, state: dict | None) -> list:
+    """The data modules of one simulated topology (one per rank), each given `state` when there is one.
+
+    A process made by the spawn start method (the fresh processes above, mp.spawn) hands "spawn" on to
+    its DataLoader workers too; torchrun / plain python use "fork" on Linux, as set here.
+    """
+    multiprocessing.set_start_method("fork", force=True)
+    for m in modules:
+        if state is not None:
+            m.load_state_dict(state)
+    return modules
+
+
+def step_ranks(modules: list, steps: int | None, keys: Sequence[str] = ("input_ids", "labels")) -> list[dict]:
+    """Up to `steps` global steps (all when None) of the ranks' train loaders: each rank's batch, stacked."""
+    iters = [iter(m.train_dataloader()) for m in modules]
+    out: list[dict] = []
+    while steps is None or len(out) < steps:
+        live = [b for b in (next(it, None) for it in iters) if b is not None]
+        if not live:
+            break
+        out.append({k: np.concatenate([b[k].numpy() for b in live]) for k in keys})
+    return out

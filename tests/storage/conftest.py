@@ -12,12 +12,14 @@ wrong credentials, so a test says what it checks once.
 from __future__ import annotations
 
 import base64
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import llm.data.storage.cache as cache_module
 from bench.seaweed import Weed, weed_binary
 from tests.storage.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, azurite_binary
 from tests.storage.gcs_xml import GcsXmlServer
@@ -168,3 +170,19 @@ def store_env_of(request, monkeypatch, tmp_path):
 def store_env(store_server, monkeypatch, tmp_path) -> StoreServer:
     """Each store's usual environment (AWS_*, AZURE_STORAGE_CONNECTION_STRING, STORAGE_EMULATOR_HOST) pointing at its server."""
     return _store_env(store_server, monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def downloads(monkeypatch):
+    """Names of the objects the shard cache downloads (every attempt), counted in this process."""
+    names: list[str] = []
+    lock = threading.Lock()
+    original = cache_module._download_to
+
+    def counting(objects, name, part):
+        with lock:
+            names.append(name)
+        return original(objects, name, part)
+
+    monkeypatch.setattr(cache_module, "_download_to", counting)
+    return names

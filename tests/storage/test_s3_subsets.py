@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
-import pytest
 
-import llm.data.storage.cache as cache_module
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader, train_test_split
 from tests.resume import check_resume
 from tests.storage.helpers import docs, write
 
 BLOCK = 32
-
-
-@pytest.fixture
-def downloads(monkeypatch):
-    names: list[str] = []
-    lock = threading.Lock()
-    original = cache_module._download_to
-
-    def counting(objects, name, part):
-        with lock:
-            names.append(name)
-        return original(objects, name, part)
-
-    monkeypatch.setattr(cache_module, "_download_to", counting)
-    return names
 
 
 def test_a_remote_subsample_and_split_match_a_local_copy_and_keep_locality(s3_env, tmp_path, downloads):

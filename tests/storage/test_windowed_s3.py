@@ -6,13 +6,11 @@ such boundary cost one more whole-shard GET (about two per shard per epoch)."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 import numpy as np
 import pytest
 
-import llm.data.storage.cache as cache_module
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.read.dataset import StreamingDataset
 from llm.data.shards.read.loader import StreamingDataLoader
@@ -20,22 +18,6 @@ from tests.storage.faultproxy import FaultProxy
 from tests.storage.helpers import docs, write
 
 BLOCK = 32
-
-
-@pytest.fixture
-def downloads(monkeypatch):
-    """Names of the objects the shard cache downloads (every attempt), counted in this process."""
-    names: list[str] = []
-    lock = threading.Lock()
-    original = cache_module._download_to
-
-    def counting(objects, name, part):
-        with lock:
-            names.append(name)
-        return original(objects, name, part)
-
-    monkeypatch.setattr(cache_module, "_download_to", counting)
-    return names
 
 
 def _epoch(ds: StreamingDataset, workers: int = 2) -> np.ndarray:

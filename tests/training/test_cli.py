@@ -96,6 +96,7 @@ def test_set_null_sets_none_where_the_key_allows_it(tmp_path: Path, capsys: pyte
         "llm-train: error: cfg.yaml: training.batch_size cannot be null; give it a value or leave it out\n")
 
 
+@pytest.mark.slow  # end to end (six llm-train processes, ~40 s of `make test`); `make test-all` and CI run it
 def test_console_script_and_module_behave_alike(tmp_path: Path) -> None:
     args = _setup(tmp_path)
     for extra in (["--set", "training.lrr=1"], ["--set", "model.d_model=null"]):

@@ -82,6 +82,15 @@ def _torchrun(args: list[str], cwd: Path, check: bool = True) -> subprocess.Comp
     return _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args], cwd, check)
 
 
+def _two_epochs(tmp_path: Path, documents: int, data: dict) -> Path:
+    """cfg.yaml of a tiny run over `documents` documents: two epochs, a checkpoint every 2 steps, all kept."""
+    tree = tiny_tree(write_corpus(tmp_path / "demo.txt", documents), data=data, training={"epochs": 2},
+                     checkpoint={"save_interval_steps": 2, "keep_last_n": 10})
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(tree))
+    return cfg
+
+
 def _documents(out_dir: Path, rank: int, steps: range) -> list[bytes]:
     """Whole documents (between two EOS in one block) that `rank` trained on at `steps`."""
     docs = []
@@ -97,15 +106,7 @@ def _documents(out_dir: Path, rank: int, steps: range) -> list[bytes]:
 @pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 @pytest.mark.timeout(560)
 def test_two_ranks_disjoint_data_and_exact_resume_after_kill(tmp_path: Path) -> None:
-    corpus = write_corpus(tmp_path / "demo.txt", 400)
-    tree = tiny_tree(
-        corpus,
-        data={"steps_per_epoch": 4, "max_seq_len": 64},  # ~2 whole documents per row
-        training={"epochs": 2},
-        checkpoint={"save_interval_steps": 2, "keep_last_n": 10},
-    )
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump(tree))
+    cfg = _two_epochs(tmp_path, 400, {"steps_per_epoch": 4, "max_seq_len": 64})  # ~2 whole documents per row
     script = tmp_path / "run.py"
     script.write_text(_RUN)
     out = tmp_path / "batches"
@@ -163,15 +164,7 @@ def test_two_ranks_disjoint_data_and_exact_resume_after_kill(tmp_path: Path) -> 
 @pytest.mark.slow  # end to end, tens of seconds on 2 cores: `make test-all` / CI
 @pytest.mark.timeout(400)
 def test_lm_task_two_ranks_prepare_once_then_resume_on_one_process(tmp_path: Path) -> None:
-    corpus = write_corpus(tmp_path / "demo.txt", 200)
-    tree = tiny_tree(
-        corpus,
-        data={"steps_per_epoch": 2},
-        training={"epochs": 2},
-        checkpoint={"save_interval_steps": 2, "keep_last_n": 10},
-    )
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump(tree))
+    cfg = _two_epochs(tmp_path, 200, {"steps_per_epoch": 2})
     train = [sys.executable, "-m", "llm.training.train", "--task", "lm", "--config-path", str(cfg)]
 
     # rank 0 tokenizes the text once into <checkpoint_dir>/.data while rank 1 waits on the barrier

@@ -42,25 +42,7 @@ def test_plot_draws_resumes_and_says_when_a_panel_has_no_data(tmp_path: Path) ->
     _run(tmp_path, 2, 5, loss=float("nan"))
     out = plot_run(tmp_path)
     assert out.is_file() and out.stat().st_size > 1000
-    texts = []
-
-    def capture(run: Path) -> None:  # re-draw, keeping the figure to read its texts
-        import matplotlib.figure
-
-        original = matplotlib.figure.Figure.savefig
-
-        def keep(self, *args, **kwargs):
-            texts.extend(t.get_text() for ax in self.axes for t in ax.texts)
-            texts.extend(str(line.get_label()) for ax in self.axes for line in ax.lines)
-            return original(self, *args, **kwargs)
-
-        matplotlib.figure.Figure.savefig = keep
-        try:
-            plot_run(run)
-        finally:
-            matplotlib.figure.Figure.savefig = original
-
-    capture(tmp_path)
+    texts = _drawn_texts(tmp_path)  # re-drawn, keeping the figure to read its texts
     assert "no data logged for this panel" in texts  # the loss panel: every loss was NaN
     assert "resumed" in texts
 

@@ -27,7 +27,6 @@ from llm.data.ingest_stats import (
 WAIT_KEYS = tuple(f"data_wait_p{q}_ms" for q in PERCENTILES)
 RATE_KEYS = ("data_batches_per_s", "data_tokens_per_s")
 SLOWEST_RANK_KEY = "data_wait_p99_ms_slowest_rank"  # under DDP only
-INGEST_KEYS = WAIT_KEYS + RATE_KEYS + REMOTE_KEYS  # REMOTE_KEYS only for runs that read remote shards
 
 Gather = Callable[[dict], list[dict]]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 from llm.data.config import DataConfig, DatasetEntry
 from llm.data.sft.stream import StreamingSFTDataModule
 from tests.data.sft.test_stream import write_alpaca
-from tests.resume import check_resume, take_steps
+from tests.resume import check_resume, loaded, take_steps
 
 MAX_LEN = 1024  # bytes (the simple tokenizer): about five alpaca samples a row
 
@@ -24,10 +23,7 @@ def make(config: dict) -> StreamingSFTDataModule:
 
 
 def run_sft(config: dict, state: dict | None, steps: int | None):
-    multiprocessing.set_start_method("fork", force=True)
-    module = make(config)
-    if state is not None:
-        module.load_state_dict(state)
+    (module,) = loaded([make(config)], state)
     steps_out = take_steps(module.train_dataloader(), steps)
     return [{k: v for k, v in s.items() if k != "cu_seqlens"} for s in steps_out], module.state_dict()
 

@@ -10,7 +10,7 @@ import pytest
 
 from llm.data.config import DataConfig, DatasetEntry
 from llm.data.sft.stream import StreamingSFTDataModule, record_source
-from tests.resume import check_resume, take_steps
+from tests.resume import check_resume, loaded, take_steps
 
 
 def write_alpaca(path: Path, n: int = 120) -> Path:
@@ -27,10 +27,7 @@ def make(config: dict) -> StreamingSFTDataModule:
 
 
 def run_sft(config: dict, state: dict | None, steps: int | None):
-    multiprocessing.set_start_method("fork", force=True)
-    module = make(config)
-    if state is not None:
-        module.load_state_dict(state)
+    (module,) = loaded([make(config)], state)
     return take_steps(module.train_dataloader(), steps), module.state_dict()
 
 

@@ -17,7 +17,7 @@ from llm.data import (
     TokensLoader,
 )
 from llm.data.shards.read.state import StateError
-from tests.data.shards.test_mixing import combined, make_source
+from tests.data.shards.test_mixing import combined, make_source, next_parts, rank_loaders
 from tests.resume import (
     assert_same_steps,
     check_refused_state_changes_nothing,
@@ -119,18 +119,9 @@ def run_schedule(config: dict, state: dict | None, steps: int | None):
     sources = [StreamingDataset(p, item_loader=TokensLoader(block_size=7), shuffle=True, seed=11 + i)
                for i, p in enumerate(config["paths"])]
     mix = CombinedStreamingDataset(sources, schedule=config["schedule"], seed=3)
-    world, out, loaders = config.get("world", 1), [], []
-    for r in range(world):
-        os.environ["RANK"], os.environ["WORLD_SIZE"] = str(r), str(world)
-        loader = StreamingDataLoader(mix, batch_size=8 // world, num_workers=config.get("workers", 0))
-        if state is not None:
-            loader.load_state_dict(state)
-        loaders.append((r, loader, iter(loader)))
+    out, loaders = [], rank_loaders(mix, config, 8, state)
     while steps is None or len(out) < steps:
-        parts = []
-        for r, _, it in loaders:
-            os.environ["RANK"] = str(r)
-            parts.append(next(it, None))
+        parts = next_parts(loaders)
         if any(p is None for p in parts):
             break
         out.append(np.concatenate([p.numpy() for p in parts]))

@@ -3,6 +3,8 @@ resume is exact on other worker counts and world sizes (also after a source's se
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -90,27 +92,38 @@ def test_sources_keep_their_own_epochs(sources):
     assert proportional.weights == pytest.approx((ds.sizes / ds.sizes.sum()).tolist())
 
 
-def run_combined(config: dict, state: dict | None, steps: int | None):
-    """resume.py protocol: `world` ranks in lockstep in one process, a step is the global batch."""
-    import os
-
-    ds = combined(config["paths"], config["weights"], batching=config.get("batching", "stratified"))
+def rank_loaders(ds, config: dict, batch: int, state: dict | None) -> list[tuple]:
+    """(rank, loader, iterator) for each of `world` simulated ranks, made under that rank's RANK/WORLD_SIZE."""
     world = config.get("world", 1)
     loaders = []
     for r in range(world):
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(r), str(world)
-        loader = StreamingDataLoader(ds, batch_size=config["batch"] // world, num_workers=config["workers"])
+        loader = StreamingDataLoader(ds, batch_size=batch // world, num_workers=config.get("workers", 0))
         if state is not None:
             loader.load_state_dict(state)
         loaders.append((r, loader, iter(loader)))
+    return loaders
+
+
+def next_parts(loaders: list[tuple]) -> list:
+    """Each rank's next batch (None at the end of its epoch), read under its own RANK."""
+    parts = []
+    for r, _, it in loaders:
+        os.environ["RANK"] = str(r)
+        parts.append(next(it, None))
+    return parts
+
+
+def run_combined(config: dict, state: dict | None, steps: int | None):
+    """resume.py protocol: `world` ranks in lockstep in one process, a step is the global batch."""
+    ds = combined(config["paths"], config["weights"], batching=config.get("batching", "stratified"))
+    world = config.get("world", 1)
+    loaders = rank_loaders(ds, config, config["batch"], state)
     out: list[np.ndarray] = []
     epochs = config.get("epochs", 2)
     done = 0
     while steps is None or len(out) < steps:
-        parts = []
-        for r, _, it in loaders:
-            os.environ["RANK"] = str(r)
-            parts.append(next(it, None))
+        parts = next_parts(loaders)
         if any(p is None for p in parts):
             done += 1
             if done + (state or {}).get("epoch", 0) >= epochs:

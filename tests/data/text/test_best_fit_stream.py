@@ -14,8 +14,14 @@ from llm.data.stage import StateError
 from llm.data.text.packing import IGNORE_INDEX
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
 from llm.training.core.config import DataConfig
-from tests.data.text.test_stream import _fork_workers, write_corpus
-from tests.resume import check_refused_state_changes_nothing, check_resume, take_steps
+from tests.data.text.test_stream import write_corpus
+from tests.resume import (
+    check_refused_state_changes_nothing,
+    check_resume,
+    loaded,
+    step_ranks,
+    take_steps,
+)
 
 EOS = 256  # the simple tokenizer's
 
@@ -31,20 +37,9 @@ KEYS = ("input_ids", "labels", "position_ids")
 
 def run_best_fit(config: dict, state: dict | None, steps: int | None):
     """`tests/resume.py` protocol: global steps = every rank's batch at that step, stacked."""
-    _fork_workers()
     world = config.get("world", 1)
-    modules = [make_module(config, r, world) for r in range(world)]
-    for m in modules:
-        if state is not None:
-            m.load_state_dict(state)
-    iters = [iter(m.train_dataloader()) for m in modules]
-    outputs = []
-    while steps is None or len(outputs) < steps:
-        live = [b for b in (next(it, None) for it in iters) if b is not None]
-        if not live:
-            break
-        outputs.append({k: torch.cat([b[k] for b in live]).numpy() for k in KEYS})
-    return outputs, merge_stream_states([m.state_dict() for m in modules])
+    modules = loaded([make_module(config, r, world) for r in range(world)], state)
+    return step_ranks(modules, steps, KEYS), merge_stream_states([m.state_dict() for m in modules])
 
 
 def rows(step: dict) -> list[bytes]:

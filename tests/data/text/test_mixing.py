@@ -9,7 +9,6 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -18,7 +17,7 @@ from llm.data.config import DataConfig
 from llm.data.text.mixing import check_weights, choose
 from llm.data.text.readers import InputError
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
-from tests.resume import assert_same_steps, check_resume
+from tests.resume import assert_same_steps, check_resume, loaded, step_ranks
 
 
 @settings(max_examples=60, deadline=None)
@@ -91,20 +90,9 @@ def make(config: dict, rank: int | None = None, world: int | None = None) -> Str
 
 def run_mix(config: dict, state: dict | None, steps: int | None):
     """resume.py protocol; `world` ranks simulated in one process, their batches stacked per step."""
-    multiprocessing.set_start_method("fork", force=True)
     world = config.get("world", 1)
-    modules = [make(config, r, world) for r in range(world)]
-    for m in modules:
-        if state is not None:
-            m.load_state_dict(state)
-    iters = [iter(m.train_dataloader()) for m in modules]
-    out = []
-    while steps is None or len(out) < steps:
-        live = [b for b in (next(it, None) for it in iters) if b is not None]
-        if not live:
-            break
-        out.append({k: torch.cat([b[k] for b in live]).numpy() for k in ("input_ids", "labels")})
-    return out, merge_stream_states([m.state_dict() for m in modules])
+    modules = loaded([make(config, r, world) for r in range(world)], state)
+    return step_ranks(modules, steps), merge_stream_states([m.state_dict() for m in modules])
 
 
 @pytest.mark.parametrize(

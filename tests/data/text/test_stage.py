@@ -61,12 +61,17 @@ def test_a_refused_state_changes_nothing(tmp_path, which):
                       "after a refused state")
 
 
-def test_a_state_counting_more_seen_hashes_than_the_file_holds_is_refused_whole(tmp_path):
+def _dedup_checkpoint(tmp_path: Path) -> tuple[Path, Path, dict, dict]:
+    """A deduplicating stream that wrote its seen-hashes file, 3 steps in: corpus, file, its options, its checkpoint."""
     path, seen = _corpus(tmp_path), tmp_path / "seen.bin"
     extra = {"data_source": "dedup_local", "seen_hashes_path": str(seen), "write_seen_hashes": True}
     saved = _module(path, **extra)
     take_steps(saved.train_dataloader(), 3)
-    state = saved.checkpoint_state()
+    return path, seen, extra, saved.checkpoint_state()
+
+
+def test_a_state_counting_more_seen_hashes_than_the_file_holds_is_refused_whole(tmp_path):
+    path, seen, extra, state = _dedup_checkpoint(tmp_path)
     publish_seen_hashes(state)  # the checkpoint landed and its digests are in the file
     state["seen_hashes"]["count"] += 1000
     state["seen_hashes"]["base"] += 1000  # a state that says the file held 1000 more before it
@@ -98,11 +103,7 @@ def test_a_refused_state_changes_nothing_in_the_sft_stream(tmp_path):
 
 
 def test_a_seen_hashes_entry_whose_count_is_not_base_plus_its_digests_is_refused(tmp_path):
-    path, seen = _corpus(tmp_path), tmp_path / "seen.bin"
-    extra = {"data_source": "dedup_local", "seen_hashes_path": str(seen), "write_seen_hashes": True}
-    saved = _module(path, **extra)
-    take_steps(saved.train_dataloader(), 3)
-    state = saved.checkpoint_state()
+    path, seen, extra, state = _dedup_checkpoint(tmp_path)
     state["seen_hashes"]["count"] += 1000
     with pytest.raises(StateError, match="seen_hashes"):
         _module(path, **extra).load_state_dict(state)

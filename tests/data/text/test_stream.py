@@ -21,7 +21,7 @@ from llm.data.text.packing import IGNORE_INDEX
 from llm.data.text.stream import FINGERPRINT_MISMATCH, StreamingTextDataModule, merge_stream_states
 from llm.data.tokenize.tokenizers import SimpleTokenizer
 from llm.training.core.config import DataConfig
-from tests.resume import assert_same_steps, check_resume, take_steps
+from tests.resume import assert_same_steps, check_resume, loaded, step_ranks, take_steps
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 
@@ -79,20 +79,9 @@ def _fork_workers() -> None:
 
 def run_stream(config: dict, state: dict | None, steps: int | None):
     """`tests/resume.py` protocol: global steps = the batches of every rank at that step, stacked."""
-    _fork_workers()
     world = config.get("world", 1)
-    modules = [make_module(config, r, world) for r in range(world)]
-    for m in modules:
-        if state is not None:
-            m.load_state_dict(state)
-    iters = [iter(m.train_dataloader()) for m in modules]
-    outputs = []
-    while steps is None or len(outputs) < steps:
-        live = [b for b in (next(it, None) for it in iters) if b is not None]
-        if not live:
-            break
-        outputs.append({k: torch.cat([b[k] for b in live]).numpy() for k in ("input_ids", "labels")})
-    return outputs, merge_stream_states([m.state_dict() for m in modules])
+    modules = loaded([make_module(config, r, world) for r in range(world)], state)
+    return step_ranks(modules, steps), merge_stream_states([m.state_dict() for m in modules])
 
 
 def rows(step: dict) -> list[bytes]:

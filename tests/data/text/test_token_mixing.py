@@ -16,7 +16,7 @@ import pytest
 
 from llm.data.config import DataConfig
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
-from tests.resume import check_resume
+from tests.resume import check_resume, loaded, step_ranks
 
 EOS = 256  # the simple tokenizer's
 SHORT, LONG = "abcdefghijklm", "nopqrstuvwxyz"  # source 0's and source 1's letters
@@ -100,20 +100,10 @@ def make(config: dict, rank: int | None = None, world: int | None = None) -> Str
 
 def run_tokens(config: dict, state: dict | None, steps: int | None):
     """resume.py protocol: `world` ranks in one process, their batches stacked per step; the counts checked."""
-    multiprocessing.set_start_method("fork", force=True)
     world = config.get("world", 1)
-    modules = [make(config, r, world) for r in range(world)]
-    for m in modules:
-        if state is not None:
-            m.load_state_dict(state)
+    modules = loaded([make(config, r, world) for r in range(world)], state)
     before = [m.source_counts() for m in modules]
-    iters = [iter(m.train_dataloader()) for m in modules]
-    out = []
-    while steps is None or len(out) < steps:
-        live = [b for b in (next(it, None) for it in iters) if b is not None]
-        if not live:
-            break
-        out.append({k: np.concatenate([b[k].numpy() for b in live]) for k in ("input_ids", "labels")})
+    out = step_ranks(modules, steps)
     # what each run handed over is what its counts grew by, source by source
     grown = {k: [0, 0] for k in ("short", "long")}
     for m, b in zip(modules, before):

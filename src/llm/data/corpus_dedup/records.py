@@ -102,7 +102,3 @@ def _common(paths: list[PurePath]) -> str:
 def describe(path: Input) -> str:
     """How the report names an input: its path, or its s3:// URL."""
     return path.url if isinstance(path, RemoteObject) else str(path)
-
-
-def is_line_file(path: Input) -> bool:
-    return input_kind(path) in ("txt", "jsonl")

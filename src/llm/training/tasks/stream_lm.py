@@ -11,16 +11,15 @@ from llm.training.core.loading import OPTIMIZED, ConfigError
 from llm.training.source_metrics import sum_over_ranks
 from llm.training.tasks.optimized import OptimizedData
 
-__all__ = ["OptimizedData", "StreamTextData", "build_stream_lm_data"]  # OptimizedData: its old home
-
 
 class StreamTextData:
     """Batches of `StreamingTextDataModule` (local files, HF streams, dedup, custom sources).
 
     Each rank streams the partitions it owns; the module's `checkpoint_state()` is
-    collective under torch.distributed, returns every rank's cursor (`line_index` per
-    rank) and commits the dedup seen-set, so it is called exactly when a checkpoint is
-    written; `state_dict()` is this rank's pure view.
+    collective under torch.distributed, returns every rank's cursor (`line_index`: the
+    records each rank consumed, a count, not a line number) and commits the dedup
+    seen-set, so it is called exactly when a checkpoint is written; `state_dict()` is
+    this rank's pure view.
     The module starts a new pass over the source by itself when the stream ends.
     """
 

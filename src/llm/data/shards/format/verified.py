@@ -148,7 +148,14 @@ def _entries(store: Path, refresh: bool = False) -> _Store:
 
 
 def _compact(path: Path, store: _Store) -> None:
-    """Rewrite the store with its unique entries (a concurrent append may be lost: one more hash later)."""
+    """Rewrite the store with its unique entries (a concurrent append may be lost: one more hash later).
+
+    Why: `verify_checksums="always"` and `llm-data verify` hash on every read and append again.
+    Measured (4 ranks x 2 workers, one epoch of a 200-shard dataset): 800 lines, 84 bytes each,
+    for 200 identities; plain first-touch verification raced to 201. So each such run adds
+    ranks x shards lines (8 ranks, 10^4 shards: 6.7 MB a run, every process then reading it
+    whole); compacted, the file stays under max(1 MiB, twice its unique entries).
+    """
     unique = store.parsed if store.parsed is not None else _parse(store.raw)
     text = "".join(" ".join(map(str, k)) + f" {v}\n" for k, v in unique.items()).encode()
     store.compact_at = max(_MAX_BYTES, 2 * len(text))  # next time only once it doubled again

@@ -24,9 +24,6 @@ NUMPY_DTYPES = [np.dtype(t) for t in (
     np.float16, np.float32, np.float64, np.complex64, np.complex128, bool, object, bytes, str, np.void,
 )]
 
-# Formats LitData can write that are read by LitData itself only: `llm-data convert` rewrites them.
-UNSUPPORTED_HINT = "json (nested lists / dicts), image, video, audio, file, graph, nifti, mesh, pdf, tifffile, jpeg_array"
-
 
 def token_dtype(data_format: str) -> np.dtype:
     """The numpy dtype of a TokensLoader dataset's `no_header_tensor:N` / `no_header_numpy:N`."""

@@ -23,24 +23,7 @@ import numpy as np
 from llm.data.shards.format.manifest import ShardInfo
 from llm.data.shards.format.pread import ShardError
 from llm.data.shards.format.validate import ManifestError
-from llm.data.shards.interop.base import (
-    ForeignItemReader,
-    ForeignManifest,
-    ForeignShardBytes,
-    ForeignSource,
-    file_digest,
-)
-from llm.data.shards.interop.trust import (
-    DECODE_ERRORS,
-    FIX,
-    check_item_span,
-    check_offsets,
-    check_size,
-    count_field,
-    decode_error,
-    read_header,
-    unique_files,
-)
+from llm.data.shards.interop import base, trust
 
 _SHAPE_DTYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "uint64"}
 _VALUE_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32",
@@ -166,17 +149,17 @@ def _check_columns(where: Path, i: int, entry: dict) -> None:
     names, encodings, sizes = entry.get("column_names"), entry.get("column_encodings"), entry.get("column_sizes")
     if not all(isinstance(x, list) for x in (names, encodings, sizes)) or not len(names) == len(encodings) == len(sizes):
         raise ManifestError(f"{where}: shard {i} needs column_names, column_encodings and column_sizes lists of one "
-                            f"length; {FIX}")
+                            f"length; {trust.FIX}")
     for name, encoding, size in zip(names, encodings, sizes):
         try:
             column_decoder(encoding)
             expected = _fixed_size(encoding)
         except (ValueError, TypeError, AttributeError):
             raise ManifestError(f"{where}: shard {i} column {name!r} has encoding {encoding!r}, not one MosaicML "
-                                f"Streaming defines; {FIX}") from None
+                                f"Streaming defines; {trust.FIX}") from None
         if size != expected:
             raise ManifestError(f"{where}: shard {i} column {name!r} has encoding {encoding!r} (values of "
-                                f"{expected or 'any'} bytes) but column_sizes says {size}; {FIX}")
+                                f"{expected or 'any'} bytes) but column_sizes says {size}; {trust.FIX}")
 
 
 def _shard_info(folder: Path, i: int, entry: Any) -> tuple[dict, ShardInfo]:
@@ -197,17 +180,17 @@ def _shard_info(folder: Path, i: int, entry: Any) -> tuple[dict, ShardInfo]:
     use_zip = bool(zipped) and not (folder / raw["basename"]).exists()
     info = zipped if use_zip else raw
     label = f"shard {i} ({raw['basename']})"
-    samples = count_field(where, label, "samples", entry.get("samples"))
-    raw_bytes = count_field(where, label, "raw_data.bytes", raw.get("bytes"))
-    stored = count_field(where, label, "zip_data.bytes", info.get("bytes")) if use_zip else raw_bytes
-    check_size(folder / info["basename"], stored, "zip_data.bytes" if use_zip else "raw_data.bytes", where)
+    samples = trust.count_field(where, label, "samples", entry.get("samples"))
+    raw_bytes = trust.count_field(where, label, "raw_data.bytes", raw.get("bytes"))
+    stored = trust.count_field(where, label, "zip_data.bytes", info.get("bytes")) if use_zip else raw_bytes
+    trust.check_size(folder / info["basename"], stored, "zip_data.bytes" if use_zip else "raw_data.bytes", where)
     hashes = info.get("hashes") or {}  # the checksum key our verified-files memo remembers
     checksum = ",".join(f"{algo}:{value}" for algo, value in sorted(hashes.items()) if isinstance(value, str))
     return info, ShardInfo(file=info["basename"], bytes=stored, checksum=checksum, items=samples,
                            compression="zstd" if use_zip else None, raw_bytes=raw_bytes)
 
 
-class MDSSource(ForeignSource):
+class MDSSource(base.ForeignSource):
     """An MDS folder: every shard an item shard, a sample a dict of columns, as their `ds[i]`."""
 
     def __init__(self, folder: Path, data: dict):
@@ -218,15 +201,15 @@ class MDSSource(ForeignSource):
             self.entries.append(entry)
             self.files_info.append(info)
             shards.append(shard)
-        unique_files(where, [e["raw_data"]["basename"] for e in self.entries], "shard")
+        trust.unique_files(where, [e["raw_data"]["basename"] for e in self.entries], "shard")
         for shard in shards:  # before anything is served: each header against its index entry
-            offsets = read_header(folder / shard.file, shard.compression is not None, shard.raw_bytes)
-            check_offsets(folder / shard.file, offsets, shard.items, "samples", shard.raw_bytes, "raw_data.bytes", where,
+            offsets = trust.read_header(folder / shard.file, shard.compression is not None, shard.raw_bytes)
+            trust.check_offsets(folder / shard.file, offsets, shard.items, "samples", shard.raw_bytes, "raw_data.bytes", where,
                           header_extra=True)
         columns = {(tuple(e["column_names"]), tuple(e["column_encodings"])) for e in self.entries}
         first = self.entries[0] if self.entries else {"column_names": [], "column_encodings": []}
-        manifest = ForeignManifest(
-            kind="items", shards=shards, foreign_format="mds", index_digest=file_digest(where),
+        manifest = base.ForeignManifest(
+            kind="items", shards=shards, foreign_format="mds", index_digest=base.file_digest(where),
             details={"columns": dict(zip(first["column_names"], first["column_encodings"])),
                      "column_sets": len(columns)},
         )
@@ -246,8 +229,8 @@ class MDSSource(ForeignSource):
                 raise ShardError(f"shard {self.folder / info.file} fails its {algo} hash "
                                  f"({actual} != {expected}): the file is corrupt")
 
-    def shard_files(self, verify: bool) -> ForeignShardBytes:
-        return ForeignShardBytes(self.folder, self.manifest, verify, check=self._check)
+    def shard_files(self, verify: bool) -> base.ForeignShardBytes:
+        return base.ForeignShardBytes(self.folder, self.manifest, verify, check=self._check)
 
     def decode_item(self, raw: np.ndarray, local: int, shard: int) -> dict[str, Any]:
         """Sample `local` of shard `shard`: a dict of its columns."""
@@ -265,21 +248,21 @@ class MDSSource(ForeignSource):
             else:
                 sizes.append(int.from_bytes(data[i : i + 4], "little"))
                 i += 4
-        check_item_span(path, local, i + sum(sizes), len(data))
+        trust.check_item_span(path, local, i + sum(sizes), len(data))
         sample = {}
         for name, encoding, decode, size in zip(entry["column_names"], entry["column_encodings"], decoders, sizes):
             try:
                 sample[name] = decode(data[i : i + size])
-            except DECODE_ERRORS as e:  # the bytes are not what the column's encoding says
-                raise decode_error(path, local, f"column {name!r} ({encoding})", e) from None
+            except trust.DECODE_ERRORS as e:  # the bytes are not what the column's encoding says
+                raise trust.decode_error(path, local, f"column {name!r} ({encoding})", e) from None
             i += size
         return sample
 
-    def item_reader(self, verify: bool = True) -> ForeignItemReader:
+    def item_reader(self, verify: bool = True) -> base.ForeignItemReader:
         for entry in self.entries:  # an unknown encoding is refused now, not at step 10,000
             for encoding in entry["column_encodings"]:
                 column_decoder(encoding)
-        return ForeignItemReader(self.shard_files(verify), self.decode_item)
+        return base.ForeignItemReader(self.shard_files(verify), self.decode_item)
 
     def item_sizes(self, shard: int) -> np.ndarray:
         raw = self.shard_files(False).raw(shard)
