@@ -10,7 +10,8 @@ import pytest
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.read.dataset import StreamingDataset
-from llm.data.storage.cache import CorruptObject, parse_cache_size
+from llm.data.storage.cache import CorruptObject
+from llm.data.storage.sizes import parse_cache_size
 from tests.storage.helpers import FolderSampler, docs, stream_tokens, write
 
 

@@ -18,7 +18,6 @@ misses of readers' opens, evictions; `llm.data.ingest_stats`), per process.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import itertools
 import os
@@ -34,7 +33,6 @@ import xxhash
 from llm.data.ingest_stats import PROCESS_REMOTE, RemoteCounters
 from llm.data.storage.local import cache_home, pid_alive
 from llm.data.storage.s3 import StorageError
-from llm.data.storage.sizes import parse_bytes
 
 LOCK = ".lock"
 _COUNTER = itertools.count()
@@ -43,18 +41,6 @@ _WAIT_FOR_ROOM_S = 600.0
 
 class CorruptObject(StorageError):
     """A downloaded object does not match the manifest, twice in a row."""
-
-
-def parse_cache_size(value: int | str | None) -> int | None:
-    """'50GB', '100MB', 1_000_000 or None (no limit)."""
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    size = parse_bytes(value) if isinstance(value, str) else None
-    if size is not None and size > 0:
-        return size
-    raise ValueError(f"max_cache_size {value!r} is not a size like '50GB' or '500MB' (or None for no limit)")
 
 
 def default_cache_root() -> Path:
@@ -114,8 +100,7 @@ class ShardCache:
         self.counters = RemoteCounters(PROCESS_REMOTE)  # this process's counts only (fresh after fork or pickling)
 
     def __getstate__(self) -> dict:
-        state = {k: v for k, v in self.__dict__.items() if k in ("objects", "shards", "folder", "max_bytes", "prefetch", "_largest", "_index")}
-        return state
+        return {k: v for k, v in self.__dict__.items() if k in ("objects", "shards", "folder", "max_bytes", "prefetch", "_largest", "_index")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -150,16 +135,12 @@ class ShardCache:
 
     def _try_pin(self, path: Path) -> Pin | None:
         while True:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:  # being evicted right now
-                os.close(fd)
+            fd = _open_locked(path, fcntl.LOCK_SH)
+            if fd == _BUSY:  # being evicted right now
                 time.sleep(0.005)
                 continue
+            if fd is None:
+                return None
             try:
                 same = os.stat(path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -342,17 +323,9 @@ class ShardCache:
         return freed
 
     def _evict_path(self, path: Path) -> bool:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
+        fd = _open_locked(path, fcntl.LOCK_EX)
+        if fd is None or fd == _BUSY:  # gone, or pinned by a reader
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return False  # pinned by a reader
-            raise
         try:
             os.unlink(path)
             return True
@@ -360,6 +333,26 @@ class ShardCache:
             return False
         finally:
             os.close(fd)
+
+
+_BUSY = -1
+
+
+def _open_locked(path: Path, lock: int) -> int | None:
+    """`path` opened and flocked with `lock` without waiting: its fd, None if it is gone, `_BUSY` if a
+    conflicting lock is held (a reader's shared pin against an eviction's exclusive one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, lock | fcntl.LOCK_NB)
+        return fd
+    except OSError as e:
+        os.close(fd)
+        if isinstance(e, BlockingIOError):
+            return _BUSY
+        raise
 
 
 def _checksum_fd(fd: int) -> str:

@@ -36,3 +36,15 @@ def format_size(n: float) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1000
     return f"{n:,.1f} TB"
+
+
+def parse_cache_size(value: int | str | None) -> int | None:
+    """'50GB', '100MB', 1_000_000 or None (no limit)."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    size = parse_bytes(value) if isinstance(value, str) else None
+    if size is not None and size > 0:
+        return size
+    raise ValueError(f"max_cache_size {value!r} is not a size like '50GB' or '500MB' (or None for no limit)")

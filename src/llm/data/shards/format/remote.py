@@ -16,10 +16,11 @@ import xxhash
 from llm.data.shards.format.encryption import unlock
 from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ManifestError
 from llm.data.shards.format.reader import _ShardBytes
-from llm.data.storage.cache import CorruptObject, ShardCache, default_cache_root, parse_cache_size
+from llm.data.storage.cache import CorruptObject, ShardCache, default_cache_root
 from llm.data.storage.objects import open_objects
 from llm.data.storage.paths import Location, parse_location
 from llm.data.storage.s3 import BucketNotFound, ObjectNotFound
+from llm.data.storage.sizes import parse_cache_size
 
 
 def load_manifest(location: Location, storage_options: dict | None = None) -> tuple[Manifest, Any]:
