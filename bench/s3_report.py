@@ -78,16 +78,17 @@ def request_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r.get("runs") and any("requests" in run for run in r["runs"])]
 
 
-def _median_counts(row: dict) -> dict:
-    """Each request count's median over the row's runs that finished (its runs are repeats of one case)."""
-    runs = [run["requests"] for run in row["runs"] if "requests" in run and "error" not in run]
+def _median_counts(row: dict, finished: bool = True) -> dict:
+    """Each request count's median over the row's runs (its runs are repeats of one case): those that finished,
+    or with `finished=False` every run (a failed one's requests up to its failure)."""
+    runs = [run["requests"] for run in row["runs"] if "requests" in run and not (finished and "error" in run)]
     if not runs:
         return {}
     return {k: statistics.median(run[k] for run in runs) for k in runs[0]}
 
 
-def gets_per_shard(row: dict) -> float | None:
-    c = _median_counts(row)
+def gets_per_shard(row: dict, finished: bool = True) -> float | None:
+    c = _median_counts(row, finished)
     return c["shard_gets"] / c["shards"] if c and c.get("shards") else None
 
 
@@ -98,7 +99,7 @@ def request_targets(rows: list[dict]) -> list[dict]:
         return []
     worst = max(mine, key=lambda r: gets_per_shard(r) or 0)
     lists = max(_median_counts(r)["LIST"] for r in mine)
-    per_sample = max(_requests(r) / _blocks(r) for r in mine if _blocks(r))
+    per_sample = max((_requests(r) / _blocks(r) for r in mine if _blocks(r)), default=0.0)
     return [
         {"name": "s3 requests: ours' GETs per shard per epoch (worst case)", "ratio": gets_per_shard(worst),
          "goal": "<= 1.1", "ok": (gets_per_shard(worst) or 0) <= 1.1, "detail": worst["case"]},
@@ -114,23 +115,23 @@ def _requests(row: dict) -> float:
 
 
 def _blocks(row: dict) -> float:
-    return statistics.median(run["tokens"] for run in row["runs"] if run.get("tokens")) / BLOCK if any(
-        run.get("tokens") for run in row["runs"]) else 0
+    """Blocks delivered in an epoch (median over the runs that finished; 0 when none did)."""
+    tokens = [run["tokens"] for run in row["runs"] if run.get("tokens") and "error" not in run]
+    return statistics.median(tokens) / BLOCK if tokens else 0
 
 
 def request_table(rows: list[dict]) -> list[str]:
-    """Markdown: requests by kind, GETs per shard and MB received per epoch, per contestant and case."""
-    md = ["| contestant | case | GET | HEAD | LIST | PUT | GETs per shard (shard GETs / shards) | MB received | "
-          "blocks per request |", "|---|---|---|---|---|---|---|---|---|"]
+    """Markdown: requests by kind, GETs per shard and MB received per epoch, per contestant and case (a run that
+    failed: its requests up to the failure, its outcome saying so)."""
+    md = ["| contestant | case | outcome | GET | HEAD | LIST | PUT | GETs per shard (shard GETs / shards) | "
+          "MB received | blocks per request |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in request_rows(rows):
-        c = _median_counts(r)
-        if not c:
-            md.append(f"| {NAMES.get(r['who'], r['who'])} | {r['case']} | n/a | n/a | n/a | n/a | n/a | n/a | n/a |")
-            continue
+        c = _median_counts(r, finished=False)
         per_request = _blocks(r) / _requests(r) if _requests(r) else None
-        md.append(f"| {NAMES.get(r['who'], r['who'])} | {r['case']} | {c['GET']:g} | {c['HEAD']:g} | {c['LIST']:g} | "
-                  f"{c['PUT']:g} | {gets_per_shard(r):.2f} ({c['shard_gets']:g} / {c['shards']:g}) | "
-                  f"{c['mb_in']:.1f} | {'n/a' if per_request is None else f'{per_request:,.0f}'} |")
+        md.append(f"| {NAMES.get(r['who'], r['who'])} | {r['case']} | {'/'.join(r['outcomes'])} | {c['GET']:g} | "
+                  f"{c['HEAD']:g} | {c['LIST']:g} | {c['PUT']:g} | {gets_per_shard(r, False):.2f} "
+                  f"({c['shard_gets']:g} / {c['shards']:g}) | {c['mb_in']:.1f} | "
+                  f"{'n/a' if per_request is None else f'{per_request:,.0f}'} |")
     return md
 
 
