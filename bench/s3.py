@@ -12,6 +12,10 @@ without a limit at that size, the speed it is compared with); a server kill -9 `
 into a paced epoch, restarted `down_s` later on the same folder and port. Every run hashes every
 block it delivers (once / twice / never against the data), the cache folder is sampled for its
 peak size, and every cached file named like an original is compared with it byte for byte.
+Every run but the restart case reads through a counting proxy (bench/faultproxy.py) of its own, so each
+epoch's requests by kind (GET/HEAD/LIST/PUT), GETs of shard files and bytes received are recorded per
+contestant. The restart case reads the server directly: a proxy would turn its refused connections into
+dropped ones.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 import xxhash
 
 from bench.context import Context, multiset_diff, summary
+from bench.faultproxy import FaultProxy
 from bench.measure import run_worker
 from bench.runners.common import BATCH, BLOCK
 from bench.seaweed import BUCKET, Weed, weed_binary
@@ -104,6 +109,15 @@ def corrupt_cached(cache_dir: Path, originals: dict[str, list]) -> tuple[int, in
     return checked, len(bad), bad[:5]
 
 
+def request_counts(proxy: FaultProxy, originals: dict[str, list]) -> dict:
+    """What one epoch asked of the store: requests by kind, GETs of shard files (not index/metadata), MB received."""
+    shards = {name for name in originals if not name.endswith(".json")}
+    shard_gets = sum(n for (method, path), n in proxy.seen.items() if method == "GET" and path.rsplit("/", 1)[-1] in shards)
+    return {**{kind: proxy.requests.get(kind, 0) for kind in ("GET", "HEAD", "LIST", "PUT")},
+            "other": sum(n for kind, n in proxy.requests.items() if kind not in ("GET", "HEAD", "LIST", "PUT")),
+            "shard_gets": shard_gets, "shards": len(shards), "mb_in": sum(proxy.bytes_in.values()) / MB}
+
+
 def outcome(run: dict) -> str:
     """exact | wrong, exit 0 (blocks missing or repeated) | error | timeout."""
     if "error" in run:
@@ -137,10 +151,13 @@ class S3Bench:
 
     # ---- preparing ---------------------------------------------------------------------
 
-    def _work(self, who: str, scenario: str, spec: dict, timeout_s: float | None = None, impl: str = "s3") -> dict:
+    def _work(self, who: str, scenario: str, spec: dict, timeout_s: float | None = None, impl: str = "s3",
+              endpoint: str | None = None) -> dict:
         spec = {**spec, "impl": impl, "scenario": scenario}
-        res = run_worker(self.ctx.python_for(who), spec, timeout_s=timeout_s or self.opts.timeout_s * 2,
-                         env=self.weed.env())
+        env = self.weed.env()
+        if endpoint:  # every name a contestant reads its endpoint from
+            env |= {"AWS_ENDPOINT_URL": endpoint, "S3_ENDPOINT_URL": endpoint}
+        res = run_worker(self.ctx.python_for(who), spec, timeout_s=timeout_s or self.opts.timeout_s * 2, env=env)
         if "error" in res:
             self.ctx.say(f"s3: {who} {scenario} failed: {res['error'].splitlines()[-1][:300]}")
         return res
@@ -228,11 +245,19 @@ class S3Bench:
         killer = threading.Thread(target=self._restart_when, args=(marker, fault), daemon=True) if restart else None
         if killer:
             killer.start()
-        with _PeakSampler(cache_dir) as sampler:
-            res = self._work(who, "stream", spec, timeout_s=timeout_s or self.opts.timeout_s)
+        proxy = None if restart else FaultProxy(("127.0.0.1", self.weed.port), lambda *_: "ok")
+        try:
+            with _PeakSampler(cache_dir) as sampler:
+                res = self._work(who, "stream", spec, timeout_s=timeout_s or self.opts.timeout_s,
+                                 endpoint=proxy and proxy.endpoint)
+        finally:
+            if proxy:
+                proxy.close()
         if killer:
             killer.join()
             res["restart"] = fault
+        if proxy:
+            res["requests"] = request_counts(proxy, self.originals[(who, shard)])
         res["cache_peak_mb"] = sampler.peak / MB
         res["cache_dir"] = str(cache_dir)
         res["cached_files"], res["corrupt_cached"], res["corrupt_names"] = corrupt_cached(
@@ -333,7 +358,7 @@ def _cold_warm(ctx: Context, b: S3Bench, peers: list[str], shard: float, ready: 
                     runs.setdefault((who, case), []).append(b.run(who, case, shard, rep, nw=nw, cache_dir=cache))
                 shutil.rmtree(cache, ignore_errors=True)
     for (who, case), rs in runs.items():
-        b.add(who, f"{case}, {shard:g} MB shards", rs)
+        b.add(who, f"{case}, {shard:g} MB shards", rs, shard_mb=shard)
 
 
 def _limited(ctx: Context, b: S3Bench, peers: list[str], limit: int, ready: dict) -> None:

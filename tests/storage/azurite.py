@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import atexit
 import base64
-import contextlib
 import email.utils
 import hashlib
 import hmac
-import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from bench.seaweed import free_port, keep_on_loopback
+from bench.serverproc import ServerProcess, answers
 
 # Azurite's well-known development account (public, in every Azure SDK's docs): the only one it serves by default.
 ACCOUNT = "devstoreaccount1"
@@ -43,8 +39,10 @@ def azurite_command(binary: str, port: int, folder: Path | None) -> list[str]:
     return [binary, *where, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--disableTelemetry", "--skipApiVersionCheck"]
 
 
-class Azurite:
+class Azurite(ServerProcess):
     """azurite-blob on 127.0.0.1:`port`; start(), kill() (SIGKILL), start() again (same data when `persist`)."""
+
+    log_name = "azurite.log"
 
     def __init__(self, root: Path, persist: bool = False):
         keep_on_loopback()
@@ -52,12 +50,13 @@ class Azurite:
         if binary is None:
             raise RuntimeError("Azurite is not installed: `make setup` puts it in .venv/azurite "
                                f"(npm install --prefix .venv/azurite azurite@{AZURITE_VERSION})")
-        self.binary, self.root = binary, Path(root).resolve()
+        super().__init__(root)
+        self.binary = binary
         self.root.mkdir(parents=True, exist_ok=True)
         self.folder = self.root / "data" if persist else None
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
+        self.name = f"Azurite at {self.endpoint}"
 
     @property
     def blob_endpoint(self) -> str:
@@ -71,27 +70,8 @@ class Azurite:
     def start(self, timeout_s: float = 60.0) -> None:
         cmd = azurite_command(self.binary, self.port, self.folder)
         assert "--disableTelemetry" in cmd, cmd  # never without it
-        with open(self.root / "azurite.log", "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
-                                         start_new_session=True)
         atexit.register(self.kill)  # also when the test run ends without its fixtures' teardown
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"Azurite exited with {self.proc.returncode}: {self.log_tail()}")
-            if self._answers():
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"Azurite did not answer at {self.endpoint} within {timeout_s:.0f} s: {self.log_tail()}")
-
-    def _answers(self) -> bool:
-        try:
-            urllib.request.urlopen(self.endpoint, timeout=1)
-        except urllib.error.HTTPError:
-            return True
-        except OSError:
-            return False
-        return True
+        self.launch(cmd, lambda: answers(self.endpoint), timeout_s)
 
     def create_container(self, name: str) -> None:
         """One signed REST call (Shared Key), as any Azure SDK makes it; an existing container is fine."""
@@ -101,31 +81,6 @@ class Azurite:
         except urllib.error.HTTPError as e:
             if e.code != 409:  # ContainerAlreadyExists
                 raise
-
-    def kill(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-            self.proc = None
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def log_tail(self, chars: int = 2000) -> str:
-        try:
-            return (self.root / "azurite.log").read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
 
 
 def _signed(blob_endpoint: str, method: str, path: str, query: dict[str, str]) -> urllib.request.Request:

@@ -22,13 +22,13 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from bench import faultproxy
 from llm.data.config import DataConfig
 from llm.data.storage.objects import open_objects
 from llm.data.storage.s3 import StorageError
 from llm.data.text.readers import expand_inputs, expand_sources
 from llm.data.text.stream import FINGERPRINT_MISMATCH, StreamingTextDataModule
 from tests.resume import assert_same_steps, check_resume, take_steps
-from tests.storage import faultproxy
 from tests.storage.conftest import STORES
 from tests.storage.faultproxy import FaultProxy
 
