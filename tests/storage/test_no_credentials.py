@@ -36,9 +36,10 @@ def test_the_suite_never_points_a_client_at_the_metadata_address():
 def test_no_credentials_at_all_fails_at_once_in_one_sentence(tmp_path: Path):
     home = tmp_path / "home"
     home.mkdir()
-    # nothing but what the suite sets for every process: the dead metadata address, no keys, no ~/.aws
+    # nothing but what the suite sets for every process: the dead metadata address, no keys, no ~/.aws;
+    # one retry, as below: the default budget waits out a ~20 s outage, the metadata address included
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path),
-           "AWS_METADATA_ENDPOINT": os.environ["AWS_METADATA_ENDPOINT"]}
+           "AWS_METADATA_ENDPOINT": os.environ["AWS_METADATA_ENDPOINT"], "LLM_STORAGE_RETRIES": "1"}
     proc = subprocess.run([sys.executable, "-c", _OPEN, "s3://some-bucket/ds"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=8)  # retrying a dead address would take far longer
     assert proc.returncode == 3, proc.stderr
@@ -56,7 +57,7 @@ def test_no_google_or_azure_credentials_fail_on_loopback_in_one_sentence(tmp_pat
     home = tmp_path / "home"
     home.mkdir()
     # The credential request goes to the metadata address through the client's proxy: the dead loopback port.
-    # One retry: obstore retries a failed token request like any other (6 times, ~3-5 s, by default).
+    # One retry: obstore retries a failed token request like any other (10 times, ~20 s, by default).
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path), **LOOPBACK_ONLY,
            "LLM_STORAGE_RETRIES": "1", **extra}
     proc = subprocess.run([sys.executable, "-c", _OPEN, url], env=env, cwd=tmp_path, capture_output=True, text=True,
