@@ -41,6 +41,10 @@ def as_token_array(doc: object, where: str) -> np.ndarray:
         check_token_range(np.array([min(arr.tolist()), max(arr.tolist())], dtype=object), where)
     if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
         raise ValueError(f"{where}: expected a 1-D integer array of token ids, got shape {arr.shape} dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.dtype.itemsize <= 4:
+        # uint8/16/32 ids fit every shard dtype as they are: no range scan, and no int64 copy
+        # (the writer casts once, into the shard's dtype)
+        return arr
     check_token_range(arr, where)
     return arr.astype(np.int64, copy=False)
 
@@ -66,6 +70,10 @@ def check_batch(tokens: np.ndarray, lengths: np.ndarray, where: str) -> tuple[np
     if lengths.size and int(lengths.min()) < 0 or int(lengths.sum()) != tokens.size:
         raise ValueError(f"{where}: DocumentBatch.lengths add up to {int(lengths.sum())}, not to its {tokens.size} tokens (or one is negative)")
     return tokens.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False)
+
+
+def _fits_uint16(dtype: np.dtype) -> bool:
+    return dtype.kind == "u" and dtype.itemsize <= 2
 
 
 TAIL_MAX_BYTES = 4 << 20  # a task's last shard is handed to the driver (to be joined) only below this
@@ -127,7 +135,7 @@ class TokenShardWriter:
 
     def add_batch(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Add documents given as one flat id array and their lengths (the fast path)."""
-        if tokens.size and self.dtype == "uint16" and int(tokens.max()) > _UINT16_MAX:
+        if tokens.size and self.dtype == "uint16" and not _fits_uint16(tokens.dtype) and int(tokens.max()) > _UINT16_MAX:
             self.flush()  # this and later shards widen; earlier ones stay compact
             self.dtype = "uint32"
         while lengths.size:
@@ -165,12 +173,14 @@ class TokenShardWriter:
         """Write what is buffered as one shard."""
         if not self._lengths:
             return
-        tokens = np.concatenate(self._pieces).astype(self.dtype)
+        # one pass: the pieces (int64 or the caller's unsigned ids, all in range) straight into the
+        # shard's little-endian dtype
+        tokens = np.concatenate(self._pieces, dtype=np.dtype(self.dtype).newbyteorder("<"), casting="unsafe")
         lengths = np.concatenate(self._lengths)
         doc_ends = np.cumsum(lengths, dtype=np.uint64)
         name = f"{self.prefix}-{len(self.shards):05d}.bin"
         stored, raw, checksum = _write_shard(
-            self.folder / name, [tokens.astype(f"<{tokens.dtype.str[1:]}").data, doc_ends.astype("<u8").data],
+            self.folder / name, [tokens.data, doc_ends.astype("<u8", copy=False).data],
             self.compression, self.encryption,
         )
         self.shards.append(
