@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.shards.format import verified
-from llm.data.shards.format.checksum import checksum_bytes
+from llm.data.shards.format.checksum import checksum_bytes, checksum_parts
 from llm.data.shards.format.encryption import Encryption
 from llm.data.shards.format.manifest import ShardInfo
 from llm.data.shards.format.records import ItemCodec
@@ -90,6 +90,15 @@ def is_small(size: int, count: int, chunk_bytes: int | None, chunk_count: int | 
 def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str | None,
                  encryption: Encryption | None = None) -> tuple[int, int, str]:
     """Write parts to path (compressed, then encrypted, when asked); returns (stored bytes, raw bytes, checksum)."""
+    if compression is None and encryption is None and len(parts) <= 4:
+        # a token shard (ids, doc ends) stored as it is: written and hashed part by part, unjoined
+        # (item shards, a part per item, are joined: one write rather than one per item)
+        views = [memoryview(p).cast("B") for p in parts]
+        write_file(path, views)
+        checksum = checksum_parts(views)
+        verified.remember_written(path, checksum)
+        size = sum(len(v) for v in views)
+        return size, size, checksum
     raw = b"".join(parts)
     data = raw
     if compression == "zstd":
