@@ -31,8 +31,8 @@ class WindowCutter:
     """Cuts one partition's tokens into windows; `cursor()` is the exact position after the last one.
 
     The buffer (tokens fed but not yet in a full window) is kept as a list of pieces and joined
-    only when a window completes: most short documents complete none, and then `feed` is a few
-    attribute updates, with no array copy and no generator.
+    only when a window completes: most short documents complete none, and then `feed` copies
+    the document alone (not the buffer with it) and makes no generator.
     """
 
     def __init__(self, max_seq_len: int, eos_id: int, cursor: dict | None = None):
@@ -77,8 +77,9 @@ class WindowCutter:
         Iterate the result at once (as a for loop does): the cursor moves as windows are taken.
         """
         n = len(ids)
-        if self._size + n < self.L:  # no window completes (fewer than L + 1 tokens): no copy
-            self._parts.append(ids)
+        if self._size + n < self.L:  # no window completes (fewer than L + 1 tokens): no join
+            # the document's own copy: a view would keep its whole encoded chunk alive in the buffer
+            self._parts.append(np.array(ids, dtype=np.int32))
             self._parts.append(self._eos)
             self._size += n + 1
             self.offset, self.records, self.tokens = offset_after, self.records + 1, self.tokens + n + 1
