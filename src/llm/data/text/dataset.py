@@ -23,7 +23,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from llm.data.text.best_fit import BestFitCutter, block_example, cu_seqlens
 from llm.data.text.dedup import DedupTextSource
 from llm.data.text.mixing import as_mixture, choose
-from llm.data.text.packing import WindowCutter, to_example
+from llm.data.text.packing import IGNORE_INDEX, WindowCutter, to_example
 from llm.data.text.partitions import assign_partitions, stripe_partitions
 from llm.data.text.readers import InputError
 from llm.data.text.source import Partition, Record, TextSource
@@ -60,6 +60,8 @@ class TokenBlocks:
         return sum(len(w) - 1 for w in row) if self.packing_buffer else len(row) - 1
 
     def batch(self, rows: list[Any]) -> dict[str, Any]:
+        if self.packed and not self.packing_buffer:  # straight into the (B, 2, max_seq_len) int32 bytes
+            return {"_packed": packed_windows(rows, self.max_seq_len, self.tokenizer.eos_id)}
         if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
             planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
         else:
@@ -70,11 +72,28 @@ class TokenBlocks:
         return as_tensors(arrays)
 
 
+def packed_windows(rows: list[np.ndarray], max_seq_len: int, eos_id: int) -> bytes:
+    """Windows as `to_example` planes (input_ids, labels), int32 (B, 2, max_seq_len) bytes, in one buffer."""
+    out = np.empty((len(rows), 2, max_seq_len), dtype=np.int32)
+    if all(len(w) == max_seq_len + 1 for w in rows):  # every window full: no padding
+        windows = np.stack(rows)
+        out[:, 0] = windows[:, :-1]
+        out[:, 1] = windows[:, 1:]
+        return out.tobytes()
+    out[:, 0], out[:, 1] = eos_id, IGNORE_INDEX
+    for i, w in enumerate(rows):
+        n = len(w) - 1
+        out[i, 0, :n] = w[:-1]
+        out[i, 1, :n] = w[1:]
+    return out.tobytes()
+
+
 def unpack(packed: bytes, max_seq_len: int, best_fit: int | None) -> dict[str, Any]:
     """A batch that crossed the worker pipe as int32 bytes to its tensors (best fit: position_ids too)."""
     planes = 3 if best_fit else 2
-    both = torch.from_numpy(np.frombuffer(packed, dtype=np.int32).copy()).view(-1, planes, max_seq_len).long()
-    return as_tensors([both[:, i].contiguous() for i in range(planes)])
+    both = np.frombuffer(packed, dtype=np.int32).reshape(-1, planes, max_seq_len)
+    # one pass per plane: the strided int32 view cast into a new contiguous int64 array
+    return as_tensors([torch.from_numpy(both[:, i].astype(np.int64)) for i in range(planes)])
 
 
 def as_tensors(arrays: list[Any]) -> dict[str, Any]:

@@ -16,6 +16,11 @@ from typing import BinaryIO
 
 from llm.data.text.errors import InputError
 
+try:  # optional (`pip install llm-stream-data[json]`): parses a JSON Lines record several times faster
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - the standard library does everything, only slower
+    _fast_loads = None
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 _ARRAY_READ = 1 << 16
@@ -45,6 +50,10 @@ def record_text(
     if kind == "txt":
         text, replaced = decode_text(line)
     else:
+        if _fast_loads is not None and text_column is not None:
+            fast = _fast_text(line, text_column)
+            if fast is not None:
+                return fast or None, False
         if not line.strip():
             return None, False
         text, replaced = _decode_json(line, path, line_no)
@@ -52,6 +61,25 @@ def record_text(
         replaced = replaced or fixed
     text = text.strip()
     return text or None, replaced
+
+
+def _fast_text(line: bytes, text_column: str) -> str | None:
+    """The stripped text column of a well-formed record through orjson; None: take the full path.
+
+    When orjson accepts a line, `json` reads the same string from it: orjson refuses what the
+    policy above replaces (invalid UTF-8, lone surrogates escaped or encoded) and what only
+    `json` takes (NaN, a BOM), and the full path then gives the same text, error or replacement.
+    Numbers may differ (a huge integer becomes a float in orjson), so only a string column is
+    taken from here, and only when a text column is asked for (not the whole record).
+    """
+    try:
+        record = _fast_loads(line)
+    except ValueError:  # orjson.JSONDecodeError, a blank line included
+        return None
+    if type(record) is not dict:
+        return None
+    text = record.get(text_column)
+    return text.strip() if type(text) is str else None
 
 
 def _decode_json(line: bytes, path: Path | str, line_no: int) -> tuple[object, bool]:

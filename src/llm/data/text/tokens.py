@@ -19,7 +19,8 @@ def encode_each(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
     flat = getattr(tokenizer, "encode_flat", None)
     if flat is not None:  # one buffer for the batch: no per-token Python ints
         ids, offsets = flat(list(texts))
-        return np.split(ids, offsets[1:-1])
+        bounds = offsets.tolist()  # slices, not np.split: a few times cheaper per document
+        return [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_batch(list(texts))]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.shards.format import verified
-from llm.data.shards.format.checksum import checksum_bytes
+from llm.data.shards.format.checksum import checksum_bytes, checksum_parts
 from llm.data.shards.format.encryption import Encryption
 from llm.data.shards.format.manifest import ShardInfo
 from llm.data.shards.format.records import ItemCodec
@@ -41,6 +41,10 @@ def as_token_array(doc: object, where: str) -> np.ndarray:
         check_token_range(np.array([min(arr.tolist()), max(arr.tolist())], dtype=object), where)
     if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
         raise ValueError(f"{where}: expected a 1-D integer array of token ids, got shape {arr.shape} dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.dtype.itemsize <= 4:
+        # uint8/16/32 ids fit every shard dtype as they are: no range scan, and no int64 copy
+        # (the writer casts once, into the shard's dtype)
+        return arr
     check_token_range(arr, where)
     return arr.astype(np.int64, copy=False)
 
@@ -68,6 +72,10 @@ def check_batch(tokens: np.ndarray, lengths: np.ndarray, where: str) -> tuple[np
     return tokens.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False)
 
 
+def _fits_uint16(dtype: np.dtype) -> bool:
+    return dtype.kind == "u" and dtype.itemsize <= 2
+
+
 TAIL_MAX_BYTES = 4 << 20  # a task's last shard is handed to the driver (to be joined) only below this
 
 
@@ -82,6 +90,15 @@ def is_small(size: int, count: int, chunk_bytes: int | None, chunk_count: int | 
 def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str | None,
                  encryption: Encryption | None = None) -> tuple[int, int, str]:
     """Write parts to path (compressed, then encrypted, when asked); returns (stored bytes, raw bytes, checksum)."""
+    if compression is None and encryption is None and len(parts) <= 4:
+        # a token shard (ids, doc ends) stored as it is: written and hashed part by part, unjoined
+        # (item shards, a part per item, are joined: one write rather than one per item)
+        views = [memoryview(p).cast("B") for p in parts]
+        write_file(path, views)
+        checksum = checksum_parts(views)
+        verified.remember_written(path, checksum)
+        size = sum(len(v) for v in views)
+        return size, size, checksum
     raw = b"".join(parts)
     data = raw
     if compression == "zstd":
@@ -127,7 +144,7 @@ class TokenShardWriter:
 
     def add_batch(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Add documents given as one flat id array and their lengths (the fast path)."""
-        if tokens.size and self.dtype == "uint16" and int(tokens.max()) > _UINT16_MAX:
+        if tokens.size and self.dtype == "uint16" and not _fits_uint16(tokens.dtype) and int(tokens.max()) > _UINT16_MAX:
             self.flush()  # this and later shards widen; earlier ones stay compact
             self.dtype = "uint32"
         while lengths.size:
@@ -165,12 +182,14 @@ class TokenShardWriter:
         """Write what is buffered as one shard."""
         if not self._lengths:
             return
-        tokens = np.concatenate(self._pieces).astype(self.dtype)
+        # one pass: the pieces (int64 or the caller's unsigned ids, all in range) straight into the
+        # shard's little-endian dtype
+        tokens = np.concatenate(self._pieces, dtype=np.dtype(self.dtype).newbyteorder("<"), casting="unsafe")
         lengths = np.concatenate(self._lengths)
         doc_ends = np.cumsum(lengths, dtype=np.uint64)
         name = f"{self.prefix}-{len(self.shards):05d}.bin"
         stored, raw, checksum = _write_shard(
-            self.folder / name, [tokens.astype(f"<{tokens.dtype.str[1:]}").data, doc_ends.astype("<u8").data],
+            self.folder / name, [tokens.data, doc_ends.astype("<u8", copy=False).data],
             self.compression, self.encryption,
         )
         self.shards.append(
