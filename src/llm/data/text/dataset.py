@@ -60,8 +60,8 @@ class TokenBlocks:
         return sum(len(w) - 1 for w in row) if self.packing_buffer else len(row) - 1
 
     def batch(self, rows: list[Any]) -> dict[str, Any]:
-        if self.packed and not self.packing_buffer:  # straight into the (B, 2, max_seq_len) int32 bytes
-            return {"_packed": packed_windows(rows, self.max_seq_len, self.tokenizer.eos_id)}
+        if self.packed and not self.packing_buffer:  # the windows as they are, in uint16 where ids fit
+            return {"_windows": packed_windows(rows, self.max_seq_len, getattr(self.tokenizer, "vocab_size", None))}
         if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
             planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
         else:
@@ -72,26 +72,45 @@ class TokenBlocks:
         return as_tensors(arrays)
 
 
-def packed_windows(rows: list[np.ndarray], max_seq_len: int, eos_id: int) -> bytes:
-    """Windows as `to_example` planes (input_ids, labels), int32 (B, 2, max_seq_len) bytes, in one buffer."""
-    out = np.empty((len(rows), 2, max_seq_len), dtype=np.int32)
-    if all(len(w) == max_seq_len + 1 for w in rows):  # every window full: no padding
-        windows = np.stack(rows)
-        out[:, 0] = windows[:, :-1]
-        out[:, 1] = windows[:, 1:]
-        return out.tobytes()
-    out[:, 0], out[:, 1] = eos_id, IGNORE_INDEX
-    for i, w in enumerate(rows):
-        n = len(w) - 1
-        out[i, 0, :n] = w[:-1]
-        out[i, 1, :n] = w[1:]
-    return out.tobytes()
+def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | None) -> bytes:
+    """Windows of <= max_seq_len + 1 tokens as they are, for the worker pipe: (rows, bytes per token) as
+    int32, each row's length as int32, then the rows zero-padded, in uint16 when the vocabulary fits.
+
+    Why: the pipe, not the encoder, limited the main process with workers; this is a quarter of
+    the (input_ids, labels) int32 planes, which `unpack_windows` rebuilds in the main process."""
+    width = max_seq_len + 1
+    lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
+    if lengths.min() == width:  # every window full: no padding
+        tokens = np.stack(rows)
+    else:
+        tokens = np.zeros((len(rows), width), dtype=np.int32)
+        for i, w in enumerate(rows):
+            tokens[i, : len(w)] = w
+    narrow = vocab_size is not None and vocab_size <= 1 << 16 and int(tokens.max(initial=0)) < 1 << 16
+    tokens = tokens.astype(np.uint16 if narrow else np.int32, copy=False)
+    header = np.array([len(rows), tokens.itemsize], dtype=np.int32)
+    return b"".join((header.tobytes(), lengths.tobytes(), tokens.tobytes()))
 
 
-def unpack(packed: bytes, max_seq_len: int, best_fit: int | None) -> dict[str, Any]:
-    """A batch that crossed the worker pipe as int32 bytes to its tensors (best fit: position_ids too)."""
-    planes = 3 if best_fit else 2
-    both = np.frombuffer(packed, dtype=np.int32).reshape(-1, planes, max_seq_len)
+def unpack_windows(packed: bytes, max_seq_len: int, eos_id: int) -> dict[str, Any]:
+    """`packed_windows`' bytes to `to_example`'s tensors: input_ids padded with EOS, labels with -100."""
+    rows, itemsize = (int(v) for v in np.frombuffer(packed, dtype=np.int32, count=2))
+    lengths = np.frombuffer(packed, dtype=np.int32, count=rows, offset=8)
+    tokens = np.frombuffer(packed, dtype=np.uint16 if itemsize == 2 else np.int32, offset=8 + 4 * rows)
+    tokens = tokens.reshape(rows, max_seq_len + 1)
+    input_ids, labels = tokens[:, :-1].astype(np.int64), tokens[:, 1:].astype(np.int64)
+    for i in np.flatnonzero(lengths <= max_seq_len):  # a partition's last, short windows
+        n = int(lengths[i]) - 1
+        input_ids[i, n:], labels[i, n:] = eos_id, IGNORE_INDEX
+    return as_tensors([torch.from_numpy(input_ids), torch.from_numpy(labels)])
+
+
+def unpack(item: dict[str, Any], max_seq_len: int, best_fit: int | None, eos_id: int) -> dict[str, Any]:
+    """A batch that crossed the worker pipe as bytes (`_windows`, or int32 planes `_packed`) to its tensors."""
+    if "_windows" in item:
+        return unpack_windows(item.pop("_windows"), max_seq_len, eos_id)
+    planes = 3 if best_fit else 2  # best fit: position_ids too
+    both = np.frombuffer(item.pop("_packed"), dtype=np.int32).reshape(-1, planes, max_seq_len)
     # one pass per plane: the strided int32 view cast into a new contiguous int64 array
     return as_tensors([torch.from_numpy(both[:, i].astype(np.int64)) for i in range(planes)])
 
@@ -116,8 +135,8 @@ class StreamingTextDataset(IterableDataset):
     `labels` are shifted (`labels[i]` is the token after `input_ids[i]`); padding
     in the last block of a partition has label -100. `_state` carries the
     cursors and is consumed by `StreamingTextDataModule`'s loader. With
-    `packed=True` both arrays travel as one int32 byte string `_packed`
-    (B, 2, max_seq_len): 3x faster through DataLoader workers than two tensors.
+    `packed=True` a batch travels as one byte string (`_windows`: the windows, or
+    `_packed`: int32 planes), which pickles through DataLoader workers faster than tensors.
     `batch_format` replaces the packing into blocks (fine-tuning samples).
     """
 

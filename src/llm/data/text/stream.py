@@ -266,8 +266,8 @@ class StreamingTextDataModule(Stage):
                 continue
             self._handed_over = True
             self.progress.handed_over(st["counts"])
-            if "_packed" in item:
-                item.update(unpack(item.pop("_packed"), self.max_seq_len, self.settings.best_fit_buffer()))
+            if "_packed" in item or "_windows" in item:  # bytes from a worker (dataset.py)
+                item.update(unpack(item, self.max_seq_len, self.settings.best_fit_buffer(), self.tokenizer.eos_id))
             yield item
             if stop is not None and self.progress.step >= stop:  # new weights from here: restart the workers
                 self._switched = True

@@ -1,0 +1,38 @@
+"""Windows cross the worker pipe as they are (`packed_windows`) and come back as `to_example`'s tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llm.data.text.dataset import packed_windows, unpack_windows
+from llm.data.text.packing import to_example
+
+EOS = 7
+
+
+def _expected(rows: list[np.ndarray], max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    planes = [to_example(w, max_seq_len, EOS) for w in rows]
+    return np.stack([p[0] for p in planes]), np.stack([p[1] for p in planes])
+
+
+@pytest.mark.parametrize("vocab_size,top", [(50_257, 50_256), (1 << 16, (1 << 16) - 1), (100_277, 100_276), (None, 300)])
+@pytest.mark.parametrize("lengths", [[9, 9, 9], [9, 4, 2, 9], [3]], ids=["full", "short", "one"])
+def test_windows_come_back_as_input_ids_and_labels(vocab_size, top, lengths):
+    rng = np.random.default_rng(len(lengths))
+    max_seq_len = 8
+    rows = [rng.integers(0, top + 1, n).astype(np.int32) for n in lengths]
+    rows[0][0] = top  # the largest id the vocabulary allows
+    wire = packed_windows(rows, max_seq_len, vocab_size)
+    batch = unpack_windows(wire, max_seq_len, EOS)
+    ids, labels = _expected(rows, max_seq_len)
+    assert np.array_equal(batch["input_ids"].numpy(), ids) and np.array_equal(batch["labels"].numpy(), labels)
+    assert str(batch["input_ids"].dtype) == str(batch["labels"].dtype) == "torch.int64"
+    narrow = vocab_size is not None and vocab_size <= 1 << 16
+    assert len(wire) == 8 + 4 * len(rows) + len(rows) * (max_seq_len + 1) * (2 if narrow else 4)
+
+
+def test_an_id_beyond_the_stated_vocabulary_is_never_cut_to_16_bits():
+    rows = [np.array([1, 70_000, 3], dtype=np.int32)]  # a tokenizer whose ids exceed its vocab_size
+    batch = unpack_windows(packed_windows(rows, 4, 50_257), 4, EOS)
+    assert batch["input_ids"][0, 1].item() == 70_000 and batch["labels"][0, 0].item() == 70_000
