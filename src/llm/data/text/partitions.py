@@ -61,8 +61,8 @@ def assign_partitions(parts: list[Partition], consumer: int, consumers: int) -> 
     """
     groups = list(dict.fromkeys(p.group for p in parts))
     if len(groups) >= consumers:
-        mine = {g for i, g in enumerate(groups) if i % consumers == consumer}
-        return [p for p in parts if p.group in mine]
+        owned_groups = {g for i, g in enumerate(groups) if i % consumers == consumer}
+        return [p for p in parts if p.group in owned_groups]
     return [p for i, p in enumerate(parts) if i % consumers == consumer]
 
 
