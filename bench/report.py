@@ -51,8 +51,11 @@ def targets(results: dict) -> list[dict]:
         def tps(who: str, nw: int) -> float | None:
             return median_of(st, who, f"{nw} workers", "tokens_per_s")
 
-        add("stream 0 workers: ours / LitData", ratio_of(tps("ours", 0), tps("litdata", 0)), 1)
-        add("stream 0 workers: ours / memmap limit", ratio_of(tps("ours", 0), tps("limit", 0)), 0.5)
+        # Issue 24 retired "half a bare memmap gather" (that gather keeps every page mapped, so its RSS
+        # grows with the data) and kept a floor of 1.5x LitData in its place.
+        add("stream 0 workers: ours / LitData (floor)", ratio_of(tps("ours", 0), tps("litdata", 0)), 1.5)
+        out.append({"name": "(info, retired goal) stream 0 workers: ours / memmap limit", "goal": "", "ok": None,
+                    "ratio": ratio_of(tps("ours", 0), tps("limit", 0))})
         add(f"stream {w} workers: ours / LitData", ratio_of(tps("ours", w), tps("litdata", w)), 2)
         add(f"stream {w} workers: ours / MosaicML", ratio_of(tps("ours", w), tps("mosaic", w)), 5)
         procs = median_of(st, "ours", f"{w} workers, processes", "tokens_per_s")
