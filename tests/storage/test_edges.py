@@ -3,31 +3,13 @@ position for position as from the shards; a damaged edge is ignored; an encrypte
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
-import llm.data.storage.cache as cache_module
 from llm.data import FernetEncryption, StreamingDataset, TokensLoader
 from tests.storage.helpers import docs, write
 
 BLOCK = 32
-
-
-@pytest.fixture
-def downloads(monkeypatch):
-    names: list[str] = []
-    lock = threading.Lock()
-    original = cache_module._download_to
-
-    def counting(objects, name, part):
-        with lock:
-            names.append(name)
-        return original(objects, name, part)
-
-    monkeypatch.setattr(cache_module, "_download_to", counting)
-    return names
 
 
 def _remote(tmp_path, cache: str, **kw) -> StreamingDataset:

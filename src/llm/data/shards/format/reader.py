@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llm.data.shards.arrays import group_rows
+from llm.data.shards.arrays import add_document_starts, group_rows, positions_from_starts
 from llm.data.shards.format import verified
 from llm.data.shards.format.checksum import checksum_bytes, checksum_file
 from llm.data.shards.format.encryption import Encryption, unlock
@@ -364,25 +364,13 @@ class TokenReader:
             a, b = start - int(self.starts[i]), min(stop, int(self.starts[i + 1])) - int(self.starts[i])
             out[pos : pos + b - a] = tokens[a:b]
             if resets is not None:
-                if a == 0:
-                    resets.append(pos)  # every shard starts with a new document
-                # A document end inside (a, b) is the start of the next document.
-                lo = int(np.searchsorted(doc_ends, a, side="right"))
-                hi = int(np.searchsorted(doc_ends, b, side="left"))
-                resets.extend((doc_ends[lo:hi].astype(np.int64) - a + pos).tolist())
+                add_document_starts(resets, doc_ends, a, b, pos)
             pos += b - a
             start += b - a
             i += 1
         self._count_read(pos, touched)
         if positions is not None:
-            n = positions.shape[0]
-            marks = np.zeros(n, dtype=np.int64)
-            if pos < n:
-                resets.append(pos)  # padding starts a segment of its own
-            idx = np.array(resets, dtype=np.int64)
-            marks[idx[idx < n]] = idx[idx < n]
-            np.maximum.accumulate(marks, out=marks)
-            np.subtract(np.arange(n, dtype=np.int64), marks, out=positions)
+            positions_from_starts(resets, pos, positions)
 
     def verify(self) -> None:
         self.files.verify_all()

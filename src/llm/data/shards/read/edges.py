@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.shards.arrays import add_document_starts, positions_from_starts
+
 
 class EdgeStore:
     """The kept edges of one remote token dataset's shards, for one block size."""
@@ -137,20 +139,9 @@ class EdgeStore:
                     out[pos : pos + b - a] = tokens
                 else:
                     out[pos : pos + b - a] = tokens[a:b]
-                if a == 0:
-                    resets.append(pos)  # every shard starts with a new document
-                lo = int(np.searchsorted(doc_ends, a, side="right"))
-                hi = int(np.searchsorted(doc_ends, b, side="left"))
-                resets.extend((doc_ends[lo:hi].astype(np.int64) - a + pos).tolist())
+                add_document_starts(resets, doc_ends, a, b, pos)
             pos += b - a
             start += b - a
             i += 1
         if positions is not None:
-            n = positions.shape[0]
-            if pos < n:
-                resets.append(pos)  # padding starts a segment of its own
-            idx = np.array(resets, dtype=np.int64)
-            marks = np.zeros(n, dtype=np.int64)
-            marks[idx[idx < n]] = idx[idx < n]
-            np.maximum.accumulate(marks, out=marks)
-            np.subtract(np.arange(n, dtype=np.int64), marks, out=positions)
+            positions_from_starts(resets, pos, positions)
