@@ -37,6 +37,19 @@ def _shard_gets(seen: Counter) -> Counter:
     return Counter({path: n for (method, path), n in seen.items() if method == "GET" and path.endswith(".bin")})
 
 
+def _windowed_epochs(server, url: str, cache_dir, max_cache_size: str, workers: int,
+                     **kw) -> tuple[StreamingDataset, list[Counter]]:
+    """Two shuffled epochs through a counting proxy, with a cache that holds only a few of the shards."""
+    proxy = _proxy(server)
+    try:
+        ds = StreamingDataset(url, shuffle=True, seed=2, cache_dir=cache_dir, max_cache_size=max_cache_size,
+                              storage_options=server.options(endpoint=proxy.endpoint), **kw)
+        assert ds.shuffle_window and ds.shuffle_window < len(ds.manifest.shards) / 8  # the cache holds a few shards
+        return ds, _epochs(ds, proxy, 2, workers)
+    finally:
+        proxy.close()
+
+
 def _item(i: int) -> dict:
     return {"x": np.full(200, i, np.int32), "i": i}
 
@@ -46,14 +59,7 @@ def _item(i: int) -> dict:
 def test_windowed_items_fetch_each_shard_about_once_per_epoch(s3_server, tmp_path, workers):
     url = s3_server.url()
     optimize(_item, list(range(600)), url, chunk_bytes="4KB", storage_options=s3_server.options(), progress=False)
-    proxy = _proxy(s3_server)
-    try:
-        ds = StreamingDataset(url, shuffle=True, seed=2, cache_dir=tmp_path / "cache", max_cache_size="24KB",
-                              storage_options=s3_server.options(endpoint=proxy.endpoint))
-        assert ds.shuffle_window and ds.shuffle_window < len(ds.manifest.shards) / 8  # the cache holds a few shards
-        epochs = _epochs(ds, proxy, 2, workers)
-    finally:
-        proxy.close()
+    ds, epochs = _windowed_epochs(s3_server, url, tmp_path / "cache", "24KB", workers)
     shards = len(ds.manifest.shards)
     for n, seen in enumerate(epochs):
         gets = _shard_gets(seen)
@@ -93,17 +99,10 @@ TOKEN_GETS_PER_SHARD = {0: 1.05, 2: 1.25}
 def test_windowed_token_shards_are_fetched_about_once_per_epoch(s3_server, tmp_path, workers):
     url = s3_server.url()
     write(url, docs(800, seed=3), storage_options=s3_server.options(), chunk_bytes="4KB")
-    proxy = _proxy(s3_server)
-    try:
-        ds = StreamingDataset(url, item_loader=TokensLoader(block_size=32), shuffle=True, seed=2,
-                              cache_dir=tmp_path / "small", max_cache_size="48KB",
-                              storage_options=s3_server.options(endpoint=proxy.endpoint))
-        assert ds.shuffle_window and ds.shuffle_window < len(ds.manifest.shards) / 8  # the cache holds a few shards
-        order = ds.epoch_permutation(0)
-        assert (order.owned != ds.sample_starts).sum() > 10, "blocks straddle shards of different windows"
-        epochs = _epochs(ds, proxy, 2, workers)
-    finally:
-        proxy.close()
+    ds, epochs = _windowed_epochs(s3_server, url, tmp_path / "small", "48KB", workers,
+                                  item_loader=TokensLoader(block_size=32))
+    order = ds.epoch_permutation(0)
+    assert (order.owned != ds.sample_starts).sum() > 10, "blocks straddle shards of different windows"
     shards = len(ds.manifest.shards)
     for n, seen in enumerate(epochs):
         gets = _shard_gets(seen)
