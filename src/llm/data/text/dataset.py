@@ -189,6 +189,8 @@ class StreamingTextDataset(IterableDataset):
         )
         try:
             yield from self._batches(parts, worker)
+        except GeneratorExit:  # closed; matched first: at interpreter exit this module's globals may be None
+            raise
         except InputError as e:
             if info is None:
                 raise

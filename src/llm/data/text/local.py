@@ -126,6 +126,8 @@ class LocalLineTextSource(TextSource):
         if isinstance(path, RemoteObject):  # no stamp to check: every GET names the listed ETag
             try:
                 yield from self._records(path, part, offset, want)
+            except GeneratorExit:  # as below
+                raise
             except StorageError as e:
                 raise RemoteReadError(str(e)) from None
             return
@@ -134,6 +136,8 @@ class LocalLineTextSource(TextSource):
             stamp.check(path, "since the source was opened")
         try:
             yield from self._records(path, part, offset, want)
+        except GeneratorExit:  # closed; matched first: at interpreter exit this module's globals may be None
+            raise
         except InputError:
             if stamp is not None:  # a line cut by a writer is a changed file, not a bad record
                 stamp.check(path)
