@@ -46,19 +46,19 @@ def targets(rows: list[dict], workers: int) -> list[dict]:
         for nw, goal in ((0, 1.0), (workers, 2.0)):
             ours, lit = _row(rows, "ours", f"{kind}, {nw} workers"), _row(rows, "litdata", f"{kind}, {nw} workers")
             add(f"s3 {kind} cache, {nw} workers: ours / LitData", _ratio(_tps(ours), _tps(lit)), goal)
-    mine = [(r, ref) for r, ref in limit_rows(rows) if r["who"] == "ours" and not r["case"].startswith("(info)")]
-    if mine:
-        exact = [r for r, _ in mine if r["outcomes"] == ["exact"]]
+    limited_runs = [(r, ref) for r, ref in limit_rows(rows) if r["who"] == "ours" and not r["case"].startswith("(info)")]
+    if limited_runs:
+        exact = [r for r, _ in limited_runs if r["outcomes"] == ["exact"]]
         out.append({"name": "s3 cache limit: ours completes every configuration, every block exactly once",
-                    "ratio": len(exact) / len(mine), "goal": "= 1", "ok": len(exact) == len(mine),
-                    "detail": ", ".join(r["case"] for r, _ in mine if r not in exact)})
-        speeds = [_ratio(_tps(r), _tps(ref)) for r, ref in mine]
+                    "ratio": len(exact) / len(limited_runs), "goal": "= 1", "ok": len(exact) == len(limited_runs),
+                    "detail": ", ".join(r["case"] for r, _ in limited_runs if r not in exact)})
+        speeds = [_ratio(_tps(r), _tps(ref)) for r, ref in limited_runs]
         worst = min((s for s in speeds if s is not None), default=None)
         add("s3 cache limit: ours / ours without a limit (slowest configuration)",
             worst if None not in speeds else None, 0.5)
-        bounded = [r for r, _ in mine if all(run.get("within_limit") for run in r["runs"])]
+        bounded = [r for r, _ in limited_runs if all(run.get("within_limit") for run in r["runs"])]
         out.append({"name": "s3 cache limit: ours' peak cache <= limit + one shard (every configuration)",
-                    "ratio": len(bounded) / len(mine), "goal": "= 1", "ok": len(bounded) == len(mine)})
+                    "ratio": len(bounded) / len(limited_runs), "goal": "= 1", "ok": len(bounded) == len(limited_runs)})
     ours = [r for r in rows if r["who"] == "ours"]
     if ours:
         corrupt = sum(r.get("corrupt_cached", 0) for r in ours)
@@ -94,12 +94,12 @@ def gets_per_shard(row: dict, finished: bool = True) -> float | None:
 
 def request_targets(rows: list[dict]) -> list[dict]:
     """Issue 26: about one GET per shard per epoch, O(1) listing per epoch, never a request per sample."""
-    mine = [r for r in request_rows(rows) if r["who"] == "ours" and _median_counts(r)]
-    if not mine:
+    our_rows = [r for r in request_rows(rows) if r["who"] == "ours" and _median_counts(r)]
+    if not our_rows:
         return []
-    worst = max(mine, key=lambda r: gets_per_shard(r) or 0)
-    lists = max(_median_counts(r)["LIST"] for r in mine)
-    per_sample = max((_requests(r) / _blocks(r) for r in mine if _blocks(r)), default=0.0)
+    worst = max(our_rows, key=lambda r: gets_per_shard(r) or 0)
+    lists = max(_median_counts(r)["LIST"] for r in our_rows)
+    per_sample = max((_requests(r) / _blocks(r) for r in our_rows if _blocks(r)), default=0.0)
     return [
         {"name": "s3 requests: ours' GETs per shard per epoch (worst case)", "ratio": gets_per_shard(worst),
          "goal": "<= 1.1", "ok": (gets_per_shard(worst) or 0) <= 1.1, "detail": worst["case"]},
