@@ -154,7 +154,7 @@ class _Run:
             if p.near is not None:
                 todo = [b for b in range(p.bands) if not band_file(self.work, b).is_file()]
                 self._note("bands", p.bands - len(todo), p.bands)
-                self._run(BandTask(self.work, n, p.bands, p.num_perm, block, tuple(todo)), len(todo), "dedup: bands", "band")
+                self._run(BandTask(self.work, n, p.num_perm, block, tuple(todo)), len(todo), "dedup: bands", "band")
             if not (self.work / "removed.bin").is_file():
                 task = ClusterTask(self.work, n, p.bands if p.near is not None else 0, p.num_perm, p.near)
                 self._run(task, 1, "dedup: clusters", "stage", single=True)
