@@ -110,7 +110,6 @@ class Trainer:
         self.step_in_epoch = 0
         self.tokens_seen = 0
         self.last_checkpoint: str | None = None
-        self.resumed_from: str | None = None
         self._batches: Any = None
         if config.checkpoint.resume_from_checkpoint:
             self.resume(config.checkpoint.resume_from_checkpoint)
@@ -236,7 +235,6 @@ class Trainer:
         else:  # another world size: no saved stream for this rank, derive a fresh one
             seed_all(self.config.training.seed + 1 + self.env.rank + self.step)
         self._restore_schedule(ckpt)
-        self.resumed_from = where
         self.log(f"resumed from {where} at step {self.step} (epoch {self.epoch})")
 
     def _restore_schedule(self, ckpt: dict[str, Any]) -> None:
