@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from llm.cli.common import HelpFormatter, add_version, expect_folder
 from llm.data.storage.sizes import format_size
+from llm.training.cli_help import HelpFormatter, add_version, expect_folder
 
 
 class _Default(str):
