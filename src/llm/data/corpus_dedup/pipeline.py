@@ -30,6 +30,7 @@ from llm.data.corpus_dedup.output import (
     Lines,
     WriteTask,
     open_removed,
+    removed_in_file,
     write_removed_list,
 )
 from llm.data.corpus_dedup.params import DedupParams
@@ -189,8 +190,6 @@ class _Run:
         stats = json.loads((self.work / "clusters.json").read_text())
         removed = open_removed(self.work, REMOVED_ROW)
         files, total_in = [], 0
-        from llm.data.corpus_dedup.output import removed_in_file
-
         for i, (source, name) in enumerate(zip(self.sources, self.names)):
             records = read_meta(self.work, i)["records"]
             gone = len(removed_in_file(removed, i))
