@@ -82,7 +82,6 @@ def draw_wait_panel(ax: Any, records: list[dict[str, Any]]) -> None:
     if ax.lines:
         ax.set_yscale("log")
     ax.set_ylabel("data wait (ms)")
-    ax.grid(alpha=0.3)
 
 
 def draw_remote_panel(ax: Any, records: list[dict[str, Any]]) -> None:
@@ -99,4 +98,3 @@ def draw_remote_panel(ax: Any, records: list[dict[str, Any]]) -> None:
             right.set_ylim(0, 105)
             right.legend(loc="lower right")
     ax.set_ylabel("remote (MB / interval)")
-    ax.grid(alpha=0.3)

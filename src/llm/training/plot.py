@@ -66,18 +66,17 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     if val_steps:
         ax_loss.plot(val_steps, val, "o-", label="val loss")
     ax_loss.set_ylabel("loss")
-    ax_loss.grid(alpha=0.3)
     ax_loss.set_title(f"{run.resolve().name}: {max(r['step'] for r in records)} steps")
     for key, label, style in (("tokens_per_s_window", "since previous log", "-"), ("tokens_per_s", "run average", "--")):
         s, v = series(records, key)
         if s:
             ax_speed.plot(s, v, style, label=label)
     ax_speed.set_ylabel("tokens/s")
-    ax_speed.grid(alpha=0.3)
     draw_wait_panel(ax_wait, records)
     draw_remote_panel(ax_remote, records)
     axes[-1].set_xlabel("step")
     for ax in (ax_loss, ax_speed, ax_wait, ax_remote):
+        ax.grid(alpha=0.3)
         has_data = bool(ax.lines)
         _mark_resumes(ax, records)
         if not has_data:
