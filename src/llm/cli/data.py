@@ -95,8 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--dedup", default=None, metavar="exact|near=T",
                      help="first remove duplicate records (llm-data dedup): exact, or near=0.8 for near duplicates too")
 
-    dataset_help = ("a dataset made by `llm-data optimize` (a folder, s3://, gs:// or az://bucket/prefix, "
-                    "or local:/path), or a LitData / MDS folder")
+    dataset_help = ("a dataset made by `llm-data optimize` (a folder, s3://, gs:// or "
+                    "az://bucket/prefix, or local:/path), or a LitData / MDS folder")
     info = add("info", "summarize a dataset: kind, shards, tokens, documents, sizes, tokenizer", _INFO_EPILOG)
     info.add_argument("dataset", metavar="DATASET", help=dataset_help)
     info.add_argument("--json", action="store_true", help="print the manifest summary as JSON instead")

@@ -29,7 +29,7 @@ def plural(n: int, word: str) -> str:
 
 
 def dataset_lines(dataset: str, rows: list[tuple[str, str]]) -> list[str]:
-    """`dataset DATASET` and one aligned `key  value` line per row, as info and inspect print them."""
+    """`dataset DATASET`, then one aligned `key  value` line per row (info and inspect)."""
     width = max(len(k) for k, _ in rows)
     return [f"dataset {dataset}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
 

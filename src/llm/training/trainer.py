@@ -362,8 +362,8 @@ class Trainer:
                 self.save()
             for callback in self.callbacks:
                 callback(self, batch, float(loss))
-        result = FitResult(self.step - start_step, self.epoch, self.tokens_seen, meter.elapsed, losses, val_losses,
-                           self.last_checkpoint)
+        result = FitResult(self.step - start_step, self.epoch, self.tokens_seen, meter.elapsed,
+                           losses, val_losses, self.last_checkpoint)
         meter.close()
         self.log(summary_line(self, result, meter.tokens))
         return result

@@ -88,7 +88,8 @@ class ClusterTask:
         edges, signatures = edges_all, None
         if self.threshold is not None:
             edges = edges_all[edges_all["sim"] >= np.float32(self.threshold)]
-            signatures = Signatures([scan_dir(self.work, f) for f in range(self.files)], self.num_perm)
+            dirs = [scan_dir(self.work, f) for f in range(self.files)]
+            signatures = Signatures(dirs, self.num_perm)
         removed = removed_records(exact, edges, signatures)
         near = removed[removed["near"] == 1]
         write_json(self.work / "clusters.json", {

@@ -37,6 +37,6 @@ def read_meta(work: Path, file_index: int) -> dict:
 
 
 def chunk_runs(work: Path, files: int, stem: str, band: int = 0) -> list[RunSlice]:
-    """Every scan chunk's run in `<stem>-CCCCC.run` (its `band`-th slice: a file holds one run per band)."""
+    """Every scan chunk's run in `<stem>-CCCCC.run` (the `band`-th: one run per band in a file)."""
     return [(scan_dir(work, f) / f"{stem}-{c:05d}.run", band * n, n)
             for f in range(files) for c, n in enumerate(read_meta(work, f)["chunks"])]

@@ -80,7 +80,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def same_file(path: str | Path, fd: int) -> bool:
-    """Whether `path` still names the file open as `fd` (not removed or replaced since it was opened)."""
+    """Whether `path` still names the file open as `fd` (not removed or replaced since)."""
     try:
         return os.stat(path).st_ino == os.fstat(fd).st_ino
     except FileNotFoundError:
