@@ -150,7 +150,7 @@ def train_demo(out: Path) -> dict[str, Path]:
     return written
 
 
-def summary(out: Path, dataset: Path, tokenizer: Path, trained: dict[str, Path]) -> str:
+def summary(dataset: Path, tokenizer: Path, trained: dict[str, Path]) -> str:
     """What the demo showed, where its files are, and three commands to try next."""
     lines = [
         "demo: done. It showed: text -> token shards -> a shuffled epoch stopped, resumed in a fresh process, "
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     if not exact:
         return 1
     trained = {} if args.skip_training else train_demo(out)
-    print(summary(out, dataset, tokenizer, trained))
+    print(summary(dataset, tokenizer, trained))
     return 0
 
 

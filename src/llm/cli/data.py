@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from llm.cli.common import HelpFormatter, add_version, expect_folder
 from llm.data.storage.sizes import format_size
+from llm.training.cli_help import HelpFormatter, add_version, expect_folder
 
 
 class _Default(str):
@@ -95,14 +95,14 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--dedup", default=None, metavar="exact|near=T",
                      help="first remove duplicate records (llm-data dedup): exact, or near=0.8 for near duplicates too")
 
+    dataset_help = ("a dataset made by `llm-data optimize` (a folder, s3://, gs:// or "
+                    "az://bucket/prefix, or local:/path), or a LitData / MDS folder")
     info = add("info", "summarize a dataset: kind, shards, tokens, documents, sizes, tokenizer", _INFO_EPILOG)
-    info.add_argument("dataset", metavar="DATASET",
-                      help="a dataset made by `llm-data optimize` (a folder, s3://, gs:// or az://bucket/prefix, or local:/path), or a LitData / MDS folder")
+    info.add_argument("dataset", metavar="DATASET", help=dataset_help)
     info.add_argument("--json", action="store_true", help="print the manifest summary as JSON instead")
 
     verify = add("verify", "check every shard's size and checksum against the manifest", _VERIFY_EPILOG)
-    verify.add_argument("dataset", metavar="DATASET",
-                      help="a dataset made by `llm-data optimize` (a folder, s3://, gs:// or az://bucket/prefix, or local:/path), or a LitData / MDS folder")
+    verify.add_argument("dataset", metavar="DATASET", help=dataset_help)
 
     cache = add("cache", "list or clear the local shard cache of remote datasets", _CACHE_EPILOG)
     actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -129,10 +129,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _source_key(source: dict) -> tuple[str, int]:
-    return Path(str(source.get("path", ""))).name, int(source.get("bytes", -1))
-
-
 def doubled_inputs(inputs: list[str], output: str, text_column: str) -> list[tuple[Path, str]]:
     """Inputs the dataset in `output` already holds, each with why we think so (for `--mode append`)."""
     from llm.data.shards.format.manifest import INDEX_NAME, Manifest
@@ -150,12 +146,13 @@ def doubled_inputs(inputs: list[str], output: str, text_column: str) -> list[tup
         for source in sources:
             if source.get("text_column", text_column) != text_column:
                 continue
+            held = Path(str(source.get("path", "")))
             if "content_xxh3_128" in source:
                 if source["content_xxh3_128"] == _content_digest(path):
                     doubled.append((path, "same content"))
                     break
-            elif _source_key(source) == (path.name, size) or (
-                Path(str(source.get("path", ""))).resolve() == path.resolve() and int(source.get("bytes", -1)) == size
+            elif int(source.get("bytes", -1)) == size and (
+                held.name == path.name or held.resolve() == path.resolve()
             ):
                 doubled.append((path, "same name and size"))
                 break
@@ -200,6 +197,8 @@ def _optimize(args: argparse.Namespace) -> None:
 
 def info_lines(manifest, folder: str) -> list[str]:
     """`llm-data info`'s readable summary of a loaded Manifest."""
+    from llm.cli.inspect import dataset_lines, sources_row
+
     totals = manifest.totals()
     on_disk = totals["bytes"]
     raw = sum(s.raw_bytes or s.bytes for s in manifest.shards)
@@ -226,12 +225,9 @@ def info_lines(manifest, folder: str) -> list[str]:
     if manifest.tokenizer_backend:
         rows.append(("encoded by", manifest.tokenizer_backend.replace(",", ", ")))
     if manifest.sources:
-        from llm.cli.inspect import sources_row
-
         rows.append(("sources", sources_row(manifest.sources)))
     rows.append(("fingerprint", manifest.fingerprint()))
-    width = max(len(k) for k, _ in rows)
-    return [f"dataset {folder}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    return dataset_lines(folder, rows)
 
 
 def _info(dataset: str, as_json: bool) -> None:

@@ -28,6 +28,12 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
+def dataset_lines(dataset: str, rows: list[tuple[str, str]]) -> list[str]:
+    """`dataset DATASET`, then one aligned `key  value` line per row (info and inspect)."""
+    width = max(len(k) for k, _ in rows)
+    return [f"dataset {dataset}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+
+
 def add_commands(add: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
     """Register `inspect` and `convert` with llm-data's sub-command factory."""
     ins = add("inspect", "describe a dataset: totals, sizes, dtype, tokenizer, fingerprint, length percentiles",
@@ -75,9 +81,7 @@ def inspect(dataset: str, plot: str | None = None, max_shards: int | None = None
     if as_json:
         print(json.dumps(data, indent=1))
     else:
-        rows = summary_rows(stats)
-        width = max(len(k) for k, _ in rows)
-        print("\n".join([f"dataset {dataset}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]))
+        print("\n".join(dataset_lines(dataset, summary_rows(stats))))
     if plot:
         draw(stats, plot)
         print(f"inspect: plot written to {plot}", file=sys.stderr)
@@ -166,8 +170,7 @@ def peer_info_lines(source, folder: str) -> list[str]:
              ("compression", f"{', '.join(codecs)}, {format_size(raw)} raw" if codecs else "none")]
     rows += [(key.replace("_", " "), _listed(value)) for key, value in m.details.items()]
     rows.append(("fingerprint", m.fingerprint()))
-    width = max(len(k) for k, _ in rows)
-    return [f"dataset {folder}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    return dataset_lines(folder, rows)
 
 
 def _listed(value: object) -> str:

@@ -198,9 +198,8 @@ def check_resume_config(ckpt: dict[str, Any], current: dict[str, Any], world: in
 
 def _prune(root: Path, keep_last_n: int, keep: Path) -> None:
     checkpoints = list_checkpoints(root)
-    for _, path in checkpoints[: max(0, len(checkpoints) - keep_last_n)]:
-        if path != keep:
-            shutil.rmtree(path, ignore_errors=True)
+    oldest = checkpoints[: max(0, len(checkpoints) - keep_last_n)]
+    remove_checkpoints([path for _, path in oldest], keep)
 
 
 def run_step(checkpoint_dir: str | Path) -> int | None:

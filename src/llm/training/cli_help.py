@@ -1,6 +1,6 @@
 """What every `llm-*` command shares: help that shows defaults and examples, `--version`, path-kind checks.
 
-Used by `llm-data` (via `llm.cli.common`), `llm-train`, `llm-train plot` and `llm-generate`.
+Used by `llm-data`, `llm-train`, `llm-train plot` and `llm-generate`.
 """
 
 from __future__ import annotations
@@ -33,12 +33,6 @@ def package_version() -> str:
 
 def add_version(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-
-
-def expect_file(path: str | Path, what: str) -> None:
-    """A folder where a file is expected is named as such (a missing path is left to the caller)."""
-    if Path(path).expanduser().is_dir():
-        raise ValueError(f"{what} {path} is a folder, not a file")
 
 
 def expect_folder(path: str | Path, what: str) -> None:

@@ -66,7 +66,8 @@ class IngestMeter:
         return out
 
 
-def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+def series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """Step -> value for `key`, the last record of a step winning (a resumed run rewrites its steps)."""
     by_step = {r["step"]: r[key] for r in records if isinstance(r.get(key), (int, float))}
     steps = sorted(by_step)
     return steps, [by_step[s] for s in steps]
@@ -75,21 +76,20 @@ def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
 def draw_wait_panel(ax: Any, records: list[dict[str, Any]]) -> None:
     """Data-wait percentiles (ms, log scale) against step."""
     for q, key, style in zip(PERCENTILES, WAIT_KEYS, ("-", "--", ":")):
-        steps, values = _series(records, key)
+        steps, values = series(records, key)
         if steps:
             ax.plot(steps, [max(v, 1e-4) for v in values], style, label=f"p{q}")
     if ax.lines:
         ax.set_yscale("log")
     ax.set_ylabel("data wait (ms)")
-    ax.grid(alpha=0.3)
 
 
 def draw_remote_panel(ax: Any, records: list[dict[str, Any]]) -> None:
     """MB downloaded per interval and the cache hit rate (right axis) against step."""
-    steps, downloaded = _series(records, "remote_bytes")
+    steps, downloaded = series(records, "remote_bytes")
     if steps:
         ax.plot(steps, [b / 1e6 for b in downloaded], label="MB downloaded")
-        hits, misses = dict(zip(*_series(records, "cache_hits"))), dict(zip(*_series(records, "cache_misses")))
+        hits, misses = dict(zip(*series(records, "cache_hits"))), dict(zip(*series(records, "cache_misses")))
         rate = [(s, hits[s] / (hits[s] + misses[s])) for s in steps if hits.get(s, 0) + misses.get(s, 0) > 0]
         if rate:
             right = ax.twinx()
@@ -98,4 +98,3 @@ def draw_remote_panel(ax: Any, records: list[dict[str, Any]]) -> None:
             right.set_ylim(0, 105)
             right.legend(loc="lower right")
     ax.set_ylabel("remote (MB / interval)")
-    ax.grid(alpha=0.3)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.training.cli_help import HelpFormatter
-from llm.training.ingest_metrics import draw_remote_panel, draw_wait_panel
+from llm.training.ingest_metrics import draw_remote_panel, draw_wait_panel, series
 from llm.training.metrics import METRICS_FILE, RESUMED, read_metrics
 from llm.training.source_metrics import KEY, draw_shares
 
@@ -18,13 +18,6 @@ EPILOG = """examples:
 
 RUN_DIR is a run's checkpoint.checkpoint_dir: llm-train writes metrics.jsonl there.
 Needs matplotlib (pip install matplotlib, or the [dev] extra)."""
-
-
-def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    """Step -> value for `key`, the last record of a step winning (a resumed run rewrites its steps)."""
-    by_step = {r["step"]: r[key] for r in records if isinstance(r.get(key), (int, float))}
-    steps = sorted(by_step)
-    return steps, [by_step[s] for s in steps]
 
 
 def resume_steps(records: list[dict[str, Any]]) -> list[int]:
@@ -51,7 +44,7 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     if not (run / METRICS_FILE).is_file():
         raise ValueError(f"{run_dir} holds no {METRICS_FILE}; is it the checkpoint_dir of a run by llm-train?")
     records = read_metrics(run)
-    steps, loss = _series(records, "loss")
+    steps, loss = series(records, "loss")
     if not any("event" not in r for r in records):
         raise ValueError(f"{run / METRICS_FILE} holds no logged step yet")
     try:
@@ -69,22 +62,21 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         draw_shares(axes[4], records)
     if steps:
         ax_loss.plot(steps, loss, label="train loss")
-    val_steps, val = _series(records, "val_loss")
+    val_steps, val = series(records, "val_loss")
     if val_steps:
         ax_loss.plot(val_steps, val, "o-", label="val loss")
     ax_loss.set_ylabel("loss")
-    ax_loss.grid(alpha=0.3)
     ax_loss.set_title(f"{run.resolve().name}: {max(r['step'] for r in records)} steps")
     for key, label, style in (("tokens_per_s_window", "since previous log", "-"), ("tokens_per_s", "run average", "--")):
-        s, v = _series(records, key)
+        s, v = series(records, key)
         if s:
             ax_speed.plot(s, v, style, label=label)
     ax_speed.set_ylabel("tokens/s")
-    ax_speed.grid(alpha=0.3)
     draw_wait_panel(ax_wait, records)
     draw_remote_panel(ax_remote, records)
     axes[-1].set_xlabel("step")
     for ax in (ax_loss, ax_speed, ax_wait, ax_remote):
+        ax.grid(alpha=0.3)
         has_data = bool(ax.lines)
         _mark_resumes(ax, records)
         if not has_data:

@@ -31,12 +31,11 @@ class DistEnv:
 
 def init_distributed(device_type: str) -> DistEnv:
     """Join the torchrun job described by RANK/WORLD_SIZE (gloo on CPU, nccl on CUDA), if any."""
-    if dist.is_available() and dist.is_initialized():
-        return DistEnv(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
-    _, world = env_topology()  # a bad RANK / WORLD_SIZE is one sentence, not a gloo hang
-    if world <= 1:
-        return DistEnv()
-    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    if not (dist.is_available() and dist.is_initialized()):
+        _, world = env_topology()  # a bad RANK / WORLD_SIZE is one sentence, not a gloo hang
+        if world <= 1:
+            return DistEnv()
+        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
     return DistEnv(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
 
 

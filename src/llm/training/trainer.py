@@ -110,7 +110,6 @@ class Trainer:
         self.step_in_epoch = 0
         self.tokens_seen = 0
         self.last_checkpoint: str | None = None
-        self.resumed_from: str | None = None
         self._batches: Any = None
         if config.checkpoint.resume_from_checkpoint:
             self.resume(config.checkpoint.resume_from_checkpoint)
@@ -236,7 +235,6 @@ class Trainer:
         else:  # another world size: no saved stream for this rank, derive a fresh one
             seed_all(self.config.training.seed + 1 + self.env.rank + self.step)
         self._restore_schedule(ckpt)
-        self.resumed_from = where
         self.log(f"resumed from {where} at step {self.step} (epoch {self.epoch})")
 
     def _restore_schedule(self, ckpt: dict[str, Any]) -> None:
@@ -317,7 +315,8 @@ class Trainer:
         """
         tc, cc = self.config.training, self.config.checkpoint
         start_step = self.step
-        result = FitResult(steps=0, epochs=self.epoch, tokens=0, seconds=0.0)
+        losses: list[float] = []
+        val_losses: list[float] = []
         if self.step == 0:
             self.log(start_line(self))
         if self._batches is None:  # one iterator for the whole run: loaders keep their position
@@ -344,7 +343,7 @@ class Trainer:
                 self.step_in_epoch = 0
             if self.step % tc.log_interval_steps == 0 or epoch_end or self.step == self.total_steps:
                 mean_loss = self._mean_over_ranks(loss)
-                result.losses.append(mean_loss)
+                losses.append(mean_loss)
                 stats = meter.window(self.step)
                 self.log(step_line(self, mean_loss, epoch_end, stats))
                 lr = self.scheduler.get_last_lr()[0]
@@ -355,7 +354,7 @@ class Trainer:
                 epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
             ):
                 val = self.validate()
-                result.val_losses.append(val)
+                val_losses.append(val)
                 self.log(f"step {self.step} | val_loss {val:.4f}")
                 meter.record(self.step, val_loss=val)
             interval = cc.save_interval_steps and self.step % cc.save_interval_steps == 0
@@ -363,11 +362,8 @@ class Trainer:
                 self.save()
             for callback in self.callbacks:
                 callback(self, batch, float(loss))
-        result.steps = self.step - start_step
-        result.epochs = self.epoch
-        result.tokens = self.tokens_seen
-        result.seconds = meter.elapsed
-        result.last_checkpoint = self.last_checkpoint
+        result = FitResult(self.step - start_step, self.epoch, self.tokens_seen, meter.elapsed,
+                           losses, val_losses, self.last_checkpoint)
         meter.close()
         self.log(summary_line(self, result, meter.tokens))
         return result

@@ -16,25 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from llm.data.corpus_dedup.commit import commit_file, kill_point, remove_leftovers, tmp_name
-from llm.data.corpus_dedup.runs import RunSlice, group_starts, merge_runs
+from llm.data.corpus_dedup.runs import group_starts, merge_runs
 from llm.data.corpus_dedup.scan import BAND_ROW
 from llm.data.corpus_dedup.verify import Signatures
-from llm.data.corpus_dedup.workdir import read_meta, scan_dir
+from llm.data.corpus_dedup.workdir import chunk_runs, scan_dir
 
 EDGE_ROW = np.dtype([("a", "<u8"), ("b", "<u8"), ("sim", "<f4")])
 
 
 def band_file(work: Path, band: int) -> Path:
     return work / "bands" / f"band-{band:03d}.pairs"
-
-
-def band_runs(work: Path, files: int, band: int, bands: int) -> list[RunSlice]:
-    """The runs of one band: a slice of every chunk's bands file."""
-    runs: list[RunSlice] = []
-    for f in range(files):
-        for c, n in enumerate(read_meta(work, f)["chunks"]):
-            runs.append((scan_dir(work, f) / f"bands-{c:05d}.run", band * n, n))
-    return runs
 
 
 def candidate_pairs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -56,7 +47,6 @@ class BandTask:
 
     work: Path
     files: int
-    bands: int
     num_perm: int
     block_rows: int
     todo: tuple[int, ...]
@@ -68,9 +58,10 @@ class BandTask:
         remove_leftovers(final.parent, final.name)
         signatures = Signatures([scan_dir(self.work, f) for f in range(self.files)], self.num_perm)
         tmp = tmp_name(final)
+        runs = chunk_runs(self.work, self.files, "bands", band)
         count = 0
         with open(tmp, "wb") as out:
-            for rows in merge_runs(band_runs(self.work, self.files, band, self.bands), BAND_ROW, ("key",), self.block_rows):
+            for rows in merge_runs(runs, BAND_ROW, ("key",), self.block_rows):
                 a, b = candidate_pairs(rows)
                 edges = np.empty(len(a), dtype=EDGE_ROW)
                 edges["a"], edges["b"], edges["sim"] = a, b, signatures.similarity(a, b)

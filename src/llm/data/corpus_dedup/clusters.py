@@ -66,6 +66,11 @@ def removed_records(exact: np.ndarray, edges: np.ndarray, signatures: Signatures
     return removed
 
 
+def _distinct(edges: np.ndarray) -> int:
+    """How many different (a, b) pairs `edges` holds (a pair may come from several bands)."""
+    return len(np.unique(np.stack((edges["a"], edges["b"]), axis=1), axis=0)) if len(edges) else 0
+
+
 @dataclass(frozen=True)
 class ClusterTask:
     """Cluster every edge into `work/removed.bin` (one task)."""
@@ -80,17 +85,16 @@ class ClusterTask:
         exact = np.fromfile(self.work / "exact.pairs", dtype=PAIR_ROW)
         parts = [read_edges(band_file(self.work, band)) for band in range(self.bands)]
         edges_all = np.concatenate(parts) if parts else np.zeros(0, dtype=EDGE_ROW)
-        edges = edges_all
+        edges, signatures = edges_all, None
         if self.threshold is not None:
             edges = edges_all[edges_all["sim"] >= np.float32(self.threshold)]
-        signatures = Signatures([scan_dir(self.work, f) for f in range(self.files)], self.num_perm) \
-            if self.threshold is not None else None
+            dirs = [scan_dir(self.work, f) for f in range(self.files)]
+            signatures = Signatures(dirs, self.num_perm)
         removed = removed_records(exact, edges, signatures)
-        pairs = np.unique(np.stack((edges_all["a"], edges_all["b"]), axis=1), axis=0) if len(edges_all) else edges_all
-        verified = np.unique(np.stack((edges["a"], edges["b"]), axis=1), axis=0) if len(edges) else edges
         near = removed[removed["near"] == 1]
         write_json(self.work / "clusters.json", {
-            "candidate_pairs": len(pairs), "verified_pairs": len(verified), "exact_duplicates": int((removed["near"] == 0).sum()),
+            "candidate_pairs": _distinct(edges_all), "verified_pairs": _distinct(edges),
+            "exact_duplicates": int((removed["near"] == 0).sum()),
             "near_duplicates": len(near), "near_duplicate_clusters": len(np.unique(near["of"])),
         })
         write_file(self.work / "removed.bin", removed.tobytes())

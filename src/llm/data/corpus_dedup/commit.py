@@ -17,18 +17,12 @@ import signal
 import uuid
 from pathlib import Path
 
+from llm.data.storage.local import fsync_dir
+
 
 def tmp_name(final: Path) -> Path:
     """A private name next to `final` for writing it (unique per process and attempt)."""
     return final.with_name(f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def commit_file(tmp: Path, final: Path) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from llm.data.corpus_dedup.commit import commit_file, kill_point, remove_leftovers, tmp_name
 from llm.data.corpus_dedup.runs import RunSlice, group_starts, merge_runs
-from llm.data.corpus_dedup.workdir import read_meta, scan_dir
+from llm.data.corpus_dedup.workdir import chunk_runs
 from llm.data.text.dedup import collapse_whitespace, hasher
 
 DIGEST_ROW = np.dtype([("hi", ">u8"), ("lo", ">u8"), ("id", "<u8")])  # big-endian halves: digest byte order
@@ -57,14 +57,10 @@ class ExactTask:
     block_rows: int
 
     def __call__(self, task_id: int, report) -> int:
-        runs: list[RunSlice] = []
-        for f in range(self.files):
-            for c, n in enumerate(read_meta(self.work, f)["chunks"]):
-                runs.append((scan_dir(self.work, f) / f"exact-{c:05d}.run", 0, n))
         final = self.work / "exact.pairs"
         remove_leftovers(final.parent, final.name)
         tmp = tmp_name(final)
-        count = exact_pairs(runs, tmp, self.block_rows)
+        count = exact_pairs(chunk_runs(self.work, self.files, "exact"), tmp, self.block_rows)
         commit_file(tmp, final)
         kill_point("exact")
         return count

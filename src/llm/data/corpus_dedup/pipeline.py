@@ -30,6 +30,7 @@ from llm.data.corpus_dedup.output import (
     Lines,
     WriteTask,
     open_removed,
+    removed_in_file,
     write_removed_list,
 )
 from llm.data.corpus_dedup.params import DedupParams
@@ -154,7 +155,7 @@ class _Run:
             if p.near is not None:
                 todo = [b for b in range(p.bands) if not band_file(self.work, b).is_file()]
                 self._note("bands", p.bands - len(todo), p.bands)
-                self._run(BandTask(self.work, n, p.bands, p.num_perm, block, tuple(todo)), len(todo), "dedup: bands", "band")
+                self._run(BandTask(self.work, n, p.num_perm, block, tuple(todo)), len(todo), "dedup: bands", "band")
             if not (self.work / "removed.bin").is_file():
                 task = ClusterTask(self.work, n, p.bands if p.near is not None else 0, p.num_perm, p.near)
                 self._run(task, 1, "dedup: clusters", "stage", single=True)
@@ -189,8 +190,6 @@ class _Run:
         stats = json.loads((self.work / "clusters.json").read_text())
         removed = open_removed(self.work, REMOVED_ROW)
         files, total_in = [], 0
-        from llm.data.corpus_dedup.output import removed_in_file
-
         for i, (source, name) in enumerate(zip(self.sources, self.names)):
             records = read_meta(self.work, i)["records"]
             gone = len(removed_in_file(removed, i))

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from llm.data.corpus_dedup.runs import RunSlice
+
 ID_SHIFT = 40
 
 
@@ -32,3 +34,9 @@ def scan_dir(work: Path, file_index: int) -> Path:
 def read_meta(work: Path, file_index: int) -> dict:
     """A committed scan's records and records per chunk."""
     return json.loads((scan_dir(work, file_index) / "meta.json").read_text())
+
+
+def chunk_runs(work: Path, files: int, stem: str, band: int = 0) -> list[RunSlice]:
+    """Every scan chunk's run in `<stem>-CCCCC.run` (the `band`-th: one run per band in a file)."""
+    return [(scan_dir(work, f) / f"{stem}-{c:05d}.run", band * n, n)
+            for f in range(files) for c, n in enumerate(read_meta(work, f)["chunks"])]

@@ -31,7 +31,7 @@ from typing import Any
 import xxhash
 
 from llm.data.ingest_stats import PROCESS_REMOTE, RemoteCounters
-from llm.data.storage.local import cache_home, pid_alive
+from llm.data.storage.local import cache_home, pid_alive, same_file
 from llm.data.storage.s3 import StorageError
 
 LOCK = ".lock"
@@ -141,11 +141,7 @@ class ShardCache:
                 continue
             if fd is None:
                 return None
-            try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
+            if same_file(path, fd):
                 return Pin(path, fd)
             os.close(fd)  # evicted between open and lock
             return None

@@ -15,7 +15,6 @@ layout: a 32-hex fingerprint name, the cache's `.lock` file, only plain files (a
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -25,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llm.data.storage.cache import Pin, default_cache_root
-from llm.data.storage.local import pid_alive
+from llm.data.storage.cache import _BUSY, Pin, _open_locked, default_cache_root
+from llm.data.storage.local import pid_alive, same_file
 
 SOURCE = ".source.json"
 EDGES = ".edges"  # the kept edge tokens of shards (read/edges.py), removed with the shards
@@ -53,11 +52,7 @@ def register(folder: Path, url: str) -> Pin:
         except FileNotFoundError:
             continue  # cleared in between: make it again
         fcntl.flock(fd, fcntl.LOCK_SH)  # waits only for a `clear` of this folder in progress
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
+        if same_file(path, fd):
             os.utime(path)  # its mtime is when the cache was last opened
             return Pin(path, fd)
         os.close(fd)
@@ -173,10 +168,8 @@ def _lock_free(fd: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
-    except OSError as e:
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return False
-        raise
+    except BlockingIOError:
+        return False
 
 
 def _tree_size(path: Path) -> int:
@@ -192,17 +185,15 @@ def _tree_size(path: Path) -> int:
 
 def _remove_unlocked(path: Path) -> bool:
     """Remove `path` if nobody holds a lock on it (a pinned shard, a download in progress)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return True
-    try:
-        if not _lock_free(fd):
-            return False
-        path.unlink(missing_ok=True)
-        return True
-    finally:
-        os.close(fd)
+    fd = _open_locked(path, fcntl.LOCK_EX)
+    if fd == _BUSY:
+        return False
+    if fd is not None:
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    return True
 
 
 def _part_in_use(name: str) -> bool:

@@ -171,7 +171,6 @@ def azure_settings(options: dict) -> CloudSettings:
     account = config.get("account_name") or env.get("AZURE_STORAGE_ACCOUNT_NAME")
     if emulator:
         account = account or "devstoreaccount1"  # the emulator's well-known account
-        config["account_name"] = account
     if not account:
         raise ValueError("az:// needs an Azure storage account: set AZURE_STORAGE_CONNECTION_STRING, or "
                          "AZURE_STORAGE_ACCOUNT_NAME (with AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN or a "

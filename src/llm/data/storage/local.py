@@ -77,3 +77,11 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+def same_file(path: str | Path, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd` (not removed or replaced since)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False

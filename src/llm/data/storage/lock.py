@@ -12,7 +12,7 @@ import time
 import warnings
 from pathlib import Path
 
-from llm.data.storage.local import pid_alive
+from llm.data.storage.local import pid_alive, same_file
 
 LOCK_NAME = ".llm-data.lock"
 
@@ -65,7 +65,7 @@ class FolderLock:
             try:
                 if not self._flock(fd):
                     continue  # waited for a holder that removed its file: try the new one
-                if self._still_ours(fd):
+                if same_file(self.path, fd):
                     self._claim(fd)
                     self._fd = fd
                     _HELD.add(fd)
@@ -96,12 +96,6 @@ class FolderLock:
         print(f"waiting for {self.folder}: held by {_describe(holder, self.path)}", file=sys.stderr, flush=True)
         fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the holder releases or dies
         return True
-
-    def _still_ours(self, fd: int) -> bool:
-        try:
-            return os.stat(self.path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            return False
 
     def _claim(self, fd: int) -> None:
         holder = _read(fd)

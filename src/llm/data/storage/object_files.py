@@ -181,22 +181,23 @@ def expand_objects(
     return sorted(found, key=lambda o: PurePosixPath(o.key))
 
 
-def read_range(obj: RemoteObject, start: int, end: int) -> bytes:
-    """Bytes [start, end) of the object as listed, whole or not at all (retried on transient failures)."""
+def _get(obj: RemoteObject, options: dict[str, Any]) -> Any:
+    """GET of the version listed (If-Match its ETag): a replaced object is ObjectChanged."""
     import obstore
     from obstore import exceptions as ox
 
-    options: dict[str, Any] = {"range": (start, end)}
     if obj.etag:
         options["if_match"] = obj.etag
+    try:
+        return obstore.get(_client(obj.config), obj.key, options=options)
+    except ox.PreconditionError:
+        raise _changed(obj, f"its ETag is no longer {obj.etag}") from None
 
-    def get() -> bytes:
-        try:
-            return bytes(obstore.get(_client(obj.config), obj.key, options=options).bytes())
-        except ox.PreconditionError:
-            raise _changed(obj, f"its ETag is no longer {obj.etag}") from None
 
-    data = call(obj.config, obj.key, "reading", get)
+def read_range(obj: RemoteObject, start: int, end: int) -> bytes:
+    """Bytes [start, end) of the object as listed, whole or not at all (retried on transient failures)."""
+    options = {"range": (start, end)}
+    data = call(obj.config, obj.key, "reading", lambda: bytes(_get(obj, options).bytes()))
     if len(data) != end - start:  # no ETag to check, and the object is shorter than listed
         raise _changed(obj, f"bytes {start}-{end} asked, {len(data)} received")
     return data
@@ -204,22 +205,13 @@ def read_range(obj: RemoteObject, start: int, end: int) -> bytes:
 
 def download(obj: RemoteObject, sink: BinaryIO) -> None:
     """The whole object into `sink`; a failure mid-body resumes at the first byte not yet written."""
-    import obstore
-    from obstore import exceptions as ox
-
     written = 0
 
     def fetch() -> None:
         nonlocal written
         if written >= obj.size:
             return
-        options: dict[str, Any] = {"range": {"offset": written}} if written else {}
-        if obj.etag:
-            options["if_match"] = obj.etag
-        try:
-            result = obstore.get(_client(obj.config), obj.key, options=options)
-        except ox.PreconditionError:
-            raise _changed(obj, f"its ETag is no longer {obj.etag}") from None
+        result = _get(obj, {"range": {"offset": written}} if written else {})
         for chunk in result.stream(min_chunk_size=1 << 20):
             sink.write(chunk)
             written += len(chunk)

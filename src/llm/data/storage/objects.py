@@ -27,21 +27,18 @@ class LocalObjects:
     def url(self, name: str = "") -> str:
         return f"{self.scheme}{self.folder / name if name else self.folder}"
 
-    def _path(self, name: str) -> Path:
-        return self.folder / name
-
     def _missing(self, name: str) -> ObjectNotFound:
         return ObjectNotFound(f"{self.url(name)} does not exist: check the path and that the drive is mounted")
 
     def get(self, name: str) -> bytes:
         try:
-            return self._path(name).read_bytes()
+            return (self.folder / name).read_bytes()
         except FileNotFoundError:
             raise self._missing(name) from None
 
     def get_into(self, name: str, sink: Callable[[int], Any]) -> None:
         try:
-            with open(self._path(name), "rb") as f:
+            with open(self.folder / name, "rb") as f:
                 write = sink(1)
                 while block := f.read(_BLOCK):
                     write(memoryview(block))
@@ -52,18 +49,19 @@ class LocalObjects:
         from llm.data.storage.local import atomic_write
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        if create:
-            try:
-                fd = os.open(self._path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                raise FileExistsError(f"{self.url(name)} already exists") from None
-            with os.fdopen(fd, "wb") as f:
-                f.write(data.read_bytes() if isinstance(data, Path) else data)
+        payload = data.read_bytes() if isinstance(data, Path) else data
+        if not create:
+            atomic_write(self.folder / name, payload)
             return
-        atomic_write(self._path(name), data.read_bytes() if isinstance(data, Path) else data)
+        try:
+            fd = os.open(self.folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise FileExistsError(f"{self.url(name)} already exists") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
 
     def delete(self, name: str) -> None:
-        self._path(name).unlink(missing_ok=True)
+        (self.folder / name).unlink(missing_ok=True)
 
     def list(self) -> dict[str, int]:
         if not self.folder.is_dir():

@@ -6,9 +6,7 @@ The three stores differ only in how the client is built (`_client`) and in the w
 (clouds.HINTS); everything above this module sees one `S3Config` and one `S3Objects` for all of them.
 
 Retries are obstore's own (5xx, connection errors, resets and stalls, a GET body that breaks
-mid-stream resumed from where it broke; exponential backoff with jitter): with our hand-written
-loop switched off, tests/storage/test_s3_faults.py (503, reset mid-body, stall) and
-test_s3_restart.py (server killed and restarted mid-epoch) pass unchanged. What stays here is
+mid-stream resumed from where it broke; exponential backoff with jitter). What stays here is
 the classification (`call`): which failures are final, and the sentence a user reads.
 """
 
@@ -41,7 +39,7 @@ T = TypeVar("T")
 
 SHARED_OPTION_KEYS = ("retries", "backoff", "max_backoff", "timeout", "connect_timeout")  # every store
 OPTION_KEYS = (
-    "endpoint", "region", "access_key_id", "secret_access_key", "session_token", "profile", *SHARED_OPTION_KEYS,
+    "endpoint", "region", "access_key_id", "secret_access_key", "session_token", "profile",
 )
 _ALIASES = {"endpoint_url": "endpoint", "aws_access_key_id": "access_key_id",
             "aws_secret_access_key": "secret_access_key", "aws_session_token": "session_token", "region_name": "region"}
@@ -94,12 +92,7 @@ class S3Config:
 
 def _aws_config(bucket: str, storage_options: dict) -> tuple[S3Config, dict[str, Any]]:
     """s3: storage_options, then AWS_* environment variables, then ~/.aws/credentials and ~/.aws/config."""
-    opts: dict[str, Any] = {}
-    for key, value in storage_options.items():
-        key = _ALIASES.get(key, key)
-        if key not in OPTION_KEYS:
-            raise ValueError(f"unknown storage option {key!r}; expected one of {', '.join(OPTION_KEYS)}")
-        opts[key] = value
+    opts = normalize_options(storage_options, OPTION_KEYS, _ALIASES, SHARED_OPTION_KEYS, "s3")
     sources = aws_sources(opts.get("profile"))
     aws = {key: value for key, (value, _) in sources.items()}
     values = {k: opts.get(k) or aws.get(k) for k in ("endpoint", "region", "access_key_id", "secret_access_key", "session_token")}
@@ -125,11 +118,8 @@ def resolve_config(bucket: str, storage_options: dict | None = None, scheme: str
         config, opts = _cloud_config(bucket, storage_options or {}, scheme)
     else:
         raise ValueError(f"unknown object store {scheme!r}; expected s3, gs or az")
-    env_retries = os.environ.get("LLM_STORAGE_RETRIES")
-    numbers = {"retries": opts.get("retries", env_retries)}
-    for key in ("backoff", "max_backoff", "timeout", "connect_timeout"):
-        numbers[key] = opts.get(key)
-    for key, value in numbers.items():
+    for key in SHARED_OPTION_KEYS:
+        value = opts.get(key, os.environ.get("LLM_STORAGE_RETRIES") if key == "retries" else None)
         if value is None:
             continue
         try:
@@ -146,10 +136,8 @@ _STORES: dict[tuple[int, S3Config], Any] = {}
 # obstore's default: a retried request is not signed again, so its retries stop within this time
 # (SigV4 signatures expire); a stall longer than it (timeout) is therefore not retried.
 RETRY_TIMEOUT_S = 180.0
-# obstore draws each wait uniformly between `backoff` and base x the last wait, so with base 2 the
-# waits grow ~1.5x a step and 6 retries covered only 1.6 s of outage in 5% of draws (2.4 s median):
-# a store restarting in 3-5 s failed the s3 bench's restart case. Base 3 with 10 retries covers
-# 5.5 s in 95% of draws (20 s median); a dead endpoint is named after about that long.
+# obstore draws each wait uniformly between `backoff` and base x the last wait: base 3 with 10
+# retries waits out a store restarting for ~5 s in 95% of draws (base 2 often gave up within 2 s).
 BACKOFF_BASE = 3.0
 
 

@@ -1,10 +1,8 @@
 """Size strings ("64MB", "1.5GiB", "512kb", "100 MB", "4096") read as bytes: the one parser for cache and chunk sizes,
 and the one way sizes are printed (`format_size`).
 
-Hand-written rather than pydantic's ByteSize (already a dependency): ByteSize reads "MB" as 10**6
-bytes, while every size in this library has meant 2**20 since its first release (chunk_bytes,
-max_cache_size; tests/storage/test_local_cache.py::test_cache_sizes holds it). Switching would
-silently shrink every user's chunks and caches by 5-10%.
+Hand-written rather than pydantic's ByteSize: ByteSize reads "MB" as 10**6 bytes, while every
+size in this library (chunk_bytes, max_cache_size) means 2**20; switching would shrink them.
 """
 
 from __future__ import annotations

@@ -43,11 +43,11 @@ class TrainData(Protocol):
         ...
 
 
-# name -> "module:function"; the function takes (config, rank, world_size) and returns TrainData.
+# name -> "module:callable"; it takes (config, rank, world_size) and returns TrainData.
 TASKS = {
     "lm": "llm.training.tasks.lm:build_lm_data",
     "stream_lm": "llm.training.tasks.stream_lm:build_stream_lm_data",
-    "sft": "llm.training.tasks.sft:build_sft_data",
+    "sft": "llm.training.tasks.sft:SftData",
 }
 
 

@@ -151,7 +151,3 @@ class SftValidation:
 
     def batch(self, index: int, batch_size: int) -> dict[str, torch.Tensor]:
         return self.batches[index]
-
-
-def build_sft_data(config: Any, rank: int, world_size: int) -> SftData:
-    return SftData(config, rank, world_size)
