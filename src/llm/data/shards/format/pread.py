@@ -1,11 +1,10 @@
 """Token blocks read with `preadv` straight into the batch: no mapped pages, so memory stays flat.
 
 Trade-off: gathering blocks through a memory map costs page faults, and the kernel maps
-~64 KB around every faulted page (fault-around), so resident memory grows ~16x faster than
-the bytes read and has to be given back with madvise (which then costs re-faults). A
-`preadv` per block copies the bytes from the page cache into the output row, one system
-call of ~1 us per 4 KB block: about as fast as the mapped gather, and the process holds no
-pages of the dataset at all. Used for plain (uncompressed, local or cached) shards; the
+more than every faulted page (fault-around), so resident memory grows much faster than the
+bytes read and has to be given back with madvise (which then costs re-faults). A `preadv` per
+block copies the bytes from the page cache into the output row: about as fast as the mapped
+gather, and the process holds no pages of the dataset at all. Used for plain (uncompressed, local or cached) shards; the
 file descriptors are pooled, pinned while in use, and checked to be the verified file.
 """
 

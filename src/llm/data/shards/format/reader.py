@@ -29,14 +29,14 @@ class _ShardBytes:
     """
 
     keep_views = True  # token views may be cached for the reader's lifetime (not for cached remote shards)
+    _cache_shards = 4  # decompressed shards kept (LRU)
 
-    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, cache_shards: int = 4, encryption: Encryption | None = None):
+    def __init__(self, folder: Path, manifest: Manifest, verify: bool = True, encryption: Encryption | None = None):
         self.folder, self.shards, self.verify = folder, manifest.entries, verify
         self.encryption, self.encrypted = encryption, manifest.encryption is not None  # decrypted whole when read
         self.kind, self.dtype = manifest.kind, manifest.dtype
         self._maps: dict[int, np.ndarray] = {}
         self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._cache_shards = cache_shards
         self._identity: dict[int, tuple[int, int]] = {}  # (dev, inode) of each verified plain shard
         self._fds = DescriptorPool()
         self._lock = threading.Lock()  # reader threads share one instance

@@ -72,7 +72,6 @@ class RemoteShardBytes(_ShardBytes):
         self.kind, self.dtype = manifest.kind, manifest.dtype
         self._maps: dict = {}
         self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._cache_shards = 4
         self._lock = threading.Lock()
         self._local = threading.local()
 

@@ -1,8 +1,8 @@
 """The shard list as numpy columns, and its copy remembered per checked manifest: a flat open at 10^4-10^5 shards.
 
-Opening a dataset used to parse index.json into ~10 Python objects per shard, build a
-`ShardInfo` each and stat every file: O(shards) of Python, plus a full garbage-collector pass
-over them in a process that imported torch (~100 ms at 30k objects). Here the shard list is
+Parsing index.json into ~10 Python objects per shard, a `ShardInfo` each, and a stat of every
+file is O(shards) of Python, plus full garbage-collector passes in a process that imported torch.
+Here the shard list is
 a few numpy arrays (counts, a blob of file names, a blob of checksums, small codes for
 dtype and compression); `table[i]` builds one `ShardInfo` when shard i is first touched.
 

@@ -1,6 +1,6 @@
 """Shards this machine has already checksummed, remembered by file identity, so a restart does not hash them again.
 
-Verifying a shard on first touch costs a full read (0.2-0.5 s per GB); a run that
+Verifying a shard on first touch costs a full read; a run that
 restarts (or resumes, or a second rank on the same node) would pay it again for
 every shard its first batch touches, so the first batch grows with the data. Here a
 verified shard is remembered as (device, inode, size, mtime_ns, ctime_ns) ->
@@ -39,12 +39,8 @@ _store_paths: dict[tuple[str, Path], Path] = {}
 
 class _Store:
     """What this process read of one store: its bytes, parsed into a dict only once many lookups
-    need it, so the first batch of a dataset with 10^4 shards does not parse 10^4 lines.
-
-    Measured on a 1,500-entry store: a first lookup takes 3 us by search, 1.06 ms by parsing
-    the store whole; a restart's first batch touches a few shards, so the search keeps ~1 ms
-    (x datasets x worker processes) off its latency. 1,500 lookups by search cost 11 ms
-    against 3 ms parsed, hence the switch to the dict after `_PARSE_AFTER` lookups.
+    need it, so the first batch of a dataset with 10^4 shards does not parse 10^4 lines (a few
+    lookups by substring search are cheaper than one parse; many are not).
     """
 
     def __init__(self) -> None:
@@ -150,14 +146,12 @@ def _entries(store: Path, refresh: bool = False) -> _Store:
 def _compact(path: Path, store: _Store) -> None:
     """Rewrite the store with its unique entries (a concurrent append may be lost: one more hash later).
 
-    Why: `verify_checksums="always"` and `llm-data verify` hash on every read and append again.
-    Measured (4 ranks x 2 workers, one epoch of a 200-shard dataset): 800 lines, 84 bytes each,
-    for 200 identities; plain first-touch verification raced to 201. So each such run adds
-    ranks x shards lines (8 ranks, 10^4 shards: 6.7 MB a run, every process then reading it
-    whole); compacted, the file stays under max(1 MiB, twice its unique entries).
+    Why: `verify_checksums="always"` and `llm-data verify` hash on every read and append again,
+    so each such run adds ranks x shards lines that every process then reads whole; compacted,
+    the file stays under max(1 MiB, twice its unique entries).
     """
     unique = store.parsed if store.parsed is not None else _parse(store.raw)
-    text = "".join(" ".join(map(str, k)) + f" {v}\n" for k, v in unique.items()).encode()
+    text = b"".join(_key_bytes(k) + f" {v}\n".encode() for k, v in unique.items())
     store.compact_at = max(_MAX_BYTES, 2 * len(text))  # next time only once it doubled again
     if len(text) * 2 > store.loaded:  # mostly unique already: rewriting would not shrink it much
         return
@@ -209,8 +203,6 @@ def remember(path: Path | str, checksum: str, before: tuple[tuple[int, ...] | No
     coarsely (a few ms), so a write in the same tick as the one we hashed would keep the
     identity; a file quiet for longer gets a new ctime from any later write.
     """
-    if not enabled():
-        return
     key, started = before
     if key is None or _identity(path) != key or started - key[4] < _QUIET_NS:
         return
@@ -220,7 +212,7 @@ def remember(path: Path | str, checksum: str, before: tuple[tuple[int, ...] | No
 def _append(store: Path, key: tuple[int, ...], checksum: str) -> None:
     if not enabled() or any(c.isspace() for c in checksum):
         return
-    line = (" ".join(map(str, key)) + f" {checksum}\n").encode()
+    line = _key_bytes(key) + f" {checksum}\n".encode()
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(store, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

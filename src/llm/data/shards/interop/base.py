@@ -38,17 +38,6 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def zstd_decompress(data: bytes, raw_size: int | None = None) -> bytes:
-    """A zstd file as the peers write it (one or more frames, content size not always recorded)."""
-    import zstandard
-
-    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
-    out = reader.read()
-    if raw_size is not None and len(out) != raw_size:
-        raise ShardError(f"a zstd shard decompressed to {len(out)} bytes, its index says {raw_size}")
-    return out
-
-
 # Optional per-shard check of a file's stored bytes (the peer's own hashes): raise ShardError.
 Checker = Callable[[ShardInfo, bytes], None]
 
@@ -66,10 +55,9 @@ class ForeignShardBytes(_ShardBytes):
     # looks this attribute up) would read the header as tokens, so reads go through the maps.
     pinned_descriptors = None
 
-    def __init__(self, folder: Path, manifest: ForeignManifest, verify: bool = True,
-                 check: Checker | None = None, cache_shards: int = 4):
+    def __init__(self, folder: Path, manifest: ForeignManifest, verify: bool = True, check: Checker | None = None):
         self.check = check
-        super().__init__(folder, manifest, verify, cache_shards)
+        super().__init__(folder, manifest, verify)
 
     def _verify(self, info: ShardInfo, data: np.ndarray | None = None, force: bool = False) -> None:
         """The peer's hashes, skipped (like our checksums) when this very file passed them here before.
@@ -94,12 +82,17 @@ class ForeignShardBytes(_ShardBytes):
                              f"says {info.raw_bytes}: the file is corrupt or the index does not describe it")
 
     def _decompress(self, info: ShardInfo, stored: bytes) -> np.ndarray:
+        """A zstd file as the peers write it (one or more frames, content size not always recorded)."""
         try:
-            return np.frombuffer(zstd_decompress(stored, info.raw_bytes), np.uint8)
-        except ShardError as e:
-            raise ShardError(f"shard {self.folder / info.file}: {e}") from None
+            import zstandard
+
+            out = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(stored), read_across_frames=True).read()
         except Exception as e:  # zstandard.ZstdError and friends: a corrupt file
             raise ShardError(f"shard {self.folder / info.file} does not decompress ({e})") from None
+        if len(out) != info.raw_bytes:
+            raise ShardError(f"shard {self.folder / info.file}: a zstd shard decompressed to {len(out)} bytes, "
+                             f"its index says {info.raw_bytes}")
+        return np.frombuffer(out, np.uint8)
 
     def release(self) -> None:
         """The remote-cache pin of our own shards; foreign folders are local."""

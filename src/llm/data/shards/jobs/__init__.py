@@ -17,8 +17,9 @@ __all__ = ["ENGINES", "Report", "Tasks", "check_engine", "engine_session", "prog
 
 def run_tasks(tasks: Tasks, *, engine: str = "local", workers: int = 1, ray_address: str | None = None,
               desc: str = "optimize", progress: bool = True) -> None:
-    """Run every task once (Ray: at least once, its result taken once), reporting to a progress bar."""
-    check_engine(engine, ray_address)
+    """Run every task once (Ray: at least once, its result taken once), reporting to a progress bar.
+
+    The caller checked `engine` at its entry (check_engine), before anything was created."""
     bar = progress_bar(tasks.count, desc, tasks.unit, progress)
     try:
         if engine == "ray":
@@ -35,8 +36,7 @@ def run_tasks(tasks: Tasks, *, engine: str = "local", workers: int = 1, ray_addr
 
 @contextmanager
 def engine_session(engine: str, ray_address: str | None, num_workers: int | None) -> Iterator[int]:
-    """The number of workers for a run, with Ray connected (or started) for its duration."""
-    check_engine(engine, ray_address)
+    """The number of workers for a run, with Ray connected (or started) for its duration (engine checked)."""
     if engine == "local":
         yield (os.cpu_count() or 1) if num_workers is None else num_workers
         return

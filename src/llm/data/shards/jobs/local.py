@@ -1,8 +1,6 @@
 """The local engine: tasks in forked worker processes of this machine (or in this process for 0 workers).
 
-Why not concurrent.futures.ProcessPoolExecutor (fork context): measured on optimize_text of
-20 MB of JSONL with 2 workers, 3 alternating runs, it was as fast (median 1.92 s vs 1.91 s,
-ratio 1.00) but loses two guarantees: a failed run stops at once here (the other workers are
+Why not concurrent.futures.ProcessPoolExecutor (fork context): it is as fast but loses two guarantees: a failed run stops at once here (the other workers are
 terminated), where the executor waits for every running task to finish; and a worker that
 dies is named with its pid and exit code or signal here, where the executor only says that
 the pool broke. Workers also stop by themselves if this process is killed (`report`).

@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -114,9 +115,7 @@ def _already_done(inputs: list[Any], keys: list[str], done: set[str]) -> list[bo
     legacy = {name for name in done if _is_legacy(name)}
     if legacy:
         old = [legacy_key(v) for v in inputs]
-        counts: dict[str, int] = {}
-        for k in old:
-            counts[k] = counts.get(k, 0) + 1
+        counts = Counter(old)
         found = [f or (k in legacy and counts[k] == 1) for f, k in zip(found, old)]
     return found
 

@@ -61,9 +61,8 @@ class SampleAccess:
         # Why rewrite a subclass's __getitem__: LitData users subclass the dataset and override
         # `__getitem__(self, index: int)`; `ds[a:b]` must still be a list of their samples, and
         # their code must never receive a slice it was not written for. A base method cannot do
-        # it (the override replaces it), so the override is wrapped once, when the class is made.
-        # Checked: without it, both subclass cases of tests/data/shards/test_transforms.py::
-        # test_random_access_slices_and_plain_iteration_apply_it fail (the override gets the slice).
+        # it (the override replaces it), so the override is wrapped once, when the class is made
+        # (tests/data/shards/test_transforms.py covers both subclass cases).
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__getitem__")
         if own is None or getattr(own, "handles_slices", False):

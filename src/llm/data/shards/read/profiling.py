@@ -11,16 +11,11 @@ Timestamps are `time.perf_counter_ns()` (a system-wide monotonic clock on Linux,
 Windows) relative to the loader's start, so spans from several processes line up.
 Open the file in chrome://tracing or https://ui.perfetto.dev.
 
-Why not torch.profiler with `record_function` around the same stages (issue 28; measured by
-`python -m bench.torch_profiler`, bench/results/torch-profiler-20261202.json, torch 2.13 CPU):
-it records only the thread that started the session. Spans in a reader thread (our threads
-backend) and in DataLoader worker processes are missing (0 of 1 and 0 of 8), so the per-worker
-rows this trace exists for would be lost; a second session started in a reader thread while one
-runs kills the process (SIGSEGV), and one session per worker process means files to export,
-ship back and merge, i.e. more code than this module. Where it does see the stages
-(num_workers=0), an epoch with it cost 1.2x an epoch with ours on tokens and 1.3x on items
-(1.9x and 1.3x in an earlier run on the same busy 2-core machine), with 4,401 events against
-our 2,566 (it adds every aten op). So the trace stays hand-built.
+Why not torch.profiler with `record_function` around the same stages (see `python -m
+bench.torch_profiler`, bench/results/torch-profiler-20261202.json): it records only the thread
+that started the session, so spans in reader threads and DataLoader worker processes, the
+per-worker rows this trace exists for, would be lost; a second session started in a reader
+thread kills the process (SIGSEGV); and it costs more per epoch. So the trace stays hand-built.
 """
 
 from __future__ import annotations
