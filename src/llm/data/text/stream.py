@@ -29,7 +29,6 @@ from llm.data.text.source import (
     FINGERPRINT_MISMATCH,
     Partition,
     TextSource,
-    reads_object_store,
     validate_source_fingerprint,
 )
 from llm.data.text.state import (
@@ -50,7 +49,7 @@ def _batches_as_they_are(item: dict) -> dict:
     """The DataLoader's collate for whole batches: they are tensors (or packed bytes) already.
 
     Its default (`default_convert`) walks every list of each batch's state (the packers' token
-    buffers): ~1,000 Python calls per batch, over half the main process's time on the fly.
+    buffers), a Python call per list, in the main process.
     """
     return item
 
@@ -249,7 +248,7 @@ class StreamingTextDataModule(Stage):
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # workers of a source in object storage start from a forkserver (text/workers.py)
-        loader = text_loader(ds, self.num_workers, reads_object_store(self.source), _batches_as_they_are)
+        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, _batches_as_they_are)
         done: set[int] = set()
         for item in loader:
             st = item.pop("_state")
