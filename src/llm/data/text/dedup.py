@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -357,13 +358,7 @@ class DedupTextSource(TextSource):
 
 
 def _chunked(records: Iterator[Record]) -> Iterator[list[Record]]:
-    chunk: list[Record] = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) == _CHUNK:
-            yield chunk
-            chunk = []
-    if chunk:
+    while chunk := list(islice(records, _CHUNK)):
         yield chunk
 
 

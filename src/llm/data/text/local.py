@@ -7,6 +7,7 @@ local file would seek, so cursors and order are the same).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 from llm.data.storage.object_files import RemoteObject
@@ -157,12 +158,8 @@ class LocalLineTextSource(TextSource):
                 yield text, row, None
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
-        for part in self.partitions():
-            for text, _, _ in self.iter_partition(part):
-                if skip:
-                    skip -= 1
-                    continue
-                yield text
+        texts = (text for part in self.partitions() for text, _, _ in self.iter_partition(part))
+        yield from islice(texts, skip, None)
 
 
 def _stamp(f: Path | RemoteObject, stamps: dict[str, FileStamp]) -> str:
