@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from llm.data.tokenize import engines as tb
-from llm.data.tokenize.bpe_vocab import GPT2_PATTERN
 from llm.data.tokenize.engines import tokenizer_threads as tokenizer_threads  # re-exported
 
 
@@ -139,8 +138,6 @@ class TiktokenTokenizer(_EngineTokenizer):
     kind = "tiktoken"
 
     def __init__(self, path: Path, backend: str = "tiktoken"):
-        import tiktoken
-
         self.path = path
         self.spec = str(path)
         ranks = {}
@@ -154,12 +151,7 @@ class TiktokenTokenizer(_EngineTokenizer):
                 raise ValueError(f"{path}:{line_no} is not a `<base64 token> <rank>` line of a .tiktoken file") from None
         self.eos_id = max(ranks.values()) + 1
         self.vocab_size = self.eos_id + 1
-        self._enc = tiktoken.Encoding(
-            name=path.stem,
-            pat_str=GPT2_PATTERN,
-            mergeable_ranks=ranks,
-            special_tokens={"<|endoftext|>": self.eos_id},
-        )
+        self._enc = tb.tiktoken_encoding(path.stem, ranks, {"<|endoftext|>": self.eos_id})
         self._digest = _file_digest(path)
         reference = tb.TiktokenEncoder(self._enc, match_special=False)
         self._encoder = tb.pick(
