@@ -84,8 +84,7 @@ class HFStreamTextSource(TextSource):
         yield from self._rows(ds.shard(ds.num_shards, part.shard or 0, contiguous=True), offset, want)
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
-        for text, _, _ in self._rows(self._dataset(), skip):
-            yield text
+        yield from (text for text, _, _ in self._rows(self._dataset(), skip))
 
 
 def _batches(ds: Any, size: int = 256) -> Iterator[dict[str, list]]:
