@@ -42,16 +42,13 @@ from llm.data.tokenize.encoders import (  # noqa: F401  (re-exported: the engine
     MissingBytesEncoder,
     TiktokenEncoder,
     TokenizersEncoder,
-    gigatoken_rebuild_chars,
-    tokenizer_threads,
 )
 
 log = logging.getLogger("llm.data.tokenize.tokenizers")
 
 BACKENDS = ("tokenizers", "tiktoken", "fastokens", "gigatoken")
-# Fastest first, for byte-level BPE vocabularies, as measured here by `python -m bench.encoders`
-# (docs/benchmarks.md, "Encoders"): fastokens ahead of gigatoken on one thread, both several
-# times tiktoken, tiktoken several times tokenizers.
+# Fastest first, for byte-level BPE vocabularies, as measured by `python -m bench.encoders`
+# (docs/benchmarks.md, "Encoders").
 PREFERENCE = ("fastokens", "gigatoken", "tiktoken", "tokenizers")
 ENV_VAR = "LLM_TOKENIZER_BACKEND"
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from llm.data.tokenize import engines as tb
-from llm.data.tokenize.engines import tokenizer_threads as tokenizer_threads  # re-exported
 
 
 @runtime_checkable
@@ -69,6 +68,7 @@ class _EngineTokenizer:
     vocab_size: int
     eos_id: int
     _digest: str  # of the vocabulary file
+    _args: dict[str, Any]  # the constructor's arguments but the backend
     _encoder: Any  # an engine from `engines`: TokenizersEncoder, TiktokenEncoder or FastokensEncoder
 
     def encode(self, text: str) -> list[int]:
@@ -86,6 +86,13 @@ class _EngineTokenizer:
         # The vocabulary's, whichever backend encodes: every backend gives the same ids.
         return {"type": self.kind, "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
 
+    def __getstate__(self) -> dict:
+        return {**self._args, "backend": self.backend}  # pickled as what rebuilds it
+
+    def __setstate__(self, state: dict) -> None:
+        # The same engine where it is installed; any other gives the same ids.
+        self.__init__(**{**state, "backend": _same_or_auto(state["backend"])})
+
 
 class HFTokenizer(_EngineTokenizer):
     """A Hugging Face tokenizer.json; `tokenizers` decodes, the chosen `backend` encodes (same ids)."""
@@ -97,7 +104,7 @@ class HFTokenizer(_EngineTokenizer):
 
         self.path = path
         self.spec = str(path)
-        self._eos_token = eos_token
+        self._args = {"path": path, "eos_token": eos_token}
         self._tok = _RustTokenizer.from_file(str(path))
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.eos_id = self._find_eos(eos_token)
@@ -120,13 +127,6 @@ class HFTokenizer(_EngineTokenizer):
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
-    def __getstate__(self) -> dict:
-        return {"path": self.path, "eos_token": self._eos_token, "backend": self.backend}
-
-    def __setstate__(self, state: dict) -> None:
-        # The same engine where it is installed; any other gives the same ids.
-        self.__init__(state["path"], state["eos_token"], _same_or_auto(state["backend"]))
-
 
 class TiktokenTokenizer(_EngineTokenizer):
     """A BPE from a local `.tiktoken` ranks file (e.g. GPT-2's), `<|endoftext|>` appended as EOS.
@@ -140,6 +140,7 @@ class TiktokenTokenizer(_EngineTokenizer):
     def __init__(self, path: Path, backend: str = "tiktoken"):
         self.path = path
         self.spec = str(path)
+        self._args = {"path": path}
         ranks = {}
         for line_no, line in enumerate(path.read_bytes().splitlines(), start=1):
             if not line.strip():
@@ -161,12 +162,6 @@ class TiktokenTokenizer(_EngineTokenizer):
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc.decode(list(ids))
-
-    def __getstate__(self) -> dict:
-        return {"path": self.path, "backend": self.backend}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"], _same_or_auto(state["backend"]))
 
 
 def _same_or_auto(backend: str) -> str:
