@@ -124,15 +124,7 @@ class LocalLineTextSource(TextSource):
 
     def iter_partition(self, part: Partition, offset: int = 0, want: RecordFilter = None) -> Iterator[Record]:
         path = self._by_path.get(part.path or "") or Path(part.path or "")
-        if isinstance(path, RemoteObject):  # no stamp to check: every GET names the listed ETag
-            try:
-                yield from self._records(path, part, offset, want)
-            except GeneratorExit:  # as below
-                raise
-            except StorageError as e:
-                raise RemoteReadError(str(e)) from None
-            return
-        stamp = self.stamps.get(str(path))
+        stamp = self.stamps.get(str(path))  # None for an object: every GET names the listed ETag
         if stamp is not None:
             stamp.check(path, "since the source was opened")
         try:
@@ -143,6 +135,8 @@ class LocalLineTextSource(TextSource):
             if stamp is not None:  # a line cut by a writer is a changed file, not a bad record
                 stamp.check(path)
             raise
+        except StorageError as e:  # an object's read failed after the retries, or it changed
+            raise RemoteReadError(str(e)) from None
         if stamp is not None:  # the whole partition was read: were its records all from one version?
             stamp.check(path)
 
