@@ -136,9 +136,7 @@ class GigatokenEncoder:
             import awkward as ak
 
             result = ak.Array(layout)
-            counts = np.asarray(ak.num(result), dtype=np.int64)
-            offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-            np.cumsum(counts, out=offsets[1:])
+            offsets = np.concatenate(([0], np.cumsum(np.asarray(ak.num(result), dtype=np.int64))))
             return np.asarray(ak.flatten(result), dtype=np.uint32), offsets
         offsets = np.asarray(layout.offsets.data, dtype=np.int64)
         ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
@@ -186,7 +184,6 @@ class MissingBytesEncoder:
         pieces = [np.asarray(again[i], dtype=np.uint32) if i in again else ids[offsets[i] : offsets[i + 1]]
                   for i in range(len(texts))]
         lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
-        new_offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=new_offsets[1:])
+        new_offsets = np.concatenate(([0], np.cumsum(lengths)))
         flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint32)
         return flat.astype(np.uint32, copy=False), new_offsets
