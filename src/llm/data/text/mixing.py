@@ -216,15 +216,6 @@ class DedupMixture(DedupTextSource):
         super().__init__(mixture, **dedup)  # type: ignore[arg-type]
         self.dedup_sources = frozenset(dedup_sources)
 
-    # the dataset mixes by these, as for a plain mixture
-    strategy = property(lambda self: self.inner.strategy)
-    sources = property(lambda self: self.inner.sources)
-    weights = property(lambda self: self.inner.weights)
-    buffer = property(lambda self: self.inner.buffer)
-    unit = property(lambda self: self.inner.unit)
-    schedule = property(lambda self: self.inner.schedule)
-    names = property(lambda self: self.inner.names)
-
     def source_fingerprint(self) -> dict:
         return {**super().source_fingerprint(), "deduplicated": sorted(self.dedup_sources)}
 
