@@ -61,11 +61,10 @@ class HFStreamTextSource(TextSource):
         # shards over the workers a second time; our partitions already did that.
         for batch in _batches(ds):
             if self.text_column is None:  # whole records, as JSON (fine-tuning)
-                texts = [json.dumps(dict(zip(batch, row)), ensure_ascii=False, default=str) for row in zip(*batch.values())]
-                for text in texts:
+                for values in zip(*batch.values()):
                     row += 1
                     if want is None or want(row):
-                        yield text, row, None
+                        yield json.dumps(dict(zip(batch, values)), ensure_ascii=False, default=str), row, None
                 continue
             if self.text_column not in batch:
                 keys = ", ".join(sorted(batch))
