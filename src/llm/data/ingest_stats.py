@@ -82,11 +82,8 @@ def zero_remote() -> dict[str, int]:
 
 
 def remote_sum(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    total = zero_remote()
-    for part in parts:
-        for key in REMOTE_KEYS:
-            total[key] += int(part.get(key, 0))
-    return total
+    parts = list(parts)
+    return {key: sum(int(part.get(key, 0)) for part in parts) for key in REMOTE_KEYS}
 
 
 def remote_diff(now: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
