@@ -64,12 +64,8 @@ class WaitHistogram:
         if not self.n:
             return None
         rank = max(1, math.ceil(q / 100 * self.n))
-        seen = 0
-        for b, count in enumerate(self.counts):
-            seen += count
-            if seen >= rank:
-                return 10 ** ((b + 0.5) / _BINS_PER_DECADE) / 1e6
-        return None  # unreachable: the counts add up to n
+        b = int(np.searchsorted(np.cumsum(self.counts), rank))  # the first bin whose running count reaches it
+        return 10 ** ((b + 0.5) / _BINS_PER_DECADE) / 1e6 if b < _BINS else None
 
     def to_dict(self) -> dict:
         return {"counts": list(self.counts), "n": self.n, "total_ns": self.total_ns}
@@ -86,11 +82,8 @@ def zero_remote() -> dict[str, int]:
 
 
 def remote_sum(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    total = zero_remote()
-    for part in parts:
-        for key in REMOTE_KEYS:
-            total[key] += int(part.get(key, 0))
-    return total
+    parts = list(parts)
+    return {key: sum(int(part.get(key, 0)) for part in parts) for key in REMOTE_KEYS}
 
 
 def remote_diff(now: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:

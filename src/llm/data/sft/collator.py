@@ -59,13 +59,8 @@ def infer_prompter(record: dict[str, Any], tokenizer: Any) -> Prompter:
 
 
 def _from_cfg(cfg: Any, key: str) -> Any:
-    """One key of an Axolotl-style cfg: a dict, or an object with attributes (Axolotl's DictDefault)."""
-    if cfg is None:
-        return None
-    if isinstance(cfg, Mapping):
-        return cfg.get(key)
-    # a foreign config object: a key it lacks means "not set", as in Axolotl's DictDefault
-    return getattr(cfg, key, None)
+    """One key of an Axolotl-style cfg (a dict, an object with attributes, or None); a key it lacks is "not set"."""
+    return cfg.get(key) if isinstance(cfg, Mapping) else getattr(cfg, key, None)
 
 
 def _pick(given: Any, cfg: Any, key: str, default: Any) -> Any:

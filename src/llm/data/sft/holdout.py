@@ -14,6 +14,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 
@@ -115,6 +116,4 @@ class HeldOutSource(TextSource):
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         kept = (text for part in self.partitions() for text, _, _ in self.iter_partition(part))
-        for i, text in enumerate(kept):
-            if i >= skip:
-                yield text
+        yield from islice(kept, skip, None)

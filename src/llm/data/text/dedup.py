@@ -1,9 +1,6 @@
 """Exact deduplication of text records: normalise, hash to a 16-byte digest, drop repeats.
 
-Memory per seen record is a fixed 16-byte digest in a numpy open-addressing
-table (about 32 bytes a record at the maximum load factor of 1/2), so tens of
-millions of records fit in a few hundred MB. Records are hashed and probed a
-chunk at a time (vectorised), not one Python lookup per record.
+Records are hashed a chunk at a time and probed against `seen_set.py`'s table.
 
 Two ways to persist (the file layouts are `seen_file.py`'s):
 
@@ -27,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -357,13 +355,7 @@ class DedupTextSource(TextSource):
 
 
 def _chunked(records: Iterator[Record]) -> Iterator[list[Record]]:
-    chunk: list[Record] = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) == _CHUNK:
-            yield chunk
-            chunk = []
-    if chunk:
+    while chunk := list(islice(records, _CHUNK)):
         yield chunk
 
 

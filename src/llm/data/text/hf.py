@@ -61,11 +61,10 @@ class HFStreamTextSource(TextSource):
         # shards over the workers a second time; our partitions already did that.
         for batch in _batches(ds):
             if self.text_column is None:  # whole records, as JSON (fine-tuning)
-                texts = [json.dumps(dict(zip(batch, row)), ensure_ascii=False, default=str) for row in zip(*batch.values())]
-                for text in texts:
+                for values in zip(*batch.values()):
                     row += 1
                     if want is None or want(row):
-                        yield text, row, None
+                        yield json.dumps(dict(zip(batch, values)), ensure_ascii=False, default=str), row, None
                 continue
             if self.text_column not in batch:
                 keys = ", ".join(sorted(batch))
@@ -84,8 +83,7 @@ class HFStreamTextSource(TextSource):
         yield from self._rows(ds.shard(ds.num_shards, part.shard or 0, contiguous=True), offset, want)
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
-        for text, _, _ in self._rows(self._dataset(), skip):
-            yield text
+        yield from (text for text, _, _ in self._rows(self._dataset(), skip))
 
 
 def _batches(ds: Any, size: int = 256) -> Iterator[dict[str, list]]:

@@ -131,10 +131,7 @@ def _dedup_report(path: Path, folder: Path) -> bool:
     return path.parent == folder and path.name in _DEDUP_REPORTS and (folder / "dedup.json").is_file()
 
 
-_FOLDER_SUFFIXES = {".txt", ".text", ".jsonl", ".json", ".ndjson", ".parquet"}
-
-
 def _supported(path: PurePath) -> bool:
     """Files picked up when a folder is given: the known text kinds (a named file may be anything)."""
     name = path.with_suffix("") if compression_of(path) else path
-    return not path.name.startswith(".") and name.suffix.lower() in _FOLDER_SUFFIXES
+    return not path.name.startswith(".") and name.suffix.lower() in _KINDS

@@ -7,6 +7,7 @@ local file would seek, so cursors and order are the same).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 from llm.data.storage.object_files import RemoteObject
@@ -123,15 +124,7 @@ class LocalLineTextSource(TextSource):
 
     def iter_partition(self, part: Partition, offset: int = 0, want: RecordFilter = None) -> Iterator[Record]:
         path = self._by_path.get(part.path or "") or Path(part.path or "")
-        if isinstance(path, RemoteObject):  # no stamp to check: every GET names the listed ETag
-            try:
-                yield from self._records(path, part, offset, want)
-            except GeneratorExit:  # as below
-                raise
-            except StorageError as e:
-                raise RemoteReadError(str(e)) from None
-            return
-        stamp = self.stamps.get(str(path))
+        stamp = self.stamps.get(str(path))  # None for an object: every GET names the listed ETag
         if stamp is not None:
             stamp.check(path, "since the source was opened")
         try:
@@ -142,6 +135,8 @@ class LocalLineTextSource(TextSource):
             if stamp is not None:  # a line cut by a writer is a changed file, not a bad record
                 stamp.check(path)
             raise
+        except StorageError as e:  # an object's read failed after the retries, or it changed
+            raise RemoteReadError(str(e)) from None
         if stamp is not None:  # the whole partition was read: were its records all from one version?
             stamp.check(path)
 
@@ -157,12 +152,8 @@ class LocalLineTextSource(TextSource):
                 yield text, row, None
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
-        for part in self.partitions():
-            for text, _, _ in self.iter_partition(part):
-                if skip:
-                    skip -= 1
-                    continue
-                yield text
+        texts = (text for part in self.partitions() for text, _, _ in self.iter_partition(part))
+        yield from islice(texts, skip, None)
 
 
 def _stamp(f: Path | RemoteObject, stamps: dict[str, FileStamp]) -> str:

@@ -25,6 +25,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from itertools import islice
 from typing import Any
 
 from llm.data.mix_schedule import MixSchedule, parse_schedule
@@ -183,12 +184,7 @@ class MixedTextSource(TextSource):
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         """Every source's records one after another (the mixing happens per consumer, in the dataset)."""
-        for source in self.sources:
-            for text in source.iter_texts():
-                if skip:
-                    skip -= 1
-                    continue
-                yield text
+        yield from islice((text for source in self.sources for text in source.iter_texts()), skip, None)
 
     def require_records(self, hint: str = "") -> None:
         """Every entry must hold a record: an empty one would silently leave its share to the others."""
@@ -220,15 +216,6 @@ class DedupMixture(DedupTextSource):
         super().__init__(mixture, **dedup)  # type: ignore[arg-type]
         self.dedup_sources = frozenset(dedup_sources)
 
-    # the dataset mixes by these, as for a plain mixture
-    strategy = property(lambda self: self.inner.strategy)
-    sources = property(lambda self: self.inner.sources)
-    weights = property(lambda self: self.inner.weights)
-    buffer = property(lambda self: self.inner.buffer)
-    unit = property(lambda self: self.inner.unit)
-    schedule = property(lambda self: self.inner.schedule)
-    names = property(lambda self: self.inner.names)
-
     def source_fingerprint(self) -> dict:
         return {**super().source_fingerprint(), "deduplicated": sorted(self.dedup_sources)}
 
@@ -237,10 +224,6 @@ class DedupMixture(DedupTextSource):
             yield from super().iter_partition(part, offset, want)
         else:
             yield from self.inner.iter_partition(part, offset, want)
-
-    def mixture(self) -> MixedTextSource:
-        """The mixture this dedup layer wraps (its strategy, weights, seed and sources)."""
-        return self.inner  # type: ignore[return-value]
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         tagged = ((text, i in self.dedup_sources) for i, s in enumerate(self.inner.sources) for text in s.iter_texts())
@@ -252,5 +235,5 @@ def as_mixture(source: TextSource) -> MixedTextSource | None:
     if isinstance(source, MixedTextSource):
         return source
     if isinstance(source, DedupMixture):
-        return source.mixture()
+        return source.inner  # type: ignore[return-value]
     return None

@@ -27,11 +27,9 @@ from llm.data.text.inputs import (
     expand_sources,
     input_kind,
 )
-from llm.data.text.records import decode_text, iter_json_array, record_text, starts_json_array
+from llm.data.text.records import iter_json_array, record_text, starts_json_array
 
-# their old home: importers keep working
-__all__ = ["FileStamp", "InputError", "compression_of", "decode_text", "expand_inputs", "expand_sources",
-           "input_kind", "record_text"]
+__all__ = ["FileStamp", "InputError", "expand_inputs", "expand_sources"]  # their old home: importers keep working
 
 _PROBE = 4096  # bytes enough to tell a JSON array from JSON Lines
 

@@ -170,10 +170,7 @@ def _hf(cfg: Any) -> TextSource:
 
 
 def _dedup(inner: SourceFactory) -> SourceFactory:
-    def build(cfg: Any) -> TextSource:
-        return DedupTextSource(inner(cfg), cfg.hash_algo, cfg.seen_hashes_path, cfg.write_seen_hashes)
-
-    return build
+    return lambda cfg: DedupTextSource(inner(cfg), cfg.hash_algo, cfg.seen_hashes_path, cfg.write_seen_hashes)
 
 
 SOURCE_REGISTRY = SourceRegistry()

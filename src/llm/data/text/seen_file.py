@@ -210,8 +210,6 @@ def append_digests(
             )
         if seen is not None:  # a torn append of a crashed run is cut off before adding to the file
             truncate_to(seen, base)
-        if seen is None and NEW_LAYOUT == "v2":
-            f.write(_HEADER.pack(MAGIC, VERSION, DIGEST_BYTES, algo.encode("ascii")[:20]))
         f.write(encode(seen.layout if seen else NEW_LAYOUT, digests, width))
         f.flush()
         os.fsync(f.fileno())

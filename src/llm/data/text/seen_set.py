@@ -43,7 +43,7 @@ class SeenSet:
         pairs = _pairs(digest)
         if self.contains_many(pairs)[0]:
             return False
-        self.update(pairs)
+        self.insert_new(pairs)  # one digest, just found absent: update() would check both again
         return True
 
     def contains_many(self, pairs: np.ndarray) -> np.ndarray:

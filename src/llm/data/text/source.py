@@ -110,15 +110,6 @@ class TextSource:
             yield text, i, None
 
 
-def reads_object_store(source: TextSource) -> bool:
-    """Whether a source, or one it wraps (dedup's `inner`, a mixture's `sources`), reads object storage.
-
-    Its DataLoader workers must not be forked: the object-store client's runtime does not
-    survive fork() once the parent has used it (a forked child that uses it hangs).
-    """
-    return source.uses_object_store
-
-
 FINGERPRINT_MISMATCH = "stream source fingerprint mismatch"
 
 

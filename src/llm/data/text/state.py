@@ -93,14 +93,10 @@ def check_seen_count(dedup: DedupTextSource | None, seen: Any) -> None:
     # a checkpoint whose staged digests were not appended yet needs only its `base` in the file
     if held >= seen["count"] or (base is not None and held >= base):
         return
-    if seen_file is None:
-        raise StateError(
-            f"seen-hashes file {dedup.seen_hashes_path} is missing but the data state expects {seen['count']} "
-            "digests in it; resume with the seen-hashes file the state was saved with"
-        )
+    what = "is missing" if seen_file is None else f"holds {held} digests"
     raise StateError(
-        f"seen-hashes file {dedup.seen_hashes_path} holds {held} digests but the data state "
-        f"expects {seen['count']}; resume with the seen-hashes file the state was saved with"
+        f"seen-hashes file {dedup.seen_hashes_path} {what} but the data state expects {seen['count']} "
+        "digests in it; resume with the seen-hashes file the state was saved with"
     )
 
 

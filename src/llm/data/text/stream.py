@@ -29,7 +29,6 @@ from llm.data.text.source import (
     FINGERPRINT_MISMATCH,
     Partition,
     TextSource,
-    reads_object_store,
     validate_source_fingerprint,
 )
 from llm.data.text.state import (
@@ -50,7 +49,7 @@ def _batches_as_they_are(item: dict) -> dict:
     """The DataLoader's collate for whole batches: they are tensors (or packed bytes) already.
 
     Its default (`default_convert`) walks every list of each batch's state (the packers' token
-    buffers): ~1,000 Python calls per batch, over half the main process's time on the fly.
+    buffers), a Python call per list, in the main process.
     """
     return item
 
@@ -249,7 +248,7 @@ class StreamingTextDataModule(Stage):
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # workers of a source in object storage start from a forkserver (text/workers.py)
-        loader = text_loader(ds, self.num_workers, reads_object_store(self.source), _batches_as_they_are)
+        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, _batches_as_they_are)
         done: set[int] = set()
         for item in loader:
             st = item.pop("_state")
@@ -349,21 +348,19 @@ class StreamingTextDataModule(Stage):
         on disk (for your own checkpoints: `llm.data.dedup.publish_seen_hashes(state)`).
         """
         rank, world = current_topology(self.rank, self.world_size)
-        state = self.state()
+        state, dedup = self.state(), self._dedup()
         digests = b"".join(self._uncommitted)
         self._uncommitted = []
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        collective = distributed and self.rank is None
-        if collective:
+        if distributed and self.rank is None:  # collective
             gathered: list[Any] = [None] * world
             torch.distributed.all_gather_object(gathered, (state, digests))
             state = merge_stream_states([s for s, _ in gathered])
             state["token_buffer"] = gathered[0][0]["token_buffer"]
             others = b"".join(d for r, (_, d) in enumerate(gathered) if r != rank)
-            if others and self._dedup() is not None:
-                self._dedup().mark_consumed(others)  # type: ignore[union-attr]
+            if others and dedup is not None:
+                dedup.mark_consumed(others)
             digests = b"".join(d for _, d in gathered)
-        dedup = self._dedup()
         if dedup is not None:
             state["seen_hashes"] = dedup.stage_commit(digests)
         return state
@@ -385,10 +382,10 @@ class StreamingTextDataModule(Stage):
             dedup.restore_committed(seen)
         self._cursors = {k: dict(c) for k, c in state["partitions"].items()}
         self._version = state.get("version", 1)
-        _, world = current_topology(self.rank, self.world_size)
+        rank, world = current_topology(self.rank, self.world_size)
         same = state.get("world_size") == world and state.get("num_workers") == self.num_workers
         self._next_worker = dict(state.get("next_worker", {})) if same else {}
-        self.progress.restore(state, current_topology(self.rank, self.world_size)[0], same)
+        self.progress.restore(state, rank, same)
         self._uncommitted = []
         if seen and seen.get("pending"):
             warnings.warn(

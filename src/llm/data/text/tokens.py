@@ -30,16 +30,13 @@ def tokenize_documents(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[np.n
     if flat_encoder is not None:
         ids, offsets = flat_encoder(list(texts))
         lengths = np.diff(offsets) + 1
-        flat = np.full(int(lengths.sum()), tokenizer.eos_id, dtype=np.int64)
-        body = np.ones(len(flat), dtype=bool)
-        body[np.cumsum(lengths) - 1] = False
-        flat[body] = ids
-        return flat, lengths
-    docs = encode_each(tokenizer, texts)
-    lengths = np.fromiter((len(d) + 1 for d in docs), dtype=np.int64, count=len(docs))
+    else:
+        docs = encode_each(tokenizer, texts)
+        lengths = np.fromiter((len(d) + 1 for d in docs), dtype=np.int64, count=len(docs))
+        ids = np.concatenate(docs) if docs else None
     flat = np.full(int(lengths.sum()), tokenizer.eos_id, dtype=np.int64)
     body = np.ones(len(flat), dtype=bool)
     body[np.cumsum(lengths) - 1] = False  # each document's last slot keeps its EOS
-    if docs:
-        flat[body] = np.concatenate(docs)
+    if ids is not None:
+        flat[body] = ids
     return flat, lengths

@@ -158,9 +158,7 @@ def tiktoken_ranks(bpe: ByteLevelBPE) -> tuple[dict[bytes, int], dict[str, int]]
     A rank is the token's id. Vocabulary entries no merge produces (added tokens aside) are left
     out: `tokenizers` never emits them, and neither does an encoder that does not know them.
     """
-    ranks: dict[bytes, int] = {}
-    for symbol, b in byte_decoder().items():
-        ranks[bytes([b])] = bpe.vocab[symbol]
+    ranks = {bytes([b]): bpe.vocab[symbol] for symbol, b in byte_decoder().items()}
     merged: list[tuple[bytes, bytes, int]] = []
     last = -1
     for left, right in bpe.merges:

@@ -64,22 +64,17 @@ class TiktokenEncoder:
         return self._enc.encode_ordinary_batch(list(texts), num_threads=tokenizer_threads())
 
 
-class FastokensEncoder:
+class FastokensEncoder(TokenizersEncoder):
     """`fastokens` (Rust): a tokenizer.json with the `tokenizers` semantics, or .tiktoken ranks."""
 
     name = "fastokens"
 
     def __init__(self, tok: Any):
         self._tok = tok
+        self._batch = tok.encode_batch
         threads = os.environ.get("LLM_TOKENIZER_THREADS")
         if threads:  # optimize workers: one thread each; read by fastokens at its first encode
             os.environ.setdefault("FASTOKENS_BPE_THREADS", threads)
-
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(all ids as one uint32 array, len(texts) + 1 offsets): no per-token Python objects."""
@@ -89,8 +84,8 @@ class FastokensEncoder:
 
 # gigatoken (0.10) caches every pre-token it has seen, per tokenizer, without a bound: its memory
 # grows with the variety of the text. The tokenizer is built anew after this many characters
-# ($LLM_GIGATOKEN_REBUILD_CHARS; 0: never), which frees the caches; a GPT-2 vocabulary loads in
-# ~0.3-0.6 s, a few percent of the ~5-10 s it takes to encode 1 Gi characters on one thread.
+# ($LLM_GIGATOKEN_REBUILD_CHARS; 0: never), which frees the caches; loading a vocabulary again
+# costs a few percent of encoding that much text (bench/encoders.py).
 GIGATOKEN_REBUILD_CHARS = 1 << 30
 
 
@@ -141,9 +136,7 @@ class GigatokenEncoder:
             import awkward as ak
 
             result = ak.Array(layout)
-            counts = np.asarray(ak.num(result), dtype=np.int64)
-            offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-            np.cumsum(counts, out=offsets[1:])
+            offsets = np.concatenate(([0], np.cumsum(np.asarray(ak.num(result), dtype=np.int64))))
             return np.asarray(ak.flatten(result), dtype=np.uint32), offsets
         offsets = np.asarray(layout.offsets.data, dtype=np.int64)
         ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
@@ -191,7 +184,6 @@ class MissingBytesEncoder:
         pieces = [np.asarray(again[i], dtype=np.uint32) if i in again else ids[offsets[i] : offsets[i + 1]]
                   for i in range(len(texts))]
         lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
-        new_offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=new_offsets[1:])
+        new_offsets = np.concatenate(([0], np.cumsum(lengths)))
         flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint32)
         return flat.astype(np.uint32, copy=False), new_offsets

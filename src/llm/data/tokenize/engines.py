@@ -16,6 +16,7 @@ fingerprint, or the tokenizer's `fingerprint()`: those depend on the vocabulary 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -41,16 +42,13 @@ from llm.data.tokenize.encoders import (  # noqa: F401  (re-exported: the engine
     MissingBytesEncoder,
     TiktokenEncoder,
     TokenizersEncoder,
-    gigatoken_rebuild_chars,
-    tokenizer_threads,
 )
 
 log = logging.getLogger("llm.data.tokenize.tokenizers")
 
 BACKENDS = ("tokenizers", "tiktoken", "fastokens", "gigatoken")
-# Fastest first, for byte-level BPE vocabularies, as measured here by `python -m bench.encoders`
-# (docs/benchmarks.md, "Encoders"): fastokens ahead of gigatoken on one thread, both several
-# times tiktoken, tiktoken several times tokenizers.
+# Fastest first, for byte-level BPE vocabularies, as measured by `python -m bench.encoders`
+# (docs/benchmarks.md, "Encoders").
 PREFERENCE = ("fastokens", "gigatoken", "tiktoken", "tokenizers")
 ENV_VAR = "LLM_TOKENIZER_BACKEND"
 
@@ -107,12 +105,7 @@ def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[
     A vocabulary lacking some byte symbols is given to the fast engines completed with them
     (`complete_byte_alphabet`), behind a `MissingBytesEncoder`.
     """
-    completed: list[tuple[str, int | None]] = []
-
-    def vocabulary() -> tuple[str, int | None]:
-        if not completed:  # parsed once, by the first engine tried
-            completed.append(complete_byte_alphabet(path))
-        return completed[0]
+    vocabulary = functools.cache(lambda: complete_byte_alphabet(path))  # parsed once, by the first engine tried
 
     def served(make: Callable[[str], Any]) -> Any:
         text, first_added = vocabulary()
@@ -157,7 +150,7 @@ def tiktoken_file_makers(
     fastokens gets the ranks as the equivalent byte-level tokenizer.json, not through its own
     `.tiktoken` loader: that one splits with a generic regex engine whose `\\s` differs from
     tiktoken's (U+180E), while its ByteLevel path matches `tokenizers` and `tiktoken`.
-    The conversion (~1 s for GPT-2, paid by every worker process) is kept by the ranks file's
+    The conversion (slow, and paid by every worker process) is kept by the ranks file's
     `digest` (sha256) under the user cache folder (`converted_vocabulary`).
     """
 
@@ -185,9 +178,8 @@ def converted_vocabulary(ranks: dict[bytes, int], digest: str | None) -> str:
 
     The cached file is named by the ranks file's sha256 and written atomically, then its xxh3-128
     beside it (`.xxh3`): a file whose hash does not match (damaged, cut short, or left without its
-    hash by a crash) is converted again. Checking the hash costs a millisecond where parsing the
-    JSON again cost a tenth of a second of every process's start. (The engine built from it is
-    still self-checked against tiktoken before use.)
+    hash by a crash) is converted again: checking the hash is much cheaper than parsing the JSON
+    at every process's start. (The engine built from it is still self-checked against tiktoken.)
     """
     # The name carries the conversion's version: a later change to it never reads an old file.
     cached = cache_home() / "tokenizers" / f"{digest}-ranks-v{_CONVERSION_VERSION}.json" if digest else None

@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from llm.data.tokenize import engines as tb
-from llm.data.tokenize.bpe_vocab import GPT2_PATTERN
-from llm.data.tokenize.engines import tokenizer_threads as tokenizer_threads  # re-exported
 
 
 @runtime_checkable
@@ -70,6 +68,7 @@ class _EngineTokenizer:
     vocab_size: int
     eos_id: int
     _digest: str  # of the vocabulary file
+    _args: dict[str, Any]  # the constructor's arguments but the backend
     _encoder: Any  # an engine from `engines`: TokenizersEncoder, TiktokenEncoder or FastokensEncoder
 
     def encode(self, text: str) -> list[int]:
@@ -87,6 +86,13 @@ class _EngineTokenizer:
         # The vocabulary's, whichever backend encodes: every backend gives the same ids.
         return {"type": self.kind, "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
 
+    def __getstate__(self) -> dict:
+        return {**self._args, "backend": self.backend}  # pickled as what rebuilds it
+
+    def __setstate__(self, state: dict) -> None:
+        # The same engine where it is installed; any other gives the same ids.
+        self.__init__(**{**state, "backend": _same_or_auto(state["backend"])})
+
 
 class HFTokenizer(_EngineTokenizer):
     """A Hugging Face tokenizer.json; `tokenizers` decodes, the chosen `backend` encodes (same ids)."""
@@ -98,7 +104,7 @@ class HFTokenizer(_EngineTokenizer):
 
         self.path = path
         self.spec = str(path)
-        self._eos_token = eos_token
+        self._args = {"path": path, "eos_token": eos_token}
         self._tok = _RustTokenizer.from_file(str(path))
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.eos_id = self._find_eos(eos_token)
@@ -121,13 +127,6 @@ class HFTokenizer(_EngineTokenizer):
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
-    def __getstate__(self) -> dict:
-        return {"path": self.path, "eos_token": self._eos_token, "backend": self.backend}
-
-    def __setstate__(self, state: dict) -> None:
-        # The same engine where it is installed; any other gives the same ids.
-        self.__init__(state["path"], state["eos_token"], _same_or_auto(state["backend"]))
-
 
 class TiktokenTokenizer(_EngineTokenizer):
     """A BPE from a local `.tiktoken` ranks file (e.g. GPT-2's), `<|endoftext|>` appended as EOS.
@@ -139,10 +138,9 @@ class TiktokenTokenizer(_EngineTokenizer):
     kind = "tiktoken"
 
     def __init__(self, path: Path, backend: str = "tiktoken"):
-        import tiktoken
-
         self.path = path
         self.spec = str(path)
+        self._args = {"path": path}
         ranks = {}
         for line_no, line in enumerate(path.read_bytes().splitlines(), start=1):
             if not line.strip():
@@ -154,12 +152,7 @@ class TiktokenTokenizer(_EngineTokenizer):
                 raise ValueError(f"{path}:{line_no} is not a `<base64 token> <rank>` line of a .tiktoken file") from None
         self.eos_id = max(ranks.values()) + 1
         self.vocab_size = self.eos_id + 1
-        self._enc = tiktoken.Encoding(
-            name=path.stem,
-            pat_str=GPT2_PATTERN,
-            mergeable_ranks=ranks,
-            special_tokens={"<|endoftext|>": self.eos_id},
-        )
+        self._enc = tb.tiktoken_encoding(path.stem, ranks, {"<|endoftext|>": self.eos_id})
         self._digest = _file_digest(path)
         reference = tb.TiktokenEncoder(self._enc, match_special=False)
         self._encoder = tb.pick(
@@ -169,12 +162,6 @@ class TiktokenTokenizer(_EngineTokenizer):
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc.decode(list(ids))
-
-    def __getstate__(self) -> dict:
-        return {"path": self.path, "backend": self.backend}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"], _same_or_auto(state["backend"]))
 
 
 def _same_or_auto(backend: str) -> str:
