@@ -88,11 +88,12 @@ def is_small(size: int, count: int, chunk_bytes: int | None, chunk_count: int | 
 
 
 def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str | None,
-                 encryption: Encryption | None = None) -> tuple[int, int, str]:
-    """Write parts to path (compressed, then encrypted, when asked); returns (stored bytes, raw bytes, checksum)."""
-    if compression is None and encryption is None and len(parts) <= 4:
-        # a token shard (ids, doc ends) stored as it is: written and hashed part by part, unjoined
-        # (item shards, a part per item, are joined: one write rather than one per item)
+                 encryption: Encryption | None = None, few_large_parts: bool = False) -> tuple[int, int, str]:
+    """Write parts to path (compressed, then encrypted, when asked); returns (stored bytes, raw bytes, checksum).
+
+    `few_large_parts` (a token shard: ids, doc ends) stored as they are are written and hashed part
+    by part, unjoined; item shards, a part per item, are joined: one write rather than one per item."""
+    if compression is None and encryption is None and few_large_parts:
         views = [memoryview(p).cast("B") for p in parts]
         write_file(path, views)
         checksum = checksum_parts(views)
@@ -190,7 +191,7 @@ class TokenShardWriter:
         name = f"{self.prefix}-{len(self.shards):05d}.bin"
         stored, raw, checksum = _write_shard(
             self.folder / name, [tokens.data, doc_ends.astype("<u8", copy=False).data],
-            self.compression, self.encryption,
+            self.compression, self.encryption, few_large_parts=True,
         )
         self.shards.append(
             ShardInfo(

@@ -278,8 +278,9 @@ class StreamingDataset(SampleSource):
         legacy_window = self.legacy_window if legacy_window is None else legacy_window
         straddles = None if legacy_window or self.view is not None else self.straddles
         key = (epoch, component, legacy, straddles is None, self.seed, self.shuffle, self.shuffle_algorithm,
-               self.shuffle_window, id(self.view))
-        cached = self._order  # a windowed order costs O(shards) to set up: keep the last
+               self.shuffle_window)
+        # a windowed order costs O(shards) to set up: keep the last (set_view() drops it)
+        cached = self._order
         if cached is None or cached[0] != key:
             cached = self._order = (key, epoch_order(self.num_samples, self.seed, epoch, self.shuffle,
                                                      self.shuffle_algorithm, self.shuffle_window, self.sample_starts,
