@@ -149,7 +149,10 @@ def test_exact_resume_txt(tmp_path, workers):
 
 @pytest.mark.parametrize(
     "kind, workers",
-    [("jsonl.zst", 0), ("jsonl.zst", 2), ("parquet", 0), ("parquet", 2), ("hf", 0), ("hf", 2)],
+    # With 2 workers in CI only: each reader is the 0-worker case, worker resume is test_exact_resume_txt[2], and
+    # these kinds with workers are test_other_topologies_hf_and_parquet and test_one_compressed_file_feeds_several_ranks.
+    [(kind, workers) if workers == 0 else pytest.param(kind, workers, marks=pytest.mark.slow)
+     for kind in ("jsonl.zst", "parquet", "hf") for workers in (0, 2)],
 )
 def test_exact_resume_other_sources(tmp_path, kind, workers):
     path = write_corpus(tmp_path, kind, n=300)
