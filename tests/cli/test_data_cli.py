@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import first_error, run
+from tests.cli.helpers import first_error, run, run_here
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_missing_tokenizer_file_and_wrong_kinds_of_paths(tmp_path: Path, text: P
     (tmp_path / "folder.json").mkdir()
     cases[("train-tokenizer", "notes.txt", "-o", "folder.json")] = "llm-data: error: --output folder.json is a folder, not a file"
     for args, expected in cases.items():
-        proc = run("llm-data", *args, cwd=tmp_path)
+        proc = run_here("llm-data", *args, cwd=tmp_path)
         assert first_error(proc) == expected, args
     assert not (tmp_path / "ds").exists()
 
