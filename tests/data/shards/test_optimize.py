@@ -179,6 +179,9 @@ def test_modes_empty_append_overwrite(tmp_path, texts, bpe):
     assert len(list(out.glob("shard-*.bin"))) == len(Manifest.load(out).shards), "old shards are removed"
 
 
+# kill -9 of an llm-data subprocess: CI. make test kills an append in test_items.py (the same output folder
+# commit and orphan clean-up) and an llm-data overwrite in reliability/test_optimize_faults.py.
+@pytest.mark.slow
 def test_kill_during_append_leaves_previous_dataset(tmp_path, texts):
     out = tmp_path / "ds"
     first = write_jsonl(tmp_path / "first.jsonl", texts[:500])
