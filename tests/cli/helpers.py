@@ -29,7 +29,7 @@ def first_error(proc: subprocess.CompletedProcess) -> str:
     return proc.stderr.splitlines()[0]
 
 
-def run_here(command: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+def run_here(command: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`command` as `run` gives it, but its main() called in this process (what the console script calls): for
     checks of how arguments are read, where a fresh interpreter adds only its start-up (~0.3 s a call)."""
     import contextlib
@@ -38,7 +38,7 @@ def run_here(command: str, *args: str, cwd: Path) -> subprocess.CompletedProcess
 
     main = importlib.import_module(MODULES[command]).main
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.chdir(cwd or "."), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main(list(args))
         except SystemExit as e:  # argparse's own errors and --help

@@ -23,6 +23,7 @@ from llm.data import ItemsLoader, StreamingDataset, TokensLoader, optimize
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.prepare.optimize_text import optimize_text
 from llm.data.tokenize.tokenizers import load_tokenizer, train_bpe_tokenizer
+from tests.cli.helpers import run_here
 from tests.data.shards.helpers import all_tokens, real_lines, write_jsonl
 
 LLM_DATA = [sys.executable, "-m", "llm.cli.data"]
@@ -210,7 +211,8 @@ def test_kill_during_append_leaves_previous_dataset(tmp_path, texts):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*LLM_DATA, *args], capture_output=True, text=True, timeout=120)
+    """`llm-data ARGS`, its main() called in process: these are argument and input checks (a subprocess each cost ~0.3 s)."""
+    return run_here("llm-data", *args)
 
 
 def assert_clean_failure(result: subprocess.CompletedProcess, out: Path, *fragments: str) -> None:
