@@ -35,10 +35,13 @@ def run_here(command: str, *args: str, cwd: Path | None = None) -> subprocess.Co
     import contextlib
     import importlib
     import io
+    from unittest import mock
 
     main = importlib.import_module(MODULES[command]).main
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(cwd or "."), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    width = {"COLUMNS": "80"}  # argparse wraps help at the width a piped subprocess gets (shutil's fallback)
+    with contextlib.chdir(cwd or "."), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            mock.patch.dict(os.environ, width):
         try:
             code = main(list(args))
         except SystemExit as e:  # argparse's own errors and --help

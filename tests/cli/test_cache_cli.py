@@ -34,7 +34,7 @@ def caches(tmp_path: Path) -> tuple[Path, list[StreamingDataset]]:
 
 @pytest.mark.parametrize("sub", [["cache"], ["cache", "ls"], ["cache", "clear"]])
 def test_help_shows_examples(tmp_path: Path, sub: list[str]) -> None:
-    proc = run("llm-data", *sub, "--help", cwd=tmp_path)
+    proc = run_here("llm-data", *sub, "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "llm-data cache clear --all" in proc.stdout.split("example", 1)[1]
 

@@ -19,7 +19,7 @@ def text(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("sub", [[], ["optimize"], ["info"], ["verify"], ["train-tokenizer"]])
 def test_help_shows_examples_and_defaults(tmp_path: Path, sub: list[str]) -> None:
-    proc = run("llm-data", *sub, "--help", cwd=tmp_path)
+    proc = run_here("llm-data", *sub, "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "example" in proc.stdout and "llm-data " in proc.stdout.split("example", 1)[1]
     if sub == ["optimize"]:
@@ -34,7 +34,7 @@ def test_help_shows_examples_and_defaults(tmp_path: Path, sub: list[str]) -> Non
 def test_version_comes_from_the_package_metadata(tmp_path: Path) -> None:
     from importlib.metadata import version
 
-    proc = run("llm-data", "--version", cwd=tmp_path)
+    proc = run_here("llm-data", "--version", cwd=tmp_path)
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"llm-data {version('llm-stream-data')}"
 
