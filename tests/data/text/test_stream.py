@@ -125,6 +125,7 @@ def test_blocks_match_first_principles(tmp_path):
     assert state["line_index"] == {"0": 600}  # the guide's view: records read per rank
 
 
+@pytest.mark.slow  # fresh processes; in process with the same 2 workers: test_exact_resume_txt[2]
 def test_exact_resume_txt_two_workers_fresh_process(tmp_path):
     path = write_corpus(tmp_path, "txt")
     config = {"kind": "txt", "path": str(path), "L": 32, "batch": 4, "workers": 2}
