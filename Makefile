@@ -61,7 +61,9 @@ demo: $(STAMP)
 	@echo "demo: running python -m llm.demo (about a minute on a laptop CPU)"
 	$(BIN)/python -m llm.demo
 
-# Quick: everything but the end-to-end tests marked slow (a few minutes on 2 cores).
+# Quick: everything but the tests marked slow (a few minutes on 2 cores). Slow: end-to-end repeats whose code
+# path a quick test also covers (llm-train and other subprocesses, kill -9, several processes, Ray, the az/gs
+# runs of store-independent paths); config and argument checks call main() in process instead.
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" $(PYTEST_ARGS)
 

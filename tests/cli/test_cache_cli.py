@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
-from tests.cli.helpers import first_error, run
+from tests.cli.helpers import first_error, run, run_here
 
 
 def _dataset(folder: Path, tag: int) -> str:
@@ -34,7 +34,7 @@ def caches(tmp_path: Path) -> tuple[Path, list[StreamingDataset]]:
 
 @pytest.mark.parametrize("sub", [["cache"], ["cache", "ls"], ["cache", "clear"]])
 def test_help_shows_examples(tmp_path: Path, sub: list[str]) -> None:
-    proc = run("llm-data", *sub, "--help", cwd=tmp_path)
+    proc = run_here("llm-data", *sub, "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "llm-data cache clear --all" in proc.stdout.split("example", 1)[1]
 
@@ -122,7 +122,7 @@ def test_mistakes_are_one_sentence_with_exit_2(caches, tmp_path: Path) -> None:
         f"dataset's cache folder; pass the folder above it ({cache})",
     }
     for args, expected in cases.items():
-        assert first_error(run("llm-data", "cache", *args, cwd=tmp_path)).startswith(expected), args
+        assert first_error(run_here("llm-data", "cache", *args, cwd=tmp_path)).startswith(expected), args
     assert len(list(cache.iterdir())) == 2, "nothing removed by a refused command"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import first_error, run
+from tests.cli.helpers import first_error, run, run_here
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def text(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("sub", [[], ["optimize"], ["info"], ["verify"], ["train-tokenizer"]])
 def test_help_shows_examples_and_defaults(tmp_path: Path, sub: list[str]) -> None:
-    proc = run("llm-data", *sub, "--help", cwd=tmp_path)
+    proc = run_here("llm-data", *sub, "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "example" in proc.stdout and "llm-data " in proc.stdout.split("example", 1)[1]
     if sub == ["optimize"]:
@@ -34,7 +34,7 @@ def test_help_shows_examples_and_defaults(tmp_path: Path, sub: list[str]) -> Non
 def test_version_comes_from_the_package_metadata(tmp_path: Path) -> None:
     from importlib.metadata import version
 
-    proc = run("llm-data", "--version", cwd=tmp_path)
+    proc = run_here("llm-data", "--version", cwd=tmp_path)
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"llm-data {version('llm-stream-data')}"
 
@@ -101,7 +101,7 @@ def test_missing_tokenizer_file_and_wrong_kinds_of_paths(tmp_path: Path, text: P
     (tmp_path / "folder.json").mkdir()
     cases[("train-tokenizer", "notes.txt", "-o", "folder.json")] = "llm-data: error: --output folder.json is a folder, not a file"
     for args, expected in cases.items():
-        proc = run("llm-data", *args, cwd=tmp_path)
+        proc = run_here("llm-data", *args, cwd=tmp_path)
         assert first_error(proc) == expected, args
     assert not (tmp_path / "ds").exists()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cli.helpers import first_error, run
+from tests.cli.helpers import first_error, run, run_here
 from tests.training.test_trainer import tiny_tree, write_corpus
 
 
@@ -22,7 +22,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tree = tiny_tree(corpus, data={"steps_per_epoch": 3, "val_dataset_path": str(val)},
                      checkpoint={"checkpoint_dir": "ck"}, training={"epochs": 2, "val_batches": 1})
     (work / "cfg.yaml").write_text(yaml.safe_dump(tree))
-    proc = run("llm-train", "--task", "lm", "--config-path", "cfg.yaml", cwd=work)
+    proc = run_here("llm-train", "--task", "lm", "--config-path", "cfg.yaml", cwd=work)
     assert proc.returncode == 0, proc.stderr
     (work / "stdout.txt").write_text(proc.stdout)
     return work
@@ -117,7 +117,7 @@ def test_resume_rewrites_the_metrics_after_its_checkpoint(trained: Path, tmp_pat
     shutil.copytree(trained, work)
     (work / "ck" / "latest").write_text("step_3\n")  # as if killed after step 6 was logged but before it was saved
     shutil.rmtree(work / "ck" / "step_6")
-    proc = run("llm-train", "--task", "lm", "--config-path", "cfg.yaml", "--set",
+    proc = run_here("llm-train", "--task", "lm", "--config-path", "cfg.yaml", "--set",
                "checkpoint.resume_from_checkpoint=ck/latest", cwd=work)
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in (work / "ck" / "metrics.jsonl").read_text().splitlines()]

@@ -216,6 +216,8 @@ def loaded(vocabs) -> list[tuple[str, object, list[object]]]:
     return out
 
 
+# 400 random texts through the encode_batch of every backend that the real-text test above runs in make test: CI.
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts=st.lists(random_text, min_size=1, max_size=8))
 def test_every_backend_matches_the_reference_on_random_unicode(loaded, texts):

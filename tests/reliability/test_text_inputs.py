@@ -24,6 +24,7 @@ from llm.data.sources import LocalLineTextSource
 from llm.data.text.readers import InputError
 from llm.data.text.stream import StreamingTextDataModule
 from llm.training.core.config import DataConfig
+from tests.cli.helpers import run_here
 from tests.data.shards.helpers import all_tokens
 from tests.training.test_trainer import REPO, tiny_tree
 
@@ -89,7 +90,8 @@ def test_damaged_bytes_inside_a_stream_name_the_file(tmp_path) -> None:
 
 def test_llm_data_optimize_exits_2_on_a_cut_file(tmp_path) -> None:
     path = _cut(tmp_path, "zst")
-    proc = _cli(["llm.cli.data", "optimize", str(path), "--output", str(tmp_path / "ds"), "--num-workers", "1", "--no-progress"], tmp_path)
+    proc = run_here("llm-data", "optimize", str(path), "--output", str(tmp_path / "ds"), "--num-workers", "1", "--no-progress",
+                    cwd=tmp_path)  # main() in process: an input check
     assert proc.returncode == 2, proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert "cut.jsonl.zst: truncated or corrupt zstd stream at byte" in line and "Traceback" not in proc.stderr
@@ -186,7 +188,8 @@ def test_llm_data_optimize_exits_2_on_empty_input(tmp_path) -> None:
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.txt").write_text("")
     (tmp_path / "in" / "b.txt").write_text("\n\n")
-    proc = _cli(["llm.cli.data", "optimize", str(tmp_path / "in"), "--output", str(tmp_path / "ds"), "--no-progress"], tmp_path)
+    proc = run_here("llm-data", "optimize", str(tmp_path / "in"), "--output", str(tmp_path / "ds"), "--no-progress",
+                    cwd=tmp_path)  # main() in process: an input check
     assert proc.returncode == 2 and "a.txt, " in proc.stderr and "b.txt: every input file is empty" in proc.stderr
 
 

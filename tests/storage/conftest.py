@@ -27,6 +27,9 @@ from tests.storage.gcs_xml import GcsXmlServer
 KEY, SECRET, BUCKET = "llm-test-key", "llm-test-secret", "llm-test"
 GCS_TOKEN = "llm-test-token"
 STORES = ("s3", "az", "gs")
+# For a test whose store-independent path (retries, cache, resume) s3 covers in `make test`: the
+# other stores' runs are end-to-end repeats, so only `make test-all` (CI) runs them.
+QUICK_ON_S3 = ("s3", pytest.param("az", marks=pytest.mark.slow), pytest.param("gs", marks=pytest.mark.slow))
 # Every variable a store reads for where to go and who to be: cleared before a test sets its own.
 STORE_VARIABLES = (
     "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",

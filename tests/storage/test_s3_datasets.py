@@ -16,6 +16,7 @@ from llm.data.storage.cache import CorruptObject
 from llm.data.storage.objects import open_objects
 from llm.data.storage.s3 import BucketNotFound, StorageError
 from tests.resume import check_resume
+from tests.storage.conftest import QUICK_ON_S3
 from tests.storage.helpers import FolderSampler, docs, run_remote, stream_tokens, write
 
 
@@ -48,7 +49,7 @@ def test_resume_from_s3_is_exact_on_other_worker_counts(s3_server, tmp_path):
 
 
 @pytest.mark.parametrize("store,backend,shuffle", [("s3", "processes", False), ("s3", "threads", True),
-                                                  ("az", "threads", True), ("gs", "threads", True)])
+                                                  *(pytest.param(s, "threads", True, marks=pytest.mark.slow) for s in ("az", "gs"))])
 def test_cache_stays_under_its_limit_with_two_workers(store_env_of, tmp_path, store, backend, shuffle):
     documents = docs(800, seed=2)
     url = store_env_of(store).url()
@@ -118,6 +119,7 @@ def test_errors_are_one_sentence_naming_endpoint_bucket_and_key(store_server, tm
         StreamingDataset(url, storage_options=closed, cache_dir=tmp_path)
 
 
+@pytest.mark.parametrize("store_server", QUICK_ON_S3, indirect=True)  # az and gs writes: test_optimize_to_s3_then_stream_...
 def test_cli_writes_to_s3_and_reads_it_back(store_env, tmp_path, capsys, monkeypatch):
     from llm.cli.data import main
     from tests.data.shards.helpers import real_lines, write_jsonl

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from llm.data.storage.s3 import StorageError
+from tests.storage.conftest import QUICK_ON_S3
 from tests.storage.faultproxy import FaultProxy
 from tests.storage.helpers import docs, stream_tokens, write
 
@@ -27,6 +28,7 @@ def dataset(store_server):
     return url, np.concatenate(documents)
 
 
+@pytest.mark.parametrize("store_server", QUICK_ON_S3, indirect=True)  # the retry loop is one for every store
 def test_faults_are_retried_and_the_epoch_is_whole(store_server, dataset, tmp_path):
     url, want = dataset
     stalled = []

@@ -17,6 +17,7 @@ from llm.data.shards.format.manifest import INDEX_NAME
 from llm.data.storage.lock import LOCK_NAME, LockHeld
 from llm.data.storage.objects import open_objects
 from llm.data.storage.remote_lock import RemoteLock
+from tests.storage.conftest import QUICK_ON_S3
 from tests.storage.helpers import docs, stream_tokens, write
 
 _SLOW_WRITER = """
@@ -37,6 +38,7 @@ def _shards(url: str) -> set[str]:
     return {n for n in open_objects(url).list() if n.startswith("shard-")}
 
 
+@pytest.mark.parametrize("store_server", QUICK_ON_S3, indirect=True)  # kill -9 of a subprocess: az and gs in CI
 def test_kill_9_mid_upload_leaves_the_previous_dataset_and_the_next_run_cleans_up(store_env, tmp_path):
     url = store_env.url()
     first = docs(120, seed=4)

@@ -72,6 +72,7 @@ def test_resume_is_exact_for_lm_task(tmp_path: Path) -> None:
     assert len({r["weights"].item() for r in reference}) == 14  # the weights really change every step
 
 
+@pytest.mark.slow  # fresh processes; in make test: test_skip_ranges.py[optimized shards] resumes a Trainer over them
 def test_resume_is_exact_for_optimized_shards(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "demo.txt", 200)
     subprocess.run(

@@ -23,6 +23,7 @@ from llm.data import ItemsLoader, StreamingDataset, TokensLoader, optimize
 from llm.data.shards.format.manifest import Manifest
 from llm.data.shards.prepare.optimize_text import optimize_text
 from llm.data.tokenize.tokenizers import load_tokenizer, train_bpe_tokenizer
+from tests.cli.helpers import run_here
 from tests.data.shards.helpers import all_tokens, real_lines, write_jsonl
 
 LLM_DATA = [sys.executable, "-m", "llm.cli.data"]
@@ -179,6 +180,9 @@ def test_modes_empty_append_overwrite(tmp_path, texts, bpe):
     assert len(list(out.glob("shard-*.bin"))) == len(Manifest.load(out).shards), "old shards are removed"
 
 
+# kill -9 of an llm-data subprocess: CI. make test kills an append in test_items.py (the same output folder
+# commit and orphan clean-up) and an llm-data overwrite in reliability/test_optimize_faults.py.
+@pytest.mark.slow
 def test_kill_during_append_leaves_previous_dataset(tmp_path, texts):
     out = tmp_path / "ds"
     first = write_jsonl(tmp_path / "first.jsonl", texts[:500])
@@ -207,7 +211,8 @@ def test_kill_during_append_leaves_previous_dataset(tmp_path, texts):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*LLM_DATA, *args], capture_output=True, text=True, timeout=120)
+    """`llm-data ARGS`, its main() called in process: these are argument and input checks (a subprocess each cost ~0.3 s)."""
+    return run_here("llm-data", *args)
 
 
 def assert_clean_failure(result: subprocess.CompletedProcess, out: Path, *fragments: str) -> None:

@@ -1,7 +1,5 @@
 """DataConfig: defaults, the guide's error sentences (when the source is built), unknown keys, custom sources."""
 
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -57,15 +55,14 @@ def test_dataset_is_required_when_the_source_is_built(kwargs, message):
         cfg.check_source()
 
 
-def test_llm_train_refuses_a_missing_dataset_before_any_work(tmp_path):
+def test_llm_train_refuses_a_missing_dataset_before_any_work(tmp_path, capsys):
+    # In process: llm-train's console script calls the same main (a subprocess spent ~2 s importing).
+    from llm.training.train import main
+
     config = tmp_path / "run.yaml"
     config.write_text("data:\n  data_source: hf\n  steps_per_epoch: 2\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "llm.training.train", "--task", "stream_lm", "--config-path", str(config)],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == f"llm-train: error: {config}: dataset_name is required when data_source='hf'"
+    assert main(["--task", "stream_lm", "--config-path", str(config)]) == 2
+    assert capsys.readouterr().err.strip() == f"llm-train: error: {config}: dataset_name is required when data_source='hf'"
 
 
 def test_config_names_of_the_framework():

@@ -125,6 +125,7 @@ def test_blocks_match_first_principles(tmp_path):
     assert state["line_index"] == {"0": 600}  # the guide's view: records read per rank
 
 
+@pytest.mark.slow  # fresh processes; in process with the same 2 workers: test_exact_resume_txt[2]
 def test_exact_resume_txt_two_workers_fresh_process(tmp_path):
     path = write_corpus(tmp_path, "txt")
     config = {"kind": "txt", "path": str(path), "L": 32, "batch": 4, "workers": 2}
@@ -149,7 +150,10 @@ def test_exact_resume_txt(tmp_path, workers):
 
 @pytest.mark.parametrize(
     "kind, workers",
-    [("jsonl.zst", 0), ("jsonl.zst", 2), ("parquet", 0), ("parquet", 2), ("hf", 0), ("hf", 2)],
+    # With 2 workers in CI only: each reader is the 0-worker case, worker resume is test_exact_resume_txt[2], and
+    # these kinds with workers are test_other_topologies_hf_and_parquet and test_one_compressed_file_feeds_several_ranks.
+    [(kind, workers) if workers == 0 else pytest.param(kind, workers, marks=pytest.mark.slow)
+     for kind in ("jsonl.zst", "parquet", "hf") for workers in (0, 2)],
 )
 def test_exact_resume_other_sources(tmp_path, kind, workers):
     path = write_corpus(tmp_path, kind, n=300)
