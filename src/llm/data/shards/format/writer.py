@@ -126,11 +126,12 @@ class _ShardWriter:
         self.chunk_bytes = chunk_bytes or (None if chunk_count else DEFAULT_CHUNK_BYTES)
         self.shards: list[ShardInfo] = []
 
-    def _write(self, parts: list[bytes | memoryview], few_large_parts: bool = False, **counts: Any) -> None:
+    def _write(self, parts: list[bytes | memoryview], few_large_parts: bool = False,
+               **counts: Any) -> None:
         """Write the next shard and add its entry (`counts`: its documents and tokens, or items)."""
         name = f"{self.prefix}-{len(self.shards):05d}.bin"
-        stored, raw, checksum = _write_shard(self.folder / name, parts, self.compression, self.encryption,
-                                              few_large_parts)
+        stored, raw, checksum = _write_shard(self.folder / name, parts, self.compression,
+                                              self.encryption, few_large_parts)
         self.shards.append(ShardInfo(file=name, bytes=stored, raw_bytes=raw, checksum=checksum,
                                      compression=self.compression, **counts))
 

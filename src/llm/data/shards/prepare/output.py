@@ -37,7 +37,7 @@ class Output:
     label: str  # "output folder X" or "output URL": what is not empty
 
     def _take(self, lock: FolderLock | RemoteLock) -> None:
-        """Hold the output's lock, then check the mode against what is there (the lock goes if that fails)."""
+        """Hold the output's lock, then check the mode (the lock goes if the check fails)."""
         self.lock = lock
         lock.acquire()
         try:
