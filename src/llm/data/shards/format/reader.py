@@ -194,17 +194,20 @@ class _ShardBytes:
                 data = self._open(i, verify=True)
             self._check_layout(info, data, deep=True)
 
+    def _per_process(self) -> dict:
+        """The attributes each process makes anew (a lock, open descriptors): never pickled."""
+        return {"_lock": threading.Lock(), "_fds": DescriptorPool()}
+
     def __getstate__(self) -> dict:
         # Workers reopen their own maps: memory maps and caches do not cross process boundaries.
         state = self.__dict__.copy()
         state["_maps"], state["_decompressed"] = {}, OrderedDict()
-        del state["_lock"], state["_fds"]
+        for name in self._per_process():
+            del state[name]
         return state
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._fds = DescriptorPool()
+        self.__dict__.update(state, **self._per_process())
 
 
 def _unmap_pages(data: np.ndarray) -> None:

@@ -147,16 +147,8 @@ class RemoteShardBytes(_ShardBytes):
                 pin.close()
         self.release()
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_maps"], state["_decompressed"] = {}, OrderedDict()
-        del state["_lock"], state["_local"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._local = threading.local()
+    def _per_process(self) -> dict:
+        return {"_lock": threading.Lock(), "_local": threading.local()}
 
 
 def _map(path: Path) -> np.ndarray:

@@ -116,7 +116,27 @@ def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str |
     return len(data), len(raw), checksum
 
 
-class TokenShardWriter:
+class _ShardWriter:
+    """What both writers share: where shards go, how they are stored, and the entries written."""
+
+    def __init__(self, folder: Path, prefix: str, chunk_bytes: int | None, chunk_count: int | None,
+                 compression: str | None, encryption: Encryption | None):
+        self.folder, self.prefix, self.compression = folder, prefix, compression
+        self.encryption = encryption
+        self.chunk_bytes = chunk_bytes or (None if chunk_count else DEFAULT_CHUNK_BYTES)
+        self.shards: list[ShardInfo] = []
+
+    def _write(self, parts: list[bytes | memoryview], few_large_parts: bool = False,
+               **counts: Any) -> None:
+        """Write the next shard and add its entry (`counts`: its documents and tokens, or items)."""
+        name = f"{self.prefix}-{len(self.shards):05d}.bin"
+        stored, raw, checksum = _write_shard(self.folder / name, parts, self.compression,
+                                              self.encryption, few_large_parts)
+        self.shards.append(ShardInfo(file=name, bytes=stored, raw_bytes=raw, checksum=checksum,
+                                     compression=self.compression, **counts))
+
+
+class TokenShardWriter(_ShardWriter):
     """Accumulates documents and cuts a shard when it reaches `chunk_bytes` or `chunk_tokens`."""
 
     def __init__(
@@ -129,12 +149,9 @@ class TokenShardWriter:
         compression: str | None = None,
         encryption: Encryption | None = None,
     ):
-        self.folder, self.prefix, self.compression = folder, prefix, compression
-        self.encryption = encryption
+        super().__init__(folder, prefix, chunk_bytes, chunk_tokens, compression, encryption)
         self.dtype = dtype
         self.chunk_tokens = chunk_tokens
-        self.chunk_bytes = chunk_bytes or (None if chunk_tokens else DEFAULT_CHUNK_BYTES)
-        self.shards: list[ShardInfo] = []
         self._pieces: list[np.ndarray] = []
         self._lengths: list[np.ndarray] = []
         self._tokens = 0
@@ -188,21 +205,12 @@ class TokenShardWriter:
         tokens = np.concatenate(self._pieces, dtype=np.dtype(self.dtype).newbyteorder("<"), casting="unsafe")
         lengths = np.concatenate(self._lengths)
         doc_ends = np.cumsum(lengths, dtype=np.uint64)
-        name = f"{self.prefix}-{len(self.shards):05d}.bin"
-        stored, raw, checksum = _write_shard(
-            self.folder / name, [tokens.data, doc_ends.astype("<u8", copy=False).data],
-            self.compression, self.encryption, few_large_parts=True,
-        )
-        self.shards.append(
-            ShardInfo(
-                file=name, bytes=stored, raw_bytes=raw, checksum=checksum, documents=int(lengths.size),
-                tokens=int(tokens.size), dtype=self.dtype, compression=self.compression,
-            )
-        )
+        self._write([tokens.data, doc_ends.astype("<u8", copy=False).data], few_large_parts=True,
+                    documents=int(lengths.size), tokens=int(tokens.size), dtype=self.dtype)
         self._pieces, self._lengths, self._tokens = [], [], 0
 
 
-class ItemShardWriter:
+class ItemShardWriter(_ShardWriter):
     """Items of any type (nested dicts/lists/tuples of numbers, strings, arrays, tensors, images...)
     into item shards: the first item fixes the layout, every item is one record of it."""
 
@@ -215,11 +223,8 @@ class ItemShardWriter:
         compression: str | None = None,
         encryption: Encryption | None = None,
     ):
-        self.folder, self.prefix, self.compression = folder, prefix, compression
-        self.encryption = encryption
+        super().__init__(folder, prefix, chunk_bytes, chunk_items, compression, encryption)
         self.chunk_items = chunk_items
-        self.chunk_bytes = chunk_bytes or (None if chunk_items else DEFAULT_CHUNK_BYTES)
-        self.shards: list[ShardInfo] = []
         self._blobs: list[bytes] = []
         self._size = 0
         self.codec: ItemCodec | None = None
@@ -256,13 +261,5 @@ class ItemShardWriter:
             return
         offsets = np.zeros(len(self._blobs) + 1, dtype="<u8")
         np.cumsum([len(b) for b in self._blobs], out=offsets[1:])
-        name = f"{self.prefix}-{len(self.shards):05d}.bin"
-        stored, raw, checksum = _write_shard(self.folder / name, [*self._blobs, offsets.data], self.compression,
-                                              self.encryption)
-        self.shards.append(
-            ShardInfo(
-                file=name, bytes=stored, raw_bytes=raw, checksum=checksum, items=len(self._blobs),
-                compression=self.compression,
-            )
-        )
+        self._write([*self._blobs, offsets.data], items=len(self._blobs))
         self._blobs, self._size = [], 0

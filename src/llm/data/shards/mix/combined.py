@@ -204,11 +204,6 @@ class CombinedStreamingDataset(SampleSource):
 
     # ---- the source contract (read/source.py) --------------------------------------------------
 
-    def identity(self) -> dict[str, Any]:
-        return {"fingerprint": self.fingerprint, "seed": self.seed, "shuffle": self.shuffle,
-                "shuffle_window": self.shuffle_window, "subsample": self.subsample, "split": self.split,
-                "num_samples": self.num_samples}
-
     def extra_state(self, epoch: int, consumed: int) -> dict[str, Any]:
         """Weights, anchor and per-source counts at the loader's position (a few numbers per source)."""
         absolute = np.array([epoch * self.num_samples + consumed], dtype=np.int64)

@@ -36,6 +36,16 @@ class Output:
     display: str  # the folder or URL, as messages name it
     label: str  # "output folder X" or "output URL": what is not empty
 
+    def _take(self, lock: FolderLock | RemoteLock) -> None:
+        """Hold the output's lock, then check the mode (the lock goes if the check fails)."""
+        self.lock = lock
+        lock.acquire()
+        try:
+            self._check_mode()
+        except BaseException:
+            lock.release()
+            raise
+
     def _check_mode(self) -> None:
         if self._entries() and self.mode is None:
             raise ValueError(f"{self.label} is not empty; pass mode='append' or mode='overwrite' (CLI: --mode)")
@@ -76,13 +86,7 @@ class OutputFolder(Output):
         self.display, self.label = str(folder), f"output folder {folder}"
         self.created = not folder.exists()
         self.committed = False
-        self.lock = FolderLock(folder, wait=wait, what="an optimize")
-        self.lock.acquire()
-        try:
-            self._check_mode()
-        except BaseException:
-            self.release()
-            raise
+        self._take(FolderLock(folder, wait=wait, what="an optimize"))
 
     def _entries(self) -> list[str]:
         return [p.name for p in self.folder.iterdir() if p.name != LOCK_NAME]
@@ -140,13 +144,7 @@ class RemoteOutput(Output):
         self.uploaded: list[str] = []
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="llm-upload")
         self._pending: list[Future] = []
-        self.lock = RemoteLock(self.objects, wait=wait)
-        self.lock.acquire()
-        try:
-            self._check_mode()
-        except BaseException:
-            self.lock.release()
-            raise
+        self._take(RemoteLock(self.objects, wait=wait))
         self.folder = Path(tempfile.mkdtemp(prefix="llm-optimize-staging-"))
 
     def _entries(self) -> list[str]:

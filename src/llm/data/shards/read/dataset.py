@@ -238,11 +238,6 @@ class StreamingDataset(SampleSource):
 
     # ---- the source contract (source.py) ------------------------------------------------------
 
-    def identity(self) -> dict[str, Any]:
-        return {"fingerprint": self.fingerprint, "seed": self.seed, "shuffle": self.shuffle,
-                "shuffle_window": self.shuffle_window, "subsample": self.subsample, "split": self.split,
-                "num_samples": self.num_samples}
-
     def to_base(self, ids: np.ndarray) -> np.ndarray:
         """Sample ids of this dataset (a subsample or split of the stored samples) -> stored sample ids."""
         return np.asarray(ids, dtype=np.int64) if self.view is None else self.view(ids)

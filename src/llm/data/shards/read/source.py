@@ -99,6 +99,9 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
     seed: int
     shuffle: bool
     fingerprint: str
+    shuffle_window: Any
+    subsample: Any
+    split: Any
     input_dir: Any
     block_size: int | None = None  # token blocks' length (None: items)
     epoch: int = 0
@@ -116,9 +119,11 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
     def read_blocks(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         """Token blocks of these sample ids, shape (len(ids), block_size)."""
 
-    @abstractmethod
     def identity(self) -> dict[str, Any]:
-        """The state keys a resume must match: fingerprint, seed, shuffle, shuffle_window, subsample, split, num_samples."""
+        """The state keys a resume must match."""
+        return {"fingerprint": self.fingerprint, "seed": self.seed, "shuffle": self.shuffle,
+                "shuffle_window": self.shuffle_window, "subsample": self.subsample, "split": self.split,
+                "num_samples": self.num_samples}
 
     @abstractmethod
     def verify(self) -> None:
