@@ -64,8 +64,9 @@ demo: $(STAMP)
 # Quick: everything but the tests marked slow (a few minutes on 2 cores). Slow: end-to-end repeats whose code
 # path a quick test also covers (llm-train and other subprocesses, kill -9, several processes, Ray, the az/gs
 # runs of store-independent paths); config and argument checks call main() in process instead.
+# -n auto: one pytest process per core (pytest-xdist); each starts its own test servers on free ports.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -m "not slow" -n auto $(PYTEST_ARGS)
 
 # Everything, as CI runs it (.ci/run).
 test-all: $(STAMP) azurite
