@@ -91,8 +91,8 @@ def _write_shard(path: Path, parts: list[bytes | memoryview], compression: str |
                  encryption: Encryption | None = None, few_large_parts: bool = False) -> tuple[int, int, str]:
     """Write parts to path (compressed, then encrypted, when asked); returns (stored bytes, raw bytes, checksum).
 
-    `few_large_parts` (a token shard: ids, doc ends) stored as they are are written and hashed part
-    by part, unjoined; item shards, a part per item, are joined: one write rather than one per item."""
+    `few_large_parts` (a token shard: ids and doc ends), stored as they are, are written and hashed
+    part by part, unjoined; an item shard, a part per item, is joined: one write, not one per item."""
     if compression is None and encryption is None and few_large_parts:
         views = [memoryview(p).cast("B") for p in parts]
         write_file(path, views)
