@@ -55,7 +55,7 @@ def _prepare_ray(n: int, out: str, repeat: int) -> dict:
         make_item as item,  # by module name: Ray workers cannot import a spawned __main__
     )
     from llm.data import optimize
-    from llm.data.shards.jobs.ray import start_local
+    from llm.data.jobs.ray import start_local
 
     t0 = time.perf_counter()
     start_local(num_cpus=2)

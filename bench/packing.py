@@ -53,8 +53,8 @@ def count(batch: dict, eos: int) -> dict[str, int]:
 
 def run_once(files: str, tokenizer: str, packing: str, buffer: int = BUFFER) -> dict[str, Any]:
     """One pass over `files` (a glob or folder of JSONL), packed one way; the counts and the seconds."""
-    from llm.data.config import DataConfig
     from llm.data.text.stream import StreamingTextDataModule
+    from llm.training.core.data_config import DataConfig
 
     cfg = DataConfig(dataset_path=files, max_seq_len=MAX_SEQ_LEN,
                      packing=packing, packing_buffer=buffer, **_tokenizer_keys(tokenizer))

@@ -122,7 +122,7 @@ class OurEncoder(Encoder):
         self.dtype = np.uint16 if self.vocab_size <= 65536 else np.uint32
 
     def _arrays(self, texts: list[str]) -> Iterator[np.ndarray]:
-        from llm.data.text.tokens import tokenize_documents
+        from llm.data.tokenize.documents import tokenize_documents
 
         flat, lengths = tokenize_documents(self._tok, texts)  # one flat buffer, EOS after each document
         yield from np.split(flat.astype(self.dtype), np.cumsum(lengths)[:-1])

@@ -33,7 +33,7 @@ settings.load_profile("llm")
 @pytest.fixture(autouse=True)
 def _isolated_source_registry():
     """Sources a test registers are gone after it: the global registry is restored."""
-    from llm.data.text.registry import SOURCE_REGISTRY
+    from llm.data.inputs.registry import SOURCE_REGISTRY
 
     saved = (dict(SOURCE_REGISTRY._factories), dict(SOURCE_REGISTRY._keys))
     yield

@@ -152,11 +152,3 @@ def test_no_import_cycle_in_bench() -> None:
     graph = import_graph(SRC.parent, "bench")
     assert "bench.suite" in graph and "bench.context" in graph  # the walk really found the benchmarks
     assert not (found := cycles(graph)), f"import cycles in bench/: {found}"
-
-
-def test_the_text_and_sft_wings_do_not_import_the_data_config() -> None:
-    # data.config builds the wings' typed configs; the wings take those, never the YAML model
-    # (text.presets, the guide's helpers that make a DataConfig, is the one exception)
-    graph = import_graph()
-    wings = [m for m in graph if m.startswith(("llm.data.text.", "llm.data.sft.")) and m != "llm.data.text.presets"]
-    assert wings and not [m for m in wings if "llm.data.config" in graph[m]]

@@ -411,7 +411,7 @@ def test_llm_data_info_says_which_backend_encoded(bpe_json, corpus, tmp_path, ca
                                      pytest.param("gigatoken", marks=needs_gigatoken)])
 @pytest.mark.parametrize("which", ["json", "tiktoken"])
 def test_the_flat_batch_path_gives_the_same_documents(bpe_json, ranks_file, corpus, which, backend):
-    from llm.data.text.tokens import encode_each, tokenize_documents
+    from llm.data.tokenize.documents import encode_each, tokenize_documents
 
     tok = load_tokenizer(str(bpe_json if which == "json" else ranks_file), backend)
     assert tok.encode_flat is not None

@@ -31,7 +31,7 @@ from llm.data import (
     optimize,
     train_test_split,
 )
-from llm.data.config import DataConfig, DatasetEntry
+from llm.data.inputs.errors import InputError
 from llm.data.sft.prompts import ChatTemplateError
 from llm.data.sft.stream import StreamingSFTDataModule
 from llm.data.shards.format.encryption import EncryptionError
@@ -39,15 +39,15 @@ from llm.data.shards.format.manifest import INDEX_NAME
 from llm.data.shards.format.pread import ShardError
 from llm.data.shards.format.serializers import StructureError, UnpicklableItem
 from llm.data.shards.format.validate import ManifestError
-from llm.data.shards.jobs.map import map as map_items
+from llm.data.shards.prepare.map import map as map_items
 from llm.data.shards.prepare.optimize import OptimizeError
 from llm.data.shards.prepare.optimize_text import optimize_text
 from llm.data.stage import StateError
 from llm.data.storage.lock import FolderLock, LockHeld
 from llm.data.storage.s3 import resolve_config
-from llm.data.text.errors import InputError
 from llm.data.text.stream import StreamingTextDataModule
 from llm.data.tokenize.tokenizers import train_bpe_tokenizer
+from llm.training.core.data_config import DataConfig, DatasetEntry
 from llm.training.core.errors import ConfigError
 from llm.training.core.loading import load_config
 from llm.training.generate import main as generate_main

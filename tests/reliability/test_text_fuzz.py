@@ -16,8 +16,8 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llm.data.inputs.readers import InputError
 from llm.data.sources import LocalLineTextSource
-from llm.data.text.readers import InputError
 
 KINDS = ["txt", "jsonl", "json", "txt.gz", "jsonl.gz", "jsonl.zst", "json.zst", "parquet"]
 texts = st.text(st.characters(codec="utf-8", exclude_characters="\n\r"), max_size=40)

@@ -19,9 +19,9 @@ import yaml
 import zstandard
 
 import llm.data.shards.prepare.optimize_text as optimize_text_module
+from llm.data.inputs.readers import InputError
 from llm.data.shards.prepare.optimize_text import optimize_text
 from llm.data.sources import LocalLineTextSource
-from llm.data.text.readers import InputError
 from llm.data.text.stream import StreamingTextDataModule
 from llm.training.core.config import DataConfig
 from tests.cli.helpers import run_here

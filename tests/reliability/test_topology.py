@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
-from llm.data.config import DataConfig
 from llm.data.text.stream import StreamingTextDataModule
 from llm.data.topology import current_topology
+from llm.training.core.data_config import DataConfig
 from llm.training.train import main as llm_train
 from tests.data.shards.helpers import make_token_dataset
 

@@ -9,7 +9,7 @@ import pytest
 
 from llm.data import StreamingDataset, TokensLoader, map, optimize
 from llm.data.shards.format.manifest import Manifest
-from llm.data.shards.jobs.map import MapError
+from llm.data.shards.prepare.map import MapError
 from llm.data.storage.objects import open_objects
 
 pytestmark = [pytest.mark.timeout(300)]

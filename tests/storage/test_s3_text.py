@@ -23,11 +23,11 @@ import pytest
 import zstandard
 
 from bench import faultproxy
-from llm.data.config import DataConfig
+from llm.data.inputs.readers import expand_inputs, expand_sources
 from llm.data.storage.objects import open_objects
 from llm.data.storage.s3 import StorageError
-from llm.data.text.readers import expand_inputs, expand_sources
 from llm.data.text.stream import FINGERPRINT_MISMATCH, StreamingTextDataModule
+from llm.training.core.data_config import DataConfig
 from tests.resume import assert_same_steps, check_resume, take_steps
 from tests.storage.conftest import QUICK_ON_S3, STORES
 from tests.storage.faultproxy import FaultProxy

@@ -10,8 +10,8 @@ import pytest
 import torch
 import yaml
 
+from llm.data.inputs.errors import InputError
 from llm.data.stage import StateError
-from llm.data.text.errors import InputError
 from llm.training.core.axolotl import VAL_STREAMING, axolotl_task
 from llm.training.core.axolotl_pretrain import STREAM_EPOCH_STEPS
 from llm.training.core.loading import ConfigError, build_config

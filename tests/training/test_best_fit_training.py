@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llm.data.config import DataConfig
 from llm.data.text.stream import StreamingTextDataModule
+from llm.training.core.data_config import DataConfig
 from llm.training.core.loading import build_config
 from llm.training.model import TransformerLM
 from llm.training.trainer import Trainer

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from llm.data.text.readers import InputError
+from llm.data.inputs.readers import InputError
 from llm.data.tokenize.tokenizers import load_tokenizer, train_bpe_tokenizer
 from llm.training.core.loading import build_config
 from llm.training.tasks.lm import LocalTextData, build_lm_data

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llm.data.text.registry import SOURCE_REGISTRY
+from llm.data.inputs.registry import SOURCE_REGISTRY
 from llm.training.train import main as llm_train
 from tests.training.test_trainer import tiny_tree
 

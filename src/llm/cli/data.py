@@ -131,8 +131,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def doubled_inputs(inputs: list[str], output: str, text_column: str) -> list[tuple[Path, str]]:
     """Inputs the dataset in `output` already holds, each with why we think so (for `--mode append`)."""
+    from llm.data.inputs.readers import expand_inputs
     from llm.data.shards.format.manifest import INDEX_NAME, Manifest
-    from llm.data.text.readers import expand_inputs
 
     if not (Path(output) / INDEX_NAME).is_file():
         return []
@@ -272,7 +272,7 @@ def _verify(dataset: str) -> None:
 
 
 def _train_tokenizer(args: argparse.Namespace) -> None:
-    from llm.data.text.readers import expand_inputs, iter_texts
+    from llm.data.inputs.readers import expand_inputs, iter_texts
     from llm.data.tokenize.tokenizers import train_bpe_tokenizer
 
     if args.vocab_size < 258:

@@ -1,6 +1,6 @@
-"""`llm.data.dedup`: the guide's import path for deduplication (the code lives in `llm.data.text.dedup`)."""
+"""`llm.data.dedup`: the guide's import path for deduplication (the code lives in `llm.data.inputs.dedup`)."""
 
-from llm.data.text.dedup import (
+from llm.data.inputs.dedup import (
     IN_MEMORY_WARNING,
     DedupTextSource,
     SeenSet,
@@ -9,8 +9,8 @@ from llm.data.text.dedup import (
     publish_seen_hashes,
     text_digest,
 )
-from llm.data.text.dedup import collapse_whitespace as normalize  # the guide's name for it
-from llm.data.text.seen_file import DIGEST_BYTES, SeenFileError
+from llm.data.inputs.dedup import collapse_whitespace as normalize  # the guide's name for it
+from llm.data.inputs.seen_file import DIGEST_BYTES, SeenFileError
 
 __all__ = [
     "DIGEST_BYTES",

@@ -1,11 +1,11 @@
 """`llm.data.sources`: the guide's import path for text sources (the code lives in `llm.data.text`)."""
 
-from llm.data.text.dedup import DedupTextSource
-from llm.data.text.hf import HFStreamTextSource
-from llm.data.text.local import LocalLineTextSource
-from llm.data.text.partitions import STRIPES, assign_partitions, stripe_partitions
-from llm.data.text.registry import SOURCE_REGISTRY, SourceRegistry, build_text_source
-from llm.data.text.source import (
+from llm.data.inputs.dedup import DedupTextSource
+from llm.data.inputs.hf import HFStreamTextSource
+from llm.data.inputs.local import LocalLineTextSource
+from llm.data.inputs.partitions import STRIPES, assign_partitions, stripe_partitions
+from llm.data.inputs.registry import SOURCE_REGISTRY, SourceRegistry, build_text_source
+from llm.data.inputs.source import (
     FINGERPRINT_MISMATCH,
     Partition,
     Record,

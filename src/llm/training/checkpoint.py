@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
+from llm.data.inputs.dedup import publish_seen_hashes
+from llm.data.inputs.source import FINGERPRINT_MISMATCH, fingerprint_diff
 from llm.data.storage.local import fsync_dir, write_file
-from llm.data.text.dedup import publish_seen_hashes
-from llm.data.text.source import FINGERPRINT_MISMATCH, fingerprint_diff
 from llm.training.core.loading import ConfigError
 
 CHECKPOINT_FILE = "checkpoint.pt"

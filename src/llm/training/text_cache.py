@@ -22,9 +22,9 @@ from typing import Any
 import torch.distributed as dist
 import xxhash
 
+from llm.data.inputs.readers import InputError, expand_inputs
 from llm.data.shards.prepare.optimize_text import optimize_text
 from llm.data.storage.local import pid_alive
-from llm.data.text.readers import InputError, expand_inputs
 from llm.data.tokenize.tokenizers import load_tokenizer
 
 CACHE_VERSION = 1  # bump when the prepared format changes, so old entries are not reused

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from llm.data.text.readers import InputError
+from llm.data.inputs.readers import InputError
 from llm.training.cli_help import HelpFormatter, add_version
 from llm.training.core.axolotl import axolotl_task
 from llm.training.core.config import TrainConfig

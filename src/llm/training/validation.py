@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from llm.data.text.readers import InputError
+from llm.data.inputs.readers import InputError
 from llm.data.tokenize.tokenizers import Tokenizer
 from llm.training.runtime import DistEnv
 from llm.training.tasks.optimized import as_batch, open_blocks

@@ -74,7 +74,7 @@ def test_worker_processes_and_chunk_sizes_do_not_change_a_byte(corpus: Path, tmp
 
 
 def test_the_output_feeds_optimize_and_optimize_dedup_runs_it_first(corpus: Path, tmp_path: Path) -> None:
-    from llm.data.text.inputs import expand_inputs
+    from llm.data.inputs.listing import expand_inputs
 
     dedup_corpus([str(corpus)], tmp_path / "clean", near=0.8, num_workers=0, progress=False)
     listed = [p.name for p in expand_inputs([str(tmp_path / "clean")])]

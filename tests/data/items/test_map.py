@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llm.data import MapError, map
-from llm.data.shards.jobs.map import STATE_DIR
+from llm.data.shards.prepare.map import STATE_DIR
 
 
 def _resize(name: str, folder: str) -> None:
@@ -143,7 +143,7 @@ def test_an_unpicklable_input_is_refused_up_front_and_key_keys_it(tmp_path: Path
 def test_markers_of_repr_keyed_runs_still_count_where_the_repr_is_unique(tmp_path: Path) -> None:
     import numpy as np
 
-    from llm.data.shards.jobs.map import legacy_key
+    from llm.data.shards.prepare.map import legacy_key
 
     a = np.arange(5000)
     b = a.copy()

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.data.config import DataConfig, DatasetEntry
 from llm.data.sft.stream import StreamingSFTDataModule
+from llm.training.core.data_config import DataConfig, DatasetEntry
 from tests.data.sft.test_stream import write_alpaca
 from tests.resume import check_resume, loaded, take_steps
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from llm.data.config import DataConfig, DatasetEntry
 from llm.data.sft import StreamingDataCollator
 from llm.data.sft.prompts import prompter_for
 from llm.data.sft.stream import StreamingSFTDataModule
 from llm.data.tokenize.tokenizers import SimpleTokenizer
+from llm.training.core.data_config import DataConfig, DatasetEntry
 
 TWO_TURNS = {"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]}
 RENDERED = "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"

@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from llm.data.config import DataConfig, DatasetEntry
+from llm.data.inputs.errors import InputError
 from llm.data.sft.stream import StreamingSFTDataModule
-from llm.data.text.errors import InputError
 from llm.data.tokenize.tokenizers import train_bpe_tokenizer
+from llm.training.core.data_config import DataConfig, DatasetEntry
 
 GOOD = {"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]}
 ALPACA = {"instruction": "Say hi.", "input": "", "output": "hi"}

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from llm.data.config import DataConfig
 from llm.data.sft.stream import StreamingSFTDataModule
 from llm.training.core.axolotl import AXOLOTL_KEYS
+from llm.training.core.data_config import DataConfig
 from tests.resume import check_resume, take_steps
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llm.data.config import DataConfig, DatasetEntry
 from llm.data.sft.stream import StreamingSFTDataModule, record_source
+from llm.training.core.data_config import DataConfig, DatasetEntry
 from tests.resume import check_resume, loaded, take_steps
 
 

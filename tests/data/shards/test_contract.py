@@ -12,7 +12,7 @@ from llm.data import (
     TokensLoader,
     train_test_split,
 )
-from llm.data.shards.mix.weights import PERIOD, quotas, slot_table
+from llm.data.mix.weights import PERIOD, quotas, slot_table
 from llm.data.shards.plan.schedule import epoch_order
 from llm.data.shards.plan.shuffle import make_permutation
 from llm.data.shards.read.source import SampleSource

@@ -17,7 +17,7 @@ from llm.data import (
     TokensLoader,
     optimize,
 )
-from llm.data.shards.mix.weights import MAX_PERIOD, check_weights, period_for, quotas, slot_table
+from llm.data.mix.weights import MAX_PERIOD, check_weights, period_for, quotas, slot_table
 from tests.resume import check_resume
 
 

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm.data.stage import StateError
-from llm.data.text.best_fit import (
+from llm.data.pack.best_fit import (
     BestFitCutter,
     OpenBlocks,
     block_example,
@@ -17,7 +16,8 @@ from llm.data.text.best_fit import (
     cu_seqlens,
     window_slots,
 )
-from llm.data.text.packing import IGNORE_INDEX
+from llm.data.pack.window import IGNORE_INDEX
+from llm.data.stage import StateError
 
 EOS = 999
 docs_st = st.lists(st.lists(st.integers(0, 50), min_size=0, max_size=40), min_size=0, max_size=40)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from llm.data.pack.window import IGNORE_INDEX
 from llm.data.stage import StateError
-from llm.data.text.packing import IGNORE_INDEX
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
 from llm.training.core.config import DataConfig
 from tests.data.text.test_stream import write_corpus

@@ -5,10 +5,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from llm.data.config import DataConfig
 from llm.data.sources import SOURCE_REGISTRY, TextSource, build_text_source
 from llm.training.core.config import Config
 from llm.training.core.config import DataConfig as TrainingDataConfig
+from llm.training.core.data_config import DataConfig
 
 
 def test_defaults():

@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm.data.dedup import publish_seen_hashes
-from llm.data.sources import LocalLineTextSource
-from llm.data.text.dedup import (
+from llm.data.inputs.dedup import (
     DIGEST_BYTES,
     IN_MEMORY_WARNING,
     DedupTextSource,
@@ -23,7 +22,8 @@ from llm.data.text.dedup import (
     collapse_whitespace,
     text_digest,
 )
-from llm.data.text.seen_file import read_seen_file
+from llm.data.inputs.seen_file import read_seen_file
+from llm.data.sources import LocalLineTextSource
 from llm.data.text.stream import StreamingTextDataModule
 from llm.training.core.config import DataConfig
 from tests.resume import assert_same_steps, check_resume, take_steps
@@ -254,7 +254,7 @@ def test_state_without_a_seen_file_leaves_the_file_alone(tmp_path):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(_digest, max_size=200))
 def test_first_occurrences_keeps_the_first_copy_of_each(digests):
-    from llm.data.text.dedup import _pairs, first_occurrences
+    from llm.data.inputs.dedup import _pairs, first_occurrences
 
     pairs = _pairs(b"".join(digests)) if digests else np.zeros((0, 2), dtype=np.uint64)
     seen: set[bytes] = set()

@@ -8,10 +8,10 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from llm.data.config import DataConfig
-from llm.data.mix_schedule import RAMP_STEPS, parse_schedule
+from llm.data.mix.schedule import RAMP_STEPS, parse_schedule
 from llm.data.stage import StateError
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
+from llm.training.core.data_config import DataConfig
 from tests.data.text.test_token_mixing import count_by_source, write_corpora
 from tests.resume import (
     assert_same_steps,

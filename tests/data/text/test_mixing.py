@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from llm.data.config import DataConfig
-from llm.data.text.mixing import check_weights, choose
-from llm.data.text.readers import InputError
+from llm.data.inputs.readers import InputError
+from llm.data.mix.choosers import check_weights, choose
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
+from llm.training.core.data_config import DataConfig
 from tests.resume import assert_same_steps, check_resume, loaded, step_ranks
 
 
@@ -130,8 +130,8 @@ def test_a_mixture_is_refused_for_per_entry_dedup_keys_and_sft_entries():
 
 
 def test_weighted_shares_of_the_records_a_consumer_reads(tmp_path):
+    from llm.data.inputs.partitions import stripe_partitions
     from llm.data.text.dataset import StreamingTextDataset
-    from llm.data.text.partitions import stripe_partitions
 
     config = {"paths": write_sources(tmp_path), "strategy": "weighted", "weights": [0.8, 0.2], "workers": 0}
     module = make(config)

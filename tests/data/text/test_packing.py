@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm.data.text.packing import IGNORE_INDEX, WindowCutter, to_example
+from llm.data.pack.window import IGNORE_INDEX, WindowCutter, to_example
 
 EOS = 999
 docs_st = st.lists(st.lists(st.integers(0, 50), min_size=1, max_size=40), min_size=0, max_size=30)

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm.data.text import records
-from llm.data.text.errors import InputError
+from llm.data.inputs.errors import InputError
+from llm.data.inputs import records
 
 pytest.importorskip("orjson")
 

@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[3] / "src"
 
 _BODY = """
 import json, sys
-from llm.data.config import DataConfig
+from llm.training.core.data_config import DataConfig
 from llm.data.text.stream import StreamingTextDataModule
 
 config = DataConfig(data_source="local", dataset_path=sys.argv[1], max_seq_len=16, num_workers=2,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from llm.data.dedup import DedupTextSource, SeenFileError, normalize, text_digest
+from llm.data.inputs.seen_file import read_seen_file
 from llm.data.sources import LocalLineTextSource
-from llm.data.text.seen_file import read_seen_file
 from llm.data.text.stream import StreamingTextDataModule
 from llm.training.core.config import DataConfig
 
@@ -138,7 +138,7 @@ def test_a_state_for_a_read_only_file_reads_only_its_count(tmp_path):
 
 def _v2_file(path: Path, commits: list[list[str]], algo: str = "sha256") -> Path:
     """A seen-hashes file in our binary layout (v2), one block per commit."""
-    from llm.data.text.seen_file import _HEADER, MAGIC, VERSION, encode
+    from llm.data.inputs.seen_file import _HEADER, MAGIC, VERSION, encode
 
     blocks = [encode("v2", b"".join(text_digest(t, algo) for t in texts), 16) for texts in commits]
     path.write_bytes(_HEADER.pack(MAGIC, VERSION, 16, algo.encode()) + b"".join(blocks))
@@ -243,7 +243,7 @@ def test_a_second_pass_of_a_dedup_stream_says_it_was_consumed(tmp_path):
 
 
 def _append_many(path: str, tag: int) -> None:
-    from llm.data.text.seen_file import append_digests
+    from llm.data.inputs.seen_file import append_digests
 
     for k in range(40):
         append_digests(path, text_digest(f"writer {tag} commit {k} a") + text_digest(f"writer {tag} commit {k} b"), "sha256")

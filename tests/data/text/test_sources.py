@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llm.data.inputs.readers import InputError
 from llm.data.sources import (
     STRIPES,
     HFStreamTextSource,
@@ -21,7 +22,6 @@ from llm.data.sources import (
     stripe_partitions,
     validate_source_fingerprint,
 )
-from llm.data.text.readers import InputError
 
 
 def _all_records(source, parts=None):

@@ -16,8 +16,8 @@ import pytest
 import torch
 import zstandard
 
+from llm.data.pack.window import IGNORE_INDEX
 from llm.data.sources import SOURCE_REGISTRY, LocalLineTextSource, TextSource
-from llm.data.text.packing import IGNORE_INDEX
 from llm.data.text.stream import FINGERPRINT_MISMATCH, StreamingTextDataModule, merge_stream_states
 from llm.data.tokenize.tokenizers import SimpleTokenizer
 from llm.training.core.config import DataConfig
@@ -424,7 +424,7 @@ def test_ranks_from_environment(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_bad_record_is_one_sentence_from_workers_too(tmp_path, workers):
-    from llm.data.text.readers import InputError
+    from llm.data.inputs.readers import InputError
 
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "fine"}\n{"body": "no text key"}\n')

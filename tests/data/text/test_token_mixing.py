@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.data.config import DataConfig
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
+from llm.training.core.data_config import DataConfig
 from tests.resume import check_resume, loaded, step_ranks
 
 EOS = 256  # the simple tokenizer's

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llm.data.pack.window import to_example
 from llm.data.text.dataset import packed_windows, unpack_windows
-from llm.data.text.packing import to_example
 
 EOS = 7
 

@@ -1,6 +1,6 @@
 """Exact duplicates: each record's normalised-text digest, and the stage that finds the repeated ones.
 
-The digest is the dedup source's (`llm.data.text.dedup`): whitespace collapsed, then
+The digest is the dedup source's (`llm.data.inputs.dedup`): whitespace collapsed, then
 the first 16 bytes of `hash_algo` (sha256 unless told). Every scan chunk writes its
 (digest, record id) rows as a sorted run; this stage merges all runs, and in each group
 of equal digests the first record in input order is the original, the others its
@@ -17,7 +17,7 @@ import numpy as np
 from llm.data.corpus_dedup.commit import commit_file, kill_point, remove_leftovers, tmp_name
 from llm.data.corpus_dedup.runs import RunSlice, group_starts, merge_runs
 from llm.data.corpus_dedup.workdir import chunk_runs
-from llm.data.text.dedup import collapse_whitespace, hasher
+from llm.data.inputs.dedup import collapse_whitespace, hasher
 
 DIGEST_ROW = np.dtype([("hi", ">u8"), ("lo", ">u8"), ("id", "<u8")])  # big-endian halves: digest byte order
 PAIR_ROW = np.dtype([("id", "<u8"), ("of", "<u8")])

@@ -18,8 +18,8 @@ import numpy as np
 from llm.data.corpus_dedup.commit import commit_file, kill_point, remove_leftovers, tmp_name
 from llm.data.corpus_dedup.records import iter_input_records, repaired
 from llm.data.corpus_dedup.workdir import ID_SHIFT, scan_dir, split_id
-from llm.data.text.inputs import Input, input_kind
-from llm.data.text.readers import is_json_array, open_binary
+from llm.data.inputs.listing import Input, input_kind
+from llm.data.inputs.readers import is_json_array, open_binary
 
 REPORT_NAME = "dedup.json"
 REMOVED_NAME = "dedup-removed.jsonl"

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from llm.data.corpus_dedup.lsh import choose_bands
-from llm.data.text.dedup import check_hash_algo
+from llm.data.inputs.dedup import check_hash_algo
 
 DEFAULT_NGRAM = 5
 DEFAULT_PERMUTATIONS = 128

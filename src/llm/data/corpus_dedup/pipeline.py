@@ -37,10 +37,10 @@ from llm.data.corpus_dedup.params import DedupParams
 from llm.data.corpus_dedup.records import describe, output_names
 from llm.data.corpus_dedup.scan import ScanTask
 from llm.data.corpus_dedup.workdir import read_meta, scan_dir
-from llm.data.shards.jobs.tasks import Tasks, check_engine, progress_bar
+from llm.data.inputs.listing import FileStamp, Input, expand_sources
+from llm.data.jobs.tasks import Tasks, check_engine, progress_bar
 from llm.data.storage.lock import LOCK_NAME, FolderLock
 from llm.data.storage.object_files import RemoteObject
-from llm.data.text.inputs import FileStamp, Input, expand_sources
 
 WORK_NAME = ".dedup-work"
 MERGE_ROWS = 1 << 21  # rows of all runs' read blocks together in a merge (~32-48 MB)
@@ -221,7 +221,7 @@ class _Run:
             self.pool = self.workers if self.workers is not None else (os.cpu_count() or 1)
             yield
             return
-        from llm.data.shards.jobs.ray import session
+        from llm.data.jobs.ray import session
 
         with session(self.address, self.workers) as workers:
             self.pool = workers
@@ -235,11 +235,11 @@ class _Run:
         bar = progress_bar(count, desc, unit, self.progress)
         try:
             if self.engine == "ray":
-                from llm.data.shards.jobs.ray import run_ray
+                from llm.data.jobs.ray import run_ray
 
                 run_ray(tasks, self.pool, None, bar)
             else:
-                from llm.data.shards.jobs.local import run_local
+                from llm.data.jobs.local import run_local
 
                 run_local(tasks, 0 if single else min(self.pool, count), bar)
         finally:

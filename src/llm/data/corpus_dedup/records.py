@@ -16,11 +16,11 @@ import os
 from collections.abc import Iterator
 from pathlib import PurePath, PurePosixPath
 
+from llm.data.inputs.errors import InputError
+from llm.data.inputs.listing import Input, compression_of, input_kind
+from llm.data.inputs.readers import is_json_array, iter_parquet_rows, open_binary
+from llm.data.inputs.records import decode_text, iter_json_array, object_text, record_text
 from llm.data.storage.object_files import RemoteObject
-from llm.data.text.errors import InputError
-from llm.data.text.inputs import Input, compression_of, input_kind
-from llm.data.text.readers import is_json_array, iter_parquet_rows, open_binary
-from llm.data.text.records import decode_text, iter_json_array, object_text, record_text
 
 Record = tuple[int, bytes, str]  # (line, the record as one JSON line without newline, its text)
 

@@ -24,7 +24,7 @@ from llm.data.corpus_dedup.params import DedupParams
 from llm.data.corpus_dedup.records import iter_input_records
 from llm.data.corpus_dedup.runs import sort_rows
 from llm.data.corpus_dedup.workdir import record_id, scan_dir
-from llm.data.text.inputs import Input
+from llm.data.inputs.listing import Input
 
 BAND_ROW = np.dtype([("key", "<u8"), ("id", "<u8")])
 

@@ -169,7 +169,7 @@ class StreamingDataCollator:
     def collate_rows(self, rows: list[list[tuple[list[int], list[int]]]]) -> dict[str, torch.Tensor]:
         """Rows packed already (best fit) to one batch: `position_ids` restart at each sample, the padding
         after a row's samples is one more run, and `cu_seqlens` (int32) lists every run's start, then the total."""
-        from llm.data.text.best_fit import cu_seqlens
+        from llm.data.pack.best_fit import cu_seqlens
 
         batch = self._fill(rows, positions_always=True, padding_run=True)
         batch["cu_seqlens"] = cu_seqlens(batch["position_ids"])

@@ -18,8 +18,8 @@ from itertools import islice
 
 import numpy as np
 
-from llm.data.text.errors import InputError
-from llm.data.text.source import Partition, Record, RecordFilter, TextSource
+from llm.data.inputs.errors import InputError
+from llm.data.inputs.source import Partition, Record, RecordFilter, TextSource
 
 RecordId = tuple[str, int]  # (partition key, offset after the record) within one entry's source
 

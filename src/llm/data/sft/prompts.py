@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any, Protocol
 
-from llm.data.text.errors import InputError
+from llm.data.inputs.errors import InputError
 
 Segment = tuple[str, bool]  # (text, is_target)
 log = logging.getLogger(__name__)

@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from llm.data.inputs.entries import entry_name
+from llm.data.inputs.errors import InputError
+from llm.data.inputs.hf import HFStreamTextSource
+from llm.data.inputs.local import LocalLineTextSource
+from llm.data.inputs.source import TextSource
+from llm.data.pack.best_fit import BestFitPacker, sample_slots
 from llm.data.sft.collator import BatchRecordError, StreamingDataCollator
 from llm.data.sft.prompts import prompter_for
-from llm.data.text.best_fit import BestFitPacker, sample_slots
-from llm.data.text.entries import entry_name
-from llm.data.text.errors import InputError
-from llm.data.text.hf import HFStreamTextSource
-from llm.data.text.local import LocalLineTextSource
-from llm.data.text.source import TextSource
 from llm.data.text.stream import StreamingTextDataModule
 
 

@@ -20,14 +20,15 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from llm.data.text.best_fit import BestFitCutter, block_example, cu_seqlens
-from llm.data.text.dedup import DedupTextSource
-from llm.data.text.mixing import as_mixture, choose
-from llm.data.text.packing import IGNORE_INDEX, WindowCutter, to_example
-from llm.data.text.partitions import assign_partitions, stripe_partitions
-from llm.data.text.readers import InputError
-from llm.data.text.source import Partition, Record, TextSource
-from llm.data.text.tokens import encode_each
+from llm.data.inputs.dedup import DedupTextSource
+from llm.data.inputs.mixture import as_mixture
+from llm.data.inputs.partitions import assign_partitions, stripe_partitions
+from llm.data.inputs.readers import InputError
+from llm.data.inputs.source import Partition, Record, TextSource
+from llm.data.mix.choosers import choose
+from llm.data.pack.best_fit import BestFitCutter, block_example, cu_seqlens
+from llm.data.pack.window import IGNORE_INDEX, WindowCutter, to_example
+from llm.data.tokenize.documents import encode_each
 from llm.data.topology import current_topology
 
 

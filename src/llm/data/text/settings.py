@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the components are imported when built: reading a config needs no torch
-    from llm.data.text.mixing import MixedTextSource
-    from llm.data.text.source import TextSource
+    from llm.data.inputs.mixture import MixedTextSource
+    from llm.data.inputs.source import TextSource
     from llm.data.text.stream import StreamingTextDataModule
 
 DEFAULT_SEED = 42  # training.seed's default: a module built alone draws as a run with the default seed
@@ -44,7 +44,7 @@ class MixtureConfig:
 
     def build(self, sources: list[TextSource]) -> MixedTextSource:
         """The mixture of `sources` (weights checked: finite, non-negative, summing to 1)."""
-        from llm.data.text.mixing import MixedTextSource
+        from llm.data.inputs.mixture import MixedTextSource
 
         return MixedTextSource(sources, self.strategy, self.weights, buffer=self.buffer_per_dataset,
                                unit=self.unit, schedule=self.schedule, names=self.names)
@@ -67,7 +67,7 @@ class TextStreamConfig:
     packing_buffer: int = DEFAULT_PACKING_BUFFER  # best fit's open blocks
 
     def __post_init__(self) -> None:
-        from llm.data.text.best_fit import check_packing
+        from llm.data.pack.best_fit import check_packing
 
         check_packing(self.packing, self.packing_buffer)
 

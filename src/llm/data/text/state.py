@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from llm.data.inputs.dedup import DedupTextSource
+from llm.data.inputs.seen_file import read_seen_file
 from llm.data.seeds import derive_seed
 from llm.data.stage import StateError
-from llm.data.text.dedup import DedupTextSource
-from llm.data.text.seen_file import read_seen_file
 
 # 2: a `random` mixture draws with derive_seed(root seed, "text.mixture", pass);
 # 1: it drew with LEGACY_MIX_SEED (`mixing_seed` could not be set): such states resume that way

@@ -14,23 +14,23 @@ from typing import Any
 
 import torch
 
-from llm.data.seeds import check_seed
-from llm.data.stage import Stage
-from llm.data.text.best_fit import check_open_blocks, window_slots
-from llm.data.text.dataset import StreamingTextDataset, unpack
-from llm.data.text.dedup import DedupTextSource
-from llm.data.text.mix_state import MixProgress
-from llm.data.text.mixing import as_mixture
-from llm.data.text.packing import new_cursor
-from llm.data.text.partitions import STRIPES, owned_partitions, stripe_partitions
-from llm.data.text.readers import InputError, require_records
-from llm.data.text.registry import build_text_source
-from llm.data.text.source import (
+from llm.data.inputs.dedup import DedupTextSource
+from llm.data.inputs.mixture import as_mixture
+from llm.data.inputs.partitions import STRIPES, owned_partitions, stripe_partitions
+from llm.data.inputs.readers import InputError, require_records
+from llm.data.inputs.registry import build_text_source
+from llm.data.inputs.source import (
     FINGERPRINT_MISMATCH,
     Partition,
     TextSource,
     validate_source_fingerprint,
 )
+from llm.data.mix.progress import MixProgress
+from llm.data.pack.best_fit import check_open_blocks, window_slots
+from llm.data.pack.window import new_cursor
+from llm.data.seeds import check_seed
+from llm.data.stage import Stage
+from llm.data.text.dataset import StreamingTextDataset, unpack
 from llm.data.text.state import (
     STATE_VERSION,
     check_layout,
@@ -180,7 +180,7 @@ class StreamingTextDataModule(Stage):
         path, settings = self.settings.val_dataset_path, self.settings
         if not path:
             return None
-        from llm.data.text.local import LocalLineTextSource
+        from llm.data.inputs.local import LocalLineTextSource
 
         val = LocalLineTextSource(path, settings.text_column, storage_options=settings.storage_options)
         ds = StreamingTextDataset(val, self.tokenizer, self.max_seq_len, self.batch_size, rank=0, world_size=1)

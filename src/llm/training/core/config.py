@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llm.data.config import BUILTIN_SOURCES, DataConfig
+from llm.training.core.data_config import BUILTIN_SOURCES, DataConfig
 
 __all__ = ["BUILTIN_SOURCES", "CheckpointConfig", "Config", "DataConfig", "ModelConfig", "TrainConfig", "TrainingConfig"]
 

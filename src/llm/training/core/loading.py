@@ -9,10 +9,10 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from llm.data.config import DatasetEntry, SourceEntry
 from llm.training.core.axolotl import from_axolotl
 from llm.training.core.axolotl_keys import SECTIONS, did_you_mean
 from llm.training.core.config import TrainConfig
+from llm.training.core.data_config import DatasetEntry, SourceEntry
 from llm.training.core.errors import ConfigError, KeysError
 
 __all__ = ["OPTIMIZED", "ConfigError", "build_config", "load_config", "parse_override", "read_yaml"]

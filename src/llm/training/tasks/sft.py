@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
+from llm.data.inputs.entries import SourceEntry
+from llm.data.inputs.source import TextSource
 from llm.data.sft.holdout import HeldOutSplit
 from llm.data.sft.stream import record_source
-from llm.data.text.entries import SourceEntry
-from llm.data.text.source import TextSource
 from llm.training.core.axolotl import VAL_STREAMING
 from llm.training.core.loading import ConfigError
 from llm.training.tasks.stream_lm import StreamTextData

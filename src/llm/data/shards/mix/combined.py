@@ -41,12 +41,12 @@ from typing import Any
 import numpy as np
 
 from llm.data.ingest_stats import remote_sum
-from llm.data.mix_schedule import MixSchedule, parse_schedule
+from llm.data.mix.schedule import MixSchedule, parse_schedule
+from llm.data.mix.segments import MixPlan, PeriodicPicker, TokenPicker
+from llm.data.mix.weights import PERIOD, check_weights, quotas, slot_table
 from llm.data.seeds import check_seed
 from llm.data.shards.arrays import distinct
-from llm.data.shards.mix.segments import MixPlan, PeriodicPicker, TokenPicker
 from llm.data.shards.mix.sources import check_sources, count_tokens, source_names
-from llm.data.shards.mix.weights import PERIOD, check_weights, quotas, slot_table
 from llm.data.shards.read.dataset import StreamingDataset
 from llm.data.shards.read.source import Order, Resume, SampleSource
 from llm.data.shards.read.state import StateError

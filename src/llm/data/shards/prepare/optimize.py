@@ -22,6 +22,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from llm.data.inputs.errors import InputError
+from llm.data.jobs import Tasks, check_engine, engine_session, run_tasks
 from llm.data.shards.format.encryption import Encryption, for_appending, record
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest, ShardInfo
@@ -34,13 +36,11 @@ from llm.data.shards.format.writer import (
     as_token_array,
     check_batch,
 )
-from llm.data.shards.jobs import Tasks, check_engine, engine_session, run_tasks
 from llm.data.shards.prepare.item_layout import check_append_layout, common_layout
 from llm.data.shards.prepare.output import SHARD_PREFIX, open_output
 from llm.data.shards.prepare.tails import join_tails, tail_writer
 from llm.data.storage.s3 import StorageError
 from llm.data.storage.sizes import parse_bytes
-from llm.data.text.errors import InputError
 from llm.data.tokenize.tokenizers import Tokenizer, token_dtype
 
 

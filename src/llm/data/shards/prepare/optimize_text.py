@@ -14,11 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm.data.shards.format.loaders import TokensLoader
-from llm.data.shards.prepare.optimize import DocumentBatch, OptimizeSummary, optimize
-from llm.data.storage.paths import parse_location
-from llm.data.text.partitions import byte_ranges
-from llm.data.text.readers import (
+from llm.data.inputs.partitions import byte_ranges
+from llm.data.inputs.readers import (
     FileStamp,
     InputError,
     expand_inputs,
@@ -27,7 +24,10 @@ from llm.data.text.readers import (
     require_records,
     splittable,
 )
-from llm.data.text.tokens import tokenize_documents
+from llm.data.shards.format.loaders import TokensLoader
+from llm.data.shards.prepare.optimize import DocumentBatch, OptimizeSummary, optimize
+from llm.data.storage.paths import parse_location
+from llm.data.tokenize.documents import tokenize_documents
 from llm.data.tokenize.engines import BACKENDS
 from llm.data.tokenize.tokenizers import Tokenizer, load_tokenizer
 

@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from llm.data.text.errors import InputError, one_line
+from llm.data.inputs.errors import InputError, one_line
 
 _ZSTD_MAGIC = 0xFD2FB528
 _SKIPPABLE = range(0x184D2A50, 0x184D2A60)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.text.seen_file import (
+from llm.data.inputs.seen_file import (
     DIGEST_BYTES,
     NEW_LAYOUT,
     SeenFileError,
@@ -40,8 +40,8 @@ from llm.data.text.seen_file import (
     read_seen_file,
     truncate_to,
 )
-from llm.data.text.seen_set import SeenSet, _pairs, first_occurrences
-from llm.data.text.source import Partition, Record, RecordFilter, TextSource
+from llm.data.inputs.seen_set import SeenSet, _pairs, first_occurrences
+from llm.data.inputs.source import Partition, Record, RecordFilter, TextSource
 from llm.data.topology import current_topology
 
 IN_MEMORY_WARNING = (

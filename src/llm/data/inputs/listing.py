@@ -9,9 +9,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 
+from llm.data.inputs.errors import InputError
 from llm.data.storage.object_files import RemoteObject, expand_objects
 from llm.data.storage.paths import parse_location
-from llm.data.text.errors import InputError
 
 _KINDS = {".txt": "txt", ".text": "txt", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 _COMPRESSIONS = (".gz", ".zst")

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.pack.window import IGNORE_INDEX, to_example
 from llm.data.stage import StateError
-from llm.data.text.packing import IGNORE_INDEX, to_example
 
 PACKING_MODES = ("greedy", "best_fit")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from llm.data.text.source import Partition
+from llm.data.inputs.source import Partition
 
 # Byte-range partitions of uncompressed line files: aim at this many partitions in
 # all, each between these sizes, so that small corpora still spread over a few ranks.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm.data.mix_schedule import MixSchedule, parse_schedule
+from llm.data.mix.schedule import MixSchedule, parse_schedule
 from llm.data.stage import StateError
 
 

@@ -16,10 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from llm.data.storage.object_files import RangedReader, RemoteObject, download, read_range
-from llm.data.text.compressed import open_compressed
-from llm.data.text.errors import InputError, one_line
-from llm.data.text.inputs import (
+from llm.data.inputs.compressed import open_compressed
+from llm.data.inputs.errors import InputError, one_line
+from llm.data.inputs.listing import (
     FileStamp,
     Input,
     compression_of,
@@ -27,7 +26,8 @@ from llm.data.text.inputs import (
     expand_sources,
     input_kind,
 )
-from llm.data.text.records import iter_json_array, record_text, starts_json_array
+from llm.data.inputs.records import iter_json_array, record_text, starts_json_array
+from llm.data.storage.object_files import RangedReader, RemoteObject, download, read_range
 
 __all__ = ["FileStamp", "InputError", "expand_inputs", "expand_sources"]  # their old home: importers keep working
 

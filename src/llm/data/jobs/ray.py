@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from llm.data.shards.jobs.tasks import Tasks
+from llm.data.jobs.tasks import Tasks
 
 INSTALL_HINT = "engine='ray' needs Ray, which is not installed: pip install 'llm-stream-data[ray]' (or pip install 'ray>=2.9')"
 TASK_RETRIES = 3  # attempts after a worker death (a killed process, a lost node); errors in fn are not retried

@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any
 
-from llm.data.shards.jobs.tasks import Tasks
+from llm.data.jobs.tasks import Tasks
 
 
 def run_local(tasks: Tasks, workers: int, bar: Any) -> None:

@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from llm.data.shards.jobs import Tasks, check_engine, engine_session, run_tasks
+from llm.data.jobs import Tasks, check_engine, engine_session, run_tasks
 from llm.data.storage.paths import parse_location
 
 STATE_DIR = ".llm-map"  # markers, staging folders and the lock, inside the output

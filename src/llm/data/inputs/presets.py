@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -104,15 +104,24 @@ def get_preset(name: str) -> DatasetPreset:
     return resolve_preset(name)
 
 
-def apply_to_config(cfg: Any, preset: DatasetPreset | str) -> Any:
+@runtime_checkable
+class PresetTarget(Protocol):
+    """What a preset sets: the `data:` section's HF fields (`DataConfig` has them)."""
+
+    data_source: str
+    dataset_name: str | None
+    dataset_config: str | None
+    dataset_split: str
+    text_column: str
+
+
+def apply_to_config(cfg: PresetTarget, preset: DatasetPreset | str) -> PresetTarget:
     """Point a `DataConfig` at `preset`'s HF dataset; every other field is left alone. Returns `cfg`.
 
     Sets `data_source` to `hf` (`dedup_hf` when it was a dedup source), `dataset_name`,
     `dataset_config` (None for presets without a subset), `dataset_split`, `text_column`.
     """
-    from llm.data.config import DataConfig
-
-    if not isinstance(cfg, DataConfig):
+    if not isinstance(cfg, PresetTarget):
         raise TypeError(
             f"apply_to_config expects a DataConfig (the data: section with data_source, dataset_name, ...), "
             f"got {type(cfg).__name__}"

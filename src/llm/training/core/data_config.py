@@ -14,9 +14,9 @@ from pydantic import (
     model_validator,
 )
 
+from llm.data.inputs.dedup import check_hash_algo
+from llm.data.inputs.entries import SOURCE_KEYS, SourceEntry, entry_name, path_stem
 from llm.data.sft.settings import SFT_TYPES, DatasetEntry, SftStreamConfig
-from llm.data.text.dedup import check_hash_algo
-from llm.data.text.entries import SOURCE_KEYS, SourceEntry, entry_name, path_stem
 from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig, packing_keys
 
 __all__ = ["SFT_TYPES", "DataConfig", "DatasetEntry", "SourceEntry"]
@@ -98,7 +98,7 @@ class DataConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_packing(self) -> DataConfig:
-        from llm.data.text.best_fit import check_packing
+        from llm.data.pack.best_fit import check_packing
 
         check_packing(**packing_keys(self.packing, self.packing_buffer))
         return self
@@ -112,7 +112,7 @@ class DataConfig(BaseModel):
     def _check_source(self) -> DataConfig:
         # the dataset name/path is not checked here: the guide builds a DataConfig first and
         # fills it in later (apply_to_config); check_source() runs when the source is built
-        from llm.data.text.registry import SOURCE_REGISTRY
+        from llm.data.inputs.registry import SOURCE_REGISTRY
 
         if self.data_source not in BUILTIN_SOURCES and self.data_source not in SOURCE_REGISTRY:
             valid = ", ".join([*BUILTIN_SOURCES, *SOURCE_REGISTRY.custom_names()])
@@ -128,7 +128,7 @@ class DataConfig(BaseModel):
             raise ValueError("seen_hashes_path is required when write_seen_hashes is true")
         self._check_extra_keys(SOURCE_REGISTRY.declared_keys(self.data_source))
         if self.datasets and len(self.datasets) > 1:
-            from llm.data.text.mixing import check_schedule, check_unit, check_weights
+            from llm.data.mix.choosers import check_schedule, check_unit, check_weights
 
             check_unit(self.streaming_mixing_unit)
             n, strategy = len(self.datasets), self.streaming_dataset_mixing_strategy

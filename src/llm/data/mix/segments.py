@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from llm.data.mix.weights import PERIOD, period_for, quotas, slot_table
 from llm.data.seeds import derive_seed
-from llm.data.shards.mix.weights import PERIOD, period_for, quotas, slot_table
 
 # (source, first count, how many) -> token lengths of that source's samples at those counts
 Lengths = Callable[[int, int, int], np.ndarray]

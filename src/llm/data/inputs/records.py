@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from llm.data.text.errors import InputError
+from llm.data.inputs.errors import InputError
 
 try:  # optional (`pip install llm-stream-data[json]`): parses a JSON Lines record several times faster
     from orjson import loads as _fast_loads

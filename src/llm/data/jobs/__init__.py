@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from llm.data.shards.jobs.tasks import ENGINES, Report, Tasks, check_engine, progress_bar
+from llm.data.jobs.tasks import ENGINES, Report, Tasks, check_engine, progress_bar
 
 __all__ = ["ENGINES", "Report", "Tasks", "check_engine", "engine_session", "progress_bar", "run_tasks"]
 
@@ -23,11 +23,11 @@ def run_tasks(tasks: Tasks, *, engine: str = "local", workers: int = 1, ray_addr
     bar = progress_bar(tasks.count, desc, tasks.unit, progress)
     try:
         if engine == "ray":
-            from llm.data.shards.jobs.ray import run_ray
+            from llm.data.jobs.ray import run_ray
 
             run_ray(tasks, workers, ray_address, bar)
         else:
-            from llm.data.shards.jobs.local import run_local
+            from llm.data.jobs.local import run_local
 
             run_local(tasks, workers, bar)
     finally:
@@ -40,7 +40,7 @@ def engine_session(engine: str, ray_address: str | None, num_workers: int | None
     if engine == "local":
         yield (os.cpu_count() or 1) if num_workers is None else num_workers
         return
-    from llm.data.shards.jobs.ray import session
+    from llm.data.jobs.ray import session
 
     with session(ray_address, num_workers) as workers:
         yield workers

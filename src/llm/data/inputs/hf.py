@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from llm.data.text.readers import InputError
-from llm.data.text.source import Partition, Record, RecordFilter, TextSource
+from llm.data.inputs.readers import InputError
+from llm.data.inputs.source import Partition, Record, RecordFilter, TextSource
 
 
 class HFStreamTextSource(TextSource):

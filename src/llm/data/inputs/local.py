@@ -10,11 +10,9 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
-from llm.data.storage.object_files import RemoteObject
-from llm.data.storage.s3 import StorageError
-from llm.data.text.partitions import byte_ranges
-from llm.data.text.partitions import partition_bytes as partition_bytes_for
-from llm.data.text.readers import (
+from llm.data.inputs.partitions import byte_ranges
+from llm.data.inputs.partitions import partition_bytes as partition_bytes_for
+from llm.data.inputs.readers import (
     FileStamp,
     InputError,
     expand_sources,
@@ -26,7 +24,9 @@ from llm.data.text.readers import (
     require_records,
     splittable,
 )
-from llm.data.text.source import Partition, Record, RecordFilter, TextSource
+from llm.data.inputs.source import Partition, Record, RecordFilter, TextSource
+from llm.data.storage.object_files import RemoteObject
+from llm.data.storage.s3 import StorageError
 
 
 class RemoteReadError(InputError, StorageError):

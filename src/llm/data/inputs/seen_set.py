@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llm.data.text.seen_file import DIGEST_BYTES
+from llm.data.inputs.seen_file import DIGEST_BYTES
 
 
 def _pairs(digests: bytes | np.ndarray, width: int = DIGEST_BYTES) -> np.ndarray:

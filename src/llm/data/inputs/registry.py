@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from llm.data.text.dedup import DedupTextSource
-from llm.data.text.entries import SourceEntry
-from llm.data.text.hf import HFStreamTextSource
-from llm.data.text.local import LocalLineTextSource
-from llm.data.text.mixing import DedupMixture
-from llm.data.text.source import TextSource
+from llm.data.inputs.dedup import DedupTextSource
+from llm.data.inputs.entries import SourceEntry
+from llm.data.inputs.hf import HFStreamTextSource
+from llm.data.inputs.local import LocalLineTextSource
+from llm.data.inputs.mixture import DedupMixture
+from llm.data.inputs.source import TextSource
 
 SourceFactory = Callable[[Any], TextSource]
 
