@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm.data.inputs.errors import InputError
 from llm.data.inputs import records
+from llm.data.inputs.errors import InputError
 
 pytest.importorskip("orjson")
 
