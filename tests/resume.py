@@ -165,3 +165,60 @@ def step_ranks(modules: list, steps: int | None, keys: Sequence[str] = ("input_i
             break
         out.append({k: np.concatenate([b[k].numpy() for b in live]) for k in keys})
     return out
+
+
+def step_rows(step: Any) -> list[bytes]:
+    """One step as its rows (samples), each as bytes: what a chain compares when the batch size changes."""
+    arrays = _flatten(step)
+    return [b"|".join(np.ascontiguousarray(a[i]).tobytes() for a in arrays) for i in range(len(arrays[0]))]
+
+
+def check_resume_chain(
+    run: RunFn,
+    chain: Sequence[tuple[dict, int | None]],
+    *,
+    exact: bool = True,
+    rows: Callable[[Any], list[bytes]] = step_rows,
+    source_of: Callable[[bytes], Any] | None = None,
+    fresh_process: bool = True,
+) -> list[bytes]:
+    """Run a chain of topologies, each resumed from the state the previous one saved, and compare rows.
+
+    ``chain`` is ``[(config, steps), ...]``: the first config runs ``steps`` steps from the start, each
+    next one loads the saved state and runs its ``steps`` (``None``: to the end of the epoch). Configs may
+    change anything a resume may change: the global batch size, ranks, workers, sources. The rows of the
+    whole chain are compared with the rows of one uninterrupted run under the first config:
+
+    * ``exact=True``: the same rows in the same order (a batch change only regroups them);
+    * ``exact=False``: the same multiset of rows (nothing lost, nothing repeated), and with
+      ``source_of(row)`` each source's rows in the straight run's order.
+
+    Returns the reference rows.
+    """
+    call = in_fresh_process if fresh_process else (lambda fn, *a: fn(*a))
+    first = chain[0][0]
+    reference_steps, _ = call(run, first, None, None)
+    want = [r for step in reference_steps for r in rows(step)]
+    assert want, "the reference run produced no rows"
+    got: list[bytes] = []
+    state: dict | None = None
+    for i, (cfg, steps) in enumerate(chain):
+        out, state = call(run, cfg, state, steps)
+        state = pickle.loads(pickle.dumps(state))  # the state must survive serialisation
+        got += [r for step in out for r in rows(step)]
+        assert len(got) <= len(want) + 64, f"chain link {i} ({cfg}): {len(got)} rows, more than the epoch's {len(want)}"
+    what = f"chain {[(c, s) for c, s in chain]}"
+    if exact:
+        assert len(got) == len(want), f"{what}: {len(got)} rows, expected {len(want)}"
+        first_diff = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), None)
+        assert first_diff is None, f"{what}: row {first_diff} differs from the straight run's"
+        return want
+    got_c, want_c = Counter(got), Counter(want)
+    lost, repeated = want_c - got_c, got_c - want_c
+    assert not lost and not repeated, f"{what}: {sum(lost.values())} rows lost, {sum(repeated.values())} repeated"
+    if source_of is not None:
+        for source in {source_of(r) for r in want}:
+            mine = [r for r in got if source_of(r) == source]
+            straight = [r for r in want if source_of(r) == source]
+            assert mine == straight, f"{what}: source {source!r}'s rows are not in the straight run's order"
+    return want
