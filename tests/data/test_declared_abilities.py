@@ -41,3 +41,14 @@ def test_an_ingest_window_starts_with_no_chunk_and_carries_an_open_chunk_over():
     window.pending_waits.append(10)  # one batch of the chunk handed over
     window.reset(zero_remote())
     assert window._chunk == ([4, 4], 0, 2)  # the rest of the chunk belongs to the next window
+
+
+def test_each_kind_of_datasets_entry_says_its_own_name():
+    from llm.data.inputs.entries import SourceEntry, entry_name
+    from llm.data.sft.settings import DatasetEntry
+
+    assert entry_name(SourceEntry(dataset_path="data/wiki.jsonl.gz")) == "wiki"
+    assert entry_name(SourceEntry(path="data/web.jsonl", name="web-2024")) == "web-2024"
+    assert entry_name(SourceEntry(data_source="hf", dataset_name="org/set")) == "set"
+    assert entry_name(DatasetEntry(path="sft/chat.jsonl")) == "chat"
+    assert entry_name(DatasetEntry(path="org/hub-set", name="subset")) == "subset"
