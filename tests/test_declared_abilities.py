@@ -52,3 +52,21 @@ def test_each_kind_of_datasets_entry_says_its_own_name():
     assert entry_name(SourceEntry(data_source="hf", dataset_name="org/set")) == "set"
     assert entry_name(DatasetEntry(path="sft/chat.jsonl")) == "chat"
     assert entry_name(DatasetEntry(path="org/hub-set", name="subset")) == "subset"
+
+
+def test_closing_skip_ranges_closes_the_generator_of_batches_and_accepts_a_plain_iterator():
+    from llm.training.skip_ranges import SkipRanges
+
+    closed = []
+
+    def batches():
+        try:
+            yield from range(10)
+        finally:
+            closed.append(True)  # the data's workers stop here
+
+    filtered = SkipRanges([[1, 3]]).filter(batches())
+    assert [next(filtered), next(filtered)] == [0, 3]
+    filtered.close()
+    assert closed == [True]
+    assert list(SkipRanges([[0, 1]]).filter(iter("abc"))) == ["b", "c"]
