@@ -339,7 +339,7 @@ def optimize(
                 vocab_size=tokenizer.vocab_size if tokenizer is not None else None,
                 sources=sources or [],
                 item_layout=layout,
-                tokenizer_backend=getattr(tokenizer, "backend", None) if tokenizer is not None else None,
+                tokenizer_backend=tokenizer.backend if tokenizer is not None else None,
                 encryption=encrypted,
             )
             if mode == "append":
