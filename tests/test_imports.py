@@ -135,7 +135,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # SFT and shards pack with pack/.
     ("llm.data.mix", "llm.data.pack"),
     ("llm.data.storage",),
-    ("llm.data.inputs",),
+    # the run ledger's segments, reader and audit: bytes and counts, read by the wings that record
+    ("llm.data.inputs", "llm.data.ledger"),
     ("llm.data.tokenize",),
     ("llm.data.jobs",),
     ("llm.data.text", "llm.data.shards", "llm.data.corpus_dedup"),
