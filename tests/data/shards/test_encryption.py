@@ -102,9 +102,11 @@ def test_append_takes_the_dataset_key_and_refuses_mixing(tmp_path, fernet):
     write(secret, FernetEncryption("correct horse battery staple"), mode="append")  # another salt: the dataset's is used
     tokens = StreamingDataset(str(secret), item_loader=TokensLoader(block_size=32), encryption=fernet).reader.total
     assert tokens == 2 * sum(len(d) for d in DOCS)
-    with pytest.raises(ValueError, match="without encryption: its shards are encrypted"):
+    with pytest.raises(ValueError, match=r"its encryption is llm.data.FernetEncryption, this run's is none \(plain "
+                                         r"shards\); pass encryption= with its key"):
         write(secret, mode="append")
-    with pytest.raises(ValueError, match="cannot append encrypted shards to .*plain: its shards are not encrypted"):
+    with pytest.raises(ValueError, match=r"cannot append to .*plain: its encryption is none \(plain shards\), this "
+                                         "run's is llm.data.FernetEncryption"):
         write(write(tmp_path / "plain"), fernet, mode="append")
 
 

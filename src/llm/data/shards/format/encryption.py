@@ -93,17 +93,21 @@ def for_reading(recorded: dict[str, Any] | None, encryption: Encryption | None, 
     return encryption.for_dataset(recorded)
 
 
-def for_appending(previous: Any, encryption: Encryption | None, where: str) -> Encryption | None:
-    """The encryption of shards appended to a dataset (its manifest `previous`, or None): the dataset's own."""
-    recorded = previous.encryption if previous is not None else None
-    if previous is None or (recorded is None and encryption is None):
-        return encryption
-    if recorded is None:
-        raise ValueError(f"cannot append encrypted shards to {where}: its shards are not encrypted")
-    if encryption is None:
-        raise ValueError(f"cannot append to {where} without encryption: its shards are encrypted "
-                         f"({recorded.get('class')}); pass encryption= with its key")
-    return for_reading(recorded, encryption, where)
+def key_opens(encryption: Encryption, stored: bytes, compression: str | None, raw_bytes: int) -> bool:
+    """Whether `encryption` turns a shard's stored bytes back into the `raw_bytes` it was written from.
+
+    Fernet authenticates (a wrong key raises); the length check also catches a user's class that
+    does not, whose wrong key would give bytes of the right size only by chance after zstd.
+    """
+    try:
+        data = encryption.decrypt(stored)
+        if compression is not None:
+            import zstandard
+
+            data = zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_bytes)
+    except Exception:  # the user's class may raise anything; Fernet raises InvalidToken, zstd ZstdError
+        return False
+    return len(data) == raw_bytes
 
 
 def unlock(encrypted: bool, encryption: Encryption | None, stored: bytes, where: str) -> bytes:
