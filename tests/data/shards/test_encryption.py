@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -130,3 +131,24 @@ def test_resume_of_an_encrypted_dataset_is_exact(tmp_path, fernet):
     config = {"path": str(secret), "block": 64, "batch": 4, "epochs": 2, "encryption": fernet}
     check_resume(run_loader, config, stops=[3, 11],  # mid-epoch 1, into epoch 2
                  resume_configs=[{**config, "workers": 2, "backend": "processes"}])
+
+
+@pytest.mark.parametrize("salt", ["!!", "not$base64", "", "c2hvcnQ=", 7])
+def test_a_damaged_salt_in_the_manifest_is_one_sentence_naming_the_field(tmp_path, fernet, salt):
+    secret = write(tmp_path / "secret", fernet, docs=4)
+    index = json.loads((secret / "index.json").read_text())
+    index["encryption"]["salt"] = salt  # not in the fingerprint: the manifest still loads
+    (secret / "index.json").write_text(json.dumps(index))
+    with pytest.raises(EncryptionError, match=rf"^{secret}: the manifest's key 'encryption.salt' is {re.escape(repr(salt))}, not a salt: "
+                                              "expected 16 bytes in URL-safe base64"):
+        blocks(secret, encryption=fernet)
+    saved = tmp_path / "fernet.pem"
+    saved.write_text(json.dumps({"algorithm": "fernet", "level": "chunk", "salt": salt}))
+    with pytest.raises(EncryptionError, match=rf"fernet.pem: key 'salt' is {re.escape(repr(salt))}, not a salt"):
+        FernetEncryption.load(saved, password="correct horse battery staple")
+
+
+def test_a_salt_of_the_wrong_length_is_refused_when_given(fernet):
+    with pytest.raises(ValueError, match=r"FernetEncryption's salt must be 16 bytes, got b'short'"):
+        FernetEncryption("pw", salt=b"short")
+    assert FernetEncryption("correct horse battery staple", salt=fernet.salt).salt == fernet.salt

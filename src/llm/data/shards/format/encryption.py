@@ -10,6 +10,7 @@ or password), so a reader without the key, or with another class or key, gets on
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 from abc import ABC, abstractmethod
@@ -90,7 +91,10 @@ def for_reading(recorded: dict[str, Any] | None, encryption: Encryption | None, 
     if class_name(encryption) != recorded.get("class"):
         raise EncryptionError(f"{where} was encrypted with {recorded.get('class')}, not {class_name(encryption)}; "
                               "pass an instance of that class")
-    return encryption.for_dataset(recorded)
+    try:
+        return encryption.for_dataset(recorded)
+    except EncryptionError as e:  # e.g. a damaged salt: which dataset it is, too
+        raise EncryptionError(f"{where}: {e}") from None
 
 
 def key_opens(encryption: Encryption, stored: bytes, compression: str | None, raw_bytes: int) -> bool:
@@ -139,6 +143,8 @@ class FernetEncryption(Encryption):
 
     iterations = 480_000
 
+    SALT_BYTES = 16
+
     def __init__(self, password: str, level: str = "chunk", salt: bytes | None = None):
         try:
             from cryptography.fernet import Fernet  # noqa: F401
@@ -147,8 +153,10 @@ class FernetEncryption(Encryption):
                                       "pip install 'llm-stream-data[encryption]'") from None
         if not isinstance(password, str) or not password:
             raise ValueError("FernetEncryption needs a non-empty password string")
+        if salt is not None and (not isinstance(salt, bytes) or len(salt) != self.SALT_BYTES):
+            raise ValueError(f"FernetEncryption's salt must be {self.SALT_BYTES} bytes, got {_described(salt)}")
         self.password, self.level = password, level
-        self.salt = salt if salt is not None else os.urandom(16)
+        self.salt = salt if salt is not None else os.urandom(self.SALT_BYTES)
         self._key = self._derive(password, self.salt)
 
     @property
@@ -178,10 +186,7 @@ class FernetEncryption(Encryption):
         return {"salt": base64.urlsafe_b64encode(self.salt).decode()}
 
     def for_dataset(self, state: dict[str, Any]) -> FernetEncryption:
-        salt = state.get("salt")
-        if not isinstance(salt, str):
-            raise EncryptionError(f"the manifest's encryption record has no salt string (got {salt!r})")
-        raw = base64.urlsafe_b64decode(salt)
+        raw = decode_salt(state.get("salt"), "the manifest's key 'encryption.salt'")
         return self if raw == self.salt else FernetEncryption(self.password, self.level, raw)
 
     def save(self, file_path: str | Path) -> None:
@@ -194,7 +199,28 @@ class FernetEncryption(Encryption):
         """The encryption `save` described, with its key derived again from `password`."""
         try:
             state = json.loads(Path(file_path).read_text())
-            salt = base64.urlsafe_b64decode(state["salt"])
+            salt = state["salt"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise EncryptionError(f"{file_path} is not a file FernetEncryption.save wrote ({type(e).__name__}: {e})") from None
-        return cls(password, level=state.get("level", "chunk"), salt=salt)
+        return cls(password, level=state.get("level", "chunk"), salt=decode_salt(salt, f"{file_path}: key 'salt'"))
+
+
+def decode_salt(text: Any, field: str) -> bytes:
+    """A Fernet salt as `state_dict` writes it (URL-safe base64 of 16 bytes); anything else is one sentence.
+
+    Strict: the lenient decoder drops characters outside the alphabet, so a damaged salt would
+    turn into another salt (or none: '!!' decodes to b''), and so into another key.
+    """
+    try:
+        raw = base64.b64decode(text, altchars=b"-_", validate=True) if isinstance(text, str) else None
+    except (binascii.Error, ValueError):
+        raw = None
+    if raw is None or len(raw) != FernetEncryption.SALT_BYTES:
+        raise EncryptionError(f"{field} is {_described(text)}, not a salt: expected {FernetEncryption.SALT_BYTES} "
+                              "bytes in URL-safe base64 as FernetEncryption wrote them; the file was damaged or edited")
+    return raw
+
+
+def _described(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
