@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.data import FernetEncryption, StreamingDataset, TokensLoader, merge_datasets, optimize
+from llm.data import (
+    Encryption,
+    FernetEncryption,
+    StreamingDataset,
+    TokensLoader,
+    merge_datasets,
+    optimize,
+)
 from llm.data.shards.format.encryption import EncryptionError
 from llm.data.storage.lock import LOCK_NAME
 
@@ -174,3 +181,31 @@ def test_an_append_of_no_items_keeps_the_item_layout(tmp_path, keys):
     optimize(lambda i: None, [0], out, mode="append", num_workers=0, progress=False)
     ds = StreamingDataset(str(out))
     assert [ds[i]["x"] for i in range(len(ds))] == list(range(9))
+
+
+class Xor(Encryption):
+    """A user's class that does not authenticate: a wrong key decrypts to bytes of the right size."""
+
+    def __init__(self, key: int):
+        self.key = key
+
+    def encrypt(self, data: bytes) -> bytes:
+        return (np.frombuffer(bytes(data), np.uint8) ^ self.key).tobytes()
+
+    def decrypt(self, data: bytes) -> bytes:
+        return self.encrypt(data)
+
+
+@pytest.mark.parametrize("kind", ["tokens", "items"])
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_wrong_key_of_a_class_that_does_not_authenticate_is_refused(tmp_path, keys, kind, compression):
+    out = tmp_path / "ds"
+    write(out, (kind, {"encryption": Xor(1)}), keys, compression=compression)
+    before = snapshot(out)
+    with pytest.raises(EncryptionError, match=r"the Xor key given does not open its shards"):
+        write(out, (kind, {"encryption": Xor(2)}), keys, seed=1, compression=compression, mode="append")
+    assert snapshot(out) == before
+    write(out, (kind, {"encryption": Xor(1)}), keys, seed=1, compression=compression, mode="append")
+    ds = StreamingDataset(str(out), item_loader=TokensLoader(block_size=8) if kind == "tokens" else None,
+                          encryption=Xor(1))
+    assert len(ds) and all(ds[i] is not None for i in range(len(ds)))

@@ -17,6 +17,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from llm.data.shards.format.pread import ShardError
 
 LEVELS = ("chunk",)
@@ -97,21 +99,33 @@ def for_reading(recorded: dict[str, Any] | None, encryption: Encryption | None, 
         raise EncryptionError(f"{where}: {e}") from None
 
 
-def key_opens(encryption: Encryption, stored: bytes, compression: str | None, raw_bytes: int) -> bool:
-    """Whether `encryption` turns a shard's stored bytes back into the `raw_bytes` it was written from.
+def key_opens(encryption: Encryption, stored: bytes, info: Any, kind: str) -> bool:
+    """Whether `encryption` turns a shard's stored bytes (its manifest entry `info`) back into the shard.
 
-    Fernet authenticates (a wrong key raises); the length check also catches a user's class that
-    does not, whose wrong key would give bytes of the right size only by chance after zstd.
+    Fernet authenticates (a wrong key raises); a user's class may not, so the plaintext must also
+    have the shard's size and the end of its layout: token shards end with their documents' ends
+    (the last one the token count), item shards with their offsets table (0 up to the records'
+    size). Random bytes from a wrong key pass that by chance only.
     """
     try:
         data = encryption.decrypt(stored)
-        if compression is not None:
+        if info.compression is not None:
             import zstandard
 
-            data = zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_bytes)
+            data = zstandard.ZstdDecompressor().decompress(data, max_output_size=info.raw_bytes)
     except Exception:  # the user's class may raise anything; Fernet raises InvalidToken, zstd ZstdError
         return False
-    return len(data) == raw_bytes
+    if len(data) != info.raw_bytes:
+        return False
+    count = info.documents if kind == "tokens" else info.items + 1
+    if not count:
+        return True
+    if len(data) < 8 * count:
+        return False
+    ends = np.frombuffer(bytes(data[len(data) - 8 * count:]), "<u8")
+    last = info.tokens if kind == "tokens" else len(data) - 8 * count
+    first_ok = kind == "tokens" or ends[0] == 0
+    return bool(first_ok and ends[-1] == last and np.all(ends[1:] >= ends[:-1]))
 
 
 def unlock(encrypted: bool, encryption: Encryption | None, stored: bytes, where: str) -> bytes:

@@ -106,7 +106,7 @@ def _check_key(inputs: list[_Input], encryption: Encryption | None) -> Encryptio
         stored = source.read(info)
         if len(stored) != info.bytes or checksum_bytes(stored) != info.checksum:
             raise ShardError(f"shard {source.where(info)} fails its size or checksum: the input is corrupt; nothing was merged")
-        if not key_opens(key, stored, info.compression, info.raw_bytes):  # type: ignore[arg-type]
+        if not key_opens(key, stored, info, manifest.kind):  # type: ignore[arg-type]
             raise EncryptionError(f"merge_datasets: the {key.algorithm} key given does not open the shards of "  # type: ignore[union-attr]
                                   f"{source.display} ({info.file} does not decrypt); merge datasets made with one key")
     return key

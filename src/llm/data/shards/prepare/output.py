@@ -176,7 +176,7 @@ class Output(ABC):
         if len(stored) != info.bytes or checksum_bytes(stored) != info.checksum:
             raise ShardError(f"shard {info.file} of {self.display} fails its size or checksum: the dataset is corrupt; "
                              "nothing was appended")
-        if not key_opens(key, stored, info.compression, info.raw_bytes):
+        if not key_opens(key, stored, info, have.kind):
             raise EncryptionError(f"cannot append to {self.display}: the {key.algorithm} key given does not open its "
                                   f"shards ({info.file} does not decrypt); pass the key or password it was made with")
 
