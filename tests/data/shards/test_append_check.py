@@ -209,3 +209,18 @@ def test_a_wrong_key_of_a_class_that_does_not_authenticate_is_refused(tmp_path, 
     ds = StreamingDataset(str(out), item_loader=TokensLoader(block_size=8) if kind == "tokens" else None,
                           encryption=Xor(1))
     assert len(ds) and all(ds[i] is not None for i in range(len(ds)))
+
+
+def test_merge_refuses_inputs_encrypted_with_another_salt(tmp_path, keys):
+    out, a, b = tmp_path / "ds", tmp_path / "a", tmp_path / "b"
+    write(out, ("tokens", {"encryption": "right"}), keys)
+    fresh = FernetEncryption(PASSWORD)  # the same password, another salt: another key for the copied ciphertext
+    for where, seed in ((a, 1), (b, 2)):
+        write(where, ("tokens", {"encryption": fresh}), keys, seed=seed)
+    before = snapshot(out)
+    salt = fresh.state_dict()["salt"]
+    with pytest.raises(ValueError, match=rf"^cannot append to {re.escape(str(out))}: its encryption is "
+                                         rf"llm.data.FernetEncryption with {{'salt': '.*'}}, the inputs' is with "
+                                         rf"{{'salt': '{re.escape(salt)}'}}; "):
+        merge_datasets([str(a), str(b)], str(out), mode="append", encryption=fresh)
+    assert snapshot(out) == before

@@ -43,6 +43,10 @@ def _words(key: str, value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _state(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in ("class", "algorithm", "level")}
+
+
 def first_mismatch(have: Manifest, new: Manifest, exact: bool = True) -> tuple[str, str, str] | None:
     """(field, `have`'s value, `new`'s value) for the first field of SAME on which the two differ, in words.
 
@@ -68,8 +72,8 @@ def first_mismatch(have: Manifest, new: Manifest, exact: bool = True) -> tuple[s
         if key == "encryption" and a is not None and b is not None:
             if (a == b) if exact else (a.get("class") == b.get("class")):
                 continue
-            if a.get("class") == b.get("class"):  # one class, another salt: name the records
-                return name, f"{a.get('class')} {a}", f"{b}"
+            if a.get("class") == b.get("class"):  # one class, another public state (a salt): name the states
+                return name, f"{a.get('class')} with {_state(a)}", f"with {_state(b)}"
         if a != b:
             return name, _words(key, a), _words(key, b)
     return None
