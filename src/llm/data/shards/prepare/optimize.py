@@ -269,7 +269,8 @@ def optimize(
     array, tensor or list) or yields many; otherwise it returns or yields items: dicts,
     lists and tuples of numbers, strings, bytes, None, numpy arrays, tensors, PIL images,
     or any picklable object (docs/items.md). `chunk_bytes` / `chunk_size` (tokens or items)
-    bound each shard. `mode`: None (the folder must be empty), 'append' or 'overwrite'.
+    bound each shard. `mode`: None (the folder must be empty), 'append' (refused, before anything is
+    written, unless this run is made as the dataset there was: output.py) or 'overwrite'.
     `tokenizer` is recorded in the manifest (its fingerprint, EOS id, vocabulary).
     One run at a time holds `output_dir`: another run fails at once naming the holder,
     or with `wait=True` waits for it to finish. `output_dir` may be `s3://bucket/prefix`
