@@ -19,6 +19,7 @@ from llm.data import (
 )
 from llm.data.shards.format.encryption import EncryptionError
 from llm.data.storage.lock import LOCK_NAME
+from llm.data.tokenize.protocol import BaseTokenizer
 
 PASSWORD = "correct horse battery staple"
 
@@ -30,11 +31,19 @@ def keys() -> dict[str, FernetEncryption]:
     return {"right": fernet, "other": FernetEncryption("tr0ub4dor&3", salt=fernet.salt)}
 
 
-class Tok:
+class Tok(BaseTokenizer):
     """A tokenizer whose fingerprint, EOS id and vocabulary a test sets one at a time."""
 
+    backend = "test"
+
     def __init__(self, name: str = "t", eos_id: int = 256, vocab_size: int = 257):
-        self.name, self.eos_id, self.vocab_size = name, eos_id, vocab_size
+        self.name, self.spec, self.eos_id, self.vocab_size = name, name, eos_id, vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())
+
+    def decode(self, ids) -> str:  # noqa: ANN001 - the protocol's Iterable[int]
+        return bytes(ids).decode()
 
     def fingerprint(self) -> dict:
         return {"type": self.name}
@@ -224,3 +233,15 @@ def test_merge_refuses_inputs_encrypted_with_another_salt(tmp_path, keys):
                                          rf"{{'salt': '{re.escape(salt)}'}}; "):
         merge_datasets([str(a), str(b)], str(out), mode="append", encryption=fresh)
     assert snapshot(out) == before
+
+
+def test_optimize_refuses_a_tokenizer_that_is_not_one_in_one_sentence(tmp_path: Path) -> None:
+    class Bare:  # an object with a fingerprint only: optimize could not record its backend
+        eos_id, vocab_size = 256, 257
+
+        def fingerprint(self) -> dict:
+            return {"type": "bare"}
+
+    with pytest.raises(TypeError, match=r"^optimize: tokenizer= must be a tokenizer of llm.data.load_tokenizer .*got Bare$"):
+        optimize(lambda i: np.arange(5) + i, [0, 1], tmp_path / "ds", tokenizer=Bare())
+    assert not (tmp_path / "ds" / "index.json").exists()

@@ -298,6 +298,9 @@ def optimize(
     check_engine(engine, ray_address)
     encrypted = record(encryption)  # checks the object before any worker starts
     chunk = parse_size(chunk_bytes)
+    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+        raise TypeError("optimize: tokenizer= must be a tokenizer of llm.data.load_tokenizer (or None for ids from fn), "
+                        f"got {type(tokenizer).__name__}")
     tok_fp = tokenizer.fingerprint() if tokenizer is not None else None
     # the token dtype a tokenizer fixes; without one it follows the ids (widened per shard)
     declared = token_dtype(tokenizer.vocab_size) if tokenizer is not None else None
