@@ -115,11 +115,13 @@ def _parser() -> argparse.ArgumentParser:
     clear.add_argument("--all", action="store_true", help="remove every cache folder under the cache root")
     clear.add_argument("--cache-dir", default=None, help=root_help)
 
+    from llm.cli.audit import add_audit_command
     from llm.cli.dedup import add_dedup_command
     from llm.cli.inspect import add_commands  # `inspect` and `convert` live in cli/inspect.py
 
     add_commands(add)
     add_dedup_command(add)
+    add_audit_command(add)
     tok = add("train-tokenizer", "train a byte-level BPE tokenizer on text files", _TOKENIZER_EPILOG)
     tok.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
     tok.add_argument("--vocab-size", type=int, default=8192, help="vocabulary size, including 256 byte tokens and EOS")
@@ -309,7 +311,7 @@ def _train_tokenizer(args: argparse.Namespace) -> None:
     print(f"next: llm-data optimize {' '.join(args.inputs)} --output DATASET --tokenizer {written}", file=sys.stderr)
 
 
-def _run(args: argparse.Namespace) -> None:
+def _run(args: argparse.Namespace) -> int:
     if args.command == "cache":
         from llm.cli.cache import run_cache
 
@@ -330,19 +332,24 @@ def _run(args: argparse.Namespace) -> None:
         from llm.cli.inspect import run
 
         run(args)
+    elif args.command == "audit":
+        from llm.cli.audit import run_audit
+
+        return run_audit(args)  # 1: the ledger shows samples repeated, lost or changed
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        _run(args)
+        code = _run(args)
     except (ValueError, OSError, ImportError) as e:  # user mistakes (and --engine ray without Ray): one sentence
         print(f"llm-data: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("llm-data: interrupted; the dataset folder is unchanged", file=sys.stderr)
         return 130
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ checkpoint skipped that part already (the same key given again).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 KEY = "data.skip_batches"
@@ -84,9 +84,8 @@ class SkipRanges:
                     continue
                 yield batch
         finally:
-            close = getattr(batches, "close", None)
-            if close is not None:  # the trainer closes us: stop the data's workers now
-                close()
+            if isinstance(batches, Generator):  # the trainer closes us: stop the data's workers now
+                batches.close()  # (the tasks' batches are generators; a plain iterator has nothing to stop)
 
     def covers(self, index: int) -> bool:
         return any(start <= index < end for start, end in self.ranges)

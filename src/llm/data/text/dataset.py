@@ -28,6 +28,7 @@ from llm.data.mix.choosers import choose
 from llm.data.pack.best_fit import BestFitCutter, block_example, cu_seqlens
 from llm.data.pack.window import IGNORE_INDEX, WindowCutter, to_example
 from llm.data.tokenize.documents import encode_each
+from llm.data.tokenize.protocol import Tokenizer
 from llm.data.topology import current_topology
 from llm.data.worker_errors import send
 
@@ -40,7 +41,7 @@ class TokenBlocks:
     (`batch`); fine-tuning plugs in its own (`llm.data.sft.stream.SftSamples`).
     """
 
-    def __init__(self, tokenizer: Any, max_seq_len: int, packed: bool = False, packing_buffer: int | None = None):
+    def __init__(self, tokenizer: Tokenizer, max_seq_len: int, packed: bool = False, packing_buffer: int | None = None):
         self.tokenizer, self.max_seq_len, self.packed = tokenizer, max_seq_len, packed
         self.packing_buffer = packing_buffer  # set: best fit (text/best_fit.py) from this many open blocks
 
@@ -62,7 +63,7 @@ class TokenBlocks:
 
     def batch(self, rows: list[Any]) -> dict[str, Any]:
         if self.packed and not self.packing_buffer:  # the windows as they are, in uint16 where ids fit
-            return {"_windows": packed_windows(rows, self.max_seq_len, getattr(self.tokenizer, "vocab_size", None))}
+            return {"_windows": packed_windows(rows, self.max_seq_len, self.tokenizer.vocab_size)}
         if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
             planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
         else:
@@ -144,7 +145,7 @@ class StreamingTextDataset(IterableDataset):
     def __init__(
         self,
         source: TextSource,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         max_seq_len: int,
         batch_size: int = 1,
         *,

@@ -163,7 +163,7 @@ def optimize_text(
     """
     tok = load_tokenizer(tokenizer, tokenizer_backend)  # fails fast, in the parent, on a bad spec
     # Workers use the engine the parent chose (not `auto` again), so one run has one engine.
-    backend = tok.backend if getattr(tok, "backend", None) in BACKENDS else None
+    backend = tok.backend if tok.backend in BACKENDS else None
     location = parse_location(output_dir)
     if not location.is_object_store:
         refuse_inputs_in_output(inputs, location.local_path())
