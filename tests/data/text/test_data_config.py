@@ -51,7 +51,7 @@ def test_dataset_is_required_when_the_source_is_built(kwargs, message):
     cfg = DataConfig(**kwargs)  # the guide builds the config first and fills the dataset in later
     with pytest.raises(ValueError, match=message):
         build_text_source(cfg)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):  # a ValueError too
         cfg.check_source()
 
 

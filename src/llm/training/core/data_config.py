@@ -17,6 +17,7 @@ from llm.data.inputs.dedup import check_hash_algo
 from llm.data.inputs.entries import SOURCE_KEYS, SourceEntry, entry_name, path_stem
 from llm.data.sft.settings import SFT_TYPES, DatasetEntry, SftStreamConfig
 from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig, packing_keys
+from llm.training.core.errors import ConfigError
 from llm.training.core.sections import ConfigModel
 
 __all__ = ["SFT_TYPES", "DataConfig", "DatasetEntry", "SourceEntry"]
@@ -151,7 +152,7 @@ class DataConfig(ConfigModel):
             return self
         key = _REQUIRED.get(self.data_source)
         if key and not self.model_dump(include={key})[key]:
-            raise ValueError(f"{key} is required when data_source={self.data_source!r}")
+            raise ConfigError(f"{key} is required when data_source={self.data_source!r}")
         return self
 
     def tokenizer_spec(self) -> str:
