@@ -49,6 +49,9 @@ class BatchRecordError(RecordError):
         super().__init__(f"record {index} of the batch ({kind}): {reason}")
         self.index, self.kind, self.reason = index, kind, reason
 
+    def __reduce__(self) -> tuple:  # made from its parts, not its message: how it crosses a process boundary
+        return type(self), (self.index, self.kind, self.reason)
+
 
 def infer_prompter(record: dict[str, Any], tokenizer: Tokenizer | None) -> Prompter:
     """The format a record's keys say: `messages` -> chat, `instruction` -> alpaca, else completion."""

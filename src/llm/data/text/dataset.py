@@ -23,7 +23,6 @@ from torch.utils.data import IterableDataset, get_worker_info
 from llm.data.inputs.dedup import DedupTextSource
 from llm.data.inputs.mixture import as_mixture
 from llm.data.inputs.partitions import assign_partitions, stripe_partitions
-from llm.data.inputs.readers import InputError
 from llm.data.inputs.source import Partition, Record, TextSource
 from llm.data.mix.choosers import choose
 from llm.data.pack.best_fit import BestFitCutter, block_example, cu_seqlens
@@ -31,6 +30,7 @@ from llm.data.pack.window import IGNORE_INDEX, WindowCutter, to_example
 from llm.data.tokenize.documents import encode_each
 from llm.data.tokenize.protocol import Tokenizer
 from llm.data.topology import current_topology
+from llm.data.worker_errors import send
 
 
 class TokenBlocks:
@@ -193,11 +193,12 @@ class StreamingTextDataset(IterableDataset):
             yield from self._batches(parts, worker)
         except GeneratorExit:  # closed; matched first: at interpreter exit this module's globals may be None
             raise
-        except InputError as e:
-            if info is None:
+        except Exception as e:
+            # the DataLoader would wrap it in a worker traceback: send the error itself (worker_errors.py)
+            sent = send(e, f"text DataLoader worker process {info.id}") if info is not None else None
+            if sent is None:
                 raise
-            # the DataLoader would wrap it in a worker traceback: send the one-sentence message
-            yield {"_state": {**_done(worker), "error": str(e)}}
+            yield {"_state": {**_done(worker), "error": sent}}
         while info is not None:  # keep the DataLoader's round robin intact until it stops us
             yield {"_state": _done(worker)}
 

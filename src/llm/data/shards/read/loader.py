@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from llm.data.ingest_stats import (
     FLUSH_EVERY,
@@ -30,6 +30,7 @@ from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
 from llm.data.shards.read.state import OPTIONAL_KEYS, STATE_KEYS, check_header, check_int
 from llm.data.stage import Stage, StateError
 from llm.data.topology import current_topology
+from llm.data.worker_errors import SentError, reraise, send
 
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 
@@ -46,6 +47,24 @@ def _split_chunk(chunk: dict[str, Any], sizes: list[int], document_boundaries: b
         else:
             yield chunk["input_ids"][row : row + size]
         row += size
+
+
+class _SendsErrors(IterableDataset):
+    """The dataset as DataLoader worker processes iterate it: an error travels to the loader as
+    itself, in the place of the worker's next chunk (worker_errors.py), not in torch's wrapper."""
+
+    def __init__(self, source: SampleSource):
+        self.source = source
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self.source
+        except Exception as e:
+            info = get_worker_info()
+            sent = send(e, f"DataLoader worker process {info.id if info else 0}")
+            if sent is None:
+                raise
+            yield {"error": sent}
 
 
 class StreamingDataLoader(DataLoader, Stage):
@@ -190,11 +209,15 @@ class StreamingDataLoader(DataLoader, Stage):
         if self.reader_threads:
             chunks: Iterator[Any] = self._threaded_chunks(it)
         else:
-            self.dataset._plan = it
+            ds = self.dataset
+            ds._plan = it
+            # the workers iterate the wrapper (torch's attribute, set only while they start)
+            object.__setattr__(self, "dataset", _SendsErrors(ds) if self.num_workers else ds)
             try:
                 chunks = super().__iter__()
             finally:
-                self.dataset._plan = None
+                object.__setattr__(self, "dataset", ds)
+                ds._plan = None
         ds = self.dataset
         boundaries = ds.manifest.kind == "tokens" and ds.item_loader.document_boundaries  # ItemsLoader has none
         block = ds.block_size if ds.manifest.kind == "tokens" else 0
@@ -206,6 +229,8 @@ class StreamingDataLoader(DataLoader, Stage):
         asked = clock()
         try:
             for chunk in chunks:
+                if isinstance(chunk.get("error"), SentError):
+                    reraise(chunk["error"])
                 trace = chunk.pop("trace", None)
                 if profile is not None:
                     profile.add(trace)
