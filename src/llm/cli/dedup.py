@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +27,8 @@ def add_dedup_command(add: Any) -> None:
     cmd.add_argument("inputs", nargs="+", metavar="INPUT",
                      help=".txt / .jsonl[.gz|.zst] / .parquet files, globs, folders or s3:// URLs")
     cmd.add_argument("--output", "-o", required=True, help="local folder for the kept records and the report")
-    cmd.add_argument("--near", type=float, default=None, metavar="THRESHOLD",
+    # Read as text and checked in run_dedup: a bad value is one sentence, not argparse's usage block.
+    cmd.add_argument("--near", default=None, metavar="THRESHOLD",
                      help="also remove records whose estimated Jaccard similarity to an earlier one is at least "
                           "THRESHOLD, in (0, 1] (default: exact duplicates only)")
     cmd.add_argument("--text-column", default="text", help="JSON key / parquet column holding the text")
@@ -39,6 +42,25 @@ def add_dedup_command(add: Any) -> None:
     cmd.add_argument("--overwrite", action="store_true", help="replace what the output folder holds (default: refuse)")
     cmd.add_argument("--wait", action="store_true", help="if another run is writing the output, wait for it (default: fail at once)")
     cmd.add_argument("--no-progress", action="store_true", help="no progress bars")
+    # argparse takes `-inf`, `-nan` or `-1e-3` for an option (it knows only `-1` and `-.5` as numbers), so
+    # `--near -inf` would end in its usage block; read as values, they get parse_near's one sentence.
+    cmd._negative_number_matcher = _NEGATIVE_VALUE
+
+
+_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
+
+
+def parse_near(value: str | None) -> float | None:
+    """`--near`'s text to a threshold in (0, 1] (None: exact duplicates only); anything else one sentence."""
+    if value is None:
+        return None
+    try:
+        near = float(value)
+    except ValueError:
+        near = math.nan
+    if not 0 < near <= 1:  # NaN fails this too
+        raise ValueError(f"--near takes a Jaccard similarity threshold in (0, 1] (e.g. --near 0.8), got {value!r}")
+    return near
 
 
 def summary(report: dict, output: str | Path) -> str:
@@ -51,7 +73,7 @@ def summary(report: dict, output: str | Path) -> str:
 def run_dedup(args: argparse.Namespace) -> None:
     from llm.data.corpus_dedup import dedup_corpus
 
-    report = dedup_corpus(args.inputs, args.output, near=args.near, text_column=args.text_column, engine=args.engine,
+    report = dedup_corpus(args.inputs, args.output, near=parse_near(args.near), text_column=args.text_column, engine=args.engine,
                           num_workers=args.num_workers, overwrite=args.overwrite, wait=args.wait,
                           hash_algo=args.hash_algo, ngram=args.ngram, num_perm=args.num_perm,
                           ray_address=args.ray_address, progress=not args.no_progress)
@@ -77,9 +99,14 @@ def dedup_before_optimize(args: argparse.Namespace) -> list[str]:
     removed list; a rerun resumes it); a dataset in object storage a temporary folder.
     """
     from llm.data.corpus_dedup import dedup_corpus
+    from llm.data.inputs.listing import refuse_inputs_in_output
+    from llm.data.storage.paths import parse_location
 
     near = parse_dedup_option(args.dedup)
     remote = "://" in str(args.output)
+    location = parse_location(args.output)
+    if not location.is_object_store:  # optimize checks its own input, the stage's folder: the corpus is checked here
+        refuse_inputs_in_output(args.inputs, location.local_path())
     folder = Path(tempfile.mkdtemp(prefix="llm-dedup-")) if remote else Path(f"{str(args.output).rstrip('/')}.dedup")
     report = dedup_corpus(args.inputs, folder, near=near, text_column=args.text_column, engine=args.engine,
                           num_workers=args.num_workers, overwrite=remote or args.mode == "overwrite",

@@ -37,7 +37,7 @@ from llm.data.corpus_dedup.params import DedupParams
 from llm.data.corpus_dedup.records import describe, output_names
 from llm.data.corpus_dedup.scan import ScanTask
 from llm.data.corpus_dedup.workdir import read_meta, scan_dir
-from llm.data.inputs.listing import FileStamp, Input, expand_sources
+from llm.data.inputs.listing import FileStamp, Input, expand_sources, refuse_inputs_in_output
 from llm.data.jobs.tasks import Tasks, check_engine, progress_bar
 from llm.data.storage.lock import LOCK_NAME, FolderLock
 from llm.data.storage.object_files import RemoteObject
@@ -83,6 +83,9 @@ def dedup_corpus(
     if out.exists() and not out.is_dir():
         raise ValueError(f"output {out} is a file, not a folder")
     patterns = [inputs] if isinstance(inputs, (str, Path)) else [str(p) for p in inputs]
+    # before the lock (which creates the folder) and before --overwrite empties it: an input inside the
+    # output would be deleted, an output inside an input read back as input by a rerun
+    refuse_inputs_in_output([str(p) for p in patterns], out, "dedup output")
     with FolderLock(out, wait=wait, what="a dedup"):
         run = _Run(out, params, engine, num_workers, ray_address, progress, keep_work)
         return run.start([str(p) for p in patterns], storage_options, overwrite)
