@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import sys
@@ -96,9 +97,11 @@ def dedup_before_optimize(args: argparse.Namespace) -> list[str]:
     """Run the dedup stage for `optimize --dedup`; returns the inputs optimize reads instead (its output folder).
 
     A local dataset gets the stage's folder next to it (`<output>.dedup`, kept for its report and
-    removed list; a rerun resumes it); a dataset in object storage a temporary folder.
+    removed list; a rerun of the same command resumes it, or finds it finished); a dataset in
+    object storage a temporary folder.
     """
     from llm.data.corpus_dedup import dedup_corpus
+    from llm.data.corpus_dedup.pipeline import DedupRunMismatch
     from llm.data.inputs.listing import refuse_inputs_in_output
     from llm.data.storage.paths import parse_location
 
@@ -108,8 +111,16 @@ def dedup_before_optimize(args: argparse.Namespace) -> list[str]:
     if not location.is_object_store:  # optimize checks its own input, the stage's folder: the corpus is checked here
         refuse_inputs_in_output(args.inputs, location.local_path())
     folder = Path(tempfile.mkdtemp(prefix="llm-dedup-")) if remote else Path(f"{str(args.output).rstrip('/')}.dedup")
-    report = dedup_corpus(args.inputs, folder, near=near, text_column=args.text_column, engine=args.engine,
-                          num_workers=args.num_workers, overwrite=remote or args.mode == "overwrite",
-                          wait=args.wait, ray_address=args.ray_address, progress=not args.no_progress)
+    run = functools.partial(dedup_corpus, args.inputs, folder, near=near, text_column=args.text_column,
+                            engine=args.engine, num_workers=args.num_workers, wait=args.wait,
+                            ray_address=args.ray_address, progress=not args.no_progress)
+    try:  # a rerun of the same command resumes the stage, or finds it finished
+        report = run(overwrite=remote or args.mode == "overwrite")
+    except DedupRunMismatch:
+        if args.mode != "append":
+            raise
+        # appending other inputs: the stage's folder holds the previous optimize's dedup, kept only for its
+        # report; this run's stage replaces it
+        report = run(overwrite=True)
     print(summary(report, folder), file=sys.stderr)
     return [str(folder)]

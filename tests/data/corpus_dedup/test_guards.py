@@ -96,9 +96,10 @@ def test_a_sibling_output_or_one_out_of_a_globs_reach_is_fine(tmp_path: Path) ->
     _corpus(corpus)
     report = dedup_corpus([str(corpus)], tmp_path / "corpus-clean", num_workers=0, progress=False)
     assert report["removed"] == 1
-    # the output inside the input folder, but deeper than the glob reads
-    report = dedup_corpus([str(corpus / "*.jsonl")], corpus / "clean", num_workers=0, progress=False)
-    assert report["removed"] == 1 and (corpus / "clean" / "a.jsonl").read_bytes() == b'{"text": "one"}\n{"text": "two"}\n'
+    # the output inside the input folder, but deeper than the glob reads: a rerun finds the same inputs
+    for _ in range(2):
+        report = dedup_corpus([str(corpus / "*.jsonl")], corpus / "clean", num_workers=0, progress=False)
+        assert report["removed"] == 1 and (corpus / "clean" / "a.jsonl").read_bytes() == b'{"text": "one"}\n{"text": "two"}\n'
 
 
 @pytest.mark.parametrize("args", [["ds", "--output", "ds"], ["ds/a.jsonl", "--output", "ds"], ["data", "--output", "data/ds"],
