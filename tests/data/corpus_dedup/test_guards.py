@@ -109,3 +109,12 @@ def test_optimize_uses_the_same_guard(tmp_path: Path, args: list[str]) -> None:
     _corpus(tmp_path / "data")
     proc = run_here("llm-data", "optimize", *args, "--no-progress", cwd=tmp_path)
     assert "the output folder" in _one_line(proc) and "write the dataset elsewhere" in proc.stderr
+
+
+
+def test_an_input_whose_output_would_take_the_removed_lists_name_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "dedup-removed.jsonl").write_text('{"text": "x"}\n')
+    with pytest.raises(ValueError, match="its kept records would be written to dedup-removed.jsonl, the name of the "
+                                         "dedup report; rename the input$"):
+        dedup_corpus(str(tmp_path / "in" / "dedup-removed.jsonl"), tmp_path / "out", num_workers=0, progress=False)

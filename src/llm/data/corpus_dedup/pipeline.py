@@ -121,7 +121,7 @@ class _Run:
         inputs = expand_sources(patterns, storage_options)
         names = output_names(inputs)
         for name, path in zip(names, inputs):
-            if name in (*RESERVED, DONE_NAME):
+            if name in RESERVED:  # names end in .jsonl: only the removed list can be hit (not dedup.json, nor the plan)
                 raise ValueError(f"{describe(path)}: its kept records would be written to {name}, the name of "
                                  "the dedup report; rename the input")
         plan = {"parameters": self.params.record(), "inputs": [describe(p) for p in inputs],
