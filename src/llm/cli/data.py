@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--chunk-bytes", default="64MB", help="target shard size")
     opt.add_argument("--mode", choices=("append", "overwrite"), default=None,
                      help="when the output folder already holds a dataset (default: refuse)")
+    opt.add_argument("--overwrite", action="store_true",
+                     help="the same as --mode overwrite: replace the dataset, and start the --dedup stage over")
     opt.add_argument("--compression", choices=("zstd",), default=None, help="compress shards (default: none)")
     opt.add_argument("--no-progress", action="store_true", help="no progress bar")
     opt.add_argument("--wait", action="store_true", help="if another run is writing the output, wait for it (default: fail at once)")
@@ -175,6 +177,10 @@ def _optimize(args: argparse.Namespace) -> None:
     from llm.data.shards.prepare.optimize_text import optimize_text
 
     expect_folder(args.output, "--output")
+    if args.overwrite:  # the flag the dedup stage's messages name, as `llm-data dedup` has it
+        if args.mode == "append":
+            raise ValueError("--overwrite replaces the dataset and --mode append adds to it; pass one of them")
+        args.mode = "overwrite"
     # Found before the append (which records them again), said after it: a refused run stays one sentence.
     doubled = doubled_inputs(args.inputs, args.output, args.text_column) if args.mode == "append" else []
     if args.dedup is not None:
