@@ -28,12 +28,12 @@ $(STAMP): pyproject.toml
 ifeq ($(TORCH),cuda)
 	@echo "setup: [3/4] installing PyTorch $(TORCH_VERSION), CUDA build from whl/$(TORCH_CUDA) (a few GB; needs the network)"
 	$(BIN)/python -c $(call OTHER_TORCH,True) || $(BIN)/pip uninstall -q -y torch
-	$(BIN)/pip install -q torch==$(TORCH_VERSION) --index-url https://download.pytorch.org/whl/$(TORCH_CUDA) || $(BIN)/pip install -q 'torch>=2.3' --index-url https://download.pytorch.org/whl/$(TORCH_CUDA)
+	$(BIN)/pip install -q torch==$(TORCH_VERSION) --index-url https://download.pytorch.org/whl/$(TORCH_CUDA) || $(BIN)/pip install -q 'torch>=2.13' --index-url https://download.pytorch.org/whl/$(TORCH_CUDA)
 else
 	@echo "setup: [3/4] installing PyTorch $(TORCH_VERSION), CPU build (make setup TORCH=cuda for the CUDA one)"
 	# CPU torch first: a plain `torch` requirement would fetch a multi-GB CUDA build.
 	$(BIN)/python -c $(call OTHER_TORCH,False) || $(BIN)/pip uninstall -q -y torch
-	$(BIN)/pip install -q torch==$(TORCH_VERSION) || $(BIN)/pip install -q 'torch>=2.3' --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/pip install -q torch==$(TORCH_VERSION) || $(BIN)/pip install -q 'torch>=2.13' --index-url https://download.pytorch.org/whl/cpu
 endif
 	@echo "setup: [4/4] installing llm and its dev tools (pip install -e '.[dev]')"
 	$(BIN)/pip install -q -e '.[dev]'
