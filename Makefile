@@ -1,4 +1,5 @@
-# Entry points for a fresh clone: `make demo`, `make test` (quick) and `make test-all` (everything, as CI).
+# Entry points for a fresh clone: `make demo`, `make test` (quick) and `make test-all` (everything); CI runs both
+# tests and `make test-min` (the declared minimum numpy, pyarrow and torch, in a venv of its own).
 # Each creates .venv (if missing) and installs the package into it first.
 #   make setup TORCH=cuda     # the CUDA build of PyTorch (default TORCH=cpu: small, works everywhere)
 # Switching TORCH replaces the PyTorch in .venv; `make setup` prints which build it installed.
@@ -68,7 +69,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" -n auto $(PYTEST_ARGS)
 
-# Everything, as CI runs it (.ci/run).
+# Everything, in one process; CI (.ci/run) runs it after `make test`.
 test-all: $(STAMP) azurite
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
