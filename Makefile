@@ -1,4 +1,5 @@
-# Entry points for a fresh clone: `make demo`, `make test` (quick) and `make test-all` (everything, as CI).
+# Entry points for a fresh clone: `make demo`, `make test` (quick) and `make test-all` (everything); CI runs both
+# tests and `make test-min` (the declared minimum numpy, pyarrow and torch, in a venv of its own).
 # Each creates .venv (if missing) and installs the package into it first.
 #   make setup TORCH=cuda     # the CUDA build of PyTorch (default TORCH=cpu: small, works everywhere)
 # Switching TORCH replaces the PyTorch in .venv; `make setup` prints which build it installed.
@@ -18,7 +19,7 @@ PYTEST_ARGS := -ra --durations=10 -o console_output_style=progress
 AZURITE_VERSION ?= 3.35.0
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: setup azurite demo test test-all lint bench
+.PHONY: setup azurite demo test test-all test-min lint bench
 
 $(STAMP): pyproject.toml
 	@echo "setup: [1/4] creating $(VENV) with $(PY) (once)"
@@ -28,12 +29,12 @@ $(STAMP): pyproject.toml
 ifeq ($(TORCH),cuda)
 	@echo "setup: [3/4] installing PyTorch $(TORCH_VERSION), CUDA build from whl/$(TORCH_CUDA) (a few GB; needs the network)"
 	$(BIN)/python -c $(call OTHER_TORCH,True) || $(BIN)/pip uninstall -q -y torch
-	$(BIN)/pip install -q torch==$(TORCH_VERSION) --index-url https://download.pytorch.org/whl/$(TORCH_CUDA) || $(BIN)/pip install -q 'torch>=2.3' --index-url https://download.pytorch.org/whl/$(TORCH_CUDA)
+	$(BIN)/pip install -q torch==$(TORCH_VERSION) --index-url https://download.pytorch.org/whl/$(TORCH_CUDA) || $(BIN)/pip install -q 'torch>=2.13' --index-url https://download.pytorch.org/whl/$(TORCH_CUDA)
 else
 	@echo "setup: [3/4] installing PyTorch $(TORCH_VERSION), CPU build (make setup TORCH=cuda for the CUDA one)"
 	# CPU torch first: a plain `torch` requirement would fetch a multi-GB CUDA build.
 	$(BIN)/python -c $(call OTHER_TORCH,False) || $(BIN)/pip uninstall -q -y torch
-	$(BIN)/pip install -q torch==$(TORCH_VERSION) || $(BIN)/pip install -q 'torch>=2.3' --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/pip install -q torch==$(TORCH_VERSION) || $(BIN)/pip install -q 'torch>=2.13' --index-url https://download.pytorch.org/whl/cpu
 endif
 	@echo "setup: [4/4] installing llm and its dev tools (pip install -e '.[dev]')"
 	$(BIN)/pip install -q -e '.[dev]'
@@ -68,9 +69,29 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" -n auto $(PYTEST_ARGS)
 
-# Everything, as CI runs it (.ci/run).
+# Everything, in one process; CI (.ci/run) runs it after `make test`.
 test-all: $(STAMP) azurite
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+# The declared floors, tested: pyproject.toml's minimum numpy, pyarrow and torch (read off it by .ci/floors.py),
+# installed together into a venv of their own with the package, then the quick shard, text, dedup and mixing
+# tests, so that code needing a newer release than pyproject declares fails here (np.trapezoid, which NumPy
+# 1.x lacks, once did). CI runs it. The torch floor is a CPU build: a plain `torch==` would take a CUDA one.
+# HF `datasets` (the hf extra, not a floor of the package) is not installed: its four tests are left out.
+MIN_VENV := .venv-min
+MIN_TESTS := tests/data/shards tests/data/text tests/data/corpus_dedup
+MIN_DESELECT := --deselect tests/data/text/test_presets.py::test_the_hf_source_iterates_a_dataset_with_skip_and_iter_but_no_iter_method \
+	--deselect tests/data/text/test_sources.py::test_hf_streaming_source_from_local_files \
+	--deselect "tests/data/text/test_stream.py::test_exact_resume_other_sources[hf-0]" \
+	--deselect "tests/data/text/test_stream.py::test_other_topologies_hf_and_parquet[hf]"
+test-min:
+	test -x $(MIN_VENV)/bin/python || $(PY) -m venv $(MIN_VENV)
+	$(PY) .ci/floors.py numpy pyarrow torch > $(MIN_VENV)/floors.txt
+	@echo "test-min: installing the declared floors: $$(tr '\n' ' ' < $(MIN_VENV)/floors.txt)"
+	$(MIN_VENV)/bin/pip install -q "$$(grep '^torch==' $(MIN_VENV)/floors.txt)+cpu" || $(MIN_VENV)/bin/pip install -q "$$(grep '^torch==' $(MIN_VENV)/floors.txt)" --index-url https://download.pytorch.org/whl/cpu
+	$(MIN_VENV)/bin/pip install -q -c $(MIN_VENV)/floors.txt -e '.[encryption,json,tiktoken]' pytest pytest-timeout hypothesis psutil
+	$(MIN_VENV)/bin/python -c "import numpy, pyarrow, torch; print(f'test-min: numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, torch {torch.__version__}')"
+	$(MIN_VENV)/bin/python -m pytest $(MIN_TESTS) -m "not slow" $(PYTEST_ARGS) $(MIN_DESELECT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -171,7 +171,10 @@ def test_json_values_of_the_wrong_type_are_one_sentence(tmp_path, value, named) 
         _optimize([path], tmp_path / "ds")
 
 
-@pytest.mark.parametrize("content", [b"", b"\n  \n\t\n", b'\n{"text": "  "}\n', gzip.compress(b""), b"[]"])
+# mtime=0: gzip's header otherwise carries the current time, and with it the test id, so that two pytest-xdist
+# workers collected different tests (tests/test_collection.py). The ids name each case.
+@pytest.mark.parametrize("content", [b"", b"\n  \n\t\n", b'\n{"text": "  "}\n', gzip.compress(b"", mtime=0), b"[]"],
+                         ids=["empty", "blank-lines", "blank-text", "empty-gzip", "empty-array"])
 def test_empty_input_is_an_error_unless_allowed(tmp_path, content) -> None:
     path = tmp_path / ("empty.jsonl.gz" if content.startswith(b"\x1f\x8b") else "empty.json")
     path.write_bytes(content)

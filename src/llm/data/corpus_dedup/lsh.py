@@ -31,6 +31,12 @@ def candidate_probability(s: np.ndarray | float, bands: int, rows: int) -> np.nd
     return 1 - (1 - np.asarray(s, dtype=np.float64) ** rows) ** bands
 
 
+def _trapezoid(y: np.ndarray, x: np.ndarray) -> float:
+    """The trapezoidal rule, as numpy's `trapezoid` computes it: NumPy 1.x (pyproject's floor) names it
+    `trapz`, 2.x `trapezoid` (and deprecates `trapz`), so neither name works on every supported NumPy."""
+    return float((np.diff(x) * (y[1:] + y[:-1]) / 2.0).sum())
+
+
 @lru_cache(maxsize=64)
 def choose_bands(threshold: float, num_perm: int) -> tuple[int, int]:
     """(bands, rows) for a threshold: least false-positive area + 10 x false-negative area (module docstring)."""
@@ -40,8 +46,8 @@ def choose_bands(threshold: float, num_perm: int) -> tuple[int, int]:
     for bands in range(1, num_perm + 1):
         for rows in range(1, num_perm // bands + 1):
             p = candidate_probability(grid, bands, rows)
-            fp = np.trapezoid(p[below], grid[below]) if below.sum() > 1 else 0.0
-            fn = np.trapezoid(1 - p[above], grid[above]) if above.sum() > 1 else 0.0
+            fp = _trapezoid(p[below], grid[below]) if below.sum() > 1 else 0.0
+            fn = _trapezoid(1 - p[above], grid[above]) if above.sum() > 1 else 0.0
             cost = float(fp + FALSE_NEGATIVE_WEIGHT * fn)
             if best is None or cost < best[0] - 1e-12:
                 best = (cost, bands, rows)
