@@ -68,6 +68,18 @@ def check_cursor(key: str, cursor: Any) -> None:
         raise StateError(f"data state partition {key!r} has a token_buffer that is not a list of token ids")
 
 
+def check_known_partitions(saved: dict, known: list[str]) -> None:
+    """Every cursor must name a partition of this source: a cursor for none would be dropped without a word."""
+    names = set(known)
+    for key in saved:
+        if key not in names:
+            example = f" (its keys look like {known[0]!r})" if known else ""
+            raise StateError(
+                f"data state partition {key!r} is not a partition of this source{example}; resume with the "
+                "data the state was saved with, or start a fresh run"
+            )
+
+
 def mixture_seed(version: int, root: int, epoch: int) -> int:
     """The seed of a `random` mixture's draws in pass `epoch`, for a state of `version`."""
     if version == 1:  # states saved before the root seed: `random` always drew with seed 0

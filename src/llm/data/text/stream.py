@@ -33,6 +33,7 @@ from llm.data.stage import Stage
 from llm.data.text.dataset import StreamingTextDataset, unpack
 from llm.data.text.state import (
     STATE_VERSION,
+    check_known_partitions,
     check_layout,
     check_not_all_seen,
     check_seen_count,
@@ -369,6 +370,7 @@ class StreamingTextDataModule(Stage):
         """Raise StateError naming the key when `state` cannot resume this stream; changes nothing."""
         check_layout(state)
         validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
+        check_known_partitions(state["partitions"], [p.key for p in self.partitions()])
         check_open_blocks(state["partitions"], self.max_seq_len, self.settings.best_fit_buffer(), self.piece_slots)
         check_seen_count(self._dedup(), state.get("seen_hashes"))
         self.progress.check(state)
