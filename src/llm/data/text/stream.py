@@ -31,6 +31,7 @@ from llm.data.pack.window import new_cursor
 from llm.data.seeds import check_seed
 from llm.data.stage import Stage
 from llm.data.text.dataset import StreamingTextDataset, unpack
+from llm.data.text.loaders import StreamingTextLoader, ValLoader, batches_as_they_are
 from llm.data.text.state import (
     STATE_VERSION,
     check_known_partitions,
@@ -44,39 +45,6 @@ from llm.data.text.workers import text_loader
 from llm.data.topology import current_topology
 
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
-
-
-def _batches_as_they_are(item: dict) -> dict:
-    """The DataLoader's collate for whole batches: they are tensors (or packed bytes) already.
-
-    Its default (`default_convert`) walks every list of each batch's state (the packers' token
-    buffers), a Python call per list, in the main process.
-    """
-    return item
-
-class StreamingTextLoader:
-    """What `train_dataloader()` returns: one epoch of batches; the module holds the exact state."""
-
-    def __init__(self, module: StreamingTextDataModule):
-        self.module = module
-
-    def __len__(self) -> int:
-        return self.module.steps_per_epoch or 0
-
-    def __iter__(self) -> Iterator[dict]:
-        return self.module._iterate()
-
-
-class _ValLoader:
-    """Re-iterable validation batches (the whole validation set, every rank alike)."""
-
-    def __init__(self, ds: StreamingTextDataset):
-        self.ds = ds
-
-    def __iter__(self) -> Iterator[dict]:
-        for item in self.ds:
-            if "input_ids" in item:
-                yield {"input_ids": item["input_ids"], "labels": item["labels"]}
 
 
 class StreamingTextDataModule(Stage):
@@ -185,7 +153,7 @@ class StreamingTextDataModule(Stage):
 
         val = LocalLineTextSource(path, settings.text_column, storage_options=settings.storage_options)
         ds = StreamingTextDataset(val, self.tokenizer, self.max_seq_len, self.batch_size, rank=0, world_size=1)
-        return _ValLoader(ds)
+        return ValLoader(ds)
 
     def _iterate(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
@@ -249,7 +217,7 @@ class StreamingTextDataModule(Stage):
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # workers of a source in object storage start from a forkserver (text/workers.py)
-        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, _batches_as_they_are)
+        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, batches_as_they_are)
         done: set[int] = set()
         for item in loader:
             st = item.pop("_state")
