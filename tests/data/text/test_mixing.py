@@ -245,7 +245,7 @@ def test_the_root_seed_sets_a_random_mixture_order(tmp_path):
     assert_same_steps(_random_mix(paths, seed=1)[0], one, "same seed")
     two, module = _random_mix(paths, seed=2)
     assert len(one) == len(two) and any((a != b).any() for a, b in zip(one, two))
-    assert module.state_dict()["version"] == 2 and module.state_dict()["seed"] == 2
+    assert module.state_dict()["version"] == 3 and module.state_dict()["seed"] == 2
 
 
 # every batch of the random mixture above before the root seed (state version 1: seed 0)

@@ -13,10 +13,12 @@ from llm.data.inputs.seen_file import read_seen_file
 from llm.data.seeds import derive_seed
 from llm.data.stage import StateError
 
+# 3: the position in samples and tokens next to the step, the schedule's change points where they
+#    took effect (`mix.reached`) and the sources' names (mix/progress.py); older states still load;
 # 2: a `random` mixture draws with derive_seed(root seed, "text.mixture", pass);
 # 1: it drew with LEGACY_MIX_SEED (`mixing_seed` could not be set): such states resume that way
-STATE_VERSION = 2
-KNOWN_VERSIONS = (1, 2)
+STATE_VERSION = 3
+KNOWN_VERSIONS = (1, 2, 3)
 LEGACY_MIX_SEED = 0
 
 

@@ -101,8 +101,9 @@ class StreamingTextDataModule(Stage):
         self._pass_stats: dict[str, int] = {}
         self._entries_checked = False  # has a mixture's every entry been seen to hold a record?
         self._handed_over = False  # has this module handed any batch over (this run)?
-        mixture = as_mixture(self.source)  # the step, a schedule's anchors, per-source counts (mix_state.py)
-        self.progress = MixProgress(self._source_names(), *((mixture.schedule, mixture.weights) if mixture else ()))
+        mixture = as_mixture(self.source)  # position, a schedule's segment, per-source counts (mix/progress.py)
+        self.progress = MixProgress(self._source_names(), *((mixture.schedule, mixture.weights) if mixture else ()),
+                                    seq_len=self.max_seq_len)
         self._switched = False  # did the last pass stop at a schedule's change point?
 
     def _source_names(self) -> list[str]:
@@ -203,7 +204,7 @@ class StreamingTextDataModule(Stage):
         workers = max(1, self.num_workers)
         key = str(rank)
         self.progress.enter_segment(self._cursors, [p.key for p in self._own()])
-        stop, self._switched = self.progress.stop_at(), False
+        self._switched = False
         ds = StreamingTextDataset(
             self.source, self.tokenizer, self.max_seq_len, self.batch_size,
             rank=rank, world_size=world, cursors=self._cursors,
@@ -233,11 +234,11 @@ class StreamingTextDataModule(Stage):
                     return
                 continue
             self._handed_over = True
-            self.progress.handed_over(st["counts"])
+            self.progress.handed_over(st["counts"], self.batch_size * world)
             if "_packed" in item or "_windows" in item:  # bytes from a worker (dataset.py)
                 item.update(unpack(item, self.max_seq_len, self.settings.best_fit_buffer(), self.tokenizer.eos_id))
             yield item
-            if stop is not None and self.progress.step >= stop:  # new weights from here: restart the workers
+            if self.progress.at_change():  # new weights from here: restart the workers
                 self._switched = True
                 return
 
@@ -351,11 +352,11 @@ class StreamingTextDataModule(Stage):
             # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
             dedup.restore_committed(seen)
         self._cursors = {k: dict(c) for k, c in state["partitions"].items()}
-        self._version = state.get("version", 1)
+        self._version = state.get("version", 1) if state.get("version", 1) == 1 else STATE_VERSION
         rank, world = current_topology(self.rank, self.world_size)
         same = state.get("world_size") == world and state.get("num_workers") == self.num_workers
         self._next_worker = dict(state.get("next_worker", {})) if same else {}
-        self.progress.restore(state, rank, same)
+        self.progress.restore(state, rank, same, self.batch_size * world)
         self._uncommitted = []
         if seen and seen.get("pending"):
             warnings.warn(
