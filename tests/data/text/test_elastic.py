@@ -66,7 +66,7 @@ def data_config(config: dict) -> DataConfig:
         keys["packing"] = config["packing"]
     if len(sources) == 1:
         return DataConfig(dataset_path=config["paths"][sources[0]], **keys)
-    entries = [{"dataset_path": config["paths"][s], "name": s} for s in sources]
+    entries = [{"dataset_path": config["paths"][s], "name": config.get("names", {}).get(s, s)} for s in sources]
     keys.setdefault("streaming_dataset_mixing_strategy", "weighted")
     if "streaming_mixing_schedule" not in keys:
         keys.setdefault("streaming_mixing_weights", [0.6, 0.4, 0.0][: len(sources)] if len(sources) == 2

@@ -30,6 +30,7 @@ from llm.data.pack.best_fit import check_open_blocks, window_slots
 from llm.data.pack.window import new_cursor
 from llm.data.seeds import check_seed
 from llm.data.stage import Stage
+from llm.data.text.changes import SourceChange, source_change
 from llm.data.text.dataset import StreamingTextDataset, unpack
 from llm.data.text.loaders import StreamingTextLoader, ValLoader, batches_as_they_are
 from llm.data.text.state import (
@@ -338,11 +339,21 @@ class StreamingTextDataModule(Stage):
     def check(self, state: Any) -> None:
         """Raise StateError naming the key when `state` cannot resume this stream; changes nothing."""
         check_layout(state)
-        validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
-        check_known_partitions(state["partitions"], [p.key for p in self.partitions()])
-        check_open_blocks(state["partitions"], self.max_seq_len, self.settings.best_fit_buffer(), self.piece_slots)
+        change = self._source_change(state)
+        if change is None:
+            validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
+        partitions = change.remap(state["partitions"]) if change else state["partitions"]
+        check_known_partitions(partitions, [p.key for p in self.partitions()])
+        check_open_blocks(partitions, self.max_seq_len, self.settings.best_fit_buffer(), self.piece_slots)
         check_seen_count(self._dedup(), state.get("seen_hashes"))
-        self.progress.check(state)
+        self.progress.check(state, sources_changed=change is not None)
+
+    def _source_change(self, state: dict) -> SourceChange | None:
+        """How a state's cursors move to this run's sources when a mixture's sources changed (text/changes.py)."""
+        mixture = as_mixture(self.source)
+        given = mixture.given_names if mixture is not None else self.progress.names
+        return source_change(state, self.source_fingerprint(), self.progress.names, given,
+                             self.settings.mixture_changes == "allow")
 
     def restore(self, state: dict) -> None:
         """Continue from a checked `state`: exactly on the same topology, by reassigning partitions on another."""
@@ -351,12 +362,15 @@ class StreamingTextDataModule(Stage):
         if seen and dedup is not None:
             # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
             dedup.restore_committed(seen)
-        self._cursors = {k: dict(c) for k, c in state["partitions"].items()}
+        change = self._source_change(state)
+        partitions = change.remap(state["partitions"]) if change else state["partitions"]
+        self._cursors = {k: dict(c) for k, c in partitions.items()}
         self._version = state.get("version", 1) if state.get("version", 1) == 1 else STATE_VERSION
         rank, world = current_topology(self.rank, self.world_size)
-        same = state.get("world_size") == world and state.get("num_workers") == self.num_workers
+        # other sources deal the partitions anew, as another topology does
+        same = state.get("world_size") == world and state.get("num_workers") == self.num_workers and change is None
         self._next_worker = dict(state.get("next_worker", {})) if same else {}
-        self.progress.restore(state, rank, same, self.batch_size * world)
+        self.progress.restore(state, rank, same, self.batch_size * world, sources_changed=change is not None)
         self._uncommitted = []
         if seen and seen.get("pending"):
             warnings.warn(
