@@ -126,3 +126,14 @@ def test_the_kept_rows_count_as_the_straight_runs(tmp_path):
     counted = Counter("short" if p < 4 else "long" if p < 8 else "extra"
                       for s in head + tail for p in map(partition_of, rows(s)))
     assert {k: v[1] for k, v in after["consumed"]["0"].items()} == dict(counted)
+
+
+def test_a_state_taken_right_after_a_change_of_sources_resumes(tmp_path):
+    paths = corpora(tmp_path)
+    _, state = run({"paths": paths, "batch": 8}, None, 4)
+    three = {"paths": paths, "batch": 8, "sources": ["short", "long", "extra"], "extra": ALLOW}
+    module = StreamingTextDataModule(data_config(three), 8, loop=False)
+    module.load_state_dict(state)
+    again = StreamingTextDataModule(data_config(three), 8, loop=False)
+    again.load_state_dict(module.state_dict())  # its segment and anchors are whole: the shares start at the resume
+    assert again.state_dict()["mix"]["anchors"] == module.state_dict()["mix"]["anchors"] != {}

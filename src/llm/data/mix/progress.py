@@ -72,7 +72,8 @@ class MixProgress:
             cursor = cursors.get(key, {})
             self.anchors[key] = [int(cursor.get("records", 0)), int(cursor.get("tokens", 0))]
         self.segment = start
-        self.reached.setdefault(start, [self.step, self.samples, self.tokens])
+        if start:  # a change point reached now (0 took effect at 0; a segment entered again is kept as first reached)
+            self.reached.setdefault(start, [self.step, self.samples, self.tokens])
 
     def new_pass(self, keys: list[str]) -> None:
         """The cursors of these partitions start over: so do their anchors."""
@@ -184,6 +185,12 @@ class MixProgress:
         self.anchors = {k: [int(x) for x in v] for k, v in mix.get("anchors", {}).items()}
         self.segment = int(mix.get("segment", 0))
         self.reached = {int(r[0]): [int(x) for x in r[1:]] for r in mix.get("reached", [])}
+        saved = mix.get("schedule")
+        unit = self.schedule.unit if self.schedule is not None else "step"
+        if self.given and self.segment and isinstance(saved, list) and saved and "step" in saved[0] and unit != "step":
+            # a step schedule continued by samples or tokens: its segment is where that point took effect
+            self.segment = self.reached[self.segment][POSITIONS.index(unit)]
+            self.reached = {at[POSITIONS.index(unit)]: at for at in self.reached.values()}
         if sources_changed and self.mixed:  # the shares start again here, from every partition's cursor
             self.anchors, self.segment = {}, None
         self.consumed = {name: [0, 0] for name in self.names}

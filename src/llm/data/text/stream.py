@@ -371,6 +371,8 @@ class StreamingTextDataModule(Stage):
         same = state.get("world_size") == world and state.get("num_workers") == self.num_workers and change is None
         self._next_worker = dict(state.get("next_worker", {})) if same else {}
         self.progress.restore(state, rank, same, self.batch_size * world, sources_changed=change is not None)
+        if change is not None:  # the shares start again here: anchor this rank's partitions now
+            self.progress.enter_segment(self._cursors, [p.key for p in self._own()])
         self._uncommitted = []
         if seen and seen.get("pending"):
             warnings.warn(
