@@ -147,8 +147,9 @@ def test_a_step_schedule_continues_by_samples_where_its_points_took_effect(tmp_p
                        fresh_process=False)
     _, state = run({**by_step, "batch": 8}, None, 6)
     moved = [{"samples": 0, "weights": [0.9, 0.1]}, {"samples": 32, "weights": [0.3, 0.7]}]
-    with pytest.raises(StateError, match=r"^streaming_mixing_schedule has a change point at samples 24 where the run "
-                                         r"that saved this state, which has read to samples 48, had one"):
+    with pytest.raises(StateError, match=r"^streaming_mixing_schedule gives other weights at samples 24 than the run "
+                                         r"that saved this state, which has read to samples 48; change the schedule "
+                                         r"only from samples 48 on$"):
         StreamingTextDataModule(data_config({"paths": paths, "extra": {"streaming_mixing_schedule": moved}}),
                                 4, loop=False).load_state_dict(state)
 
