@@ -187,7 +187,8 @@ class MixProgress:
         self.reached = {int(r[0]): [int(x) for x in r[1:]] for r in mix.get("reached", [])}
         saved = mix.get("schedule")
         unit = self.schedule.unit if self.schedule is not None else "step"
-        if self.given and self.segment and isinstance(saved, list) and saved and "step" in saved[0] and unit != "step":
+        if (self.given and self.segment in self.reached and not sources_changed and isinstance(saved, list) and saved
+                and "step" in saved[0] and unit != "step"):
             # a step schedule continued by samples or tokens: its segment is where that point took effect
             self.segment = self.reached[self.segment][POSITIONS.index(unit)]
             self.reached = {at[POSITIONS.index(unit)]: at for at in self.reached.values()}
