@@ -186,3 +186,14 @@ def test_a_past_point_with_unchanged_weights_is_refused_not_allowed_to_move_the_
                                          r"that saved this state, which has read to step 15, had none; a change point "
                                          r"in the past moves what was read"):
         module.load_state_dict(state)
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ([{"step": 0, "samples": 0, "weights": [0.5, 0.5]}],
+     r"streaming_mixing_schedule\[0\] gives step and samples; a point gives exactly one of step, samples and tokens"),
+    ([{"samples": 0, "weights": [0.5, 0.5]}, {"tokens": 64, "weights": [0.2, 0.8]}],
+     r"streaming_mixing_schedule\[1\] is by tokens but streaming_mixing_schedule\[0\] is by samples"),
+])
+def test_a_schedule_point_with_two_positions_or_two_kinds_is_one_sentence_naming_it(tmp_path, schedule, message):
+    with pytest.raises(ValueError, match=message):
+        data_config({"paths": corpora(tmp_path), "extra": {"streaming_mixing_schedule": schedule}})

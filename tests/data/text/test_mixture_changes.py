@@ -15,6 +15,7 @@ import pytest
 from llm.data.stage import StateError
 from llm.data.text.stream import StreamingTextDataModule
 from tests.data.text.test_elastic import corpora, data_config, partition_of, rows, run
+from tests.resume import check_refused_state_changes_nothing, take_steps
 
 ALLOW = {"mixture_changes": "allow"}
 
@@ -137,3 +138,12 @@ def test_a_state_taken_right_after_a_change_of_sources_resumes(tmp_path):
     again = StreamingTextDataModule(data_config(three), 8, loop=False)
     again.load_state_dict(module.state_dict())  # its segment and anchors are whole: the shares start at the resume
     assert again.state_dict()["mix"]["anchors"] == module.state_dict()["mix"]["anchors"] != {}
+
+
+def test_a_refused_source_change_changes_nothing(tmp_path):
+    paths = corpora(tmp_path)
+    _, state = run({"paths": paths, "batch": 8}, None, 4)
+    swapped = {"paths": paths, "sources": ["short", "extra"], "names": {"extra": "long"}, "extra": ALLOW}
+    check_refused_state_changes_nothing(StreamingTextDataModule(data_config(swapped), 8, loop=False), state,
+                                        lambda m: take_steps(m.train_dataloader(), 12),
+                                        StreamingTextDataModule(data_config(swapped), 8, loop=False))
