@@ -147,3 +147,30 @@ def test_a_refused_source_change_changes_nothing(tmp_path):
     check_refused_state_changes_nothing(StreamingTextDataModule(data_config(swapped), 8, loop=False), state,
                                         lambda m: take_steps(m.train_dataloader(), 12),
                                         StreamingTextDataModule(data_config(swapped), 8, loop=False))
+
+
+@pytest.mark.filterwarnings("ignore:DedupTextSource is running with in-memory only state")
+def test_a_deduplicated_mixture_may_gain_a_source(tmp_path):
+    paths = corpora(tmp_path)
+
+    def module(sources: list[str], **extra: object) -> StreamingTextDataModule:
+        data = data_config({"paths": paths, "sources": sources, "extra": extra})
+        entries = [e.model_copy(update={"data_source": "dedup_local"}) for e in data.datasets]
+        return StreamingTextDataModule(data.model_copy(update={"datasets": entries}), 8, loop=False)
+
+    first = module(["short", "long"])
+    head = take_steps(first.train_dataloader(), 5)
+    grown = module(["short", "long", "extra"], **ALLOW)
+    grown.load_state_dict(first.state_dict())
+    tail = take_steps(grown.train_dataloader())
+    assert by_partition(head + tail) == by_partition(take_steps(module(["short", "long", "extra"]).train_dataloader()))
+
+
+def test_a_mixture_may_become_a_single_source(tmp_path):
+    paths = corpora(tmp_path)
+    two = {"paths": paths, "batch": 8, "names": {"short": "*"}}  # the single source's name: its path's stem
+    head, tail, after = chain(two, 5, {"paths": paths, "batch": 8, "sources": ["short"], "extra": ALLOW})
+    got, straight = by_partition(head + tail), by_partition(run(two, None, None)[0])
+    assert all(got[p] == straight[p] for p in range(4))  # short: whole, in order
+    assert all(got[p] == straight[p][: len(got[p])] for p in range(4, 8))  # long: what it gave, then no more
+    assert set(after["consumed"]["0"]) == {"*", "long"}
