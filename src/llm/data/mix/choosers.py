@@ -47,7 +47,7 @@ def check_schedule(schedule: Any, n: int, strategy: str, weights: list[float] | 
         return None
     if weights is not None:
         raise ValueError("give streaming_mixing_weights or streaming_mixing_schedule, not both "
-                         "(a schedule's first point holds the weights from step 0)")
+                         "(a schedule's first point, at 0, holds the weights from the start)")
     if strategy == "round_robin":
         raise ValueError("streaming_mixing_schedule needs streaming_dataset_mixing_strategy weighted or random "
                          "(round_robin ignores weights)")
