@@ -120,7 +120,8 @@ def test_the_global_batch_8_then_4_then_12_gives_the_straight_runs_rows_in_order
     check_resume_chain(run, batch_chain(base), rows=rows)
 
 
-@pytest.mark.parametrize("case", ["records", "tokens", "schedule by samples", "best fit"])
+@pytest.mark.parametrize("case", ["records", "tokens", "schedule by step", "schedule by samples",
+                                  "schedule by tokens, unit tokens", "best fit"])
 def test_world_2_then_1_then_3_and_workers_2_then_0_lose_and_repeat_nothing(tmp_path, case):
     base = {"paths": corpora(tmp_path), **CASES[case]}
     check_resume_chain(run, topology_chain(base), exact=False, rows=rows, source_of=partition_of)
