@@ -91,8 +91,9 @@ def test_a_clock_started_over_at_position_0_keeps_earlier_points_at_0():
     assert clock.reached == {0: 0, 6: 8} and StepClock.from_dict(clock.as_dict(), "k") == clock
 
 
-def test_the_text_mixture_refuses_points_it_would_read_as_steps():
+def test_the_text_mixture_takes_points_by_samples_and_tokens():
+    """It counts samples and tokens next to the step (mix/progress.py; tests/data/text/test_elastic.py)."""
     from llm.data.mix.choosers import check_schedule
 
-    with pytest.raises(ValueError, match=r"^streaming_mixing_schedule is by samples, but the text mixture takes step"):
-        check_schedule([{"samples": 0, "weights": [0.5, 0.5]}], 2, "weighted", None)
+    for unit in ("samples", "tokens"):
+        assert check_schedule([{unit: 0, "weights": [0.5, 0.5]}], 2, "weighted", None).unit == unit
