@@ -59,7 +59,7 @@ def test_metrics_hold_each_sources_tokens_as_the_batches_count_them(tmp_path: Pa
     resumed = {**tree, "checkpoint": {**tree["checkpoint"], "resume_from_checkpoint": str(tmp_path / "run" / "latest")}}
     past = [{"step": 0, "weights": [0.5, 0.5]}, {"step": 2, "weights": [0.3, 0.7]}]  # step 2 was trained
     with pytest.raises(StateError, match="gives other weights at step 2 than the run that saved this state, which has "
-                                         "trained to step 3; change the schedule only from step 3 on"):
+                                         "read to step 3; change the schedule only from step 3 on"):
         train({**resumed, "data": {**tree["data"], "streaming_mixing_schedule": past}})
     future = [{"step": 0, "weights": [0.5, 0.5]}, {"step": 5, "weights": [0.3, 0.7]}]  # moved, still ahead: accepted
     tail = train({**resumed, "data": {**tree["data"], "streaming_mixing_schedule": future}})

@@ -94,8 +94,9 @@ def test_a_schedule_that_rewrites_the_past_is_refused_in_one_sentence(tmp_path):
     paths = write_corpora(tmp_path, 600, 40)
     _, state = run_schedule({"paths": paths, "schedule": SWITCH}, None, 25)
     later = make({"paths": paths, "schedule": [SWITCH[0], {"step": 30, "weights": [0.2, 0.8]}]})
-    with pytest.raises(StateError, match="gives other weights at step 20 than the run that saved this state, which "
-                                         "has trained to step 25; change the schedule only from step 25 on"):
+    with pytest.raises(StateError, match="^streaming_mixing_schedule gives other weights at step 20 than the run that "
+                                         "saved this state, which has read to step 25; change the schedule only from "
+                                         "step 25 on$"):
         later.load_state_dict(state)
     fresh = make({"paths": paths, "schedule": [SWITCH[0], {"step": 30, "weights": [0.2, 0.8]}]})
     check_refused_state_changes_nothing(later, state, lambda m: take_steps(m.train_dataloader(), 35), fresh)

@@ -45,10 +45,11 @@ def _bad_states(good: dict) -> list[dict]:
         {**good, "partitions": {key: 5}},
         {**good, "version": 99},
         {k: v for k, v in good.items() if k != "partitions"},
+        {**good, "partitions": {**good["partitions"], "00000:gone.txt[0:64]": cursor}},
     ]
 
 
-@pytest.mark.parametrize("which", range(6))
+@pytest.mark.parametrize("which", range(7))
 def test_a_refused_state_changes_nothing(tmp_path, which):
     path = _corpus(tmp_path)
     saved = _module(path)
@@ -59,6 +60,18 @@ def test_a_refused_state_changes_nothing(tmp_path, which):
         module.load_state_dict(bad)
     assert_same_steps(take_steps(module.train_dataloader()), take_steps(_module(path).train_dataloader()),
                       "after a refused state")
+
+
+def test_a_cursor_for_a_partition_that_does_not_exist_is_refused_naming_it(tmp_path):
+    """Issue 34: such a cursor resumed silently (and its records were read again from the start)."""
+    path = _corpus(tmp_path)
+    saved = _module(path)
+    take_steps(saved.train_dataloader(), 3)
+    good = saved.state_dict()
+    renamed = {k.replace("corpus.txt", "other.txt"): c for k, c in good["partitions"].items()}
+    with pytest.raises(StateError, match=r"data state partition '00000:other.txt\[0:\d+\]' is not a partition of "
+                                         r"this source \(its keys look like '00000:corpus.txt\[0:\d+\]'\); resume"):
+        _module(path).load_state_dict({**good, "partitions": renamed})
 
 
 def _dedup_checkpoint(tmp_path: Path) -> tuple[Path, Path, dict, dict]:

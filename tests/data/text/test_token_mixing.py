@@ -148,8 +148,8 @@ def test_a_version_2_state_without_token_counts_resumes_exactly(tmp_path):
     config = {"paths": write_sources(tmp_path), "strategy": "weighted", "weights": [0.75, 0.25], "workers": 0}
     reference, _ = run_mix(config, None, None)
     head, state = run_mix(config, None, 13)
-    old = {k: v for k, v in state.items() if k not in ("step", "mix", "consumed")}
+    old = {k: v for k, v in state.items() if k not in ("step", "samples", "tokens", "sources", "mix", "consumed")}
     old["partitions"] = {k: {f: x for f, x in c.items() if f != "tokens"} for k, c in state["partitions"].items()}
-    assert old["version"] == 2
+    old["version"] = 2
     tail, _ = run_mix(config, old, None)
     assert_same_steps(head + tail, reference, "an old version-2 state")

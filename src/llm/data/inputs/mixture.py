@@ -46,7 +46,9 @@ class MixedTextSource(TextSource):
         self.schedule = check_schedule(schedule, len(sources), strategy, weights)
         self.weights = self.schedule.weights_at(0) if self.schedule else check_weights(weights, len(sources), strategy)
         self.unit = check_unit(unit)
-        self.names = unique_names(names or [f"datasets[{i}]" for i in range(len(sources))])
+        # the names as given (a resume that may change the sources refuses two alike) and as counted
+        self.given_names = list(names or [f"datasets[{i}]" for i in range(len(sources))])
+        self.names = unique_names(self.given_names)
         self.buffer = buffer  # records read ahead per source, at most
 
     def source_fingerprint(self) -> dict:

@@ -13,10 +13,12 @@ from llm.data.inputs.seen_file import read_seen_file
 from llm.data.seeds import derive_seed
 from llm.data.stage import StateError
 
+# 3: the position in samples and tokens next to the step, the schedule's change points where they
+#    took effect (`mix.reached`) and the sources' names (mix/progress.py); older states still load;
 # 2: a `random` mixture draws with derive_seed(root seed, "text.mixture", pass);
 # 1: it drew with LEGACY_MIX_SEED (`mixing_seed` could not be set): such states resume that way
-STATE_VERSION = 2
-KNOWN_VERSIONS = (1, 2)
+STATE_VERSION = 3
+KNOWN_VERSIONS = (1, 2, 3)
 LEGACY_MIX_SEED = 0
 
 
@@ -66,6 +68,18 @@ def check_cursor(key: str, cursor: Any) -> None:
     buffer = cursor.get("token_buffer", [])
     if not isinstance(buffer, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in buffer):
         raise StateError(f"data state partition {key!r} has a token_buffer that is not a list of token ids")
+
+
+def check_known_partitions(saved: dict, known: list[str]) -> None:
+    """Every cursor must name a partition of this source: a cursor for none would be dropped without a word."""
+    names = set(known)
+    for key in saved:
+        if key not in names:
+            example = f" (its keys look like {known[0]!r})" if known else ""
+            raise StateError(
+                f"data state partition {key!r} is not a partition of this source{example}; resume with the "
+                "data the state was saved with, or start a fresh run"
+            )
 
 
 def mixture_seed(version: int, root: int, epoch: int) -> int:

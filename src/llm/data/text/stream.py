@@ -30,9 +30,12 @@ from llm.data.pack.best_fit import check_open_blocks, window_slots
 from llm.data.pack.window import new_cursor
 from llm.data.seeds import check_seed
 from llm.data.stage import Stage
+from llm.data.text.changes import SourceChange, source_change
 from llm.data.text.dataset import StreamingTextDataset, unpack
+from llm.data.text.loaders import StreamingTextLoader, ValLoader, batches_as_they_are
 from llm.data.text.state import (
     STATE_VERSION,
+    check_known_partitions,
     check_layout,
     check_not_all_seen,
     check_seen_count,
@@ -44,39 +47,6 @@ from llm.data.topology import current_topology
 from llm.data.worker_errors import reraise
 
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
-
-
-def _batches_as_they_are(item: dict) -> dict:
-    """The DataLoader's collate for whole batches: they are tensors (or packed bytes) already.
-
-    Its default (`default_convert`) walks every list of each batch's state (the packers' token
-    buffers), a Python call per list, in the main process.
-    """
-    return item
-
-class StreamingTextLoader:
-    """What `train_dataloader()` returns: one epoch of batches; the module holds the exact state."""
-
-    def __init__(self, module: StreamingTextDataModule):
-        self.module = module
-
-    def __len__(self) -> int:
-        return self.module.steps_per_epoch or 0
-
-    def __iter__(self) -> Iterator[dict]:
-        return self.module._iterate()
-
-
-class _ValLoader:
-    """Re-iterable validation batches (the whole validation set, every rank alike)."""
-
-    def __init__(self, ds: StreamingTextDataset):
-        self.ds = ds
-
-    def __iter__(self) -> Iterator[dict]:
-        for item in self.ds:
-            if "input_ids" in item:
-                yield {"input_ids": item["input_ids"], "labels": item["labels"]}
 
 
 class StreamingTextDataModule(Stage):
@@ -133,8 +103,9 @@ class StreamingTextDataModule(Stage):
         self._pass_stats: dict[str, int] = {}
         self._entries_checked = False  # has a mixture's every entry been seen to hold a record?
         self._handed_over = False  # has this module handed any batch over (this run)?
-        mixture = as_mixture(self.source)  # the step, a schedule's anchors, per-source counts (mix_state.py)
-        self.progress = MixProgress(self._source_names(), *((mixture.schedule, mixture.weights) if mixture else ()))
+        mixture = as_mixture(self.source)  # position, a schedule's segment, per-source counts (mix/progress.py)
+        self.progress = MixProgress(self._source_names(), *((mixture.schedule, mixture.weights) if mixture else ()),
+                                    seq_len=self.max_seq_len)
         self._switched = False  # did the last pass stop at a schedule's change point?
 
     def _source_names(self) -> list[str]:
@@ -185,7 +156,7 @@ class StreamingTextDataModule(Stage):
 
         val = LocalLineTextSource(path, settings.text_column, storage_options=settings.storage_options)
         ds = StreamingTextDataset(val, self.tokenizer, self.max_seq_len, self.batch_size, rank=0, world_size=1)
-        return _ValLoader(ds)
+        return ValLoader(ds)
 
     def _iterate(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
@@ -235,7 +206,7 @@ class StreamingTextDataModule(Stage):
         workers = max(1, self.num_workers)
         key = str(rank)
         self.progress.enter_segment(self._cursors, [p.key for p in self._own()])
-        stop, self._switched = self.progress.stop_at(), False
+        self._switched = False
         ds = StreamingTextDataset(
             self.source, self.tokenizer, self.max_seq_len, self.batch_size,
             rank=rank, world_size=world, cursors=self._cursors,
@@ -249,7 +220,7 @@ class StreamingTextDataModule(Stage):
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # workers of a source in object storage start from a forkserver (text/workers.py)
-        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, _batches_as_they_are)
+        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, batches_as_they_are)
         done: set[int] = set()
         for item in loader:
             st = item.pop("_state")
@@ -265,11 +236,11 @@ class StreamingTextDataModule(Stage):
                     return
                 continue
             self._handed_over = True
-            self.progress.handed_over(st["counts"])
+            self.progress.handed_over(st["counts"], self.batch_size * world)
             if "_packed" in item or "_windows" in item:  # bytes from a worker (dataset.py)
                 item.update(unpack(item, self.max_seq_len, self.settings.best_fit_buffer(), self.tokenizer.eos_id))
             yield item
-            if stop is not None and self.progress.step >= stop:  # new weights from here: restart the workers
+            if self.progress.at_change():  # new weights from here: restart the workers
                 self._switched = True
                 return
 
@@ -369,10 +340,21 @@ class StreamingTextDataModule(Stage):
     def check(self, state: Any) -> None:
         """Raise StateError naming the key when `state` cannot resume this stream; changes nothing."""
         check_layout(state)
-        validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
-        check_open_blocks(state["partitions"], self.max_seq_len, self.settings.best_fit_buffer(), self.piece_slots)
+        change = self._source_change(state)
+        if change is None:
+            validate_source_fingerprint(state.get("fingerprint"), self.source_fingerprint())
+        partitions = change.remap(state["partitions"]) if change else state["partitions"]
+        check_known_partitions(partitions, [p.key for p in self.partitions()])
+        check_open_blocks(partitions, self.max_seq_len, self.settings.best_fit_buffer(), self.piece_slots)
         check_seen_count(self._dedup(), state.get("seen_hashes"))
-        self.progress.check(state)
+        self.progress.check(state, sources_changed=change is not None)
+
+    def _source_change(self, state: dict) -> SourceChange | None:
+        """How a state's cursors move to this run's sources when a mixture's sources changed (text/changes.py)."""
+        mixture = as_mixture(self.source)
+        given = mixture.given_names if mixture is not None else self.progress.names
+        return source_change(state, self.source_fingerprint(), self.progress.names, given,
+                             self.settings.mixture_changes == "allow")
 
     def restore(self, state: dict) -> None:
         """Continue from a checked `state`: exactly on the same topology, by reassigning partitions on another."""
@@ -381,12 +363,17 @@ class StreamingTextDataModule(Stage):
         if seen and dedup is not None:
             # a state saved without a seen-hashes file says nothing about this run's file: keep it whole
             dedup.restore_committed(seen)
-        self._cursors = {k: dict(c) for k, c in state["partitions"].items()}
-        self._version = state.get("version", 1)
+        change = self._source_change(state)
+        partitions = change.remap(state["partitions"]) if change else state["partitions"]
+        self._cursors = {k: dict(c) for k, c in partitions.items()}
+        self._version = state.get("version", 1) if state.get("version", 1) == 1 else STATE_VERSION
         rank, world = current_topology(self.rank, self.world_size)
-        same = state.get("world_size") == world and state.get("num_workers") == self.num_workers
+        # other sources deal the partitions anew, as another topology does
+        same = state.get("world_size") == world and state.get("num_workers") == self.num_workers and change is None
         self._next_worker = dict(state.get("next_worker", {})) if same else {}
-        self.progress.restore(state, rank, same)
+        self.progress.restore(state, rank, same, self.batch_size * world, sources_changed=change is not None)
+        if change is not None:  # the shares start again here: anchor this rank's partitions now
+            self.progress.enter_segment(self._cursors, [p.key for p in self._own()])
         self._uncommitted = []
         if seen and seen.get("pending"):
             warnings.warn(

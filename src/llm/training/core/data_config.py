@@ -16,6 +16,7 @@ from pydantic import (
 from llm.data.inputs.dedup import check_hash_algo
 from llm.data.inputs.entries import SOURCE_KEYS, SourceEntry, entry_name, path_stem
 from llm.data.sft.settings import SFT_TYPES, DatasetEntry, SftStreamConfig
+from llm.data.text.changes import check_mixture_changes
 from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig, packing_keys
 from llm.training.core.errors import ConfigError
 from llm.training.core.sections import ConfigModel
@@ -84,6 +85,8 @@ class DataConfig(ConfigModel):
     # None when unset, so that checkpoints saved before these keys existed resume under the same config
     packing: str | None = None
     packing_buffer: int | None = None  # best fit's open blocks (None: 64)
+    # "allow": a resume may add or remove sources of a mixture (kept ones continue); default "refuse"
+    mixture_changes: str = "refuse"
     # global batch ranges [start, end) the run never trains on (llm.training.skip_ranges, docs/training.md)
     skip_batches: list[Any] | None = None
 
@@ -102,6 +105,7 @@ class DataConfig(ConfigModel):
         from llm.data.pack.best_fit import check_packing
 
         check_packing(**packing_keys(self.packing, self.packing_buffer))
+        check_mixture_changes(self.mixture_changes)
         return self
 
     @field_validator("hash_algo")
@@ -175,7 +179,7 @@ class DataConfig(ConfigModel):
             "source": self, "tokenizer": self.tokenizer_spec(), "max_seq_len": self.max_seq_len,
             "steps_per_epoch": self.steps_per_epoch, "num_workers": self.num_workers, "text_column": self.text_column,
             "val_dataset_path": self.val_dataset_path, "storage_options": self.storage_options, "seed": seed,
-            **packing_keys(self.packing, self.packing_buffer),
+            "mixture_changes": self.mixture_changes, **packing_keys(self.packing, self.packing_buffer),
         }
 
     def text_stream(self, seed: int = DEFAULT_SEED) -> TextStreamConfig:
