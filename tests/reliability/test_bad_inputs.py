@@ -298,11 +298,11 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
     ("split-fractions-over-1", lambda c: train_test_split(c.dataset(), [0.5, 0.7]), ValueError,
      "got [0.5, 0.7] (sum 1.2)"),
     ("combined-string-dataset", lambda c: CombinedStreamingDataset([str(c.ds)]), TypeError, "datasets[0] is a str"),
-    ("combined-weights-nan", lambda c: _combined(c, [float("nan"), 1.0]), ValueError, "weights[0] is nan"),
-    ("combined-weights-inf", lambda c: _combined(c, [1.0, float("inf")]), ValueError, "weights[1] is inf"),
-    ("combined-weights-negative", lambda c: _combined(c, [1.5, -0.5]), ValueError, "weights[1] is -0.5"),
-    ("combined-weights-wrong-length", lambda c: _combined(c, [1.0]), ValueError, "weights has 1 entries"),
-    ("combined-weights-a-string", lambda c: _combined(c, "0.5"), ValueError, ("weights", "got '0.5'")),
+    ("combined-weights-nan", lambda c: _combined(c, [float("nan"), 1.0]), ValueError, "weights[0] (datasets[0], ds) is nan; expected a finite number >= 0"),
+    ("combined-weights-inf", lambda c: _combined(c, [1.0, float("inf")]), ValueError, "weights[1] (datasets[1], ds#1) is inf"),
+    ("combined-weights-negative", lambda c: _combined(c, [1.5, -0.5]), ValueError, "weights[1] (datasets[1], ds#1) is -0.5"),
+    ("combined-weights-wrong-length", lambda c: _combined(c, [1.0]), ValueError, "weights has 1 weights but there are 2 datasets; give one weight per dataset"),
+    ("combined-weights-a-string", lambda c: _combined(c, "0.5"), ValueError, "weights is '0.5'; give a list of 2 numbers >= 0, one per dataset"),
     ("combined-weights-all-zero", lambda c: _combined(c, [0.0, 0.0]), ValueError, "weights are all zero ([0.0, 0.0])"),
     ("manifest-dtype-list", _edited_manifest, ManifestError, "{root}/fresh/edited/index.json: key 'dtype' is []"),
     ("llm-data-verify-missing-folder", lambda c: data_main(["verify", "nope"]), Exit("llm-data"), "nope"),
@@ -337,14 +337,14 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
         c, "t5.yaml", steps_per_epoch=2, skip_batches=[[0, 1], [7, 7]])]), Exit("llm-train"),
      "data.skip_batches[1] [7, 7] is empty"),
     ("text-schedule-wrong-length", lambda c: _text_mix(c, "s1.yaml", streaming_mixing_schedule=_schedule(
-        (0, [1.0]))), ConfigError, "{root}/s1.yaml: streaming_mixing_schedule[0].weights is [1.0]: 1 weights for 2"),
+        (0, [1.0]))), ConfigError, "{root}/s1.yaml: streaming_mixing_schedule[0].weights has 1 weights but there are 2 datasets"),
     ("text-schedule-nan", lambda c: _text_mix(c, "s2.yaml", streaming_mixing_schedule=_schedule(
         (0, [0.5, 0.5]), (9, [float("nan"), 1.0]))), ConfigError,
-     "streaming_mixing_schedule[1].weights is [nan, 1.0], but nan is not a finite number"),
+     "streaming_mixing_schedule[1].weights[0] (datasets[0]) is nan; expected a finite number >= 0"),
     ("text-schedule-inf", lambda c: _text_mix(c, "s3.yaml", streaming_mixing_schedule=_schedule(
-        (0, [float("inf"), 1.0]))), ConfigError, "streaming_mixing_schedule[0].weights is [inf, 1.0]"),
+        (0, [float("inf"), 1.0]))), ConfigError, "streaming_mixing_schedule[0].weights[0] (datasets[0]) is inf"),
     ("text-schedule-negative", lambda c: _text_mix(c, "s4.yaml", streaming_mixing_schedule=_schedule(
-        (0, [1.5, -0.5]))), ConfigError, "but -0.5 is not a finite number >= 0"),
+        (0, [1.5, -0.5]))), ConfigError, "streaming_mixing_schedule[0].weights[1] (datasets[1]) is -0.5"),
     ("text-schedule-steps-out-of-order", lambda c: _text_mix(c, "s5.yaml", streaming_mixing_schedule=_schedule(
         (0, [0.5, 0.5]), (500, [0.2, 0.8]), (100, [0.9, 0.1]))), ConfigError,
      "streaming_mixing_schedule[2].step is 100 but streaming_mixing_schedule[1] is at step 500"),
@@ -352,9 +352,9 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
                                                      streaming_mixing_unit="bytes"), ConfigError,
      "streaming_mixing_unit 'bytes' is not known"),
     ("combined-schedule-wrong-length", lambda c: _combined(c, None, schedule=_schedule((0, [1.0, 1.0, 1.0]))),
-     ValueError, "schedule[0].weights is [1.0, 1.0, 1.0]: 3 weights for 2 datasets"),
+     ValueError, "schedule[0].weights has 3 weights but there are 2 datasets"),
     ("combined-schedule-nan", lambda c: _combined(c, None, schedule=_schedule((0, [1.0, float("nan")]))),
-     ValueError, "schedule[0].weights is [1.0, nan]"),
+     ValueError, "schedule[0].weights[1] (datasets[1]) is nan"),
     ("combined-schedule-steps-out-of-order", lambda c: _combined(c, None, schedule=_schedule(
         (0, [1, 1]), (10, [1, 2]), (10, [2, 1]))), ValueError, "schedule[2].step is 10 but schedule[1] is at step 10"),
     ("combined-unit-unknown", lambda c: _combined(c, None, unit="bytes"), ValueError, "unit='bytes' is not known"),

@@ -55,9 +55,9 @@ def test_every_positive_weight_is_served_in_every_window_of_a_period(raw, seed, 
     """Small and extreme floats: each positive weight gets its share of every period within one slot,
     or the mixture refuses it up front naming it (a share below 1 / MAX_PERIOD)."""
     try:
-        weights = check_weights(raw, [1] * len(raw), ["d"] * len(raw))
+        weights = check_weights(raw, len(raw), sizes=[1] * len(raw), names=["d"] * len(raw))
     except ValueError as e:
-        assert "is a share of" in str(e)
+        assert "a share of" in str(e) and str(e).startswith("weights[")
         top = max(raw)
         assert any(w > 0 and w / top / sum(x / top for x in raw) < 1 / MAX_PERIOD for w in raw)
         return
@@ -175,14 +175,15 @@ def test_changing_the_weights_on_resume_repeats_nothing(sources):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"weights": [0.5]}, "weights has 1 entries but there are 2 datasets"),
-        ({"weights": [0.5, 0.3, 0.2]}, "weights has 3 entries but there are 2 datasets"),
-        ({"weights": [1.0, -0.5]}, r"weights\[1\] is -0.5, expected a finite number >= 0"),
-        ({"weights": [float("inf"), 1]}, r"weights\[0\] is inf, expected a finite number"),
-        ({"weights": [float("nan"), 1]}, r"weights\[0\] is nan, expected a finite number"),
-        ({"weights": ["0.5", 0.5]}, r"weights\[0\] is '0.5', expected a finite number"),
-        ({"weights": "0.5, 0.5"}, "weights must be a list of 2 numbers"),
-        ({"weights": [1e308, 1e-300]}, r"weights\[1\] \(1e-300\) is a share"),
+        ({"weights": [0.5]}, "^weights has 1 weights but there are 2 datasets; give one weight per dataset$"),
+        ({"weights": [0.5, 0.3, 0.2]}, "weights has 3 weights but there are 2 datasets"),
+        ({"weights": [1.0, -0.5]}, r"^weights\[1\] \(datasets\[1\], .*\) is -0.5; expected a finite number >= 0"),
+        ({"weights": [float("inf"), 1]}, r"weights\[0\] \(datasets\[0\], .*\) is inf; expected a finite number"),
+        ({"weights": [float("nan"), 1]}, r"weights\[0\] \(datasets\[0\], .*\) is nan; expected a finite number"),
+        ({"weights": ["0.5", 0.5]}, r"weights\[0\] \(datasets\[0\], .*\) is '0.5'; expected a finite number"),
+        ({"weights": [True, 1]}, r"weights\[0\] \(datasets\[0\], .*\) is True; expected a finite number"),
+        ({"weights": "0.5, 0.5"}, "^weights is '0.5, 0.5'; give a list of 2 numbers >= 0, one per dataset$"),
+        ({"weights": [1e308, 1e-300]}, r"weights\[1\] \(datasets\[1\], .*\) is 1e-300, a share of 0 of the mixture"),
         ({"weights": [0, 0]}, "weights are all zero"),
         ({"weights": [0.5, 0.5], "batching": "per_step"}, "batching='per_step' is not known"),
     ],

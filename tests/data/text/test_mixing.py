@@ -58,9 +58,9 @@ def test_round_robin_and_random():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"streaming_mixing_weights": [0.5, 0.3, 0.2]}, "has 3 weights but datasets lists 2 datasets"),
-        ({"streaming_mixing_weights": [1.2, -0.2]}, "must be non-negative numbers"),
-        ({"streaming_mixing_weights": [0.5, 0.4]}, "must sum to 1 \\(within 1e-6\\), but they sum to 0.9"),
+        ({"streaming_mixing_weights": [0.5, 0.3, 0.2]}, "streaming_mixing_weights has 3 weights but there are 2 datasets; give one weight per dataset"),
+        ({"streaming_mixing_weights": [1.2, -0.2]}, r"streaming_mixing_weights\[1\] \(datasets\[1\]\) is -0.2; expected a finite number >= 0"),
+        ({"streaming_mixing_weights": [0.5, 0.4]}, r"streaming_mixing_weights sum to 0.9 \(\[0.5, 0.4\]\); weights must sum to 1 \(within 1e-6\)"),
         ({"streaming_dataset_mixing_strategy": "weighted"}, "streaming_mixing_weights is required"),
     ],
 )
@@ -204,10 +204,10 @@ def test_dedup_entries_share_one_seen_set_and_resume_exactly(tmp_path, unit):
 @pytest.mark.parametrize(
     "weights, message",
     [
-        ([float("nan"), 1.0], r"streaming_mixing_weights\[0\] \(datasets\[0\]\) is nan, but weights must be non-negative"),
+        ([float("nan"), 1.0], r"streaming_mixing_weights\[0\] \(datasets\[0\]\) is nan; expected a finite number >= 0"),
         ([0.5, float("inf")], r"streaming_mixing_weights\[1\] \(datasets\[1\]\) is inf"),
         ([1.5, -0.5], r"streaming_mixing_weights\[1\] \(datasets\[1\]\) is -0.5"),
-        ([0.0, 0.0], "streaming_mixing_weights are all zero; give at least one dataset a positive weight"),
+        ([0.0, 0.0], r"streaming_mixing_weights are all zero \(\[0.0, 0.0\]\); give at least one dataset a positive weight"),
     ],
 )
 @pytest.mark.parametrize("strategy", ["weighted", "random"])

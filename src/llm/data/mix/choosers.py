@@ -11,39 +11,26 @@ Every choice is a pure function of the counts so far, so a mixture resumes from 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from llm.data.mix.schedule import MixSchedule, parse_schedule
+from llm.data.mix.weights import check_weights as check_mix_weights
 
 STRATEGIES = ("round_robin", "weighted", "random")
 UNITS = ("records", "tokens")
 
 
 def check_weights(weights: list[float] | None, n: int, strategy: str) -> list[float]:
-    """Weights for `n` sources: the given ones (same length, >= 0, summing to 1) or equal ones."""
+    """Weights for `n` sources: the given ones (checked by the mix room's one check, summing to 1) or equal ones."""
     if strategy not in STRATEGIES:
         raise ValueError(f"streaming_dataset_mixing_strategy {strategy!r} is not known; use one of: {', '.join(STRATEGIES)}")
     if weights is None:
         if strategy == "weighted":
             raise ValueError("streaming_mixing_weights is required when streaming_dataset_mixing_strategy is weighted")
         return [1.0 / n] * n
-    if len(weights) != n:
-        raise ValueError(f"streaming_mixing_weights has {len(weights)} weights but datasets lists {n} datasets")
-    for i, w in enumerate(weights):
-        # NaN compares False with everything: `w < 0` let it through and `random` drew entry 0 only
-        if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w) or w < 0:
-            raise ValueError(
-                f"streaming_mixing_weights[{i}] (datasets[{i}]) is {w!r}, but weights must be non-negative numbers "
-                "(finite, summing to 1); fix that weight"
-            )
-    if not any(weights):
-        raise ValueError("streaming_mixing_weights are all zero; give at least one dataset a positive weight")
-    total = float(sum(weights))
-    if abs(total - 1.0) > 1e-6:
-        raise ValueError(f"streaming_mixing_weights must sum to 1 (within 1e-6), but they sum to {total:.9g}")
-    return [float(w) for w in weights]
+    check_mix_weights(weights, n, "streaming_mixing_weights", sum_to_one=True)
+    return [float(w) for w in weights]  # as given (they sum to 1): the choosers' draws stay what they were
 
 
 def check_unit(unit: str) -> str:

@@ -11,10 +11,11 @@ only for steps that have not happened (`check_past`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from llm.data.mix.weights import check_weights
 
 INTERPOLATIONS = ("linear",)
 RAMP_STEPS = 100  # a linear ramp switches weights this many times, evenly spaced
@@ -114,17 +115,7 @@ def parse_schedule(raw: Any, n: int, key: str = "streaming_mixing_schedule", sum
 
 
 def check_point_weights(weights: Any, n: int, key: str, sum_to_one: bool) -> list[float]:
-    """One point's weights: n finite numbers >= 0, not all zero (summing to 1 where the mixture asks it)."""
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, (list, tuple)):
-        raise ValueError(f"{key} is {weights!r}; give a list of {n} weights, one per dataset")
-    if len(weights) != n:
-        raise ValueError(f"{key} is {list(weights)!r}: {len(weights)} weights for {n} datasets; give one per dataset")
-    for w in weights:
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-            raise ValueError(f"{key} is {list(weights)!r}, but {w!r} is not a finite number >= 0; fix that weight")
+    """One point's weights through the mix room's one check (weights.py), as shares summing to 1."""
+    check_weights(weights, n, key, sum_to_one=sum_to_one)
     total = float(sum(weights))
-    if total <= 0:
-        raise ValueError(f"{key} is {list(weights)!r}: all zero; give at least one dataset a positive weight")
-    if sum_to_one and abs(total - 1.0) > 1e-6:
-        raise ValueError(f"{key} is {list(weights)!r}, which sums to {total:.9g}; weights must sum to 1 (within 1e-6)")
     return [float(w) / total for w in weights]

@@ -10,6 +10,7 @@ weight is served in proportion instead of rounding to nothing; a share below
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -19,32 +20,59 @@ PERIOD = 1000
 MAX_PERIOD = 100_000  # the smallest share served is 1 / MAX_PERIOD; the slot table is O(period)
 
 
-def check_weights(weights: object, sizes: Sequence[int], names: Sequence[str]) -> list[float]:
-    """Shares summing to 1 (None: proportional to `sizes`), or one ValueError naming the weight or source."""
-    n = len(sizes)
+def _number(w: object) -> bool:
+    """A finite number >= 0 (numpy numbers too; bools are not weights)."""
+    if isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Real):
+        return False
+    return math.isfinite(float(w)) and float(w) >= 0
+
+
+def check_weights(weights: object, n: int, key: str = "weights", *, sum_to_one: bool = False,
+                  sizes: Sequence[int] | None = None, names: Sequence[str] | None = None) -> list[float]:
+    """The one weights check of every mixture (shards, text, SFT, schedule points): shares summing to 1.
+
+    `key` names the weights in every sentence (`weights`, `streaming_mixing_weights`,
+    `schedule[2].weights`), an entry as `key[i]` with its dataset. `sum_to_one`: the given weights
+    must already sum to 1 (within 1e-6). `sizes` (samples per dataset, a shard mixture): None weights
+    are proportional to them, a positive weight needs samples, and a share below 1 / MAX_PERIOD is
+    refused (the slot table could not serve it). One ValueError naming the key, index and value.
+    """
     given = weights is not None
-    if weights is None:
+    if weights is None and sizes is not None:
         weights = [int(s) for s in sizes]
+    if isinstance(weights, np.ndarray) and weights.ndim == 1:
+        weights = weights.tolist()
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-        raise ValueError(f"weights must be a list of {n} numbers >= 0, one per dataset, got {weights!r}")
+        raise ValueError(f"{key} is {weights!r}; give a list of {n} numbers >= 0, one per dataset")
     if len(weights) != n:
-        raise ValueError(f"weights has {len(weights)} entries but there are {n} datasets; give one weight per dataset")
+        raise ValueError(f"{key} has {len(weights)} weights but there are {n} datasets; give one weight per dataset")
+
+    def dataset(i: int) -> str:
+        return f"datasets[{i}], {names[i]}" if names else f"datasets[{i}]"
+
     for i, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-            raise ValueError(f"weights[{i}] is {w!r}, expected a finite number >= 0 (0 leaves {names[i]} out)")
-        if w > 0 and int(sizes[i]) == 0:
-            raise ValueError(f"datasets[{i}] ({names[i]}) has no samples but weights[{i}] is {w!r}; "
+        if not _number(w):
+            raise ValueError(f"{key}[{i}] ({dataset(i)}) is {w!r}; expected a finite number >= 0 "
+                             "(0 leaves that dataset out)")
+        if sizes is not None and w > 0 and int(sizes[i]) == 0:
+            raise ValueError(f"{key}[{i}] ({dataset(i)}) is {w!r} but that dataset has no samples; "
                              "give it weight 0 or leave it out")
-    top = max(float(w) for w in weights)
+    values = [float(w) for w in weights]
+    top = max(values)
     if top <= 0:
-        raise ValueError(f"weights are all zero ({list(weights)}); give at least one dataset a positive weight")
-    scaled = [float(w) / top for w in weights]  # first to <= 1: 1e308 + 1e308 must not overflow
+        raise ValueError(f"{key} are all zero ({list(weights)}); give at least one dataset a positive weight")
+    if sum_to_one and abs(math.fsum(values) - 1.0) > 1e-6:
+        raise ValueError(f"{key} sum to {math.fsum(values):.9g} ({list(weights)}); weights must sum to 1 (within 1e-6)")
+    scaled = [w / top for w in values]  # first to <= 1: 1e308 + 1e308 must not overflow
     shares = [w / sum(scaled) for w in scaled]
+    if sizes is None:
+        return shares
     for i, share in enumerate(shares):
-        if weights[i] > 0 and share < 1 / MAX_PERIOD:  # a share that underflows to 0 too
-            what = f"weights[{i}] ({weights[i]!r})" if given else f"datasets[{i}] ({names[i]}, {sizes[i]} samples)"
+        if values[i] > 0 and share < 1 / MAX_PERIOD:  # a share that underflows to 0 too
+            what = f"{key}[{i}] ({dataset(i)}) is {weights[i]!r}, a share" if given else \
+                f"datasets[{i}] ({names[i] if names else i}, {sizes[i]} samples) is a share"
             raise ValueError(
-                f"{what} is a share of {share:.3g} of the mixture, below the smallest one served "
+                f"{what} of {share:.3g} of the mixture, below the smallest one served "
                 f"(1/{MAX_PERIOD}); raise it or give it weight 0"
             )
     return shares

@@ -119,11 +119,14 @@ class CombinedStreamingDataset(SampleSource):
                 raise ValueError("give weights or schedule, not both (a schedule's first point holds the weights "
                                  "from step 0)")
             self.schedule: MixSchedule | None = parse_schedule(schedule, len(self.datasets), "schedule", sum_to_one=False)
-            shares = check_weights(self.schedule.weights_at(0), self.sizes.tolist(), self.names)
+            shares = self._shares(self.schedule.weights_at(0), "schedule[0].weights")
         else:
             self.schedule = None
-            shares = check_weights(weights, self.sizes.tolist(), [str(d.input_dir) for d in self.datasets])
+            shares = self._shares(weights, "weights")
         self.reanchor(shares, np.zeros(len(self.datasets), dtype=np.int64))
+
+    def _shares(self, weights: Any, key: str) -> list[float]:
+        return check_weights(weights, len(self.datasets), key, sizes=self.sizes.tolist(), names=self.names)
 
     def reanchor(self, weights: Sequence[float], counts: np.ndarray) -> None:
         """Start the schedule of these (checked) weights at a point where source s had given counts[s]."""
@@ -134,7 +137,7 @@ class CombinedStreamingDataset(SampleSource):
         if self.schedule is not None:
             steps = self.schedule.change_points()
             starts = [step * self.samples_per_step for step in steps]
-            by_step = [check_weights(self.schedule.weights_at(step), self.sizes.tolist(), self.names) for step in steps]
+            by_step = [self._shares(self.schedule.weights_at(step), "schedule") for step in steps]
             by_step[0] = self.weights
         self.plan = MixPlan(starts, by_step, self.anchor, self._picker)
         first = self.plan.first()
