@@ -107,22 +107,16 @@ def past_change(saved: MixSchedule, new: MixSchedule, served: int, key: str = "s
     if new.unit != unit:
         return (f"{key} is by {new.unit} but the run that saved this state had a schedule by {unit}; "
                 f"resume with its points by {unit} (they may change only from {unit} {served} on)")
-    old = [(c, w) for c, w in saved.segments() if c < served]
-    now = [(c, w) for c, w in new.segments() if c < served]
-    for (c_old, w_old), (c_new, w_new) in zip(old, now):
-        if c_old != c_new:
-            first = min(c_old, c_new)
-            return (f"{key} has a change point at {unit} {first} where the run that saved this state, which has "
-                    f"read to {unit} {served}, had {'none' if first == c_new else 'one'}; a change point in the "
-                    f"past moves what was read, so change the schedule only from {unit} {served} on")
-        if any(abs(a - b) > 1e-12 for a, b in zip(w_old, w_new)):
-            return (f"{key} gives other weights at {unit} {c_old} than the run that saved this state, which has "
+    old = [c for c in saved.change_points() if c < served]
+    now = [c for c in new.change_points() if c < served]
+    for c in sorted(set(old) | set(now)):
+        if any(abs(a - b) > 1e-12 for a, b in zip(saved.weights_at(c), new.weights_at(c))):
+            return (f"{key} gives other weights at {unit} {c} than the run that saved this state, which has "
                     f"read to {unit} {served}; change the schedule only from {unit} {served} on")
-    if len(old) != len(now):
-        first = (old if len(old) > len(now) else now)[min(len(old), len(now))][0]
-        return (f"{key} has a change point at {unit} {first} where the run that saved this state, which has read "
-                f"to {unit} {served}, had {'none' if len(now) > len(old) else 'one'}; a change point in the past "
-                f"moves what was read, so change the schedule only from {unit} {served} on")
+        if (c in old) != (c in now):  # the same weights, but a segment (and its slot table) starts or not
+            return (f"{key} {'has a' if c in now else 'has no'} change point at {unit} {c} where the run that saved "
+                    f"this state, which has read to {unit} {served}, had {'none' if c in now else 'one'}; a change "
+                    f"point in the past moves what was read, so change the schedule only from {unit} {served} on")
     return None
 
 
