@@ -21,6 +21,7 @@ from llm.data import (
     TokensLoader,
     optimize,
 )
+from llm.data.shards.read.state import StateError
 from tests.data.shards.test_mixing import make_source
 from tests.resume import check_resume_chain, in_fresh_process, step_rows
 
@@ -213,3 +214,152 @@ def test_source_shares_over_a_batch_ramp_stay_within_1_percent_of_the_weights(da
     weights = [w / sum(raw) for w in raw]
     shares = _ramp_shares(data, weights, batching, 200)
     assert np.abs(shares - weights).max() <= 0.01, (shares, weights)
+
+
+# ---- the served past, old states, bad input ---------------------------------------------------------------
+
+
+def _mix(data: dict, schedule_points: list[dict] | None = None, keys: tuple[str, ...] = ("big", "small"),
+         **kw) -> CombinedStreamingDataset:
+    sources = [StreamingDataset(data[k], item_loader=TokensLoader(block_size=7), shuffle=True, seed=11 + i)
+               for i, k in enumerate(keys)]
+    return CombinedStreamingDataset(sources, schedule=schedule_points, seed=3, **kw)
+
+
+REPORTED = [{"step": 0, "weights": [0.7, 0.3]}, {"step": 3, "weights": [0.2, 0.8]}]
+
+
+def _saved(data: dict, batch: int, steps: int, schedule_points: list[dict] = REPORTED) -> dict:
+    loader = StreamingDataLoader(_mix(data, schedule_points), batch_size=batch)
+    for _, _ in zip(range(steps), loader):
+        pass
+    return loader.state_dict()
+
+
+def test_a_past_point_with_unchanged_weights_is_refused_and_changes_nothing(data):
+    """It used to pass the past check, then repeat 1005 and skip 14: a new segment restarts the slot table."""
+    from tests.resume import check_refused_state_changes_nothing
+
+    state = _saved(data, 8, 5)
+    added = [REPORTED[0], {"step": 2, "weights": [0.7, 0.3]}, REPORTED[1]]
+
+    def loader() -> StreamingDataLoader:
+        return StreamingDataLoader(_mix(data, added), batch_size=4)
+
+    refused = loader()
+    with pytest.raises(StateError, match=r"^schedule has a change point at step 2 where the run that saved this state, "
+                                         r"which has read to step 5, had none; .* change the schedule only from step 5 on$"):
+        refused.load_state_dict(state)
+    check_refused_state_changes_nothing(refused, state, lambda lo: [b.numpy() for _, b in zip(range(12), lo)], loader())
+    future = [*REPORTED, {"step": 9, "weights": [0.5, 0.5]}]  # a point not reached yet is the future's
+    StreamingDataLoader(_mix(data, future), batch_size=4).load_state_dict(state)
+
+
+def _as_version_1(state: dict, drop_batch: bool = False) -> dict:
+    mixture = {k: v for k, v in state["mixture"].items()
+               if k in ("weights", "anchor", "counts", "batching", "unit", "schedule", "step_samples")}
+    if drop_batch:
+        mixture.pop("step_samples")
+    return {**state, "mixture": mixture}
+
+
+def test_a_version_1_mixture_state_resumes_at_another_batch_as_a_version_2_one(data):
+    state = _saved(data, 8, 2)  # step 3 not reached yet: it lands 1 batch of 4 after the resume
+    rows = []
+    for saved in (state, _as_version_1(state)):
+        loader = StreamingDataLoader(_mix(data, REPORTED), batch_size=4)
+        loader.load_state_dict(saved)
+        rows.append(np.concatenate([b.numpy() for _, b in zip(range(10), loader)]))
+        assert loader.state_dict()["mixture"]["clock"]["reached"] == [[0, 0], [3, 20]]
+    assert np.array_equal(rows[0], rows[1])
+
+
+def test_a_version_1_state_that_records_no_global_batch_is_one_sentence(data):
+    state = _as_version_1(_saved(data, 8, 2), drop_batch=True)
+    state.pop("global_batch_size")
+    mix = _mix(data, REPORTED)
+    with pytest.raises(StateError, match=r"^loader state key 'mixture' \(version 1\) records no global batch, so its "
+                                         r"step points cannot be turned into positions for another batch size; "):
+        mix.load_state_dict(state)
+
+
+@pytest.mark.parametrize("points, message", [
+    ([{"step": 0, "samples": 0, "weights": [1, 1]}],
+     r"^schedule\[0\] gives step and samples; a point gives exactly one of step, samples and tokens$"),
+    ([{"samples": 0, "weights": [1, 1]}, {"tokens": 70, "weights": [1, 2]}],
+     r"^schedule\[1\] is by tokens but schedule\[0\] is by samples; give every point of a schedule by one of"),
+    ([{"step": 0, "weights": [1, 1]}, {"step": np.int64(3), "weights": [1, 2]}], None),
+    ([{"step": 0, "weights": [1, 1]}, {"step": True, "weights": [1, 2]}],
+     r"^schedule\[1\]\.step is True; expected a whole number of steps >= 0$"),
+])
+def test_bad_schedule_points_are_one_sentence(data, points, message):
+    if message is None:
+        assert _mix(data, points).schedule.change_points() == [0, 3]
+        return
+    with pytest.raises(ValueError, match=message):
+        _mix(data, points)
+
+
+# ---- sources added or removed -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def third(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("third")
+    return {"extra": str(make_source(root / "extra", 3, 100)),
+            "changed": str(make_source(root / "other" / "small", 5, 200))}  # "small" again, other data
+
+
+def _run(mix: CombinedStreamingDataset, state: dict | None, steps: int) -> tuple[np.ndarray, dict, StreamingDataLoader]:
+    loader = StreamingDataLoader(mix, batch_size=4)
+    if state is not None:
+        loader.load_state_dict(state)
+    rows = np.concatenate([b.numpy()[:, 0] for _, b in zip(range(steps), loader)])
+    return rows, loader.state_dict(), loader
+
+
+def test_a_changed_source_list_is_refused_without_the_option_naming_it(data, third):
+    _, state, _ = _run(_mix(data, weights=[0.5, 0.5]), None, 5)
+    more = {**data, **third}
+    with pytest.raises(StateError, match=r"^loader state was saved with the sources \['big', 'small'\] but this "
+                                         r"mixture has \['big', 'small', 'extra'\]; pass CombinedStreamingDataset\("
+                                         r"\.\.\., allow_source_changes=True\)"):
+        StreamingDataLoader(_mix(more, keys=("big", "small", "extra"), weights=[0.4, 0.4, 0.2]),
+                            batch_size=4).load_state_dict(state)
+
+
+def test_sources_added_and_removed_keep_their_own_cursors_and_counts(data, third):
+    more = {**data, **third}
+    head, state, _ = _run(_mix(data, weights=[0.5, 0.5]), None, 10)
+    straight, _, _ = _run(_mix(data, weights=[0.5, 0.5]), None, 60)
+    grown = _mix(more, keys=("big", "small", "extra"), weights=[0.4, 0.4, 0.2], allow_source_changes=True)
+    tail, state2, loader = _run(grown, state, 20)
+    for tag in (1, 2):  # a kept source continues its own stream
+        mine = np.concatenate([head, tail])
+        mine, theirs = mine[mine // 10_000 == tag], straight[straight // 10_000 == tag]
+        assert np.array_equal(mine, theirs[: len(mine)])
+    extra = tail[tail // 10_000 == 3]
+    assert len(extra) and np.array_equal(extra, grown._source_order(2, 0)(np.arange(len(extra))) + 30_000)
+    counts = loader.source_counts()
+    assert counts["extra"]["samples"] == len(extra)
+    # remove "small": its counts stay in the accounting, "big" and "extra" carry on
+    shrunk = _mix(more, keys=("big", "extra"), weights=[0.5, 0.5], allow_source_changes=True)
+    last, _, loader = _run(shrunk, state2, 10)
+    assert not (last // 10_000 == 2).any()
+    after = loader.source_counts()
+    assert after["small"] == counts["small"]
+    assert after["big"]["samples"] + after["extra"]["samples"] == counts["big"]["samples"] + counts["extra"]["samples"] + 40
+
+
+def test_ambiguous_source_changes_are_one_sentence_naming_the_source(data, third):
+    _, state, _ = _run(_mix(data, weights=[0.5, 0.5]), None, 5)
+    changed = {"big": data["big"], "small": third["changed"]}
+    with pytest.raises(StateError, match=r"^source 'small' holds other data than the source of that name in the state "
+                                         r"\(its fingerprint changed\)"):
+        StreamingDataLoader(_mix(changed, weights=[0.5, 0.5], allow_source_changes=True),
+                            batch_size=4).load_state_dict(state)
+    twice = {**data, "again": third["changed"]}
+    with pytest.raises(StateError, match=r"^this mixture has two sources named 'small'; allow_source_changes matches "
+                                         "sources by name"):
+        StreamingDataLoader(_mix(twice, keys=("big", "small", "again"), weights=[0.4, 0.3, 0.3],
+                                 allow_source_changes=True), batch_size=4).load_state_dict(state)
