@@ -84,3 +84,8 @@ def test_the_past_check_compares_the_segments_actually_served():
     assert past_change(saved, future, 5) is None
     by_samples = parse_schedule(_points("samples", (0, [0.7, 0.3])), 2, "schedule", sum_to_one=False)
     assert "is by samples but the run that saved this state had a schedule by step" in past_change(saved, by_samples, 5)
+
+
+def test_a_clock_started_over_at_position_0_keeps_earlier_points_at_0():
+    clock = StepClock(4, 0, {}).advance([0, 6], 4, 32)  # a plan restarted at step 4 (new sources)
+    assert clock.reached == {0: 0, 6: 8} and StepClock.from_dict(clock.as_dict(), "k") == clock

@@ -144,7 +144,9 @@ class StepClock:
         """The clock at `position` (read at `per_step` since this clock), change points up to its step reached."""
         step = self.step + -(-(position - self.position) // per_step)
         at = self.positions(change_points, per_step)
-        reached = {**self.reached, **{c: p for c, p in zip(change_points, at) if c <= step and c not in self.reached}}
+        # a point from before the clock's stretch (a plan started over at position 0) holds from 0
+        reached = {**self.reached,
+                   **{c: max(0, p) for c, p in zip(change_points, at) if c <= step and c not in self.reached}}
         return StepClock(step, position, reached)
 
     def as_dict(self) -> dict[str, Any]:
