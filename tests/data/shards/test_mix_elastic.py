@@ -363,3 +363,18 @@ def test_ambiguous_source_changes_are_one_sentence_naming_the_source(data, third
                                          "sources by name"):
         StreamingDataLoader(_mix(twice, keys=("big", "small", "again"), weights=[0.4, 0.3, 0.3],
                                  allow_source_changes=True), batch_size=4).load_state_dict(state)
+
+
+def test_a_step_schedule_carries_on_across_a_source_change_and_a_batch_change(data, third):
+    """Steps served before the change stay served: step 6 lands 2 batches of 4 after a stop at step 4."""
+    more = {**data, **third}
+    loader = StreamingDataLoader(_mix(data, [{"step": 0, "weights": [0.7, 0.3]}, {"step": 6, "weights": [0.2, 0.8]}]),
+                                 batch_size=8)
+    for _, _ in zip(range(4), loader):
+        pass
+    grown = [{"step": 0, "weights": [0.7, 0.3, 0.0]}, {"step": 6, "weights": [0.2, 0.4, 0.4]}]
+    _, state, _ = _run(_mix(more, grown, keys=("big", "small", "extra"), allow_source_changes=True),
+                       loader.state_dict(), 8)
+    assert state["mixture"]["clock"] == {"step": 12, "position": 32, "reached": [[0, 0], [6, 8]]}
+    again, _, _ = _run(_mix(more, grown, keys=("big", "small", "extra"), allow_source_changes=True), state, 3)
+    assert len(again) == 12
