@@ -89,3 +89,10 @@ def test_the_past_check_compares_the_segments_actually_served():
 def test_a_clock_started_over_at_position_0_keeps_earlier_points_at_0():
     clock = StepClock(4, 0, {}).advance([0, 6], 4, 32)  # a plan restarted at step 4 (new sources)
     assert clock.reached == {0: 0, 6: 8} and StepClock.from_dict(clock.as_dict(), "k") == clock
+
+
+def test_the_text_mixture_refuses_points_it_would_read_as_steps():
+    from llm.data.mix.choosers import check_schedule
+
+    with pytest.raises(ValueError, match=r"^streaming_mixing_schedule is by samples, but the text mixture takes step"):
+        check_schedule([{"samples": 0, "weights": [0.5, 0.5]}], 2, "weighted", None)

@@ -51,7 +51,11 @@ def check_schedule(schedule: Any, n: int, strategy: str, weights: list[float] | 
     if strategy == "round_robin":
         raise ValueError("streaming_mixing_schedule needs streaming_dataset_mixing_strategy weighted or random "
                          "(round_robin ignores weights)")
-    return parse_schedule(schedule, n)
+    parsed = parse_schedule(schedule, n)
+    if parsed.unit != "step":  # the text stream counts its schedule in steps; it must not read k samples as step k
+        raise ValueError(f"streaming_mixing_schedule is by {parsed.unit}, but the text mixture takes step points "
+                         "for now; give each point as step: k")
+    return parsed
 
 
 def unique_names(names: Sequence[str]) -> list[str]:
