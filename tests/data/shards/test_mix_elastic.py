@@ -378,3 +378,27 @@ def test_a_step_schedule_carries_on_across_a_source_change_and_a_batch_change(da
     assert state["mixture"]["clock"] == {"step": 12, "position": 32, "reached": [[0, 0], [6, 8]]}
     again, _, _ = _run(_mix(more, grown, keys=("big", "small", "extra"), allow_source_changes=True), state, 3)
     assert len(again) == 12
+
+
+def test_a_version_1_per_batch_state_resumes_at_another_batch_from_its_position(data):
+    """Version-1 per_batch states could not change the batch at all; converted, the new slot size starts where
+    the state stopped, and every global batch is still one source."""
+    loader = StreamingDataLoader(_mix(data, weights=[0.6, 0.4], batching="per_batch"), batch_size=8)
+    head = [b.numpy() for _, b in zip(range(6), loader)]
+    state = _as_version_1(loader.state_dict())
+    resumed = StreamingDataLoader(_mix(data, weights=[0.6, 0.4], batching="per_batch"), batch_size=4)
+    resumed.load_state_dict(state)
+    tail = [b.numpy() for _, b in zip(range(10), resumed)]
+    assert resumed.state_dict()["mixture"]["slots"] == [[0, 8], [48, 4]]
+    assert all(len(set((b[:, 0] // 10_000).tolist())) == 1 for b in head + tail)
+    rows = np.concatenate(head + tail)[:, 0]
+    assert len(set(rows.tolist())) == len(rows)  # nothing repeated
+
+
+def test_a_version_1_state_with_another_count_of_sources_is_one_sentence(data, third):
+    _, state, _ = _run(_mix(data, weights=[0.5, 0.5]), None, 5)
+    more = {**data, **third}
+    grown = _mix(more, keys=("big", "small", "extra"), weights=[0.4, 0.4, 0.2], allow_source_changes=True)
+    with pytest.raises(StateError, match=r"^loader state key 'mixture' \(version 1\) holds 2 sources but this mixture "
+                                         r"has 3, and it does not name them"):
+        StreamingDataLoader(grown, batch_size=4).load_state_dict(_as_version_1(state))

@@ -269,7 +269,8 @@ class CombinedStreamingDataset(MixReads, SampleSource):
                    "served": [self.history.base[0] + absolute, served], "base": list(self.history.base),
                    "retired": self.history.retired, "tokens": tokens or [None] * len(self.datasets)}
         if self.batching == "per_batch":
-            mixture["slots"] = [[p, g] for p, g in zip(self.plan.starts, self.plan.per_slot)]
+            runs = [[p, g] for p, g in zip(self.plan.starts, self.plan.per_slot)]
+            mixture["slots"] = [r for k, r in enumerate(runs) if k == 0 or r[1] != runs[k - 1][1]]  # where G changed
         if self.schedule is not None:  # what the past was, for a resume that changes the schedule
             mixture["schedule"], mixture["step_samples"] = self.schedule.as_list(), self.global_batch
         if self.unit == "tokens":
@@ -298,7 +299,7 @@ class CombinedStreamingDataset(MixReads, SampleSource):
     def resume_anchor(self, state: dict[str, Any]) -> tuple[np.ndarray | None, bool]:
         """As saved; or, with other weights (or sources) now, re-anchored at the saved per-source counts
         (position 0 of the new mixture). Checks everything, changes nothing."""
-        saved = read_saved(state, len(self.datasets))
+        saved = read_saved(state)
         if saved is None:
             return None, False
         check_batching(saved, self.batching)

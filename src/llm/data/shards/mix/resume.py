@@ -65,7 +65,7 @@ def _pairs(raw: Any, key: str) -> list[tuple[int, int]]:
     return out
 
 
-def read_saved(state: dict[str, Any], n: int | None = None) -> SavedMix | None:
+def read_saved(state: dict[str, Any]) -> SavedMix | None:
     """The mixture part of `state`, parsed and checked (None: a state without one); StateError naming the key."""
     mixture = state.get("mixture")
     if not mixture:
@@ -79,9 +79,8 @@ def read_saved(state: dict[str, Any], n: int | None = None) -> SavedMix | None:
     except (KeyError, TypeError, ValueError):
         raise StateError("loader state key 'mixture' must hold weights, anchor and counts lists") from None
     k = len(weights)
-    if (n is not None and k != n and "sources" not in mixture) or anchor.shape != (k,) or counts.shape != (k,) \
-            or (counts < 0).any():
-        raise StateError(f"loader state key 'mixture' does not describe {n if n is not None else k} datasets: {mixture!r}")
+    if anchor.shape != (k,) or counts.shape != (k,) or (counts < 0).any():  # another count of sources: match_sources
+        raise StateError(f"loader state key 'mixture' does not describe {k} datasets: {mixture!r}")
     version = mixture.get("version", 1)
     if version not in (1, MIX_STATE_VERSION):
         raise StateError(f"loader state key 'mixture' has version {version!r}, expected 1 or {MIX_STATE_VERSION}")
@@ -102,7 +101,8 @@ def read_saved(state: dict[str, Any], n: int | None = None) -> SavedMix | None:
             raise StateError("loader state key 'mixture' (version 1) records no global batch, so its step points "
                              "cannot be turned into positions for another batch size; resume it with the "
                              "StreamingDataLoader.state_dict() it was saved as")
-        clock = StepClock().advance(points, int(per_step or 1), served) if points else StepClock()
+        # the clock stands at the saved position either way: a per_batch slot size changed now starts there
+        clock = StepClock().advance(points, int(per_step) if isinstance(per_step, int) and per_step > 0 else 1, served)
     base = mixture.get("base", [0, 0])
     retired = mixture.get("retired", {})
     sources = mixture.get("sources")
@@ -167,6 +167,12 @@ def match_sources(saved: SavedMix, names: list[str], fingerprints: list[str], fo
     one sentence naming the source: two sources of one name, or the same name over other data.
     """
     now = list(zip(names, fingerprints))
+    if saved.sources is None and len(saved.weights) != len(names):
+        raise StateError(
+            f"loader state key 'mixture' (version 1) holds {len(saved.weights)} sources but this mixture has "
+            f"{len(names)}, and it does not name them, so they cannot be matched; resume it once with the sources it "
+            "was saved with (its next state names them, and allow_source_changes=True can then change them)"
+        )
     if saved.sources is None or saved.sources == now:
         return None
     if not allow:
