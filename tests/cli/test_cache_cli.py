@@ -145,3 +145,31 @@ def test_clear_all_removes_only_shard_caches_and_names_what_it_left_alone(caches
     assert (cache / "notes" / "todo.txt").read_text() == "keep me" and (cache / "my-dataset" / "index.json").is_file()
     assert first_error(run("llm-data", "cache", "clear", "notes", "--cache-dir", str(cache), cwd=tmp_path)).startswith(
         f"llm-data: error: {cache / 'notes'} is not a shard cache (no .source.json)")
+
+
+def test_clear_refuses_a_dataset_folder_as_cache_dir_and_never_deletes_a_dataset(tmp_path: Path) -> None:
+    """Issue 34: `cache clear --all --cache-dir <a dataset>` exited 0; the docs say 2, and nothing of it goes."""
+    ds = tmp_path / "ds"
+    _dataset(ds, 3)
+    (ds / "notes").mkdir()  # a subfolder of the dataset, as a user or `map` may leave
+    before = {p: p.read_bytes() for p in ds.rglob("*") if p.is_file()}
+    for action in (["clear", "--all"], ["ls"]):
+        error = first_error(run_here("llm-data", "cache", *action, "--cache-dir", str(ds), cwd=tmp_path))
+        assert error == (f"llm-data: error: --cache-dir {ds} holds an optimized dataset (index.json), not shard cache "
+                         "folders; pass the folder given as cache_dir (the one above each dataset fingerprint's folder)")
+    starting = tmp_path / "starting"  # a first optimize under way: its lock and shards, no index.json yet
+    starting.mkdir()
+    (starting / ".llm-data.lock").write_text("{}")
+    (starting / "shard-1-00000-00000.bin").write_bytes(b"x")
+    assert "holds an optimized dataset" in first_error(
+        run_here("llm-data", "cache", "clear", "--all", "--cache-dir", str(starting), cwd=tmp_path))
+    # a dataset under a cache root that someone marked as a cache (a stray .source.json) is still never removed
+    root = tmp_path / "root"
+    marked = root / "marked"
+    _dataset(marked, 4)
+    (marked / ".source.json").write_text('{"url": "local:/x"}')
+    proc = run_here("llm-data", "cache", "clear", "--all", "--cache-dir", str(root), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "left alone 1 folder that is not a shard cache: marked" in proc.stderr
+    assert (marked / "index.json").is_file() and len(list(marked.glob("shard-*.bin"))) > 1
+    assert {p: p.read_bytes() for p in ds.rglob("*") if p.is_file()} == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import subprocess
@@ -139,7 +140,7 @@ def test_disk_full_through_the_cli_is_exit_2(tmp_path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_kill_during_overwrite_leaves_previous_dataset(tmp_path) -> None:
+def test_kill_during_overwrite_leaves_previous_dataset(tmp_path, caplog) -> None:
     texts = real_lines(600)
     out = tmp_path / "ds"
     optimize_text([str(write_jsonl(tmp_path / "first.jsonl", texts[:300]))], out, "simple", progress=False)
@@ -159,9 +160,10 @@ def test_kill_during_overwrite_leaves_previous_dataset(tmp_path) -> None:
     assert (out / INDEX_NAME).read_bytes() == index
     verify_dataset(out)
     assert np.array_equal(all_tokens(out), before)
-    with pytest.warns(RuntimeWarning, match="stale lock"):
+    with caplog.at_level(logging.WARNING, logger="llm.data.storage.lock"):
         optimize_text([str(write_jsonl(tmp_path / "second.jsonl", texts[300:400]))], out, "simple",
                       mode="overwrite", progress=False)
+    assert "taking over the stale lock" in caplog.text
     manifest = verify_dataset(out)
     assert sorted(p.name for p in out.glob("shard-*.bin")) == sorted(s.file for s in manifest.shards)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -99,17 +100,37 @@ def test_two_appending_writers_with_wait_keep_both_datasets(tmp_path, trial) -> 
     assert sorted(p.name for p in out.glob("shard-*.bin")) == sorted(s.file for s in manifest.shards)
 
 
-def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_warning(tmp_path) -> None:
-    out = tmp_path / "ds"
-    _seed(out)
+def _stale_lock(out: Path) -> int:
+    """A lock file left in `out` by a process that is gone (as after kill -9); its pid."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (out / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": os.uname().nodename, "since": time.time()}))
-    with pytest.warns(RuntimeWarning, match=f"stale lock .* pid {dead.pid}"):
+    (out / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": os.uname().nodename, "since": 0}))
+    return dead.pid
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_warning(tmp_path, caplog) -> None:
+    out = tmp_path / "ds"
+    _seed(out)
+    pid = _stale_lock(out)
+    with caplog.at_level(logging.WARNING, logger="llm.data.storage.lock"):
         optimize(lambda i: [1, i, 7], list(range(5)), out, num_workers=0, item_loader=TokensLoader(),
                  mode="append", progress=False)
+    assert f"taking over the stale lock of {out} left by pid {pid} on host" in caplog.text
     assert _tags(out) == [0, 1]
     assert not (out / LOCK_NAME).exists()
+
+
+def test_the_stale_lock_warning_is_the_sentence_alone(tmp_path) -> None:
+    out = tmp_path / "ds"
+    _seed(out)
+    pid = _stale_lock(out)
+    proc = _start(out, 1, delay=0)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(0))
+    # one line, as the user reads it: no "file:line: RuntimeWarning:" in front, no source line after
+    assert err == (f"taking over the stale lock of {out} left by pid {pid} on host {os.uname().nodename} since {since} "
+                   f"(lock file {out / LOCK_NAME}), which is no longer running\n")
 
 
 def test_the_lock_does_not_make_a_fresh_folder_look_used(tmp_path) -> None:

@@ -24,6 +24,30 @@ def clean_env(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.config/gcloud credentials
 
 
+@pytest.mark.parametrize("endpoint,account", [
+    ("http://azurite:10000/devstoreaccount1", "devstoreaccount1"),  # the emulator by host name (compose, k8s)
+    ("http://[::1]:10000/devstoreaccount1", "devstoreaccount1"),  # IPv6 loopback
+    ("http://[fd00::5]:10000/devstoreaccount1/", "devstoreaccount1"),
+    ("http://127.0.0.1:10000/devstoreaccount1", "devstoreaccount1"),
+    ("http://localhost:10000/acct2", "acct2"),
+    ("http://azurite.svc.cluster.local:10000/acct3", "acct3"),  # a dotted host name with the account in its path
+    ("https://acct.blob.core.windows.net", "acct"),  # Azure: the account is the first host label
+    ("https://acct.blob.core.windows.net/", "acct"),
+    ("https://acct.privatelink.blob.core.windows.net", "acct"),
+    ("https://acct.blob.core.chinacloudapi.cn", "acct"),
+])
+def test_the_account_of_an_azure_endpoint_in_every_host_form(monkeypatch, endpoint, account):
+    options = {"endpoint": endpoint, "account_key": ACCOUNT_KEY}
+    assert dict(resolve_config("c", options, "az").cloud.config)["account_name"] == account
+    text = f"DefaultEndpointsProtocol=http;AccountKey={ACCOUNT_KEY};BlobEndpoint={endpoint};"
+    assert parse_connection_string(text, "X")["account_name"] == account
+
+
+def test_an_endpoint_that_names_no_account_is_one_sentence():
+    with pytest.raises(ValueError, match=r"az:// needs an Azure storage account"):
+        resolve_config("c", {"endpoint": "http://[::1]:10000", "account_key": ACCOUNT_KEY}, "az")
+
+
 @pytest.mark.parametrize("text,expected", [
     ("gs://bucket/a/b/", Location("gs", "a/b", "bucket")),
     ("gcs://bucket/a", Location("gs", "a", "bucket")),

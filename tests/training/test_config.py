@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from llm.cli.train import main
+from llm.training.core.config import DataConfig, ModelConfig, TrainConfig
 from llm.training.core.loading import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,6 +83,36 @@ def test_runtime_mistakes_are_one_sentence(tmp_path: Path, capsys: pytest.Captur
     path = _write(tmp_path, {**GOOD, "model": {"vocab_size": 100}})
     err = _error_line(capsys, ["--task", "lm", "--config-path", str(path)])
     assert "model.vocab_size 100 is smaller than the tokenizer's vocabulary (257)" in err
+
+
+TWO = [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}]
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        (lambda: DataConfig(max_seq_len=0), "max_seq_len = 0 is invalid (Input should be greater than 0)"),
+        (lambda: DataConfig(steps_per_epoch=None, num_workers="two"),
+         "num_workers = 'two' is invalid (Input should be a valid integer, unable to parse string as an integer)"),
+        (lambda: DataConfig(datasets=TWO, streaming_dataset_mixing_strategy="weighted",
+                            streaming_mixing_schedule=[{"step": 0, "weights": [1.0]}]),
+         "streaming_mixing_schedule[0].weights is [1.0]: 1 weights for 2 datasets; give one per dataset"),
+        (lambda: DataConfig(datasets=[{"path": "a.jsonl", "typo": 1}]),
+         "unknown key 'datasets[0].typo' in entry 'datasets[0]'; valid keys are: path, type, split, data_files, name, "
+         "chat_template, field_messages, message_property_mappings, message_field_role, message_field_content, "
+         "roles_to_train, train_on_eos; did you mean 'type'?"),
+        (lambda: TrainConfig(training={"batch_size": 0}), "training.batch_size = 0 is invalid (Input should be greater than 0)"),
+        (lambda: TrainConfig.model_validate({"data": {"max_seq_len": -1}}),
+         "data.max_seq_len = -1 is invalid (Input should be greater than 0)"),
+        (lambda: ModelConfig(d_model=30, n_heads=4), "model.d_model (30) must be divisible by model.n_heads (4)"),
+    ],
+)
+def test_config_mistakes_in_python_are_the_sentence_alone(build, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:  # was pydantic's "1 validation error for DataConfig ... [type=...]"
+        build()
+    assert str(info.value) == expected
+    assert isinstance(info.value, ValueError)  # `except ValueError` around a config keeps working
+    assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
 def test_flags_override_yaml(tmp_path: Path) -> None:

@@ -85,6 +85,10 @@ def test_a_range_over_batches_already_trained_is_refused_and_changes_nothing(tmp
     ([[0, 2], [5, 5]], "data.skip_batches[1] [5, 5] is empty (end is exclusive)"),
     ([[1, 2, 3]], "data.skip_batches[0] is [1, 2, 3]; a range is [start, end]"),
     ([[-1, 2]], "data.skip_batches[0] is [-1, 2]"),
+    ([[5.0, 10]], "data.skip_batches[0] is [5.0, 10]; a range is [start, end] with whole numbers >= 0"),
+    ([[1, 2.5]], "data.skip_batches[0] is [1, 2.5]; a range is [start, end] with whole numbers >= 0"),
+    ([[True, 3]], "data.skip_batches[0] is [True, 3]"),
+    ([[1, "1e18"]], "data.skip_batches[0] is [1, '1e18']"),
     ("1-3", "data.skip_batches is '1-3'"),
 ])
 def test_bad_ranges_name_key_and_value(value: Any, message: str) -> None:
@@ -114,3 +118,30 @@ def test_a_run_with_ranges_resumes_exactly_through_the_shared_helper(tmp_path: P
     plain, _ = run_trainer({"tree": straight, "task": "stream_lm"}, None, 11)
     assert [r["input_ids"].tobytes() for r in reference] == \
         [r["input_ids"].tobytes() for i, r in enumerate(plain) if i not in (2, 3, 6)]
+
+
+@pytest.mark.timeout(120)  # before the check, these runs read and dropped batches forever
+@pytest.mark.parametrize("skip, first", [([[5, 10**18]], 5), ([[0, 10**23]], 0), ([[2, 3], [5, 10**18]], 5)])
+def test_a_range_longer_than_the_run_is_refused_before_reading_it(tmp_path: Path, skip: Any, first: int) -> None:
+    tree, task = _tree(tmp_path, "text stream"), "stream_lm"
+    with pytest.raises(ValueError) as info:
+        train(tree, task, 40, skip=skip)
+    message = str(info.value)
+    assert message.startswith(f"data.skip_batches range [{first}, {skip[-1][1]}] would make this run read and drop ")
+    assert "more than the 40 steps it trains" in message and "\n" not in message
+
+
+def test_what_a_run_can_skip_is_worked_out_per_range_without_reading() -> None:
+    skips = SkipRanges([[3, 40], [10**9, 10**18]])  # 37 dropped of 40 steps; the second is never reached
+    assert skips.dropped(0, 40) == 37
+    skips = SkipRanges([[3, 44]])
+    with pytest.raises(ValueError, match=r"\[3, 44\] would make this run read and drop 41 batches, more than"):
+        skips.dropped(0, 40)
+    assert skips.dropped(0, 3) == 0  # the run ends at batch 3, before the range: nothing is read
+    assert SkipRanges([[0, 10**23]]).dropped(0, 0) == 0
+    resumed = SkipRanges()
+    resumed.restore(([(3, 5), (50, 55)], 60, 7))  # drawn past both: nothing more to drop
+    assert resumed.dropped(53, 100) == 0
+    resumed.restore(([(3, 5), (50, 10**18)], 10, 2))
+    with pytest.raises(ValueError, match=r"\[50, 1000000000000000000\] would make this run read and drop"):
+        resumed.dropped(8, 100)  # 40 trained batches reach batch 50

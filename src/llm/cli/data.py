@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     opt.add_argument("--chunk-bytes", default="64MB", help="target shard size")
     opt.add_argument("--mode", choices=("append", "overwrite"), default=None,
                      help="when the output folder already holds a dataset (default: refuse)")
+    opt.add_argument("--overwrite", action="store_true",
+                     help="the same as --mode overwrite: replace the dataset, and start the --dedup stage over")
     opt.add_argument("--compression", choices=("zstd",), default=None, help="compress shards (default: none)")
     opt.add_argument("--no-progress", action="store_true", help="no progress bar")
     opt.add_argument("--wait", action="store_true", help="if another run is writing the output, wait for it (default: fail at once)")
@@ -115,11 +117,13 @@ def _parser() -> argparse.ArgumentParser:
     clear.add_argument("--all", action="store_true", help="remove every cache folder under the cache root")
     clear.add_argument("--cache-dir", default=None, help=root_help)
 
+    from llm.cli.audit import add_audit_command
     from llm.cli.dedup import add_dedup_command
     from llm.cli.inspect import add_commands  # `inspect` and `convert` live in cli/inspect.py
 
     add_commands(add)
     add_dedup_command(add)
+    add_audit_command(add)
     tok = add("train-tokenizer", "train a byte-level BPE tokenizer on text files", _TOKENIZER_EPILOG)
     tok.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
     tok.add_argument("--vocab-size", type=int, default=8192, help="vocabulary size, including 256 byte tokens and EOS")
@@ -173,6 +177,10 @@ def _optimize(args: argparse.Namespace) -> None:
     from llm.data.shards.prepare.optimize_text import optimize_text
 
     expect_folder(args.output, "--output")
+    if args.overwrite:  # the flag the dedup stage's messages name, as `llm-data dedup` has it
+        if args.mode == "append":
+            raise ValueError("--overwrite replaces the dataset and --mode append adds to it; pass one of them")
+        args.mode = "overwrite"
     # Found before the append (which records them again), said after it: a refused run stays one sentence.
     doubled = doubled_inputs(args.inputs, args.output, args.text_column) if args.mode == "append" else []
     if args.dedup is not None:
@@ -309,7 +317,7 @@ def _train_tokenizer(args: argparse.Namespace) -> None:
     print(f"next: llm-data optimize {' '.join(args.inputs)} --output DATASET --tokenizer {written}", file=sys.stderr)
 
 
-def _run(args: argparse.Namespace) -> None:
+def _run(args: argparse.Namespace) -> int:
     if args.command == "cache":
         from llm.cli.cache import run_cache
 
@@ -330,19 +338,24 @@ def _run(args: argparse.Namespace) -> None:
         from llm.cli.inspect import run
 
         run(args)
+    elif args.command == "audit":
+        from llm.cli.audit import run_audit
+
+        return run_audit(args)  # 1: the ledger shows samples repeated, lost or changed
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        _run(args)
+        code = _run(args)
     except (ValueError, OSError, ImportError) as e:  # user mistakes (and --engine ray without Ray): one sentence
         print(f"llm-data: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("llm-data: interrupted; the dataset folder is unchanged", file=sys.stderr)
         return 130
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import math
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +28,8 @@ def add_dedup_command(add: Any) -> None:
     cmd.add_argument("inputs", nargs="+", metavar="INPUT",
                      help=".txt / .jsonl[.gz|.zst] / .parquet files, globs, folders or s3:// URLs")
     cmd.add_argument("--output", "-o", required=True, help="local folder for the kept records and the report")
-    cmd.add_argument("--near", type=float, default=None, metavar="THRESHOLD",
+    # Read as text and checked in run_dedup: a bad value is one sentence, not argparse's usage block.
+    cmd.add_argument("--near", default=None, metavar="THRESHOLD",
                      help="also remove records whose estimated Jaccard similarity to an earlier one is at least "
                           "THRESHOLD, in (0, 1] (default: exact duplicates only)")
     cmd.add_argument("--text-column", default="text", help="JSON key / parquet column holding the text")
@@ -39,6 +43,25 @@ def add_dedup_command(add: Any) -> None:
     cmd.add_argument("--overwrite", action="store_true", help="replace what the output folder holds (default: refuse)")
     cmd.add_argument("--wait", action="store_true", help="if another run is writing the output, wait for it (default: fail at once)")
     cmd.add_argument("--no-progress", action="store_true", help="no progress bars")
+    # argparse takes `-inf`, `-nan` or `-1e-3` for an option (it knows only `-1` and `-.5` as numbers), so
+    # `--near -inf` would end in its usage block; read as values, they get parse_near's one sentence.
+    cmd._negative_number_matcher = _NEGATIVE_VALUE
+
+
+_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
+
+
+def parse_near(value: str | None) -> float | None:
+    """`--near`'s text to a threshold in (0, 1] (None: exact duplicates only); anything else one sentence."""
+    if value is None:
+        return None
+    try:
+        near = float(value)
+    except ValueError:
+        near = math.nan
+    if not 0 < near <= 1:  # NaN fails this too
+        raise ValueError(f"--near takes a Jaccard similarity threshold in (0, 1] (e.g. --near 0.8), got {value!r}")
+    return near
 
 
 def summary(report: dict, output: str | Path) -> str:
@@ -51,7 +74,7 @@ def summary(report: dict, output: str | Path) -> str:
 def run_dedup(args: argparse.Namespace) -> None:
     from llm.data.corpus_dedup import dedup_corpus
 
-    report = dedup_corpus(args.inputs, args.output, near=args.near, text_column=args.text_column, engine=args.engine,
+    report = dedup_corpus(args.inputs, args.output, near=parse_near(args.near), text_column=args.text_column, engine=args.engine,
                           num_workers=args.num_workers, overwrite=args.overwrite, wait=args.wait,
                           hash_algo=args.hash_algo, ngram=args.ngram, num_perm=args.num_perm,
                           ray_address=args.ray_address, progress=not args.no_progress)
@@ -74,15 +97,30 @@ def dedup_before_optimize(args: argparse.Namespace) -> list[str]:
     """Run the dedup stage for `optimize --dedup`; returns the inputs optimize reads instead (its output folder).
 
     A local dataset gets the stage's folder next to it (`<output>.dedup`, kept for its report and
-    removed list; a rerun resumes it); a dataset in object storage a temporary folder.
+    removed list; a rerun of the same command resumes it, or finds it finished); a dataset in
+    object storage a temporary folder.
     """
     from llm.data.corpus_dedup import dedup_corpus
+    from llm.data.corpus_dedup.pipeline import DedupRunMismatch
+    from llm.data.inputs.listing import refuse_inputs_in_output
+    from llm.data.storage.paths import parse_location
 
     near = parse_dedup_option(args.dedup)
     remote = "://" in str(args.output)
+    location = parse_location(args.output)
+    if not location.is_object_store:  # optimize checks its own input, the stage's folder: the corpus is checked here
+        refuse_inputs_in_output(args.inputs, location.local_path())
     folder = Path(tempfile.mkdtemp(prefix="llm-dedup-")) if remote else Path(f"{str(args.output).rstrip('/')}.dedup")
-    report = dedup_corpus(args.inputs, folder, near=near, text_column=args.text_column, engine=args.engine,
-                          num_workers=args.num_workers, overwrite=remote or args.mode == "overwrite",
-                          wait=args.wait, ray_address=args.ray_address, progress=not args.no_progress)
+    run = functools.partial(dedup_corpus, args.inputs, folder, near=near, text_column=args.text_column,
+                            engine=args.engine, num_workers=args.num_workers, wait=args.wait,
+                            ray_address=args.ray_address, progress=not args.no_progress)
+    try:  # a rerun of the same command resumes the stage, or finds it finished
+        report = run(overwrite=remote or args.mode == "overwrite")
+    except DedupRunMismatch:
+        if args.mode != "append":
+            raise
+        # appending other inputs: the stage's folder holds the previous optimize's dedup, kept only for its
+        # report; this run's stage replaces it
+        report = run(overwrite=True)
     print(summary(report, folder), file=sys.stderr)
     return [str(folder)]

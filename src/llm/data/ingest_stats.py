@@ -139,14 +139,15 @@ class IngestWindow:
 
     def __init__(self) -> None:
         self.pending_waits: array = array("q")
+        self._chunk: tuple[list[int], int, int] | None = None  # no chunk open yet: reset keeps none
         self.reset(zero_remote())
 
     def reset(self, remote_now: Mapping[str, int]) -> None:
-        chunk = getattr(self, "_chunk", None)
+        chunk = self._chunk
         if chunk is not None:  # the open chunk's rest belongs to the next window
             sizes, mark, per_sample = chunk
             chunk = (sizes[self.batches - mark :], 0, per_sample)
-        self._chunk: tuple[list[int], int, int] | None = chunk
+        self._chunk = chunk
         del self.pending_waits[:]
         self.waits = WaitHistogram()
         self.tokens = 0

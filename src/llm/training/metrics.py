@@ -8,7 +8,8 @@ percentiles, batches/s, tokens/s, remote bytes, requests and cache counts), `ela
 a mixture adds `tokens_by_source` and `samples_by_source`, {source name: count} of the whole job,
 source_metrics.py) and one per validation (`step`, `val_loss`).
 A fresh run starts the file over; a resumed run drops the records after its checkpoint's step
-and appends. With `tensorboard` installed (`pip install -e '.[tensorboard]'`) the same scalars
+and appends. That rewrite goes by temporary file and rename: a kill or a full disk in the middle
+of it leaves the previous file whole. With `tensorboard` installed (`pip install -e '.[tensorboard]'`) the same scalars
 go to `<run folder>/tensorboard` too.
 """
 
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llm.data.storage.local import atomic_write
 from llm.training.ingest_metrics import Gather, IngestMeter
 
 METRICS_FILE = "metrics.jsonl"
@@ -71,11 +73,14 @@ class RunMeter:
         folder = Path(run_dir)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / METRICS_FILE
+        for torn in folder.glob(f".{METRICS_FILE}.tmp-*"):  # a rewrite killed part way (atomic_write's name)
+            torn.unlink(missing_ok=True)
         if start_step == 0:
             path.write_text("")
         elif path.exists():  # a resumed run: the records after its checkpoint are from a run that was cut short
             kept = [json.dumps(r) + "\n" for r in read_metrics(folder) if r["step"] <= start_step]
-            path.write_text("".join(kept))
+            # the whole history is in this rewrite: replaced by rename, never truncated in place
+            atomic_write(path, "".join(kept).encode("utf-8"))
         self._file = open(path, "a", encoding="utf-8")
         if start_step > 0:  # the plot marks it: the run average starts over here
             self._write({"step": start_step, "event": RESUMED})

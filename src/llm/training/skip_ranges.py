@@ -11,11 +11,17 @@ The ranges and the count of batches drawn ride in the checkpoint. A resume keeps
 checkpoint's ranges and adds the config's (their union); a config without the key keeps
 them. A range that reaches below the batches already drawn is refused, unless the
 checkpoint skipped that part already (the same key given again).
+
+Since skipped batches are read, a range costs reading all of its batches: a range the run
+reaches that would make it read and drop more batches than it trains steps is refused
+before the first batch (`[[5, 10**18]]` would otherwise run for ever, silently). This is
+worked out from the ranges' ends, never by walking their batches; a range the run ends
+before is never read and is kept (a later, longer run checks it again).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 KEY = "data.skip_batches"
@@ -84,12 +90,34 @@ class SkipRanges:
                     continue
                 yield batch
         finally:
-            close = getattr(batches, "close", None)
-            if close is not None:  # the trainer closes us: stop the data's workers now
-                close()
+            if isinstance(batches, Generator):  # the trainer closes us: stop the data's workers now
+                batches.close()  # (the tasks' batches are generators; a plain iterator has nothing to stop)
 
     def covers(self, index: int) -> bool:
         return any(start <= index < end for start, end in self.ranges)
+
+    def dropped(self, step: int, total_steps: int) -> int:
+        """The batches the run still reads and drops to train from `step` to `total_steps`; ValueError when more than it trains.
+
+        Per range, not per batch: from the next batch drawn, the trained batches before each
+        range are subtracted from the steps left; a range reached before they run out is
+        read whole.
+        """
+        at, left, dropped = self.next_batch, total_steps - step, 0
+        for start, end in self.ranges:
+            if end <= at:
+                continue
+            first = max(start, at)
+            left -= first - at  # the steps trained before this range
+            if left <= 0:
+                break  # the run ends before it: never read
+            dropped += end - first
+            if dropped > total_steps:
+                raise ValueError(f"{KEY} range [{start}, {end}] would make this run read and drop {dropped:,} batches, "
+                                 f"more than the {total_steps:,} steps it trains (a skipped batch is read, then "
+                                 "dropped); end the range sooner, or stop the run before it with training.max_steps")
+            at = end
+        return dropped
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint stores."""

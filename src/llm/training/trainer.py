@@ -319,6 +319,7 @@ class Trainer:
         val_losses: list[float] = []
         if self.step == 0:
             self.log(start_line(self))
+        self.skips.dropped(self.step, self.total_steps)  # a range too long to read through: refused before reading
         if self._batches is None:  # one iterator for the whole run: loaders keep their position
             self._batches = self.skips.filter(self.data.batches())
         batches = self._batches

@@ -49,8 +49,8 @@ def test_near_dedup_removes_the_planted_copies_and_keeps_records_unchanged_in_or
     assert json.loads((out / "sub" / "c.jsonl").read_text().splitlines()[2]) == {
         "text": (corpus / "sub" / "c.txt").read_text().splitlines()[3]}
     assert [json.loads(r)["score"] for r in (out / "sub" / "d.jsonl").read_text().splitlines()] == [1.5, 2.5]
-    assert sorted(tree(out)) == ["a.jsonl", "b.jsonl", "dedup-removed.jsonl", "dedup.json", "e.jsonl",
-                                 "sub/c.jsonl", "sub/d.jsonl"]
+    assert sorted(tree(out)) == [".dedup-plan.json", "a.jsonl", "b.jsonl", "dedup-removed.jsonl", "dedup.json", "e.jsonl",
+                                 "sub/c.jsonl", "sub/d.jsonl"]  # the plan stays, hidden: a rerun finds the run finished
     assert json.loads((out / "dedup.json").read_text()) == report
     assert not (out / ".dedup-work").exists()
 
@@ -66,6 +66,8 @@ def test_worker_processes_and_chunk_sizes_do_not_change_a_byte(corpus: Path, tmp
     dedup_corpus([str(corpus)], tmp_path / "one", near=0.8, num_workers=0, progress=False)
     dedup_corpus([str(corpus)], tmp_path / "two", near=0.8, num_workers=2, progress=False, chunk_records=7)
     one, two = tree(tmp_path / "one"), tree(tmp_path / "two")
+    assert json.loads(one.pop(".dedup-plan.json"))["parameters"]["chunk_records"] == 50_000
+    assert json.loads(two.pop(".dedup-plan.json"))["parameters"]["chunk_records"] == 7
     report = json.loads(two.pop("dedup.json"))
     assert report["parameters"].pop("chunk_records") == 7
     mine = json.loads(one.pop("dedup.json"))

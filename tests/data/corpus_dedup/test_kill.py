@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llm.data import dedup_corpus
+from llm.data.shards.format.manifest import Manifest
 from tests.data.corpus_dedup.helpers import tree, write_corpus
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -78,3 +80,120 @@ def test_a_killed_worker_fails_the_run_and_a_rerun_keeps_what_other_workers_comm
     assert {p.name: p.stat().st_mtime_ns for p in (out / ".dedup-work" / "scan").iterdir()} == scanned
     assert _run(folder, out, 0).returncode == 0
     assert tree(out) == expected
+
+
+# Every kill point of the pipeline for the corpus of helpers.py (5 inputs, 14 bands at 0.8), in run order.
+KILL_POINTS = ["plan", *(f"scan:{i}" for i in range(5)), "exact", *(f"band:{b}" for b in range(14)), "clusters",
+               *(f"write:{i}" for i in range(5)), "removed-list", "report", "cleanup:plan", "cleanup:rename", "cleanup",
+               "done"]
+QUICK = ("write:2", "cleanup:plan", "cleanup:rename", "cleanup", "done")
+
+
+def test_the_list_names_every_kill_point_in_the_code() -> None:
+    code = "".join(p.read_text() for p in (ROOT / "src" / "llm" / "data" / "corpus_dedup").glob("*.py"))
+    named = re.findall(r'kill_point\(f?"([^"]+)"', code) + re.findall(r'_remove_tree\(\w+, "([^"]+)"\)', code)
+    stems = {m.split("{")[0].rstrip(":") for m in named}
+    assert stems == {p.split(":")[0] if p[-1].isdigit() else p for p in KILL_POINTS}
+
+
+@pytest.mark.parametrize("point", [pytest.param(p, marks=() if p in QUICK else pytest.mark.slow) for p in KILL_POINTS])
+def test_a_kill_at_any_point_then_the_same_command_ends_with_the_same_bytes(corpus, tmp_path: Path, point: str) -> None:
+    folder, expected = corpus
+    out = tmp_path / "out"
+    first = _run(folder, out, 0, point)
+    assert first.returncode == -9, first.stderr
+    second = _run(folder, out, 0)
+    assert second.returncode == 0, second.stderr
+    assert tree(out) == expected
+    hidden = sorted(p.name for p in out.iterdir() if p.name.startswith("."))
+    assert hidden in ([".dedup-plan.json"], [".dedup-plan.json", ".llm-data.lock"])  # no work folder left
+    third = _run(folder, out, 0)  # a finished run, run again: nothing to do, nothing changed
+    assert third.returncode == 0 and "already holds this run's result" in third.stderr and tree(out) == expected
+
+
+def test_a_finished_run_of_other_inputs_or_changed_inputs_is_refused(corpus, tmp_path: Path) -> None:
+    folder, expected = corpus
+    out = tmp_path / "out"
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "a.jsonl").write_bytes((folder / "a.jsonl").read_bytes())
+    dedup_corpus(str(copy), out, num_workers=0, progress=False)
+    with pytest.raises(ValueError, match=r"holds a finished dedup run of other inputs or parameters; rerun it as it "
+                                         r"was, or pass overwrite=True \(CLI: --overwrite\) to start over$"):
+        dedup_corpus(str(copy), out, near=0.8, num_workers=0, progress=False)
+    (copy / "a.jsonl").write_bytes((folder / "a.jsonl").read_bytes() + b'{"text": "more"}\n')
+    with pytest.raises(ValueError, match=r"a.jsonl: input changed since the finished dedup run in .* read it"):
+        dedup_corpus(str(copy), out, num_workers=0, progress=False)
+    (out / "a.jsonl").unlink()
+    (copy / "a.jsonl").write_bytes((folder / "a.jsonl").read_bytes())
+    os.utime(copy / "a.jsonl", ns=(0, 0))
+    assert dedup_corpus(str(copy), out, num_workers=0, progress=False, overwrite=True)["removed"] == 1
+    (out / "a.jsonl").unlink()
+    with pytest.raises(ValueError, match=r"holds a finished dedup run but a.jsonl is missing; pass overwrite=True"):
+        dedup_corpus(str(copy), out, num_workers=0, progress=False)
+
+
+def test_a_work_folder_without_its_plan_is_a_start_that_was_killed(corpus, tmp_path: Path) -> None:
+    folder, expected = corpus
+    out = tmp_path / "out"
+    (out / ".dedup-work").mkdir(parents=True)
+    (out / ".dedup-work" / ".plan.json.tmp-123-abcdef01").write_text('{"torn')
+    assert _run(folder, out, 0).returncode == 0
+    assert tree(out) == expected
+
+
+OPTIMIZE = ["-m", "llm.cli.data", "optimize", "CORPUS", "--output", "OUT", "--dedup", "near=0.8", "--num-workers", "0",
+            "--no-progress"]
+
+
+def _optimize(corpus: Path, out: Path, kill_at: str | None = None, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    env.pop("LLM_DEDUP_KILL_AT", None)
+    if kill_at:
+        env["LLM_DEDUP_KILL_AT"] = kill_at
+    args = [str(corpus) if a == "CORPUS" else str(out) if a == "OUT" else a for a in OPTIMIZE]
+    return subprocess.run([sys.executable, *args, *extra], env=env, capture_output=True, text=True, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def optimized(corpus, tmp_path_factory) -> tuple[dict[str, bytes], str, int]:
+    folder, _ = corpus
+    ref = tmp_path_factory.mktemp("ref") / "ds"
+    assert _optimize(folder, ref).returncode == 0
+    manifest = Manifest.load(ref)
+    return tree(Path(f"{ref}.dedup")), manifest.fingerprint(), manifest.total_documents
+
+
+@pytest.mark.parametrize("point", ["done", pytest.param("cleanup", marks=pytest.mark.slow),
+                                   pytest.param("scan:2", marks=pytest.mark.slow)])
+def test_optimize_dedup_killed_then_the_same_command_finishes_without_a_flag(corpus, optimized, tmp_path: Path,
+                                                                             point: str) -> None:
+    folder, _ = corpus
+    stage, fingerprint, documents = optimized
+    out = tmp_path / "ds"
+    assert _optimize(folder, out, point).returncode == -9
+    again = _optimize(folder, out)
+    assert again.returncode == 0, again.stderr
+    assert tree(Path(f"{out}.dedup")) == stage
+    manifest = Manifest.load(out)
+    assert (manifest.fingerprint(), manifest.total_documents) == (fingerprint, documents)
+
+
+def test_optimize_overwrite_is_mode_overwrite_and_append_replaces_the_stage(corpus, tmp_path: Path) -> None:
+    from tests.cli.helpers import run_here
+
+    folder, _ = corpus
+    out = tmp_path / "ds"
+    args = ["optimize", str(folder), "--output", str(out), "--dedup", "exact", "--num-workers", "0", "--no-progress"]
+    assert run_here("llm-data", *args).returncode == 0
+    again = run_here("llm-data", *args, "--overwrite")
+    assert again.returncode == 0, again.stderr
+    both = run_here("llm-data", *args, "--overwrite", "--mode", "append")
+    assert both.returncode == 2 and both.stderr.splitlines() == [
+        "llm-data: error: --overwrite replaces the dataset and --mode append adds to it; pass one of them"]
+    more = tmp_path / "more.jsonl"
+    more.write_text('{"text": "a new record"}\n{"text": "a new record"}\n')
+    appended = run_here("llm-data", "optimize", str(more), "--output", str(out), "--dedup", "exact", "--mode", "append",
+                        "--num-workers", "0", "--no-progress")
+    assert appended.returncode == 0, appended.stderr
+    assert Manifest.load(out).total_documents == 63 + 1

@@ -113,7 +113,7 @@ def test_append_needs_the_same_layout(tmp_path: Path) -> None:
     ds = StreamingDataset(out)
     assert [ds[i]["y"] for i in range(8)] == [0, 1, 2, 3, 10, 11, 12, 13]
     before, files = (out / INDEX_NAME).read_text(), sorted(out.glob("shard-*.bin"))
-    with pytest.raises(ValueError, match=r"cannot append to .*: this run's field 'y' is str, the dataset's is int"):
+    with pytest.raises(ValueError, match=r"cannot append to .*: its item layout has field 'y' as int, this run's has str"):
         optimize(lambda i: {"x": np.zeros(3), "y": "s"}, [0], out, num_workers=0, mode="append", progress=False)
     assert (out / INDEX_NAME).read_text() == before and sorted(out.glob("shard-*.bin")) == files
 

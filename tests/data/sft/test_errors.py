@@ -23,6 +23,10 @@ CASES = [
      "datasets[0]: the record at {file} line 3 does not fit type alpaca: record field 'output' is missing"),
     ("a .txt file of plain lines", ".txt", ["just some text"], "alpaca", None,
      "datasets[0]: the record at {file} line 1 is not JSON (Expecting value)"),
+    ("a .txt line of invalid JSON", ".txt", ['{"instruction": "a\tb"}'], "alpaca", None,
+     "datasets[0]: the record at {file} line 1 is not JSON (Invalid control character); fine-tuning records"),
+    ("a .jsonl line of invalid JSON", ".jsonl", ['{"instruction": "a\tb"}'], "alpaca", None,
+     "{file}:1: invalid JSON (Invalid control character at column 19)"),  # the column once
     ("a JSON line that is not an object", ".jsonl", [ALPACA, [1, 2]], "alpaca", None,
      "{file}:2: expected a JSON object (a whole record), got an array"),  # the line reader says it
     ("a tokenizer_config.json that is not JSON", ".jsonl", [GOOD], "chat", "{chat_template: oops",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -102,9 +103,11 @@ def test_append_takes_the_dataset_key_and_refuses_mixing(tmp_path, fernet):
     write(secret, FernetEncryption("correct horse battery staple"), mode="append")  # another salt: the dataset's is used
     tokens = StreamingDataset(str(secret), item_loader=TokensLoader(block_size=32), encryption=fernet).reader.total
     assert tokens == 2 * sum(len(d) for d in DOCS)
-    with pytest.raises(ValueError, match="without encryption: its shards are encrypted"):
+    with pytest.raises(ValueError, match=r"its encryption is llm.data.FernetEncryption, this run's is none \(plain "
+                                         r"shards\); pass encryption= with its key"):
         write(secret, mode="append")
-    with pytest.raises(ValueError, match="cannot append encrypted shards to .*plain: its shards are not encrypted"):
+    with pytest.raises(ValueError, match=r"cannot append to .*plain: its encryption is none \(plain shards\), this "
+                                         "run's is llm.data.FernetEncryption"):
         write(write(tmp_path / "plain"), fernet, mode="append")
 
 
@@ -128,3 +131,24 @@ def test_resume_of_an_encrypted_dataset_is_exact(tmp_path, fernet):
     config = {"path": str(secret), "block": 64, "batch": 4, "epochs": 2, "encryption": fernet}
     check_resume(run_loader, config, stops=[3, 11],  # mid-epoch 1, into epoch 2
                  resume_configs=[{**config, "workers": 2, "backend": "processes"}])
+
+
+@pytest.mark.parametrize("salt", ["!!", "not$base64", "", "c2hvcnQ=", 7])
+def test_a_damaged_salt_in_the_manifest_is_one_sentence_naming_the_field(tmp_path, fernet, salt):
+    secret = write(tmp_path / "secret", fernet, docs=4)
+    index = json.loads((secret / "index.json").read_text())
+    index["encryption"]["salt"] = salt  # not in the fingerprint: the manifest still loads
+    (secret / "index.json").write_text(json.dumps(index))
+    with pytest.raises(EncryptionError, match=rf"^{secret}: the manifest's key 'encryption.salt' is {re.escape(repr(salt))}, not a salt: "
+                                              "expected 16 bytes in URL-safe base64"):
+        blocks(secret, encryption=fernet)
+    saved = tmp_path / "fernet.pem"
+    saved.write_text(json.dumps({"algorithm": "fernet", "level": "chunk", "salt": salt}))
+    with pytest.raises(EncryptionError, match=rf"fernet.pem: key 'salt' is {re.escape(repr(salt))}, not a salt"):
+        FernetEncryption.load(saved, password="correct horse battery staple")
+
+
+def test_a_salt_of_the_wrong_length_is_refused_when_given(fernet):
+    with pytest.raises(ValueError, match=r"FernetEncryption's salt must be 16 bytes, got b'short'"):
+        FernetEncryption("pw", salt=b"short")
+    assert FernetEncryption("correct horse battery staple", salt=fernet.salt).salt == fernet.salt

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
 from llm.data.inputs.readers import InputError
 from llm.data.mix.choosers import check_weights, choose
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
 from llm.training.core.data_config import DataConfig
+from llm.training.core.errors import ConfigError
 from tests.resume import assert_same_steps, check_resume, loaded, step_ranks
 
 
@@ -66,7 +66,7 @@ def test_round_robin_and_random():
 )
 def test_weight_mistakes_are_one_sentence(kwargs, message):
     entries = [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}]
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises(ConfigError, match=message):
         DataConfig(datasets=entries, **kwargs)
 
 
@@ -121,7 +121,7 @@ def test_a_mixture_resumes_on_other_topologies_losing_nothing(tmp_path):
 
 
 def test_a_mixture_is_refused_for_per_entry_dedup_keys_and_sft_entries():
-    with pytest.raises(ValidationError, match="seen_hashes_path is not a datasets entry key: every dedup_"):
+    with pytest.raises(ConfigError, match="seen_hashes_path is not a datasets entry key: every dedup_"):
         DataConfig(datasets=[{"data_source": "dedup_local", "dataset_path": "a", "seen_hashes_path": "s"},
                              {"dataset_path": "b"}])
     cfg = DataConfig(datasets=[{"path": "a.jsonl", "type": "alpaca"}], max_seq_len=8, steps_per_epoch=2)
@@ -213,7 +213,7 @@ def test_dedup_entries_share_one_seen_set_and_resume_exactly(tmp_path, unit):
 @pytest.mark.parametrize("strategy", ["weighted", "random"])
 def test_nan_inf_negative_and_all_zero_weights_are_refused_naming_the_entry(weights, message, strategy):
     entries = [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}]
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises(ConfigError, match=message):
         DataConfig(datasets=entries, streaming_mixing_weights=weights, streaming_dataset_mixing_strategy=strategy)
     with pytest.raises(ValueError, match=message):
         check_weights(weights, 2, strategy)

@@ -86,3 +86,27 @@ def test_a_well_formed_record_skips_the_standard_parser(monkeypatch) -> None:
 
     monkeypatch.setattr(records.json, "loads", refuse)
     assert records.record_text(b'{"text": " fast \\u00e9 "}\n', "in.jsonl", 1, "text", "jsonl") == ("fast \u00e9", False)
+
+
+@pytest.mark.parametrize("line, problem", [
+    (b'{"text": "a\tb"}\n', "Invalid control character at column 12"),  # json's own text ends in "at"
+    (b'{"text": "cut', "Unterminated string starting at column 10"),  # a last line without its newline
+    (b'{"text": }\n', "Expecting value at column 10"),
+    (b'{"text" "x"}\n', "Expecting ':' delimiter at column 9"),
+])
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_bad_record_is_one_sentence_naming_file_line_and_column_once(line, problem, fast) -> None:
+    with pytest.MonkeyPatch.context() as m:
+        if not fast:
+            m.setattr(records, "_fast_loads", None)
+        with pytest.raises(InputError) as info:
+            records.record_text(line, "in.jsonl", 7, "text", "jsonl")
+    assert str(info.value) == f"in.jsonl:7: invalid JSON ({problem})"
+
+
+def test_a_bad_element_of_a_json_array_has_no_dangling_at() -> None:
+    import io
+
+    with pytest.raises(InputError) as info:
+        list(records.iter_json_array(io.BytesIO(b'[{"text": "a"}, {"text": "b\tc"}]'), "in.json", "text"))
+    assert str(info.value) == "in.json: element 2: invalid JSON (Invalid control character)"

@@ -6,6 +6,12 @@ one band task per LSH band (near only) -> clusters -> write per input -> removed
 list -> `dedup.json`, then the work folder goes. A rerun of a killed run finds the
 plan, checks it asks for the same thing (same inputs, unchanged, same parameters)
 and does only what was not committed yet; the result is byte for byte the same.
+
+The plan outlives the work folder as `OUTPUT/.dedup-plan.json`: it is moved there first
+(one rename), then the work folder is renamed aside and deleted. So a finished run is
+known by its plan, and a rerun of the same command (`optimize --dedup` killed after this
+stage, or a kill while the work folder was being deleted) finishes at once instead of
+finding an output that is "not empty".
 """
 
 from __future__ import annotations
@@ -37,12 +43,15 @@ from llm.data.corpus_dedup.params import DedupParams
 from llm.data.corpus_dedup.records import describe, output_names
 from llm.data.corpus_dedup.scan import ScanTask
 from llm.data.corpus_dedup.workdir import read_meta, scan_dir
-from llm.data.inputs.listing import FileStamp, Input, expand_sources
+from llm.data.inputs.listing import FileStamp, Input, expand_sources, refuse_inputs_in_output
 from llm.data.jobs.tasks import Tasks, check_engine, progress_bar
+from llm.data.storage.local import fsync_dir
 from llm.data.storage.lock import LOCK_NAME, FolderLock
 from llm.data.storage.object_files import RemoteObject
 
 WORK_NAME = ".dedup-work"
+DONE_NAME = ".dedup-plan.json"  # the plan of a finished run, moved out of the work folder
+TRASH_NAME = ".dedup-work.deleting"  # the work folder of a finished run, renamed aside to be deleted
 MERGE_ROWS = 1 << 21  # rows of all runs' read blocks together in a merge (~32-48 MB)
 
 
@@ -83,9 +92,16 @@ def dedup_corpus(
     if out.exists() and not out.is_dir():
         raise ValueError(f"output {out} is a file, not a folder")
     patterns = [inputs] if isinstance(inputs, (str, Path)) else [str(p) for p in inputs]
+    # before the lock (which creates the folder) and before --overwrite empties it: an input inside the
+    # output would be deleted, an output inside an input read back as input by a rerun
+    refuse_inputs_in_output([str(p) for p in patterns], out, "dedup output")
     with FolderLock(out, wait=wait, what="a dedup"):
         run = _Run(out, params, engine, num_workers, ray_address, progress, keep_work)
         return run.start([str(p) for p in patterns], storage_options, overwrite)
+
+
+class DedupRunMismatch(ValueError):
+    """The output holds a dedup run (finished or not) of other inputs or parameters, or of inputs changed since."""
 
 
 class _Run:
@@ -105,12 +121,17 @@ class _Run:
         inputs = expand_sources(patterns, storage_options)
         names = output_names(inputs)
         for name, path in zip(names, inputs):
-            if name in RESERVED:
+            if name in RESERVED:  # names end in .jsonl: only the removed list can be hit (not dedup.json, nor the plan)
                 raise ValueError(f"{describe(path)}: its kept records would be written to {name}, the name of "
                                  "the dedup report; rename the input")
         plan = {"parameters": self.params.record(), "inputs": [describe(p) for p in inputs],
                 "stamps": [_stamp(p) for p in inputs], "outputs": names}
         plan_path = self.work / "plan.json"
+        _remove_tree(self.out / TRASH_NAME)  # a deletion killed part way: garbage by construction (_finish)
+        if (self.out / DONE_NAME).is_file():
+            return self._done(json.loads((self.out / DONE_NAME).read_text()), plan)
+        if self.work.is_dir() and not plan_path.is_file():
+            shutil.rmtree(self.work)  # killed before its plan was committed: nothing in it counts
         held = [e.name for e in sorted(self.out.iterdir()) if e.name != LOCK_NAME]
         if held and not plan_path.is_file():
             raise ValueError(f"output {self.out} is not empty (it holds {_listing(held)}); pass overwrite=True "
@@ -125,14 +146,26 @@ class _Run:
         self.sources = [describe(p) for p in inputs]
         return self._stages()
 
-    def _check_same(self, old: dict, new: dict) -> None:
+    def _check_same(self, old: dict, new: dict, what: str = "an unfinished") -> None:
         if old.get("parameters") != new["parameters"] or old.get("inputs") != new["inputs"]:
-            raise ValueError(f"output {self.out} holds an unfinished dedup run of other inputs or parameters; "
-                             "rerun it as it was, or pass overwrite=True (CLI: --overwrite) to start over")
+            raise DedupRunMismatch(f"output {self.out} holds {what} dedup run of other inputs or parameters; "
+                                   "rerun it as it was, or pass overwrite=True (CLI: --overwrite) to start over")
         for source, was, now in zip(new["inputs"], old.get("stamps", []), new["stamps"]):
             if was != now:
-                raise ValueError(f"{source}: input changed since the unfinished dedup run in {self.out} read it; "
-                                 "pass overwrite=True (CLI: --overwrite) to start over")
+                raise DedupRunMismatch(f"{source}: input changed since the {what.split()[-1]} dedup run in {self.out} "
+                                       "read it; pass overwrite=True (CLI: --overwrite) to start over")
+
+    def _done(self, old: dict, plan: dict) -> dict:
+        """A finished run of the same command: its report, once its files are checked to be there."""
+        self._check_same(old, plan, "a finished")
+        missing = [n for n in (*plan["outputs"], REMOVED_NAME, REPORT_NAME) if not (self.out / n).is_file()]
+        if missing:
+            raise ValueError(f"output {self.out} holds a finished dedup run but {_listing(missing)} is missing; "
+                             "pass overwrite=True (CLI: --overwrite) to run it again")
+        if self.work.is_dir():
+            shutil.rmtree(self.work)  # killed after the plan moved out, before the work folder was renamed aside
+        print(f"dedup: {self.out} already holds this run's result (its plan: {DONE_NAME})", file=sys.stderr)
+        return json.loads((self.out / REPORT_NAME).read_text())
 
     # -- the stages ----------------------------------------------------------------------------
     def _stages(self) -> dict:
@@ -210,9 +243,24 @@ class _Run:
         }
 
     def _finish(self) -> dict:
+        """Delete the work folder so that a kill at any moment leaves a run that a rerun finishes.
+
+        The plan goes first, by one rename, to `DONE_NAME`: from then on the run is finished.
+        The rest is renamed aside and deleted; what a kill leaves of it is removed by the rerun.
+        """
+        report = json.loads((self.out / REPORT_NAME).read_text())
         if not self.keep_work:
-            shutil.rmtree(self.work, ignore_errors=True)
-        return json.loads((self.out / REPORT_NAME).read_text())
+            os.replace(self.work / "plan.json", self.out / DONE_NAME)
+            fsync_dir(self.out)
+            kill_point("cleanup:plan")
+            trash = self.out / TRASH_NAME
+            _remove_tree(trash)
+            os.rename(self.work, trash)
+            fsync_dir(self.out)
+            kill_point("cleanup:rename")
+            _remove_tree(trash, "cleanup")
+        kill_point("done")
+        return report
 
     # -- engines -------------------------------------------------------------------------------
     @contextmanager
@@ -256,6 +304,20 @@ def _stamp(path: Input) -> str:
 def _listing(names: list[str]) -> str:
     shown = ", ".join(names[:3])
     return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _remove_tree(folder: Path, point: str | None = None) -> None:
+    """Delete a folder; `point`: the kill point after its first entry went (a deletion cut short)."""
+    if not folder.is_dir():
+        return
+    for i, entry in enumerate(sorted(folder.iterdir())):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        if i == 0 and point:
+            kill_point(point)
+    folder.rmdir()
 
 
 def _clear(folder: Path) -> None:

@@ -17,6 +17,11 @@ Two ways to persist (the file layouts are `seen_file.py`'s):
   deduplicates within the pass; with `write_seen_hashes` the digests of the
   records it yields are appended as it goes (rank 0 only), so a later process
   over the same data skips them.
+
+Either way a digest is written once, as the guide's framework writes it: a writer keeps
+the set of digests its file holds (or will, once staged), so a second pass, records read
+again after `reset_cross_run_seen()`, or two copies read at once by two workers add
+nothing twice (about 32 more bytes a record, for writers only).
 """
 
 from __future__ import annotations
@@ -151,6 +156,7 @@ class DedupTextSource(TextSource):
         self._staged = b""  # digests in checkpoint states, not yet known to be in the file
         self._baseline = b""  # 16-byte digests persisted when this source was made (or a state loaded)
         self._local = SeenSet()
+        self._written = SeenSet()  # writers: the digests the file holds or will (staged): never written twice
         self.stats = {"read": 0, "seen_before": 0, "repeated": 0}
         if self.seen_hashes_path:
             self.load_committed()
@@ -178,7 +184,7 @@ class DedupTextSource(TextSource):
         the state's (committed by a run that crashed before its checkpoint landed) are cut
         off the file; a file that is only read is never modified.
         """
-        self.committed, self._local = SeenSet(), SeenSet()
+        self.committed, self._local, self._written = SeenSet(), SeenSet(), SeenSet()
         self.committed_count, self._baseline, self._staged = 0, b"", b""
         self._layout, self._size = None, 0
         if not self.seen_hashes_path:
@@ -204,6 +210,8 @@ class DedupTextSource(TextSource):
             self._staged = staged
             if writer:
                 self._publish_staged()
+        if self.writes:
+            self._written.update(self._baseline)
 
     def restore_committed(self, seen: dict | None) -> None:
         """Continue from a data state's `seen_hashes` entry (None or one without a path: the file whole)."""
@@ -230,7 +238,8 @@ class DedupTextSource(TextSource):
 
         For standalone passes; under a checkpoint use `stage_commit()` and `publish_seen_hashes()`.
         """
-        if self.writes and digests:
+        digests = self._unwritten(digests) if self.writes else b""
+        if digests:
             self.committed_count, self._size = append_digests(
                 self.seen_hashes_path, digests, self.hash_algo, self.digest_bytes  # type: ignore[arg-type]
             )
@@ -251,9 +260,18 @@ class DedupTextSource(TextSource):
         if self._staged and self._published_size() == self._file_size():
             self.committed_count += len(self._staged) // self.digest_bytes
             self._size, self._layout, self._staged = self._published_size(), self._layout or NEW_LAYOUT, b""
-        self._staged += digests
+        self._staged += self._unwritten(digests)
         return {**entry, "count": self.committed_count + len(self._staged) // self.digest_bytes,
                 "base": self.committed_count, "digests": self._staged, "hash_algo": self.hash_algo}
+
+    def _unwritten(self, digests: bytes) -> bytes:
+        """The digests (full width) not in the file nor staged for it, each once; from now on they count as written."""
+        if not digests:
+            return b""
+        pairs = _pairs(digests, self.digest_bytes)
+        new = first_occurrences(pairs) & ~self._written.contains_many(pairs)
+        self._written.insert_new(pairs[new])
+        return np.frombuffer(digests, dtype=np.uint8).reshape(-1, self.digest_bytes)[new].tobytes()
 
     def _file_size(self) -> int:
         try:

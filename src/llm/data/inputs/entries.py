@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -18,11 +18,15 @@ def path_stem(path: str) -> str:
     return name or path
 
 
-def entry_name(entry: Any) -> str:
+class NamedEntry(Protocol):
+    """A `datasets:` entry of either kind (`SourceEntry`, the SFT wing's `DatasetEntry`): each says its own name."""
+
+    def accounting_name(self) -> str: ...
+
+
+def entry_name(entry: NamedEntry) -> str:
     """A datasets: entry's name in the per-source accounting: `name`, else its path's stem."""
-    if getattr(entry, "name", None):
-        return str(entry.name)
-    return path_stem(getattr(entry, "dataset_path", "") or getattr(entry, "path", "") or getattr(entry, "dataset_name", ""))
+    return entry.accounting_name()
 
 
 class SourceEntry(BaseModel):
@@ -41,6 +45,9 @@ class SourceEntry(BaseModel):
     dataset_split: str = "train"
     text_column: str = "text"
     name: str | None = None  # the entry's name in the per-source accounting (default: its path's stem)
+
+    def accounting_name(self) -> str:
+        return self.name or path_stem(self.dataset_path or self.dataset_name)
 
     @model_validator(mode="before")
     @classmethod

@@ -3,6 +3,7 @@ files, globs, folders and `s3://` patterns (objects listed in storage) into a so
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import os
@@ -121,6 +122,51 @@ def expand_inputs(patterns: list[str]) -> list[Path]:
             raise InputError(f"{path}: no such input file or folder")
         found.extend(matches)
     return sorted(dict.fromkeys(p.resolve() for p in found))
+
+
+def refuse_inputs_in_output(inputs: list[str], output_dir: str | Path, what: str = "dataset") -> None:
+    """Inputs and the output folder inside each other, refused in one sentence before anything is written or deleted.
+
+    An input inside the output would be read back as input (optimize's own index.json matched by
+    `*.json`) and deleted by an overwrite; an output inside an input folder, or in a glob's reach,
+    is read as input by the next run over it (a rerun or a resume). `what` names the output.
+    """
+    out = Path(output_dir).expanduser().resolve()
+    for pattern in inputs:
+        if _is_s3(pattern):
+            continue
+        pattern = _local_pattern(pattern)
+        path = Path(pattern).expanduser()
+        magic = any(c in pattern for c in "*?[")
+        # a glob keeps files only (expand_inputs): a folder it matches is not read
+        matches = [Path(p) for p in glob.glob(str(path), recursive=True) if not os.path.isdir(p)] if magic else [path]
+        for match in matches:
+            resolved = match.resolve()
+            if resolved == out or out in resolved.parents:
+                raise ValueError(f"input {match} is inside the output folder {output_dir}; write the {what} "
+                                 "elsewhere or narrow the input")
+            if resolved.is_dir() and resolved in out.parents:
+                raise ValueError(f"input folder {match} contains the output folder {output_dir}; write the {what} "
+                                 "elsewhere")
+        if magic and _glob_reaches(path, out):
+            raise ValueError(f"input {pattern} matches files inside the output folder {output_dir}; write the {what} "
+                             "elsewhere or narrow the input")
+
+
+def _glob_reaches(pattern: Path, out: Path) -> bool:
+    """Whether a glob can match a file inside the folder `out` (which need not exist yet)."""
+    parts = pattern.absolute().parts
+    static = next(i for i, part in enumerate(parts) if any(c in part for c in "*?["))
+    try:  # the glob's fixed head resolved (symlinks), its magic tail matched against out's path below it
+        rel = out.relative_to(Path(*parts[:static]).resolve()).parts
+    except ValueError:
+        return False
+    for i, part in enumerate(parts[static:]):
+        if part == "**" or i >= len(rel):
+            return True  # out matched so far and the glob goes deeper, or any depth: files inside out match
+        if not fnmatch.fnmatchcase(rel[i], part):
+            return False
+    return False  # the glob ends at out's depth or above: it names out itself (a folder, not read) or less
 
 
 _DEDUP_REPORTS = ("dedup.json", "dedup-removed.jsonl")  # `llm-data dedup`'s report and removed list

@@ -82,6 +82,13 @@ def _fast_text(line: bytes, text_column: str) -> str | None:
     return text.strip() if type(text) is str else None
 
 
+def json_problem(e: json.JSONDecodeError, column: bool = True) -> str:
+    """json's message, with the column once: some of its messages end in "at" and leave the
+    position to be added ("Unterminated string starting at", "Invalid control character at")."""
+    message = e.msg.removesuffix(" at")
+    return f"{message} at column {e.colno}" if column else message
+
+
 def _decode_json(line: bytes, path: Path | str, line_no: int) -> tuple[object, bool]:
     try:
         try:
@@ -90,7 +97,7 @@ def _decode_json(line: bytes, path: Path | str, line_no: int) -> tuple[object, b
             text, replaced = decode_text(line)
             return json.loads(text), replaced
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}:{line_no}: invalid JSON ({e.msg} at column {e.colno})") from None
+        raise InputError(f"{path}:{line_no}: invalid JSON ({json_problem(e)})") from None
     except RecursionError:
         raise InputError(f"{path}:{line_no}: JSON nested too deeply to read") from None
 
@@ -174,7 +181,8 @@ def iter_json_array(f: BinaryIO, path: Path | str, text_column: str | None) -> I
                 break
             except json.JSONDecodeError as e:
                 if not more():
-                    raise InputError(f"{path}: element {n + 1}: invalid JSON ({e.msg})") from None
+                    # a column of the read buffer would not be the file's: the element is named instead
+                    raise InputError(f"{path}: element {n + 1}: invalid JSON ({json_problem(e, column=False)})") from None
             except RecursionError:
                 raise InputError(f"{path}: element {n + 1}: JSON nested too deeply to read") from None
         n, pos = n + 1, end

@@ -96,7 +96,7 @@ def _run_parallel(tasks: Tasks, workers: int, bar: Any) -> None:
             except queue.Empty:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
-                    raise RuntimeError(_died(getattr(bar, "desc", "optimize"), dead[0].pid, dead[0].exitcode)) from None
+                    raise RuntimeError(_died(bar.desc, dead[0].pid, dead[0].exitcode)) from None
                 continue
             if message[0] == "progress":
                 counts[0] += message[1]

@@ -111,7 +111,7 @@ def run_ray(tasks: Tasks, workers: int, address: str | None, bar: Any) -> None:
                 try:
                     result, done = ray.get(ref)
                 except ray.exceptions.RayError as e:
-                    raise _cause(ray, e, task_id, getattr(bar, "desc", "optimize")) from None
+                    raise _cause(ray, e, task_id, bar.desc) from None
                 tasks.on_done(task_id, result)
                 counts = [counts[0] + done[0], counts[1] + done[1]]
                 bar.update(1)

@@ -34,4 +34,6 @@ def check_engine(engine: str, ray_address: str | None) -> None:
 def progress_bar(total: int, desc: str, unit: str, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit=unit, desc=desc, disable=not enabled, dynamic_ncols=True, file=sys.stderr)
+    bar = tqdm(total=total, unit=unit, desc=desc, disable=not enabled, dynamic_ncols=True, file=sys.stderr)
+    bar.desc = desc  # a disabled tqdm keeps none; the engines name the job by it in their errors
+    return bar

@@ -119,7 +119,7 @@ class WindowCutter:
 
 def _join(snapshot: tuple[list[np.ndarray], int]) -> np.ndarray:
     parts, count = snapshot
-    if count == 1 and getattr(parts[0], "dtype", None) == np.int32:
+    if count == 1 and parts[0].dtype == np.int32:
         return parts[0]
     return np.concatenate(parts[:count], dtype=np.int32, casting="unsafe") if count else np.zeros(0, np.int32)
 

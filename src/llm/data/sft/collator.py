@@ -26,6 +26,7 @@ from llm.data.sft.prompts import (
     Prompter,
     RecordError,
 )
+from llm.data.tokenize.protocol import Tokenizer
 
 IGNORE = -100
 # a skipped sample warns on the first one and then once per this many, never per sample
@@ -48,8 +49,11 @@ class BatchRecordError(RecordError):
         super().__init__(f"record {index} of the batch ({kind}): {reason}")
         self.index, self.kind, self.reason = index, kind, reason
 
+    def __reduce__(self) -> tuple:  # made from its parts, not its message: how it crosses a process boundary
+        return type(self), (self.index, self.kind, self.reason)
 
-def infer_prompter(record: dict[str, Any], tokenizer: Any) -> Prompter:
+
+def infer_prompter(record: dict[str, Any], tokenizer: Tokenizer | None) -> Prompter:
     """The format a record's keys say: `messages` -> chat, `instruction` -> alpaca, else completion."""
     if "messages" in record:
         return ChatPrompter.for_tokenizer(tokenizer)
@@ -76,7 +80,7 @@ class StreamingDataCollator:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         max_length: int | None = None,
         prompter: Prompter | None = None,
         padding: bool | str = True,
@@ -106,8 +110,7 @@ class StreamingDataCollator:
         self.train_on_inputs = train_on_inputs
         self.sample_packing = sample_packing
         self.skipped = 0  # samples dropped because truncation left them no trainable token
-        pad = getattr(tokenizer, "pad_id", None)
-        self.pad_id = tokenizer.eos_id if pad is None else pad
+        self.pad_id = tokenizer.eos_id if tokenizer.pad_id is None else tokenizer.pad_id
 
     # -- one record ------------------------------------------------------------------------
     def encode(self, records: Sequence[dict[str, Any]]) -> list[tuple[list[int], list[int]]]:

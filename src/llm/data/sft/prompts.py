@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Any, Protocol
 
 from llm.data.inputs.errors import InputError
+from llm.data.tokenize.protocol import Tokenizer
 
 Segment = tuple[str, bool]  # (text, is_target)
 log = logging.getLogger(__name__)
@@ -110,10 +110,10 @@ def compile_template(template: str, origin: str) -> Any:
                                 f"({e.message}); fix the template") from None
 
 
-def read_tokenizer_config(tokenizer: Any) -> tuple[dict[str, Any], str]:
+def read_tokenizer_config(tokenizer: Tokenizer | None) -> tuple[dict[str, Any], str]:
     """The `tokenizer_config.json` beside the tokenizer's file ({} when none) and its path, for messages."""
-    path = getattr(tokenizer, "path", None)  # the byte tokenizer has no file, so no config
-    config = Path(path).parent / "tokenizer_config.json" if path else None
+    path = tokenizer.path if tokenizer is not None else None  # the byte tokenizer has no file, so no config
+    config = path.parent / "tokenizer_config.json" if path is not None else None
     if config is None or not config.is_file():
         return {}, "the built-in layout"
     try:
@@ -158,7 +158,7 @@ class ChatPrompter:
         self._compiled = compile_template(chat_template, origin) if chat_template is not None else None
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Any) -> ChatPrompter:
+    def for_tokenizer(cls, tokenizer: Tokenizer | None) -> ChatPrompter:
         """Use the chat template of the `tokenizer_config.json` beside the tokenizer's file, if any."""
         config, origin = read_tokenizer_config(tokenizer)
         return cls(pick_template(config.get("chat_template"), origin), origin=origin)
@@ -277,7 +277,7 @@ def eos_text_of(config: dict[str, Any]) -> str:
     return eos.get("content", "") if isinstance(eos, dict) else eos if isinstance(eos, str) else ""
 
 
-def chat_template_prompter(entry: Any, tokenizer: Any, default: str | None = None, where: str = "datasets entry") -> ChatTemplatePrompter:
+def chat_template_prompter(entry: Any, tokenizer: Tokenizer | None, default: str | None = None, where: str = "datasets entry") -> ChatTemplatePrompter:
     """The prompter of a `type: chat_template` entry: its (or the top-level) `chat_template` and Axolotl's keys.
 
     `chat_template`: `tokenizer_default` (the default), `chatml`, an inline Jinja template,
@@ -309,7 +309,7 @@ PROMPTERS = {"alpaca": AlpacaPrompter, "chat": ChatPrompter, "chat_template": Ch
              "completion": CompletionPrompter}
 
 
-def prompter_for(kind: str, tokenizer: Any = None, entry: Any = None, default_template: str | None = None,
+def prompter_for(kind: str, tokenizer: Tokenizer | None = None, entry: Any = None, default_template: str | None = None,
                  where: str = "datasets entry") -> Prompter:
     """The prompter for a dataset `type` (`alpaca`, `chat`, `chat_template`, `completion`); an unknown one lists the valid names."""
     if kind not in PROMPTERS:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from llm.data.inputs.entries import path_stem
 from llm.data.text.settings import MixtureConfig, TextStreamConfig
 
 if TYPE_CHECKING:  # built on demand: reading a config needs no torch
@@ -33,6 +34,10 @@ class DatasetEntry(BaseModel):
     message_field_content: str | None = None
     roles_to_train: list[str] = ["assistant"]
     train_on_eos: Literal["turn", "all", "last", "none"] = "turn"
+
+    def accounting_name(self) -> str:
+        """Its name in the per-source accounting (`entry_name`): `name` (the hub subset) when given, else its path's stem."""
+        return self.name or path_stem(self.path)
 
     @field_validator("type")
     @classmethod

@@ -17,6 +17,7 @@ from llm.data.inputs.entries import entry_name
 from llm.data.inputs.errors import InputError
 from llm.data.inputs.hf import HFStreamTextSource
 from llm.data.inputs.local import LocalLineTextSource
+from llm.data.inputs.records import json_problem
 from llm.data.inputs.source import TextSource
 from llm.data.pack.best_fit import BestFitPacker, sample_slots
 from llm.data.sft.collator import BatchRecordError, StreamingDataCollator
@@ -140,7 +141,7 @@ class SftSamples:
         try:
             record = json.loads(text)
         except json.JSONDecodeError as e:
-            return BadRecord(*self.entries[s], f"is not JSON ({e.msg}); fine-tuning records are JSON objects, "
+            return BadRecord(*self.entries[s], f"is not JSON ({json_problem(e, column=False)}); fine-tuning records are JSON objects, "
                              "one per line of a .jsonl file or rows of a .json/.parquet file")
         if not isinstance(record, dict):
             return BadRecord(*self.entries[s], f"is a JSON {type(record).__name__}, expected an object of fields")

@@ -26,8 +26,10 @@ from pathlib import Path
 
 from llm.data.storage.cache import _BUSY, Pin, _open_locked, default_cache_root
 from llm.data.storage.local import pid_alive, same_file
+from llm.data.storage.lock import LOCK_NAME as DATASET_LOCK
 
 SOURCE = ".source.json"
+INDEX = "index.json"  # a dataset's manifest (format/manifest.py's INDEX_NAME; storage/ sits below shards/)
 EDGES = ".edges"  # the kept edge tokens of shards (read/edges.py), removed with the shards
 _FINGERPRINT = re.compile(r"[0-9a-f]{32}")
 
@@ -83,9 +85,18 @@ def check_root(root: str | Path | None) -> Path:
         raise ValueError(f"--cache-dir {root} does not exist; pass the folder given as cache_dir (default {default_cache_root()})")
     if not path.is_dir():
         raise ValueError(f"--cache-dir {root} is a file, not a folder")
+    if _is_dataset(path):
+        raise ValueError(f"--cache-dir {root} holds an optimized dataset ({INDEX}), not shard cache folders; pass the "
+                         "folder given as cache_dir (the one above each dataset fingerprint's folder)")
     if (path / SOURCE).exists() or (path / ".lock").exists():
         raise ValueError(f"--cache-dir {root} is one dataset's cache folder; pass the folder above it ({path.parent})")
     return path
+
+
+def _is_dataset(folder: Path) -> bool:
+    """An optimized dataset (ours, LitData's or MDS's: an index.json), or one whose first optimize is under way
+    (its lock): never a cache, whatever else it holds. A cache folder never holds an index.json."""
+    return (folder / INDEX).exists() or (folder / DATASET_LOCK).exists()
 
 
 def _scan(folder: Path) -> CacheFolder:
@@ -115,6 +126,8 @@ def _scan(folder: Path) -> CacheFolder:
 
 def is_cache_folder(folder: Path) -> bool:
     """Whether `folder` is a shard cache: marked by `.source.json`, or laid out as one made before it."""
+    if _is_dataset(folder):  # a stray .source.json (copied, or made by hand) never makes a dataset removable
+        return False
     if (folder / SOURCE).is_file():
         return True
     if not _FINGERPRINT.fullmatch(folder.name) or not (folder / ".lock").is_file():
@@ -124,7 +137,7 @@ def is_cache_folder(folder: Path) -> bool:
     except OSError:
         return False
     return all((e.is_file(follow_symlinks=False) or (e.name == EDGES and e.is_dir(follow_symlinks=False)))
-               and e.name != "index.json" for e in entries)
+               and e.name != INDEX for e in entries)
 
 
 def _subfolders(root: Path) -> list[Path]:

@@ -15,11 +15,13 @@ whether any credential was given (without one the client asks the cloud's metada
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from llm.data.storage.awsconfig import check_endpoint
 
@@ -126,18 +128,37 @@ def parse_connection_string(text: str, source: str) -> dict[str, Any]:
         raise ValueError(f"{source} names no AccountName and no BlobEndpoint; expected "
                          "AccountName=...;AccountKey=...[;BlobEndpoint=...] (as the Azure portal shows it)")
     if "account_name" not in config and "endpoint" in config:  # BlobEndpoint=https://ACCOUNT.blob... or .../ACCOUNT
-        config["account_name"] = _account_of(config["endpoint"])
+        if (account := _account_of(config["endpoint"])) is not None:
+            config["account_name"] = account
     return config
 
 
-def _account_of(endpoint: str) -> str:
-    """The account an endpoint URL names: its first host label, or its first path part on an emulator."""
-    rest = endpoint.split("://", 1)[-1]
-    host, _, path = rest.partition("/")
-    host = host.split(":")[0]
-    if path.strip("/") and (host.replace(".", "").isdigit() or host == "localhost"):
-        return path.strip("/").split("/")[0]
-    return host.split(".")[0]
+def _account_of(endpoint: str) -> str | None:
+    """The account an endpoint URL names, or None when it names none.
+
+    Azure's own hosts (`ACCOUNT.blob.core.windows.net`, private links, sovereign clouds) name it
+    in their first label. Everything else that has a path is emulator-style (Azurite and proxies
+    put the account first in the path), whatever the host's form: an IP, `localhost`, a host
+    name (`http://azurite:10000/devstoreaccount1`) or IPv6 (`http://[::1]:10000/...`), parsed by
+    urllib so a bracketed address is not cut at its colons.
+    """
+    try:
+        parts = urlsplit(endpoint)
+        host = parts.hostname or ""
+    except ValueError:  # e.g. an unclosed IPv6 bracket: check_endpoint names such an endpoint
+        return None
+    labels = host.split(".")
+    if len(labels) > 2 and "blob" in labels[1:]:
+        return labels[0]
+    segment = parts.path.strip("/").split("/")[0]
+    if segment:
+        return segment
+    try:
+        ipaddress.ip_address(host)
+        return None  # an address names no account
+    except ValueError:
+        pass
+    return labels[0] if len(labels) > 1 else None  # a custom domain: its first label, as before
 
 
 def azure_settings(options: dict) -> CloudSettings:
@@ -164,7 +185,8 @@ def azure_settings(options: dict) -> CloudSettings:
     emulator = _truthy(config.get("use_emulator", env.get("AZURE_STORAGE_USE_EMULATOR", "")))
     if "endpoint" in config:
         config["endpoint"] = check_endpoint(str(config["endpoint"]), "storage_options['endpoint']").rstrip("/")
-        config.setdefault("account_name", env.get("AZURE_STORAGE_ACCOUNT_NAME") or _account_of(config["endpoint"]))
+        if (account := env.get("AZURE_STORAGE_ACCOUNT_NAME") or _account_of(config["endpoint"])) is not None:
+            config.setdefault("account_name", account)
     elif env.get("AZURE_STORAGE_ENDPOINT") or env.get("AZURE_ENDPOINT"):
         name = "AZURE_STORAGE_ENDPOINT" if env.get("AZURE_STORAGE_ENDPOINT") else "AZURE_ENDPOINT"
         config["endpoint"] = check_endpoint(env[name], name)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
 import time
-import warnings
 from pathlib import Path
 
 from llm.data.storage.local import pid_alive, same_file
 
 LOCK_NAME = ".llm-data.lock"
+# A stale lock taken over is news for whoever runs the job, not a mistake in the calling code: it is
+# logged (one line, the sentence alone, like the package's other run-time notices), not a warnings.warn,
+# which would print a file:line and the caller's source line around it.
+log = logging.getLogger(__name__)
 
 
 _HELD: set[int] = set()  # lock fds this process holds
@@ -101,10 +105,8 @@ class FolderLock:
         holder = _read(fd)
         if holder and holder.get("pid") != os.getpid():
             # The previous holder died without releasing (kill -9, power cut): take over.
-            warnings.warn(
-                f"taking over the stale lock of {self.folder} left by {_describe(holder, self.path)}, which is no longer running",
-                RuntimeWarning, stacklevel=4,
-            )
+            log.warning("taking over the stale lock of %s left by %s, which is no longer running",
+                        self.folder, _describe(holder, self.path))
         me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)

@@ -8,11 +8,10 @@ import socket
 import sys
 import time
 import uuid
-import warnings
 from typing import Any
 
 from llm.data.storage.local import pid_alive
-from llm.data.storage.lock import LOCK_NAME, LockHeld, _describe
+from llm.data.storage.lock import LOCK_NAME, LockHeld, _describe, log
 from llm.data.storage.s3 import ObjectNotFound
 
 
@@ -40,11 +39,8 @@ class RemoteLock:
             if holder is None:
                 continue  # released meanwhile: try again
             if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", 0) or 0)):
-                warnings.warn(
-                    f"taking over the stale lock of {self.objects.url()} left by "
-                    f"{_describe(holder, self.objects.url(LOCK_NAME))}, which is no longer running",
-                    RuntimeWarning, stacklevel=3,
-                )
+                log.warning("taking over the stale lock of %s left by %s, which is no longer running",  # logged: lock.py says why
+                            self.objects.url(), _describe(holder, self.objects.url(LOCK_NAME)))
                 self.objects.delete(LOCK_NAME)
                 continue
             described = _describe(holder, self.objects.url(LOCK_NAME))

@@ -23,13 +23,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 from llm.data.inputs.dedup import DedupTextSource
 from llm.data.inputs.mixture import as_mixture
 from llm.data.inputs.partitions import assign_partitions, stripe_partitions
-from llm.data.inputs.readers import InputError
 from llm.data.inputs.source import Partition, Record, TextSource
 from llm.data.mix.choosers import choose
 from llm.data.pack.best_fit import BestFitCutter, block_example, cu_seqlens
 from llm.data.pack.window import IGNORE_INDEX, WindowCutter, to_example
 from llm.data.tokenize.documents import encode_each
+from llm.data.tokenize.protocol import Tokenizer
 from llm.data.topology import current_topology
+from llm.data.worker_errors import send
 
 
 class TokenBlocks:
@@ -40,7 +41,7 @@ class TokenBlocks:
     (`batch`); fine-tuning plugs in its own (`llm.data.sft.stream.SftSamples`).
     """
 
-    def __init__(self, tokenizer: Any, max_seq_len: int, packed: bool = False, packing_buffer: int | None = None):
+    def __init__(self, tokenizer: Tokenizer, max_seq_len: int, packed: bool = False, packing_buffer: int | None = None):
         self.tokenizer, self.max_seq_len, self.packed = tokenizer, max_seq_len, packed
         self.packing_buffer = packing_buffer  # set: best fit (text/best_fit.py) from this many open blocks
 
@@ -62,7 +63,7 @@ class TokenBlocks:
 
     def batch(self, rows: list[Any]) -> dict[str, Any]:
         if self.packed and not self.packing_buffer:  # the windows as they are, in uint16 where ids fit
-            return {"_windows": packed_windows(rows, self.max_seq_len, getattr(self.tokenizer, "vocab_size", None))}
+            return {"_windows": packed_windows(rows, self.max_seq_len, self.tokenizer.vocab_size)}
         if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
             planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
         else:
@@ -144,7 +145,7 @@ class StreamingTextDataset(IterableDataset):
     def __init__(
         self,
         source: TextSource,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         max_seq_len: int,
         batch_size: int = 1,
         *,
@@ -192,11 +193,12 @@ class StreamingTextDataset(IterableDataset):
             yield from self._batches(parts, worker)
         except GeneratorExit:  # closed; matched first: at interpreter exit this module's globals may be None
             raise
-        except InputError as e:
-            if info is None:
+        except Exception as e:
+            # the DataLoader would wrap it in a worker traceback: send the error itself (worker_errors.py)
+            sent = send(e, f"text DataLoader worker process {info.id}") if info is not None else None
+            if sent is None:
                 raise
-            # the DataLoader would wrap it in a worker traceback: send the one-sentence message
-            yield {"_state": {**_done(worker), "error": str(e)}}
+            yield {"_state": {**_done(worker), "error": sent}}
         while info is not None:  # keep the DataLoader's round robin intact until it stops us
             yield {"_state": _done(worker)}
 

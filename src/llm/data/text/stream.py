@@ -17,7 +17,7 @@ import torch
 from llm.data.inputs.dedup import DedupTextSource
 from llm.data.inputs.mixture import as_mixture
 from llm.data.inputs.partitions import STRIPES, owned_partitions, stripe_partitions
-from llm.data.inputs.readers import InputError, require_records
+from llm.data.inputs.readers import require_records
 from llm.data.inputs.registry import build_text_source
 from llm.data.inputs.source import (
     FINGERPRINT_MISMATCH,
@@ -41,6 +41,7 @@ from llm.data.text.state import (
 )
 from llm.data.text.workers import text_loader
 from llm.data.topology import current_topology
+from llm.data.worker_errors import reraise
 
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
 
@@ -252,8 +253,8 @@ class StreamingTextDataModule(Stage):
         done: set[int] = set()
         for item in loader:
             st = item.pop("_state")
-            if st.get("error"):
-                raise InputError(st["error"])
+            if st.get("error"):  # a worker's error, sent as itself
+                reraise(st["error"])
             self._apply(st)
             self._next_worker[key] = (st["worker"] + 1) % workers
             if st["done"]:

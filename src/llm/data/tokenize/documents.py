@@ -6,18 +6,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from llm.data.tokenize.tokenizers import SimpleTokenizer, Tokenizer
+from llm.data.tokenize.protocol import Tokenizer
 
 
 def encode_each(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
     """One id array per text (no EOS), from one batched tokenizer call.
 
-    The byte-level tokenizer's ids are the UTF-8 bytes themselves: no per-token Python objects.
+    A tokenizer with a flat encoder (the byte-level one: its ids are the UTF-8 bytes themselves)
+    gives one buffer for the batch: no per-token Python objects.
     """
-    if isinstance(tokenizer, SimpleTokenizer):
-        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
-    flat = getattr(tokenizer, "encode_flat", None)
-    if flat is not None:  # one buffer for the batch: no per-token Python ints
+    flat = tokenizer.encode_flat
+    if flat is not None:
         ids, offsets = flat(list(texts))
         bounds = offsets.tolist()  # slices, not np.split: a few times cheaper per document
         return [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
@@ -26,7 +25,7 @@ def encode_each(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
 
 def tokenize_documents(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(flat int64 ids with EOS after each document, int64 lengths incl. EOS), vectorised."""
-    flat_encoder = getattr(tokenizer, "encode_flat", None)
+    flat_encoder = tokenizer.encode_flat
     if flat_encoder is not None:
         ids, offsets = flat_encoder(list(texts))
         lengths = np.diff(offsets) + 1

@@ -10,29 +10,15 @@ import hashlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
+
+import numpy as np
 
 from llm.data.tokenize import engines as tb
+from llm.data.tokenize.protocol import BaseTokenizer, Tokenizer  # noqa: F401  (Tokenizer: re-exported for callers)
 
 
-@runtime_checkable
-class Tokenizer(Protocol):
-    """What every stage needs from a tokenizer; nothing more."""
-
-    spec: str
-    eos_id: int
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
-
-    def decode(self, ids: Iterable[int]) -> str: ...
-
-    def fingerprint(self) -> dict: ...
-
-
-class SimpleTokenizer:
+class SimpleTokenizer(BaseTokenizer):
     """Dependency-free byte-level tokenizer: ids 0..255 are UTF-8 bytes, 256 is EOS."""
 
     spec = "simple"
@@ -45,6 +31,13 @@ class SimpleTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [list(t.encode("utf-8")) for t in texts]
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(every text's UTF-8 bytes as one uint8 array, offsets): the ids are the bytes, no Python ints."""
+        encoded = [t.encode("utf-8") for t in texts]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        offsets = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(lengths)))
+        return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
 
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
@@ -61,7 +54,7 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-class _EngineTokenizer:
+class _EngineTokenizer(BaseTokenizer):
     """A BPE vocabulary encoded by the engine `engines.pick` chose; subclasses load it and decode."""
 
     kind: str  # the fingerprint's type

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from llm.training.core.data_config import BUILTIN_SOURCES, DataConfig
+from llm.training.core.sections import ConfigModel
 
 __all__ = ["BUILTIN_SOURCES", "CheckpointConfig", "Config", "DataConfig", "ModelConfig", "TrainConfig", "TrainingConfig"]
 
-class ModelConfig(BaseModel):
+class ModelConfig(ConfigModel):
     """The `model:` section: the decoder-only transformer's shape (vocabulary from the tokenizer)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -29,7 +30,7 @@ class ModelConfig(BaseModel):
         return self
 
 
-class TrainingConfig(BaseModel):
+class TrainingConfig(ConfigModel):
     """The `training:` section: optimisation, schedule, device and precision."""
 
     model_config = ConfigDict(extra="forbid")
@@ -59,7 +60,7 @@ class TrainingConfig(BaseModel):
         raise ValueError(f"training.device {value!r} is not one of auto, cpu, cuda, cuda:N, mps")
 
 
-class CheckpointConfig(BaseModel):
+class CheckpointConfig(ConfigModel):
     """The `checkpoint:` section: where and how often to save, and what to resume from."""
 
     model_config = ConfigDict(extra="forbid")
@@ -70,7 +71,7 @@ class CheckpointConfig(BaseModel):
     keep_last_n: int | None = Field(default=3, gt=0)
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(ConfigModel):
     """A whole `llm-train` YAML file: sections data, model, training, checkpoint."""
 
     model_config = ConfigDict(extra="forbid")

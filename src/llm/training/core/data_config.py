@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Discriminator,
     Field,
@@ -18,6 +17,8 @@ from llm.data.inputs.dedup import check_hash_algo
 from llm.data.inputs.entries import SOURCE_KEYS, SourceEntry, entry_name, path_stem
 from llm.data.sft.settings import SFT_TYPES, DatasetEntry, SftStreamConfig
 from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig, packing_keys
+from llm.training.core.errors import ConfigError
+from llm.training.core.sections import ConfigModel
 
 __all__ = ["SFT_TYPES", "DataConfig", "DatasetEntry", "SourceEntry"]
 
@@ -35,7 +36,7 @@ def _entry_kind(entry: object) -> str:
     return "source" if isinstance(entry, SourceEntry) else "sft"
 
 
-class DataConfig(BaseModel):
+class DataConfig(ConfigModel):
     """The `data:` section: where the text comes from and how it is cut into blocks."""
 
     # extra="allow" so keys declared by a registered custom source pass through;
@@ -151,7 +152,7 @@ class DataConfig(BaseModel):
             return self
         key = _REQUIRED.get(self.data_source)
         if key and not self.model_dump(include={key})[key]:
-            raise ValueError(f"{key} is required when data_source={self.data_source!r}")
+            raise ConfigError(f"{key} is required when data_source={self.data_source!r}")
         return self
 
     def tokenizer_spec(self) -> str:

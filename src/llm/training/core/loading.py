@@ -2,122 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from llm.training.core.axolotl import from_axolotl
-from llm.training.core.axolotl_keys import SECTIONS, did_you_mean
+from llm.training.core.axolotl_keys import SECTIONS
 from llm.training.core.config import TrainConfig
-from llm.training.core.data_config import DatasetEntry, SourceEntry
 from llm.training.core.errors import ConfigError, KeysError
 
 __all__ = ["OPTIMIZED", "ConfigError", "build_config", "load_config", "parse_override", "read_yaml"]
 
 OPTIMIZED = "optimized"  # data_source of token shards made by `llm-data optimize`
-
-
-# a `datasets:` entry is one of these (pydantic names the member it tried in each error's loc: by
-# class name for a plain union, by tag right after the list index for DataConfig's tagged union)
-_UNION_MEMBERS = {"DatasetEntry": DatasetEntry, "SourceEntry": SourceEntry}
-_TAGGED_MEMBERS = {"sft": DatasetEntry, "source": SourceEntry}
-
-
-def _member_at(loc: tuple) -> int | None:
-    """Where in `loc` the union member stands, if anywhere."""
-    for i, part in enumerate(loc):
-        if part in _UNION_MEMBERS or (part in _TAGGED_MEMBERS and i and isinstance(loc[i - 1], int)):
-            return i
-    return None
-
-
-def _best_member(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For each union-typed entry, only the errors of the member it fits best (the fewest errors), loc without it."""
-    counts: dict[tuple, dict[str, int]] = {}
-    for error in errors:
-        loc = tuple(error.get("loc", ()))
-        at = _member_at(loc)
-        if at is not None:
-            counts.setdefault(loc[:at], {}).setdefault(loc[at], 0)
-            counts[loc[:at]][loc[at]] += 1
-    best = {prefix: min(by_member, key=by_member.__getitem__) for prefix, by_member in counts.items()}
-    kept = []
-    for error in errors:
-        loc = tuple(error.get("loc", ()))
-        at = _member_at(loc)
-        if at is None:
-            kept.append(error)
-        elif best[loc[:at]] == loc[at]:
-            model = _UNION_MEMBERS.get(loc[at]) or _TAGGED_MEMBERS[loc[at]]
-            kept.append({**error, "loc": loc[:at] + loc[at + 1:], "model": model})
-    return kept
-
-
-def _dotted(loc: Sequence[Any]) -> str:
-    """('data', 'datasets', 0, 'path') -> 'data.datasets[0].path'."""
-    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):  # list[X], X | None, X | Y: the first model inside
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _section_model(loc: Sequence[Any]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = TrainConfig
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(str(part)) if model is not None else None
-        if field is None:
-            return None
-        model = _model_of(field.annotation)
-    return model
-
-
-def _unknown_keys(extra: list[dict[str, Any]], source: str) -> str:
-    """Every unknown key of one section or entry, in one sentence with the valid keys (and a close match)."""
-    where_loc = tuple(extra[0]["loc"][:-1])
-    keys = [e["loc"] for e in extra if tuple(e["loc"][:-1]) == where_loc]
-    model = extra[0].get("model") or _section_model(where_loc)
-    valid = list(model.model_fields) if model is not None else []
-    kind = "entry" if where_loc and isinstance(where_loc[-1], int) else "section"
-    where = f"{kind} {_dotted(where_loc)!r}" if where_loc else "the top level"
-    named = did_you_mean([_dotted(loc) for loc in keys], [str(loc[-1]) for loc in keys], valid, where, ", ".join(valid))
-    return f"{source}: {named}"
-
-
-def _describe_all(errors: list[dict[str, Any]], source: str) -> str:
-    """A ValidationError's errors as one sentence: every unknown key of a section at once, else the first error."""
-    errors = _best_member(errors)
-    extra = [e for e in errors if e.get("type") == "extra_forbidden"]
-    return _unknown_keys(extra, source) if extra else _describe(errors[0], source)
-
-
-def _describe(error: dict[str, Any], source: str) -> str:
-    """One pydantic error as one sentence naming the dotted key."""
-    loc = list(error.get("loc", ()))
-    key = _dotted(loc)
-    kind = error.get("type", "")
-    message = str(error.get("msg", "is invalid"))
-    message = message.removeprefix("Value error, ")
-    if kind in ("value_error", "assertion_error"):
-        # Our validators already name the key in their sentence; prefix it only when they don't.
-        named = not loc or str(loc[-1]) in message
-        return f"{source}: {message}" if named else f"{source}: {key}: {message}"
-    if kind == "missing":
-        return f"{source}: key {key!r} is required"
-    if "input" in error and error["input"] is None:
-        return f"{source}: {key} cannot be null; give it a value or leave it out"
-    return f"{source}: {key} = {error.get('input')!r} is invalid ({message})"
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, source: str) -> None:
@@ -205,9 +103,9 @@ def _overridden(tree: dict[str, Any], overrides: dict[str, Any], done: dict[str,
 def _validate(tree: dict[str, Any], source: str) -> TrainConfig | str:
     """The validated config, or the sentence saying what is wrong with it."""
     try:
-        config = TrainConfig.model_validate(tree)
-    except ValidationError as exc:
-        return _describe_all(exc.errors(), source)
+        config = TrainConfig.validated(tree, source)
+    except ConfigError as exc:
+        return str(exc)
     try:  # the dataset itself is required only now: a DataConfig may be built without it
         config.data.check_source()
     except ValueError as exc:

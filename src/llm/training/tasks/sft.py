@@ -13,6 +13,7 @@ from llm.data.inputs.entries import SourceEntry
 from llm.data.inputs.source import TextSource
 from llm.data.sft.holdout import HeldOutSplit
 from llm.data.sft.stream import record_source
+from llm.data.tokenize.protocol import Tokenizer
 from llm.training.core.axolotl import VAL_STREAMING
 from llm.training.core.loading import ConfigError
 from llm.training.tasks.stream_lm import StreamTextData
@@ -124,7 +125,7 @@ class SftData(StreamTextData):
 class SftValidation:
     """The first `val_batches` batches of the validation records, read once and kept: the same every evaluation."""
 
-    def __init__(self, config: Any, tokenizer: Any, entry: Any = None, source: TextSource | None = None,
+    def __init__(self, config: Any, tokenizer: Tokenizer, entry: Any = None, source: TextSource | None = None,
                  what: str = "the validation set"):
         tc = config.training
         module = config.data.sft_stream(seed=tc.seed).build(

@@ -10,11 +10,14 @@ or password), so a reader without the key, or with another class or key, gets on
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from llm.data.shards.format.pread import ShardError
 
@@ -90,20 +93,39 @@ def for_reading(recorded: dict[str, Any] | None, encryption: Encryption | None, 
     if class_name(encryption) != recorded.get("class"):
         raise EncryptionError(f"{where} was encrypted with {recorded.get('class')}, not {class_name(encryption)}; "
                               "pass an instance of that class")
-    return encryption.for_dataset(recorded)
+    try:
+        return encryption.for_dataset(recorded)
+    except EncryptionError as e:  # e.g. a damaged salt: which dataset it is, too
+        raise EncryptionError(f"{where}: {e}") from None
 
 
-def for_appending(previous: Any, encryption: Encryption | None, where: str) -> Encryption | None:
-    """The encryption of shards appended to a dataset (its manifest `previous`, or None): the dataset's own."""
-    recorded = previous.encryption if previous is not None else None
-    if previous is None or (recorded is None and encryption is None):
-        return encryption
-    if recorded is None:
-        raise ValueError(f"cannot append encrypted shards to {where}: its shards are not encrypted")
-    if encryption is None:
-        raise ValueError(f"cannot append to {where} without encryption: its shards are encrypted "
-                         f"({recorded.get('class')}); pass encryption= with its key")
-    return for_reading(recorded, encryption, where)
+def key_opens(encryption: Encryption, stored: bytes, info: Any, kind: str) -> bool:
+    """Whether `encryption` turns a shard's stored bytes (its manifest entry `info`) back into the shard.
+
+    Fernet authenticates (a wrong key raises); a user's class may not, so the plaintext must also
+    have the shard's size and the end of its layout: token shards end with their documents' ends
+    (the last one the token count), item shards with their offsets table (0 up to the records'
+    size). Random bytes from a wrong key pass that by chance only.
+    """
+    try:
+        data = encryption.decrypt(stored)
+        if info.compression is not None:
+            import zstandard
+
+            data = zstandard.ZstdDecompressor().decompress(data, max_output_size=info.raw_bytes)
+    except Exception:  # the user's class may raise anything; Fernet raises InvalidToken, zstd ZstdError
+        return False
+    if len(data) != info.raw_bytes:
+        return False
+    count = info.documents if kind == "tokens" else info.items + 1
+    if not count:
+        return True
+    if len(data) < 8 * count:
+        return False
+    ends = np.frombuffer(bytes(data[len(data) - 8 * count:]), "<u8")
+    last = info.tokens if kind == "tokens" else len(data) - 8 * count
+    first_ok = kind == "tokens" or ends[0] == 0
+    return bool(first_ok and ends[-1] == last and np.all(ends[1:] >= ends[:-1]))
 
 
 def unlock(encrypted: bool, encryption: Encryption | None, stored: bytes, where: str) -> bytes:
@@ -135,6 +157,8 @@ class FernetEncryption(Encryption):
 
     iterations = 480_000
 
+    SALT_BYTES = 16
+
     def __init__(self, password: str, level: str = "chunk", salt: bytes | None = None):
         try:
             from cryptography.fernet import Fernet  # noqa: F401
@@ -143,8 +167,10 @@ class FernetEncryption(Encryption):
                                       "pip install 'llm-stream-data[encryption]'") from None
         if not isinstance(password, str) or not password:
             raise ValueError("FernetEncryption needs a non-empty password string")
+        if salt is not None and (not isinstance(salt, bytes) or len(salt) != self.SALT_BYTES):
+            raise ValueError(f"FernetEncryption's salt must be {self.SALT_BYTES} bytes, got {_described(salt)}")
         self.password, self.level = password, level
-        self.salt = salt if salt is not None else os.urandom(16)
+        self.salt = salt if salt is not None else os.urandom(self.SALT_BYTES)
         self._key = self._derive(password, self.salt)
 
     @property
@@ -174,10 +200,7 @@ class FernetEncryption(Encryption):
         return {"salt": base64.urlsafe_b64encode(self.salt).decode()}
 
     def for_dataset(self, state: dict[str, Any]) -> FernetEncryption:
-        salt = state.get("salt")
-        if not isinstance(salt, str):
-            raise EncryptionError(f"the manifest's encryption record has no salt string (got {salt!r})")
-        raw = base64.urlsafe_b64decode(salt)
+        raw = decode_salt(state.get("salt"), "the manifest's key 'encryption.salt'")
         return self if raw == self.salt else FernetEncryption(self.password, self.level, raw)
 
     def save(self, file_path: str | Path) -> None:
@@ -190,7 +213,28 @@ class FernetEncryption(Encryption):
         """The encryption `save` described, with its key derived again from `password`."""
         try:
             state = json.loads(Path(file_path).read_text())
-            salt = base64.urlsafe_b64decode(state["salt"])
+            salt = state["salt"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise EncryptionError(f"{file_path} is not a file FernetEncryption.save wrote ({type(e).__name__}: {e})") from None
-        return cls(password, level=state.get("level", "chunk"), salt=salt)
+        return cls(password, level=state.get("level", "chunk"), salt=decode_salt(salt, f"{file_path}: key 'salt'"))
+
+
+def decode_salt(text: Any, field: str) -> bytes:
+    """A Fernet salt as `state_dict` writes it (URL-safe base64 of 16 bytes); anything else is one sentence.
+
+    Strict: the lenient decoder drops characters outside the alphabet, so a damaged salt would
+    turn into another salt (or none: '!!' decodes to b''), and so into another key.
+    """
+    try:
+        raw = base64.b64decode(text, altchars=b"-_", validate=True) if isinstance(text, str) else None
+    except (binascii.Error, ValueError):
+        raw = None
+    if raw is None or len(raw) != FernetEncryption.SALT_BYTES:
+        raise EncryptionError(f"{field} is {_described(text)}, not a salt: expected {FernetEncryption.SALT_BYTES} "
+                              "bytes in URL-safe base64 as FernetEncryption wrote them; the file was damaged or edited")
+    return raw
+
+
+def _described(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

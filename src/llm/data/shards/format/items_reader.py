@@ -62,7 +62,7 @@ class ItemReader:
         shard_of = np.searchsorted(self.starts, indices, side="right") - 1
         out: list = [None] * len(indices)
         mapped, touched = 0, set()
-        pinned = getattr(self.files, "pinned_descriptors", None)
+        pinned = self.files.pinned_descriptors  # None where shards are not read by path
         for i, rows in group_rows(np.arange(len(indices)), shard_of):
             raw, offsets = self._shard(i)
             local = indices[rows] - self.starts[i]

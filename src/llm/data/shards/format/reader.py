@@ -286,7 +286,7 @@ class TokenReader:
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         fits = starts + width <= self.starts[np.minimum(shard + 1, len(self.starts) - 1)]
         groups = group_rows(np.flatnonzero(fits), shard, order=starts)  # file order: by shard, then by offset
-        pinned = getattr(self.files, "pinned_descriptors", None)
+        pinned = self.files.pinned_descriptors  # None where shards are not read by path
         plain = [(i, rows) for i, rows in groups if pinned is not None and self.files.plain(self.files.shards[i])]
         mapped = [(i, rows) for i, rows in groups if pinned is None or not self.files.plain(self.files.shards[i])]
         for i, rows in mapped:  # compressed or cached remote shards: through their bytes

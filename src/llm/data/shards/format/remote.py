@@ -57,6 +57,13 @@ def open_cache(location: Location, manifest: Manifest, objects: Any, cache_dir: 
     return cache
 
 
+class _Pins(threading.local):
+    """One reading thread's pinned shards (index -> (pin, mapped bytes)): empty on the thread's first use."""
+
+    def __init__(self) -> None:
+        self.held: OrderedDict[int, tuple[Any, np.ndarray]] = OrderedDict()
+
+
 class RemoteShardBytes(_ShardBytes):
     """Shard bytes from the cache: each reading thread pins the one shard it reads, and only while
     it reads (released before the next shard and at the end of each chunk), so shards it has moved
@@ -73,13 +80,10 @@ class RemoteShardBytes(_ShardBytes):
         self._maps: dict = {}
         self._decompressed: OrderedDict[int, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._local = _Pins()
 
     def _held(self) -> OrderedDict:
-        held = getattr(self._local, "held", None)
-        if held is None:
-            held = self._local.held = OrderedDict()
-        return held
+        return self._local.held
 
     pinned_descriptors = None  # cached shards are read through their pinned maps, not by path (eviction may replace the file)
 
@@ -148,7 +152,7 @@ class RemoteShardBytes(_ShardBytes):
         self.release()
 
     def _per_process(self) -> dict:
-        return {"_lock": threading.Lock(), "_local": threading.local()}
+        return {"_lock": threading.Lock(), "_local": _Pins()}
 
 
 def _map(path: Path) -> np.ndarray:

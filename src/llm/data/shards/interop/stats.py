@@ -7,7 +7,7 @@ each shard's own offsets table, so nothing is decoded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ class DatasetStats:
     lengths: np.ndarray  # tokens per document (tokens) or bytes per item (items)
     shard_counts: np.ndarray  # tokens (or items) per shard, every shard
     shards_measured: int
+    details: dict = field(default_factory=dict)  # a peer's format-specific facts (ForeignManifest.details)
 
     @property
     def length_unit(self) -> str:
@@ -95,7 +96,10 @@ def collect_stats(dataset: str | Path, storage_options: dict | None = None, max_
     key = "tokens" if manifest.kind == "tokens" else "items"
     counts = np.array([getattr(s, key) for s in manifest.shards], dtype=np.int64)
     lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    return DatasetStats(str(dataset), manifest, getattr(manifest, "foreign_format", None) or None, lengths, counts, n)
+    foreign = foreign_source.manifest if foreign_source is not None else None  # a ForeignManifest
+    if foreign is None:
+        return DatasetStats(str(dataset), manifest, None, lengths, counts, n)
+    return DatasetStats(str(dataset), manifest, foreign.foreign_format or None, lengths, counts, n, dict(foreign.details))
 
 
 def summary_rows(stats: DatasetStats) -> list[tuple[str, str]]:
@@ -120,8 +124,7 @@ def summary_rows(stats: DatasetStats) -> list[tuple[str, str]]:
         rows.append(("tokenizer", f"{kind} ({', '.join(f'{k} {v}' for k, v in tok.items())})" if tok else kind))
     else:
         rows.append(("tokenizer", "not recorded"))
-    details = getattr(m, "details", None)
-    for key, value in (details or {}).items():
+    for key, value in stats.details.items():
         rows.append((key.replace("_", " "), str(value)))
     rows.append(("fingerprint", m.fingerprint()))
     what = "document length" if m.kind == "tokens" else "item size"
@@ -147,7 +150,7 @@ def summary_json(stats: DatasetStats) -> dict:
         "compression": ", ".join(codecs) if codecs else None,
         "compression_ratio": round(raw / max(totals["bytes"], 1), 4),
         "dtype": m.dtype, "tokenizer": dict(m.tokenizer) if m.tokenizer else None,
-        "details": dict(getattr(m, "details", None) or {}), "fingerprint": m.fingerprint(),
+        "details": dict(stats.details), "fingerprint": m.fingerprint(),
         "totals": totals,
         "lengths": {"unit": stats.length_unit, "shards_measured": stats.shards_measured, **stats.percentiles()},
     }

@@ -24,7 +24,7 @@ from typing import Any
 
 from llm.data.inputs.errors import InputError
 from llm.data.jobs import Tasks, check_engine, engine_session, run_tasks
-from llm.data.shards.format.encryption import Encryption, for_appending, record
+from llm.data.shards.format.encryption import Encryption, record
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
 from llm.data.shards.format.manifest import Manifest, ShardInfo
 from llm.data.shards.format.pread import ShardError
@@ -36,8 +36,8 @@ from llm.data.shards.format.writer import (
     as_token_array,
     check_batch,
 )
-from llm.data.shards.prepare.item_layout import check_append_layout, common_layout
-from llm.data.shards.prepare.output import SHARD_PREFIX, open_output
+from llm.data.shards.prepare.item_layout import common_layout
+from llm.data.shards.prepare.output import SHARD_PREFIX, Incoming, Output, open_output
 from llm.data.shards.prepare.tails import join_tails, tail_writer
 from llm.data.storage.s3 import StorageError
 from llm.data.storage.sizes import parse_bytes
@@ -269,7 +269,8 @@ def optimize(
     array, tensor or list) or yields many; otherwise it returns or yields items: dicts,
     lists and tuples of numbers, strings, bytes, None, numpy arrays, tensors, PIL images,
     or any picklable object (docs/items.md). `chunk_bytes` / `chunk_size` (tokens or items)
-    bound each shard. `mode`: None (the folder must be empty), 'append' or 'overwrite'.
+    bound each shard. `mode`: None (the folder must be empty), 'append' (refused, before anything is
+    written, unless this run is made as the dataset there was: output.py) or 'overwrite'.
     `tokenizer` is recorded in the manifest (its fingerprint, EOS id, vocabulary).
     One run at a time holds `output_dir`: another run fails at once naming the holder,
     or with `wait=True` waits for it to finish. `output_dir` may be `s3://bucket/prefix`
@@ -297,31 +298,37 @@ def optimize(
     check_engine(engine, ray_address)
     encrypted = record(encryption)  # checks the object before any worker starts
     chunk = parse_size(chunk_bytes)
+    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+        raise TypeError("optimize: tokenizer= must be a tokenizer of llm.data.load_tokenizer (or None for ids from fn), "
+                        f"got {type(tokenizer).__name__}")
     tok_fp = tokenizer.fingerprint() if tokenizer is not None else None
+    # the token dtype a tokenizer fixes; without one it follows the ids (widened per shard)
+    declared = token_dtype(tokenizer.vocab_size) if tokenizer is not None else None
+    header = Manifest(kind=kind, shards=[], dtype=declared if kind == "tokens" else None, tokenizer=tok_fp,
+                      eos_id=tokenizer.eos_id if tokenizer is not None else None,
+                      vocab_size=tokenizer.vocab_size if tokenizer is not None else None, encryption=encrypted)
     with engine_session(engine, ray_address, num_workers) as workers:
-        output = open_output(output_dir, mode, kind, tok_fp, wait=wait, storage_options=storage_options)
-        if mode == "append":  # appended shards take the dataset's key (its salt), under the output's lock
-            try:
-                encryption = for_appending(output._current(), encryption, output.display)
-            except BaseException:
-                output.release()
-                raise
-            encrypted = record(encryption)
+        # under the output's lock: an append is checked against the dataset (fields, and that the key
+        # opens its shards) before anything is written; appended shards take the dataset's salt
+        output = open_output(output_dir, mode, Incoming(header, encryption), wait=wait, storage_options=storage_options)
+        encryption = output.encryption
+        encrypted = record(encryption)
         run_id = time.strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        dtype = token_dtype(tokenizer.vocab_size) if tokenizer is not None else "uint16"
+        previous = output.previous  # an append without a tokenizer writes at least the dataset's width
+        dtype = declared or (previous.dtype if previous is not None and previous.dtype else "uint16")
         # Ray tasks writing to object storage upload from their own node; everything else
         # writes to output.folder (a shared folder for a multi-node cluster).
-        remote = engine == "ray" and hasattr(output, "upload")
+        remote = engine == "ray" and output.is_remote
         job = _Job(
             fn, _split_tasks(inputs, 4 * max(workers, 1)), None if remote else output.folder, run_id, kind, dtype,
             chunk, chunk_size, compression, (output.display, storage_options) if remote else None, encryption,
         )
         results: dict[int, _TaskResult] = {}
-        upload = None if remote else getattr(output, "upload", None)
+        upload = None if remote else output.upload  # a store's output sends each task's shards now, from here
 
         def done(task_id: int, result: _TaskResult) -> None:
             results[task_id] = result
-            if upload is not None:  # remote output: upload the task's shards now, from this process
+            if upload is not None:
                 upload(result.shards)
 
         try:
@@ -339,12 +346,10 @@ def optimize(
                 vocab_size=tokenizer.vocab_size if tokenizer is not None else None,
                 sources=sources or [],
                 item_layout=layout,
-                tokenizer_backend=getattr(tokenizer, "backend", None) if tokenizer is not None else None,
+                tokenizer_backend=tokenizer.backend if tokenizer is not None else None,
                 encryption=encrypted,
             )
-            if mode == "append":
-                check_append_layout(output, manifest)
-            output.commit(manifest)
+            output.commit(manifest)  # an append is checked again there, with the item layout and dtype
         except BaseException as e:
             output.abort(run_id)
             explained = output.explain(e)
@@ -354,7 +359,7 @@ def optimize(
         finally:
             output.release()
     summary = OptimizeSummary(
-        output_dir=getattr(output, "display", str(output.folder)),
+        output_dir=output.display,
         documents=sum(s.documents for s in shards),
         tokens=sum(s.tokens for s in shards),
         items=sum(s.items for s in shards),
@@ -370,7 +375,7 @@ def optimize(
     return summary
 
 
-def _join_tails(job: _Job, results: dict[int, _TaskResult], output: Any, upload: Any) -> list[ShardInfo]:
+def _join_tails(job: _Job, results: dict[int, _TaskResult], output: Output, upload: Any) -> list[ShardInfo]:
     """Every shard in input order, the tasks' small tails joined and written here (then uploaded if remote)."""
     folder = job.folder if job.folder is not None else Path(tempfile.mkdtemp(prefix="llm-optimize-tails-"))
     try:

@@ -8,12 +8,12 @@ document.
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm.data.inputs.listing import refuse_inputs_in_output
 from llm.data.inputs.partitions import byte_ranges
 from llm.data.inputs.readers import (
     FileStamp,
@@ -117,20 +117,6 @@ class TokenizeText:
         return state
 
 
-def refuse_inputs_in_output(inputs: list[str], output_dir: Path) -> None:
-    """An input inside the output folder (its own index.json matched by `*.json`) would be read as text."""
-    out = output_dir.expanduser().resolve()
-    for pattern in inputs:
-        path = Path(pattern).expanduser()
-        matches = [Path(p) for p in glob.glob(str(path), recursive=True)] if any(c in pattern for c in "*?[") else [path]
-        for match in matches:
-            resolved = match.resolve()
-            if resolved == out or out in resolved.parents:
-                raise ValueError(f"input {match} is inside the output folder {output_dir}; write the dataset elsewhere or narrow the input")
-            if resolved.is_dir() and resolved in out.parents:
-                raise ValueError(f"input folder {match} contains the output folder {output_dir}; write the dataset elsewhere")
-
-
 def _range_bytes(item: TextRange) -> int:
     end = item.end if item.end is not None else (item.stamp.size if item.stamp else os.path.getsize(item.path))
     return end - item.start
@@ -163,7 +149,7 @@ def optimize_text(
     """
     tok = load_tokenizer(tokenizer, tokenizer_backend)  # fails fast, in the parent, on a bad spec
     # Workers use the engine the parent chose (not `auto` again), so one run has one engine.
-    backend = tok.backend if getattr(tok, "backend", None) in BACKENDS else None
+    backend = tok.backend if tok.backend in BACKENDS else None
     location = parse_location(output_dir)
     if not location.is_object_store:
         refuse_inputs_in_output(inputs, location.local_path())

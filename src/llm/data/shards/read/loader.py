@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections import deque
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from llm.data.ingest_stats import (
     FLUSH_EVERY,
@@ -23,11 +24,13 @@ from llm.data.ingest_stats import (
     remote_sum,
 )
 from llm.data.shards.plan.schedule import BatchSchedule
+from llm.data.shards.read.ledger import LoaderLedger, run_id
 from llm.data.shards.read.profiling import LoaderProfile
 from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
 from llm.data.shards.read.state import OPTIONAL_KEYS, STATE_KEYS, check_header, check_int
 from llm.data.stage import Stage, StateError
 from llm.data.topology import current_topology
+from llm.data.worker_errors import SentError, reraise, send
 
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 
@@ -44,6 +47,24 @@ def _split_chunk(chunk: dict[str, Any], sizes: list[int], document_boundaries: b
         else:
             yield chunk["input_ids"][row : row + size]
         row += size
+
+
+class _SendsErrors(IterableDataset):
+    """The dataset as DataLoader worker processes iterate it: an error travels to the loader as
+    itself, in the place of the worker's next chunk (worker_errors.py), not in torch's wrapper."""
+
+    def __init__(self, source: SampleSource):
+        self.source = source
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self.source
+        except Exception as e:
+            info = get_worker_info()
+            sent = send(e, f"DataLoader worker process {info.id if info else 0}")
+            if sent is None:
+                raise
+            yield {"error": sent}
 
 
 class StreamingDataLoader(DataLoader, Stage):
@@ -68,11 +89,14 @@ class StreamingDataLoader(DataLoader, Stage):
         profile_batches: int | None = None,
         profile_dir: str | Path = ".",
         drop_last: bool | None = None,
+        ledger: str | os.PathLike | None = None,
         **kwargs: Any,
     ):
         """`drop_short_batch`: drop an epoch's short final global batch (`drop_last`, torch's name, is
         accepted; the dataset's `drop_partial_block` is the other meaning). `profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
-        (profiling.py). Other keyword arguments go to torch's DataLoader."""
+        (profiling.py). `ledger`: a folder where this rank records what every batch held, committed by
+        each `state_dict()` (docs/proving-a-run.md; `llm-data audit FOLDER` checks it). Other keyword
+        arguments go to torch's DataLoader."""
         if not isinstance(dataset, SampleSource):
             raise TypeError(f"StreamingDataLoader needs a StreamingDataset or CombinedStreamingDataset (a SampleSource), "
                             f"got {type(dataset).__name__}")
@@ -134,6 +158,8 @@ class StreamingDataLoader(DataLoader, Stage):
         self._profile = LoaderProfile(profile_batches, profile_dir) if profile_batches else None
         self._window = IngestWindow()  # stats(): waits, batches and tokens since the last reset
         self._worker_remote = RemoteCounters()  # counts that worker processes sent with their chunks
+        self._ledger = None if ledger is None else LoaderLedger(
+            ledger, dataset.ledger_sources(), run_id(dataset.fingerprint, dataset.seed, ledger))
 
     @staticmethod
     def _pick_chunk_batches(dataset: SampleSource, batch_size: int) -> int:
@@ -170,8 +196,12 @@ class StreamingDataLoader(DataLoader, Stage):
         self._epoch, self._start, self._schedule, self._yielded = epoch, start, schedule, 0
         token = self._active = object()  # supersedes any earlier iterator of this loader
         profile = self._profile if self._profile is not None and not self._profile.done else None
+        if self._ledger is not None:
+            self._ledger.open(schedule.rank, {"world_size": schedule.world_size, "batch_size": self.batch_size,
+                               "num_workers": self.reader_threads or self.num_workers})
         it = ReadPlan(epoch, schedule, self._chunk_batches, self._collate,
-                        profile=profile.batches if profile else 0, t0=profile.t0 if profile else 0)
+                      profile=profile.batches if profile else 0, t0=profile.t0 if profile else 0,
+                      ledger=self._ledger is not None)
         return self._batches(token, it, profile)
 
     def _batches(self, token: object, it: ReadPlan, profile: LoaderProfile | None) -> Iterator[Any]:
@@ -179,11 +209,15 @@ class StreamingDataLoader(DataLoader, Stage):
         if self.reader_threads:
             chunks: Iterator[Any] = self._threaded_chunks(it)
         else:
-            self.dataset._plan = it
+            ds = self.dataset
+            ds._plan = it
+            # the workers iterate the wrapper (torch's attribute, set only while they start)
+            object.__setattr__(self, "dataset", _SendsErrors(ds) if self.num_workers else ds)
             try:
                 chunks = super().__iter__()
             finally:
-                self.dataset._plan = None
+                object.__setattr__(self, "dataset", ds)
+                ds._plan = None
         ds = self.dataset
         boundaries = ds.manifest.kind == "tokens" and ds.item_loader.document_boundaries  # ItemsLoader has none
         block = ds.block_size if ds.manifest.kind == "tokens" else 0
@@ -195,6 +229,8 @@ class StreamingDataLoader(DataLoader, Stage):
         asked = clock()
         try:
             for chunk in chunks:
+                if isinstance(chunk.get("error"), SentError):
+                    reraise(chunk["error"])
                 trace = chunk.pop("trace", None)
                 if profile is not None:
                     profile.add(trace)
@@ -204,12 +240,17 @@ class StreamingDataLoader(DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
+                ids, crcs = chunk.pop("ledger_ids", None), chunk.pop("ledger_crc", None)
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
+                row = 0
                 try:
-                    for batch in _split_chunk(chunk, sizes, boundaries):
+                    for batch, size in zip(_split_chunk(chunk, sizes, boundaries), sizes):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
+                        if ids is not None:  # recorded like the count: a state saved now includes this batch
+                            self._record(np.asarray(ids[row:row + size]), np.asarray(crcs[row:row + size]), it.epoch)
+                            row += size
                         log_wait(clock() - asked)
                         if profile is not None:
                             profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
@@ -222,6 +263,11 @@ class StreamingDataLoader(DataLoader, Stage):
                 profile.write()  # an iteration shorter than profile_batches, or left early
         if self._active is token and self._yielded == len(it.schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
+
+    def _record(self, ids: np.ndarray, crcs: np.ndarray, epoch: int) -> None:
+        source, source_epoch, item = self.dataset.ledger_rows(epoch, ids)
+        if self._ledger is not None:
+            self._ledger.record(item, crcs, source, source_epoch, self.dataset.block_size or 0)
 
     def _remote_now(self) -> dict[str, int]:
         return remote_sum([self.dataset.remote_counters(), self._worker_remote.snapshot()])
@@ -282,6 +328,13 @@ class StreamingDataLoader(DataLoader, Stage):
         world = self._schedule.world_size if self._schedule else current_topology()[1]
         return {**self.dataset.state_at(epoch, consumed), "global_batch_size": self.batch_size * world}
 
+    def state_dict(self) -> dict[str, Any]:
+        """The resume state; with a ledger, also commits the batches handed out since the last one."""
+        state = self.state()
+        if self._ledger is not None:
+            state["ledger"] = self._ledger.commit()
+        return state
+
     def _resolve(self, state: Any) -> Resume:
         """Where `state` resumes, the dataset's (or mixture's) part included; changes nothing."""
         check_int(check_header(state, STATE_KEYS), "global_batch_size", 1, 1 << 62,
@@ -300,5 +353,7 @@ class StreamingDataLoader(DataLoader, Stage):
         """Continue exactly after the batches counted in `state`, on any num_workers or world size."""
         resume = self._resolve(state)
         self.dataset.apply(resume)
+        if self._ledger is not None:
+            self._ledger.resume_from(state.get("ledger"))
         self._epoch, self._start = resume.epoch, resume.consumed
         self._schedule, self._yielded, self._active = None, 0, None

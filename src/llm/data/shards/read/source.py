@@ -28,6 +28,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from llm.data.ingest_stats import remote_diff, zero_remote
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.access import SampleAccess
+from llm.data.shards.read.ledger import chunk_identities
 from llm.data.shards.read.profiling import recording
 from llm.data.shards.read.state import (
     MAX_EPOCH,
@@ -79,6 +80,7 @@ class ReadPlan:
     batched: bool = True  # False: yield single samples (the dataset iterated without the loader)
     profile: int = 0  # chunks holding one of the first `profile` batches record spans (profiling.py)
     t0: int = 0  # the profile's time origin (perf_counter_ns)
+    ledger: bool = False  # chunks carry each row's sample id and token checksum (read/ledger.py)
 
 
 @dataclass(frozen=True)
@@ -258,15 +260,32 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
         self._hint(plan, order, lo, hi)
         positions = [plan.schedule.positions(k) for k in range(lo, hi)]
         sizes = np.array([len(p) for p in positions], dtype=np.int64)
+        samples = order(np.concatenate(positions))
         try:
             if lo >= plan.profile:
-                return self._chunk(order(np.concatenate(positions)), sizes, plan.collate)
-            info = get_worker_info()
-            with recording(plan.t0, f"DataLoader worker {info.id}" if info else threading.current_thread().name) as rec:
-                chunk = self._chunk(order(np.concatenate(positions)), sizes, plan.collate)
-            return {**chunk, "trace": rec.events}
+                chunk = self._chunk(samples, sizes, plan.collate)
+            else:
+                info = get_worker_info()
+                thread = f"DataLoader worker {info.id}" if info else threading.current_thread().name
+                with recording(plan.t0, thread) as rec:
+                    chunk = self._chunk(samples, sizes, plan.collate)
+                chunk = {**chunk, "trace": rec.events}
+            # the ledger's identities come from what this worker read, not from the loader's cursor
+            return {**chunk, **chunk_identities(chunk, samples)} if plan.ledger else chunk
         finally:
             self.release()  # this thread's pin: an idle reader must not hold cache room
+
+    # ---- the run ledger ----------------------------------------------------------------------
+
+    def ledger_sources(self) -> list[dict[str, Any]]:
+        """What the ledger header says of each source: enough for `audit` to rebuild it and know its size."""
+        name = PurePosixPath(str(self.input_dir).rstrip("/")).name or "data"
+        return [{"name": name, "path": str(self.input_dir), "block_size": self.block_size, **self.identity()}]
+
+    def ledger_rows(self, epoch: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, the source's epoch, its sample) of each sample id a chunk read in `epoch`."""
+        n = len(ids)
+        return np.zeros(n, np.int64), np.full(n, epoch, np.int64), np.asarray(ids, np.int64)
 
     def _hint(self, plan: ReadPlan, order: Order, lo: int, hi: int) -> None:
         """Remote data: tell the caches which samples batches [lo, hi + a few chunks) read, in order."""

@@ -21,6 +21,7 @@ OPTIONAL_KEYS = {
     "shuffle_window": None,  # shards per shuffle window; None: a global shuffle
     "subsample": 1.0,  # StreamingDataset(subsample=); a list for a mixture of subsampled sources
     "split": None,  # [[index, fractions, seed], ...] of train_test_split; None: the whole dataset
+    "ledger": None,  # {run, generation, step}: the run ledger's committed position (read/ledger.py)
 }
 MAX_EPOCH = 1 << 62  # far beyond any run; keeps epoch arithmetic an ordinary integer
 

@@ -1,0 +1,35 @@
+"""`llm-data audit LEDGER`: every sample a run trained on, counted from its ledger and checked against the data."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+AUDIT_EPILOG = """examples:
+  llm-data audit runs/x/ledger          # the folder given to StreamingDataLoader(..., ledger=...)
+
+Counts each sample's appearances per epoch and source from what the workers read, checks the
+tokens against the data as stored now, and names what was repeated, lost or changed. Exits 0
+only when every sample was trained exactly once. docs/proving-a-run.md"""
+
+
+def add_audit_command(add: Any) -> None:
+    """Register `audit` with the `add(name, help, epilog)` of cli/data.py."""
+    cmd = add("audit", "prove a run trained on every sample exactly once, from its ledger", AUDIT_EPILOG)
+    cmd.add_argument("ledger", metavar="LEDGER", help="the ledger folder a run wrote")
+    cmd.add_argument("--no-verify", action="store_true", help="do not re-read the data to compare checksums")
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    from llm.data.ledger.audit import audit
+    from llm.data.ledger.reader import read_ledger
+    from llm.data.shards.read.ledger_audit import ShardAuditor
+
+    ledger = read_ledger(args.ledger)
+    shards = ShardAuditor(ledger.sources)
+    report = audit(ledger, expected_items=shards.expected_items, verify=None if args.no_verify else shards.verify)
+    report.problems += shards.problems
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1
+

@@ -1,0 +1,188 @@
+"""`LedgerWriter`: one rank's record of what each step trained on, committed with the checkpoint.
+
+The loader (or the text module) calls `record(step, rows, pieces)` as it hands a batch over,
+with the identities its worker read. Nothing reaches the disk until `commit()`, which the
+checkpoint calls *before* it renames its own file: a segment holds exactly the steps since the
+previous commit. So after a kill -9:
+
+* a segment written but whose checkpoint never landed ends past the checkpoint the run resumes
+  from: `open(state)` deletes it (same generation, steps beyond the state), so those steps,
+  trained and then lost with the model, are never counted;
+* steps recorded after the last commit were never written.
+
+Each resume starts a new *generation*: one more than any generation already in the folder (every
+rank computes the same number, since nothing new is written before the first commit, which comes
+after every rank has opened). Rank 0 writes `g{generation}.json` at its first commit: where the
+generation resumed from (generation and step) and its topology, so `audit` can follow the chain
+of resumes the run stands on, and name steps that a resume from an older checkpoint abandoned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llm.data.ledger.format import (
+    HEADER_NAME,
+    PIECE,
+    ROW,
+    VERSION,
+    LedgerError,
+    encode_segment,
+    parse_segment_name,
+    read_header,
+    segment_name,
+)
+from llm.data.stage import StateError
+from llm.data.storage.local import atomic_write, fsync_dir
+
+STATE_KEYS = ("run", "generation", "step")
+
+
+def marker_name(generation: int) -> str:
+    return f"g{generation:04d}.json"
+
+
+def generations_in(folder: Path) -> list[int]:
+    """Every generation that left a segment or a marker in the folder."""
+    found = set()
+    for entry in os.listdir(folder):
+        parsed = parse_segment_name(entry)
+        if parsed:
+            found.add(parsed[1])
+        elif entry.startswith("g") and entry.endswith(".json") and entry[1:-5].isdigit():
+            found.add(int(entry[1:-5]))
+    return sorted(found)
+
+
+def check_ledger_state(state: Any, where: str = "ledger state") -> dict[str, Any]:
+    """The ledger part of a saved state, checked (StateError naming the key)."""
+    if not isinstance(state, dict):
+        raise StateError(f"{where} is {state!r}; expected {{run, generation, step}} as the loader saved it")
+    for key in STATE_KEYS:
+        value = state.get(key)
+        ok = isinstance(value, str) and value if key == "run" else \
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        if not ok:
+            raise StateError(f"{where} key {key!r} is {value!r}; pass the state the loader saved, unchanged")
+    return state
+
+
+class LedgerWriter:
+    """One rank's ledger: `open`, then `record` per step handed over, `commit` with every checkpoint."""
+
+    def __init__(self, folder: str | os.PathLike, rank: int = 0, sources: list[dict[str, Any]] | None = None):
+        self.folder = Path(folder)
+        self.rank = rank
+        self.sources = list(sources or [])
+        self.run: str | None = None
+        self.generation = 0
+        self.resumed_from: dict[str, int] | None = None
+        self.topology: dict[str, Any] = {}
+        self.committed_step = 0  # the last step written (0: none yet)
+        self._rows: list[np.ndarray] = []
+        self._pieces: list[np.ndarray] = []
+        self._names: dict[str, int] = {}
+        self._marker_written = False
+        self._first_step: int | None = None
+        self._last_step = 0
+
+    # -- start and resume ------------------------------------------------------------------------
+    def open(self, state: dict[str, Any] | None, topology: dict[str, Any] | None = None, run: str | None = None) -> None:
+        """Start a new run's ledger (state None) or resume from a checkpoint's ledger state.
+
+        `run`: the new run's id, the same on every rank (a random one when None on a single rank).
+        A fresh start needs a folder without a ledger: rank 0 refuses one that holds another run's.
+        """
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.topology = dict(topology or {})
+        if state is None:
+            if run is None and int(self.topology.get("world_size", 1)) > 1:
+                raise ValueError("LedgerWriter.open(None) on several ranks needs run=, the same id on every rank")
+            self.run = run or secrets.token_hex(8)
+            if self.rank == 0:
+                header = read_header(self.folder)
+                if header is not None:
+                    raise LedgerError(f"{self.folder} already holds the ledger of run {header['run']}; resume that "
+                                      "run from its checkpoint, or give this run an empty ledger folder")
+                atomic_write(self.folder / HEADER_NAME, json.dumps(
+                    {"version": VERSION, "run": self.run, "sources": self.sources}, indent=1).encode())
+            self.generation, self.committed_step, self._last_step = 0, 0, 0
+            return
+        state = check_ledger_state(state)
+        header = read_header(self.folder)
+        if header is None or header.get("run") != state["run"]:
+            found = "no ledger" if header is None else f"the ledger of run {header.get('run')}"
+            raise LedgerError(f"the checkpoint's ledger state belongs to run {state['run']} but {self.folder} holds "
+                              f"{found}; pass the ledger folder of the run that wrote the checkpoint")
+        self.run = header["run"]
+        existing = generations_in(self.folder)
+        self.generation = max([state["generation"], *existing]) + 1
+        if self.rank == 0 and max(existing, default=0) <= state["generation"]:
+            # the usual case, a kill -9 after a segment but before its checkpoint: drop those steps. A state
+            # older than a later generation is a resume from an older checkpoint: keep all, audit names it.
+            self._drop_lost_steps(state["generation"], state["step"])
+        self.resumed_from = {"generation": state["generation"], "step": state["step"]}
+        self.committed_step = self._last_step = state["step"]
+
+    def _drop_lost_steps(self, generation: int, step: int) -> None:
+        """Segments of this generation past the checkpoint: trained, written, then lost with the model."""
+        for entry in sorted(os.listdir(self.folder)):
+            parsed = parse_segment_name(entry)
+            if parsed and parsed[1] == generation and parsed[3] > step:
+                os.unlink(self.folder / entry)
+        fsync_dir(self.folder)
+
+    # -- recording ---------------------------------------------------------------------------------
+    def name_id(self, name: str) -> int:
+        """The index of a file or object name in the next segment's names table."""
+        return self._names.setdefault(name, len(self._names))
+
+    def record(self, step: int, rows: np.ndarray, pieces: np.ndarray) -> None:
+        """The rows (ROW) and pieces (PIECE, `row_ref` indexing `rows`) of one step handed over."""
+        if step <= self._last_step:
+            raise ValueError(f"ledger step {step} recorded after step {self._last_step}; steps only go forward")
+        rows = np.asarray(rows, ROW).copy()
+        rows["step"] = step
+        pieces = np.asarray(pieces, PIECE).copy()
+        pieces["row_ref"] += sum(len(r) for r in self._rows)
+        self._rows.append(rows)
+        self._pieces.append(pieces)
+        self._first_step = step if self._first_step is None else self._first_step
+        self._last_step = step
+
+    def set_loss(self, step: int, losses: np.ndarray) -> None:
+        """Per-row losses of a step recorded since the last commit (`checkpoint.ledger_loss`)."""
+        for rows in reversed(self._rows):
+            if len(rows) and int(rows["step"][0]) == step:
+                rows["loss"] = np.asarray(losses, np.float32).reshape(-1)[: len(rows)]
+                return
+
+    # -- commit ------------------------------------------------------------------------------------
+    def commit(self) -> dict[str, Any]:
+        """Write the steps recorded since the last commit as one segment; returns the state to checkpoint."""
+        if self.run is None:
+            raise RuntimeError("LedgerWriter.commit() before open()")
+        if self.rank == 0 and not self._marker_written and self.generation > 0:
+            atomic_write(self.folder / marker_name(self.generation), json.dumps(
+                {"generation": self.generation, "resumed_from": self.resumed_from, "topology": self.topology}).encode())
+            self._marker_written = True
+        if self._first_step is not None:
+            names = sorted(self._names, key=self._names.__getitem__)
+            header = {"run": self.run, "rank": self.rank, "generation": self.generation,
+                      "first_step": self._first_step, "last_step": self._last_step,
+                      "topology": self.topology, "names": names}
+            data = encode_segment(header, np.concatenate(self._rows), np.concatenate(self._pieces))
+            path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
+            atomic_write(path, data)
+            self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
+        self.committed_step = self._last_step
+        return self.state()
+
+    def state(self) -> dict[str, Any]:
+        return {"run": self.run, "generation": self.generation, "step": self.committed_step}

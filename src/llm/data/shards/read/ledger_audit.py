@@ -1,0 +1,55 @@
+"""Audit's view of the token-shard sources a ledger names: each rebuilt as trained, its order and its bytes now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llm.data.shards.format.loaders import TokensLoader
+from llm.data.shards.read.dataset import StreamingDataset
+from llm.data.shards.read.ledger import row_crcs
+
+
+class ShardAuditor:
+    """Audit's view of the token-shard sources a ledger header names: their order and their bytes now."""
+
+    def __init__(self, sources: list[dict[str, Any]]):
+        self.sources = sources
+        self._datasets: dict[int, Any] = {}
+        self.problems: list[str] = []
+
+    def dataset(self, s: int) -> Any | None:
+        """Source s rebuilt with the settings it was trained with (None, with a problem named, if it cannot be)."""
+        if s in self._datasets:
+            return self._datasets[s]
+        info, ds = self.sources[s], None
+        try:
+            ds = StreamingDataset(info["path"], item_loader=TokensLoader(block_size=info["block_size"]) if
+                                  info.get("block_size") else None, shuffle=info["shuffle"], seed=info["seed"],
+                                  shuffle_window=info.get("shuffle_window") or "global",
+                                  subsample=info.get("subsample", 1.0))
+        except (OSError, ValueError) as e:
+            self.problems.append(f"{info['name']} ({info['path']}) cannot be opened to check it: {e}")
+        if ds is not None and ds.fingerprint != info.get("fingerprint"):
+            self.problems.append(f"{info['name']} ({info['path']}) changed since the run: its fingerprint is "
+                                 f"{ds.fingerprint[:12]}, the run trained on {str(info.get('fingerprint'))[:12]}")
+            ds = None
+        if ds is not None and info.get("split") is not None:
+            ds = None  # a train_test_split view: its order is not rebuilt here; its counts are still audited
+        self._datasets[s] = ds
+        return ds
+
+    def expected_items(self, s: int, epoch: int, count: int) -> np.ndarray:
+        ds = self.dataset(s)
+        return np.empty(0, np.int64) if ds is None else ds.order(epoch)(np.arange(count, dtype=np.int64))
+
+    def verify(self, s: int, items: np.ndarray, crcs: np.ndarray) -> np.ndarray:
+        ds = self.dataset(s)
+        if ds is None or not self.sources[s].get("block_size"):
+            return np.ones(len(items), bool)
+        good = np.empty(len(items), bool)
+        for lo in range(0, len(items), 4096):  # bounded memory for long runs
+            blocks = ds.read_blocks(items[lo:lo + 4096])["input_ids"]
+            good[lo:lo + 4096] = row_crcs(blocks) == crcs[lo:lo + 4096]
+        return good
