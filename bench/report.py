@@ -272,6 +272,10 @@ def markdown(results: dict) -> str:
 
     if dedup_results := s.get("dedup") or dedup.latest():
         md += dedup.markdown(dedup_results)
+    from bench import mix_elastic  # its section stays from its last run too
+
+    if mix_results := s.get("mixelastic") or mix_elastic.latest():
+        md += mix_elastic.markdown(mix_results)
     if results.get("profiles"):
         md += ["", "## Where our time goes (one extra, profiled run of ours per case)", ""]
         for prof in results["profiles"]:

@@ -20,8 +20,10 @@ from bench.context import (
 from bench.corpus import build_corpus, corpus_paths
 from bench.runners.common import BLOCK
 
-SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "packing", "s3", "dedup"]
-OPT_IN = ["s3", "dedup"]  # run only when named in --only (s3 starts an S3 server and takes half an hour)
+SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "packing", "s3", "dedup",
+             "mixelastic"]
+# run only when named in --only (s3 starts an S3 server and takes half an hour; mixelastic needs git's main)
+OPT_IN = ["s3", "dedup", "mixelastic"]
 
 
 
@@ -296,3 +298,10 @@ def scenario_dedup(ctx: Context) -> dict:
     from bench import dedup
 
     return dedup.run(min(ctx.corpus_mb, 16.0), ctx.repeat, ctx.workers, ctx.cache_dir, say=ctx.say)
+
+
+def scenario_mixelastic(ctx: Context) -> dict:
+    """The shard mixture before (git main) and after issue 35, and its shares over a batch ramp (bench/mix_elastic.py)."""
+    from bench.mix_elastic import scenario_mixelastic as run
+
+    return run(ctx)

@@ -135,6 +135,28 @@ def _loader(c: Ctx, dataset: StreamingDataset | None = None, **kw: Any) -> Strea
     return StreamingDataLoader(dataset or c.dataset(), **{"batch_size": 2, **kw})
 
 
+def _mixture_state(c: Ctx, **kw: Any) -> dict:
+    loader = _loader(c, _combined(c, None, schedule=_schedule((0, [1.0, 1.0]), (3, [1.0, 2.0])), **kw), batch_size=4)
+    next(iter(loader))
+    return loader.state_dict()
+
+
+def _mixture_v1_without_batch(c: Ctx) -> None:
+    """A version-1 mixture state given to the dataset itself: no clock, no step_samples, no global batch."""
+    state = _mixture_state(c)
+    state.pop("global_batch_size")
+    state["mixture"] = {k: v for k, v in state["mixture"].items()
+                        if k in ("weights", "anchor", "counts", "batching", "unit", "schedule")}
+    _combined(c, None, schedule=_schedule((0, [1.0, 1.0]), (3, [1.0, 2.0]))).load_state_dict(state)
+
+
+def _mixture_other_sources(c: Ctx) -> None:
+    state = _mixture_state(c)
+    three = CombinedStreamingDataset([c.dataset(), c.dataset(seed=3), StreamingDataset(c.other, item_loader=TokensLoader(
+        block_size=BLOCK))], schedule=_schedule((0, [1.0, 1.0, 1.0]), (3, [1.0, 2.0, 1.0])))
+    _loader(c, three, batch_size=4).load_state_dict(state)
+
+
 def _dedup_bad_record(c: Ctx) -> None:
     (c.root / "bad-record.jsonl").write_text('{"text": "fine"}\n{"text": "cut off\n')
     dedup_corpus(str(c.root / "bad-record.jsonl"), c.fresh("dd1"), num_workers=0, progress=False)
@@ -360,6 +382,19 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
     ("combined-schedule-steps-out-of-order", lambda c: _combined(c, None, schedule=_schedule(
         (0, [1, 1]), (10, [1, 2]), (10, [2, 1]))), ValueError, "schedule[2].step is 10 but schedule[1] is at step 10"),
     ("combined-unit-unknown", lambda c: _combined(c, None, unit="bytes"), ValueError, "unit='bytes' is not known"),
+    ("combined-schedule-point-two-keys", lambda c: _combined(c, None, schedule=[
+        {"step": 0, "samples": 0, "weights": [1, 1]}]), ValueError,
+     "schedule[0] gives step and samples; a point gives exactly one of step, samples and tokens"),
+    ("combined-schedule-two-kinds", lambda c: _combined(c, None, schedule=[
+        {"step": 0, "weights": [1, 1]}, {"tokens": 70, "weights": [1, 2]}]), ValueError,
+     "schedule[1] is by tokens but schedule[0] is by step"),
+    ("combined-schedule-bool-position", lambda c: _combined(c, None, schedule=[
+        {"samples": 0, "weights": [1, 1]}, {"samples": True, "weights": [1, 2]}]), ValueError,
+     "schedule[1].samples is True; expected a whole number of samples >= 0"),
+    ("combined-state-v1-without-batch", _mixture_v1_without_batch, StateError,
+     "loader state key 'mixture' (version 1) records no global batch"),
+    ("combined-sources-changed", _mixture_other_sources, StateError,
+     "allow_source_changes=True"),
     ("text-missing-local-file", lambda c: _text_stream(c, c.root / "nope.txt"), InputError, "{root}/nope.txt"),
     ("text-cut-gz", lambda c: _text_stream(c, c.root / "cut.jsonl.gz"), InputError,
      "{root}/cut.jsonl.gz: truncated or corrupt gzip stream"),

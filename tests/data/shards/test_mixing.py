@@ -240,13 +240,3 @@ def test_per_batch_resumes_exactly_across_workers_and_ranks(sources):
     others = [{**config, "workers": 2}, {**config, "world": 2}]
     ref = check_resume(run_combined, config, stops=[5, 40], resume_configs=others, fresh_process=False)
     assert all(len(set((step[:, 0] // 10_000).tolist())) == 1 for step in ref)
-
-
-def test_per_batch_refuses_a_state_with_another_global_batch(sources):
-    ds = combined(sources, batching="per_batch")
-    loader = StreamingDataLoader(ds, batch_size=4)
-    next(iter(loader))
-    state = loader.state_dict()
-    other = StreamingDataLoader(combined(sources, batching="per_batch"), batch_size=8)
-    with pytest.raises(ValueError, match="4 samples per schedule slot, but this mixture has batching='per_batch' and 8"):
-        other.load_state_dict(state)

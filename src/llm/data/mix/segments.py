@@ -123,13 +123,18 @@ class TokenPicker:
 
 
 class MixPlan:
-    """The segments of a mixture from `starts[k]` (absolute positions) with `weights[k]`, built as reached."""
+    """The segments of a mixture from `starts[k]` (absolute positions) with `weights[k]`, built as reached.
+
+    `per_slot[k]`: samples per slot in segment k (1, or a per_batch mixture's global batch from there).
+    """
 
     def __init__(self, starts: list[int], weights: list[list[float]], anchor: np.ndarray,
-                 picker: Callable[[list[float], np.ndarray], PeriodicPicker | TokenPicker]):
+                 picker: Callable[[list[float], np.ndarray, int], PeriodicPicker | TokenPicker],
+                 per_slot: list[int] | None = None):
         self.starts, self.weights, self.picker = starts, weights, picker
+        self.per_slot = per_slot or [1] * len(starts)  # samples per slot of each segment (per_batch: its global batch)
         self.anchors = [np.asarray(anchor, dtype=np.int64)]
-        self.pickers = [picker(weights[0], self.anchors[0])]
+        self.pickers = [picker(weights[0], self.anchors[0], self.per_slot[0])]
         self._lock = threading.Lock()  # token datasets read chunks from several threads
 
     def __getstate__(self) -> dict:  # sent to worker processes (spawn, forkserver): a lock does not pickle
@@ -146,7 +151,7 @@ class MixPlan:
                 k = len(self.pickers)
                 span = np.array([self.starts[k] - self.starts[k - 1]], dtype=np.int64)
                 self.anchors.append(self.anchors[-1] + self.pickers[-1].counts(span)[:, 0])
-                self.pickers.append(self.picker(self.weights[k], self.anchors[-1]))
+                self.pickers.append(self.picker(self.weights[k], self.anchors[-1], self.per_slot[k]))
 
     def _split(self, absolute: np.ndarray) -> np.ndarray:
         self._reach(int(absolute.max(initial=0)))

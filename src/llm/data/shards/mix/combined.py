@@ -22,9 +22,14 @@ its samples (`iterate_over_all=False`) or until every source has (`True`), at th
 weights. Changing the weights on resume re-anchors the schedule at the saved per-source
 counts: nothing consumed is repeated, the new mixture applies from there.
 
-`schedule=` gives weights by step (`mix_schedule.py`; one step is one global batch, as the
-loader sets it): each change point starts a segment anchored at the counts there
-(segments.py), positions still a pure function of the position. `unit="tokens"` makes the
+`schedule=` gives weights by step, samples or tokens (`mix/schedule.py`; one step is one
+global batch, as the loader sets it): each change point starts a segment anchored at the
+counts there (`mix/segments.py`, `plan.py`), positions still a pure function of the
+position. A resume may change the global batch: the state keeps each step point reached
+as the position where it took effect and per_batch's slot sizes (`resume.py`), so the past
+is rebuilt as it was served. `allow_source_changes=True` lets a resume add or remove
+sources (matched by name and fingerprint): kept ones continue their own counts, new ones
+start at their beginning, removed ones' counts stay in `source_counts()`. `unit="tokens"` makes the
 weights shares of tokens for item datasets whose samples differ in length (`tokens_of`
 counts an item's tokens; each source's lengths are read once); token-block datasets have
 equal samples, so there it is the same mixture. `source_counts()` gives the samples and
@@ -36,20 +41,32 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from llm.data.ingest_stats import remote_sum
 from llm.data.mix.schedule import MixSchedule, parse_schedule
 from llm.data.mix.segments import MixPlan, PeriodicPicker, TokenPicker
 from llm.data.mix.weights import PERIOD, check_weights, quotas, slot_table
 from llm.data.seeds import check_seed
 from llm.data.shards.arrays import distinct
+from llm.data.shards.mix.plan import Segments, segments
+from llm.data.shards.mix.reading import MixReads
+from llm.data.shards.mix.resume import (
+    MIX_STATE_VERSION,
+    MixHistory,
+    SavedMix,
+    check_batching,
+    check_past,
+    match_sources,
+    read_saved,
+    restart_history,
+    served_units,
+)
 from llm.data.shards.mix.sources import check_sources, count_tokens, source_names
 from llm.data.shards.read.dataset import StreamingDataset
 from llm.data.shards.read.source import Order, Resume, SampleSource
-from llm.data.shards.read.state import StateError
 
 __all__ = ["CombinedStreamingDataset", "PERIOD", "quotas", "slot_table"]
 BATCHING = ("stratified", "per_batch")
@@ -68,7 +85,7 @@ def check_unit(unit: str, batching: str) -> str:
     return unit
 
 
-class CombinedStreamingDataset(SampleSource):
+class CombinedStreamingDataset(MixReads, SampleSource):
     """Mix several `StreamingDataset`s (same kind, block size and tokenizer) by weight, with an exact resume."""
 
     def __init__(
@@ -81,6 +98,7 @@ class CombinedStreamingDataset(SampleSource):
         schedule: Any = None,
         unit: str = "records",
         tokens_of: Callable[[Any], int] | None = None,
+        allow_source_changes: bool = False,
     ):
         self.datasets: list[StreamingDataset] = check_sources(datasets)
         if batching not in BATCHING:
@@ -111,9 +129,14 @@ class CombinedStreamingDataset(SampleSource):
             json.dumps([d.fingerprint for d in self.datasets] + [seed]).encode()
         ).hexdigest()
         self.names = source_names([str(d.input_dir) for d in self.datasets])
+        self.folders = source_names([str(d.input_dir) for d in self.datasets], numbered=False)
+        if not isinstance(allow_source_changes, bool):
+            raise ValueError(f"allow_source_changes must be True or False, got {allow_source_changes!r}")
+        self.allow_source_changes = allow_source_changes
+        self.history = MixHistory()  # the past a resume rebuilds (resume.py); empty in a fresh run
+        self.global_batch = 1  # batch_size x world size, set by the loader
         self.unit, self.tokens_of = check_unit(unit, batching), tokens_of
         self._lengths: list[np.ndarray] | None = None  # each item's tokens, per source (read when needed)
-        self.samples_per_step = 1  # a schedule's step in positions: the global batch, set by the loader
         if schedule is not None:
             if weights is not None:
                 raise ValueError("give weights or schedule, not both (a schedule's first point holds the weights "
@@ -129,26 +152,51 @@ class CombinedStreamingDataset(SampleSource):
         return check_weights(weights, len(self.datasets), key, sizes=self.sizes.tolist(), names=self.names)
 
     def reanchor(self, weights: Sequence[float], counts: np.ndarray) -> None:
-        """Start the schedule of these (checked) weights at a point where source s had given counts[s]."""
+        """Start the plan of these (checked) weights at a point where source s had given counts[s]."""
         self.weights = list(weights)
         self.anchor = np.asarray(counts, dtype=np.int64)
         self._orders = {}
-        starts, by_step = [0], [self.weights]
-        if self.schedule is not None:
-            steps = self.schedule.change_points()
-            starts = [step * self.samples_per_step for step in steps]
-            by_step = [self._shares(self.schedule.weights_at(step), "schedule") for step in steps]
-            by_step[0] = self.weights
-        self.plan = MixPlan(starts, by_step, self.anchor, self._picker)
+        starts, by_segment, per_slot = segments(
+            self.schedule, self.weights, lambda w, at: self._shares(w, f"schedule at {self.schedule.unit} {at}"),
+            self.history, self.global_batch, self.batching == "per_batch", self._tokens_position)
+        self.plan = MixPlan(starts, by_segment, self.anchor, self._picker, per_slot)
+        self.samples_per_slot = per_slot[0]
         first = self.plan.first()
         self.num_samples = first.epoch_end(self.sizes, self.iterate_over_all)
         if isinstance(first, PeriodicPicker):  # the first segment's table, as before schedules
             self.period, self.quota, self.slots = first.period, first.quota, first.slots
 
-    def _picker(self, weights: list[float], anchor: np.ndarray) -> PeriodicPicker | TokenPicker:
+    def _tokens_position(self, tokens: int, so_far: Segments) -> int:
+        """The first plan position at which the mixture has served `tokens` tokens (a tokens point)."""
+        if tokens <= 0:
+            return 0
+        if self.manifest.kind == "tokens":
+            return -(-tokens // int(self.block_size or 1))
+        plan = MixPlan(*so_far[:2], self.anchor, self._picker, so_far[2])
+        lo, hi = 0, 1
+        while self._tokens_before(plan, hi) < tokens:
+            lo, hi = hi, 2 * hi
+        while lo < hi:  # the smallest position with at least `tokens` served before it
+            mid = (lo + hi) // 2
+            lo, hi = (mid + 1, hi) if self._tokens_before(plan, mid) < tokens else (lo, mid)
+        return lo
+
+    def _tokens_before(self, plan: MixPlan, position: int) -> int:
+        counts = plan.counts(np.array([position], dtype=np.int64))[:, 0]
+        return sum(self._source_tokens(s, int(c) ) - self._source_tokens(s, int(a))
+                   for s, (c, a) in enumerate(zip(counts, self.anchor)))
+
+    def _source_tokens(self, s: int, n: int) -> int:
+        """Tokens in source s's first n samples (over its own epochs)."""
+        if self.manifest.kind == "tokens":
+            return n * int(self.block_size or 0)
+        full, rest = divmod(n, int(self.sizes[s]))
+        return full * int(self.item_lengths()[s].sum()) + int(self._lengths_at(s, full * int(self.sizes[s]), rest).sum())
+
+    def _picker(self, weights: list[float], anchor: np.ndarray, per_slot: int) -> PeriodicPicker | TokenPicker:
         if self.unit == "tokens" and self.manifest.kind == "items":
             return TokenPicker(weights, anchor, self._lengths_at)
-        return PeriodicPicker(weights, self.seed, self.legacy_seeds, self.samples_per_slot)
+        return PeriodicPicker(weights, self.seed, self.legacy_seeds, per_slot)
 
     def _lengths_at(self, s: int, first: int, n: int) -> np.ndarray:
         """Tokens of source s's samples number first .. first + n - 1 (in its own epochs' orders)."""
@@ -174,32 +222,23 @@ class CombinedStreamingDataset(SampleSource):
     def source_counts(self, epoch: int | None = None, consumed: int = 0) -> dict[str, dict[str, int]]:
         """Samples and tokens each source has handed out before a position (the loader's: all ranks together).
 
-        Tokens are block_size per sample of a token dataset, `tokens_of` per item of an item one.
+        Tokens are block_size per sample of a token dataset, `tokens_of` per item of an item one. Sources
+        removed on a resume (allow_source_changes) keep their counts here.
         """
         absolute = np.array([(self.epoch if epoch is None else epoch) * self.num_samples + consumed], dtype=np.int64)
         counts = self.plan.counts(absolute)[:, 0]
-        out = {}
+        out = {name: dict(c) for name, c in self.history.retired.items()}
         for s, name in enumerate(self.names):
-            n = int(counts[s])
-            if self.manifest.kind == "tokens":
-                tokens = n * int(self.block_size or 0)
-            else:
-                full, rest = divmod(n, int(self.sizes[s]))
-                lengths = self.item_lengths()[s]
-                tokens = full * int(lengths.sum()) + int(self._lengths_at(s, full * int(self.sizes[s]), rest).sum())
-            out[name] = {"tokens": tokens, "samples": n}
+            out[name] = {"tokens": self._source_tokens(s, int(counts[s])), "samples": int(counts[s])}
         return out
 
     def set_global_batch(self, global_batch: int) -> None:
-        """Called by StreamingDataLoader: with per_batch, one slot of the schedule is one global batch;
-        with a weight schedule, one step is one global batch."""
-        changed = False
-        if self.batching == "per_batch" and global_batch != self.samples_per_slot:
-            self.samples_per_slot, changed = int(global_batch), True
-        if self.schedule is not None and global_batch != self.samples_per_step:
-            self.samples_per_step, changed = int(global_batch), True
-        if changed:
-            self.reanchor(self.weights, self.anchor)
+        """Called by StreamingDataLoader: a schedule's step and a per_batch slot are one global batch from the
+        resume position on (the past keeps the batches it was served at: resume.py)."""
+        if global_batch != self.global_batch:
+            self.global_batch = int(global_batch)
+            if self.batching == "per_batch" or self.schedule is not None:
+                self.reanchor(self.weights, self.anchor)
 
     def _counts(self, positions: np.ndarray) -> np.ndarray:
         """Samples each source gave before each position: shape (sources, len(positions))."""
@@ -207,82 +246,93 @@ class CombinedStreamingDataset(SampleSource):
 
     # ---- the source contract (read/source.py) --------------------------------------------------
 
+    def _tokens_since(self, counts: np.ndarray, anchor: np.ndarray) -> int:
+        return sum(self._source_tokens(s, int(c)) - self._source_tokens(s, int(a))
+                   for s, (c, a) in enumerate(zip(counts, anchor)))
+
+    def _counts_tokens(self) -> bool:
+        """Whether a state counts tokens: free for token blocks, and for items once their lengths are read."""
+        return self.manifest.kind == "tokens" or self._lengths is not None or self.unit == "tokens" or (
+            self.schedule is not None and self.schedule.unit == "tokens")
+
     def extra_state(self, epoch: int, consumed: int) -> dict[str, Any]:
-        """Weights, anchor and per-source counts at the loader's position (a few numbers per source)."""
-        absolute = np.array([epoch * self.num_samples + consumed], dtype=np.int64)
-        mixture = {"weights": self.weights, "anchor": self.anchor.tolist(),
-                   "counts": self._counts(absolute)[:, 0].tolist(), "batching": self.batching,
-                   "unit": self.samples_per_slot}
+        """Weights, anchor, per-source counts, the step clock and slot sizes at the loader's position (resume.py)."""
+        absolute = epoch * self.num_samples + consumed
+        counts = self._counts(np.array([absolute]))[:, 0]
+        points = self.schedule.change_points() if self.schedule is not None and self.schedule.unit == "step" else []
+        clock = self.history.clock.advance(points, self.global_batch, absolute)
+        tokens = [self._source_tokens(s, int(c)) for s, c in enumerate(counts)] if self._counts_tokens() else None
+        served = self.history.base[1] + (self._tokens_since(counts, self.anchor) if tokens is not None else 0)
+        mixture = {"version": MIX_STATE_VERSION, "weights": self.weights, "anchor": self.anchor.tolist(),
+                   "counts": counts.tolist(), "batching": self.batching, "unit": self.samples_per_slot,
+                   "clock": clock.as_dict(), "sources": [[n, d.fingerprint] for n, d in zip(self.names, self.datasets)],
+                   "served": [self.history.base[0] + absolute, served], "base": list(self.history.base),
+                   "retired": self.history.retired, "tokens": tokens or [None] * len(self.datasets)}
+        if self.batching == "per_batch":
+            runs = [[p, g] for p, g in zip(self.plan.starts, self.plan.per_slot)]
+            mixture["slots"] = [r for k, r in enumerate(runs) if k == 0 or r[1] != runs[k - 1][1]]  # where G changed
         if self.schedule is not None:  # what the past was, for a resume that changes the schedule
-            mixture["schedule"], mixture["step_samples"] = self.schedule.as_list(), self.samples_per_step
+            mixture["schedule"], mixture["step_samples"] = self.schedule.as_list(), self.global_batch
         if self.unit == "tokens":
             mixture["shares_of"] = "tokens"
         return {"mixture": mixture}
 
-    def resume_anchor(self, state: dict[str, Any]) -> tuple[np.ndarray | None, bool]:
-        """As saved; re-anchored where it was saved after a weight change; or, with other weights now,
-        re-anchored at the saved per-source counts (epoch 0, position 0 of the new mixture)."""
-        mixture = state.get("mixture")
-        if not mixture:
-            return None, False
-        n = len(self.datasets)
-        try:
-            weights = [float(w) for w in mixture["weights"]]
-            anchor = np.asarray(mixture["anchor"], dtype=np.int64)
-            counts = np.asarray(mixture["counts"], dtype=np.int64)
-        except (KeyError, TypeError, ValueError):
-            raise StateError("loader state key 'mixture' must hold weights, anchor and counts lists") from None
-        if len(weights) != n or anchor.shape != (n,) or counts.shape != (n,) or (counts < 0).any():
-            raise StateError(f"loader state key 'mixture' does not describe {n} datasets: {mixture!r}")
-        saved = (mixture.get("batching", "stratified"), mixture.get("unit", 1))
-        if saved != (self.batching, self.samples_per_slot):
-            raise StateError(
-                f"loader state key 'mixture' was saved with batching={saved[0]!r} and {saved[1]} samples per "
-                f"schedule slot, but this mixture has batching={self.batching!r} and {self.samples_per_slot}; a "
-                "per_batch mixture resumes with the same batching and global batch (batch_size x world size)"
-            )
-        if self.schedule is not None:
-            self._check_past(mixture, weights, anchor, counts)
-            return (None if (anchor == self.anchor).all() else anchor), False
-        if np.allclose(weights, self.weights):
-            return (None if (anchor == self.anchor).all() else anchor), False
-        return counts, True
+    def resume_identity(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This mixture's identity for `state`: its epoch length under the slot size the state began with, and
+        with allowed source changes no fingerprint (the sources are matched one by one: resume.py)."""
+        expected = self.identity()
+        saved = read_saved(state)
+        if saved is None:
+            return expected
+        if self._matched(saved) is not None:  # per-source lists of another length: matched source by source
+            for key in ("fingerprint", "shuffle_window", "subsample", "split"):
+                expected.pop(key)
+        elif self.batching == "per_batch" and saved.history.slots and saved.history.slots[0][1] != self.samples_per_slot:
+            first = PeriodicPicker(self.plan.weights[0], self.seed, state.get("version") == 1, saved.history.slots[0][1])
+            expected["num_samples"] = first.epoch_end(self.sizes, self.iterate_over_all)
+        return expected
 
-    def _check_past(self, mixture: dict, weights: list[float], anchor: np.ndarray, counts: np.ndarray) -> None:
-        """A schedule may change only what has not been read: the saved one must agree up to the saved step."""
-        try:
-            saved = parse_schedule(mixture.get("schedule") or [{"step": 0, "weights": weights}], len(weights),
-                                   "loader state key 'mixture'", sum_to_one=False)
-        except ValueError as e:
-            raise StateError(str(e)) from None
-        per_step = int(mixture.get("step_samples", self.samples_per_step)) or 1
-        step = -(-int((counts - anchor).sum()) // per_step)  # positions read since the anchor, in steps
-        changed = self.schedule.past_differs(saved, step) if self.schedule else None
-        if changed is not None:
-            raise StateError(f"schedule gives other weights at step {changed} than the run that saved this state, "
-                             f"which has read to step {step}; change the schedule only from step {step} on")
+    def _matched(self, saved: SavedMix) -> list[int | None] | None:
+        return match_sources(saved, self.names, [d.fingerprint for d in self.datasets], self.folders,
+                             self.allow_source_changes)
+
+    def resume_anchor(self, state: dict[str, Any]) -> tuple[np.ndarray | None, bool]:
+        """As saved; or, with other weights (or sources) now, re-anchored at the saved per-source counts
+        (position 0 of the new mixture). Checks everything, changes nothing."""
+        saved = read_saved(state)
+        if saved is None:
+            return None, False
+        check_batching(saved, self.batching)
+        matched = self._matched(saved)
+        if matched is not None:  # sources added or removed: each kept one resumes its own count
+            return np.array([0 if i is None else saved.counts[i] for i in matched], dtype=np.int64), True
+        if self.schedule is not None:
+            check_past(saved, self.schedule, served_units(saved, self._saved_tokens(saved)))
+            return (None if (saved.anchor == self.anchor).all() else saved.anchor), False
+        if np.allclose(saved.weights, self.weights):
+            return (None if (saved.anchor == self.anchor).all() else saved.anchor), False
+        return saved.counts, True
+
+    def _saved_tokens(self, saved: SavedMix) -> int | None:
+        """Tokens served since the saved anchor, where a version-1 state did not record them (same sources)."""
+        if saved.served is not None or self.schedule is None or self.schedule.unit != "tokens":
+            return None
+        return self._tokens_since(saved.counts, saved.anchor)
+
+    def resolve(self, state: Any, keys: tuple[str, ...] | None = None) -> Resume:
+        """Where `state` resumes, with the past its plan is rebuilt from (resume.py); changes nothing."""
+        resume = super().resolve(state) if keys is None else super().resolve(state, keys)
+        saved = read_saved(state)
+        if saved is None:
+            return resume
+        if resume.restart:
+            return replace(resume, history=restart_history(saved, self.names, self._saved_tokens(saved)))
+        return replace(resume, history=saved.history)
 
     def apply(self, resume: Resume) -> None:
         super().apply(resume)
+        self.history = resume.history if isinstance(resume.history, MixHistory) else MixHistory()
         self.reanchor(self.weights, self.anchor if resume.anchor is None else resume.anchor)
-
-    def reads_remote(self) -> bool:
-        return any(d.reads_remote() for d in self.datasets)
-
-    def remote_counters(self, wait: bool = False) -> dict[str, int]:
-        return remote_sum(d.remote_counters(wait) for d in self.datasets)
-
-    def release(self) -> None:
-        for d in self.datasets:  # a remote source's pin must not outlive the chunk that read it
-            d.release()
-
-    def hint_samples(self, sample_ids: np.ndarray) -> None:
-        """Each source's cache gets the shards its samples among these read, in order of first use."""
-        ids = np.asarray(sample_ids, dtype=np.int64)
-        src = self.sources_of(ids)
-        for s, d in enumerate(self.datasets):
-            if d.reads_remote():
-                d.hint_samples(ids[src == s] - self.offsets[s])
 
     # ---- the plan --------------------------------------------------------------------------
 
@@ -322,35 +372,7 @@ class CombinedStreamingDataset(SampleSource):
             self._orders[key] = cached = order
         return cached
 
-    def sources_of(self, ids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.offsets, ids, side="right") - 1
-
-    # ---- reading ---------------------------------------------------------------------------
-
-    def read_blocks(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
-        ids = np.asarray(sample_ids, dtype=np.int64)
-        src = self.sources_of(ids)
-        out = {"input_ids": np.empty((len(ids), self.block_size), dtype=self.token_dtype)}
-        if self.item_loader.document_boundaries:
-            out["position_ids"] = np.empty_like(out["input_ids"])
-        for s in distinct(src):
-            at = np.flatnonzero(src == s)  # each source gathers straight into its rows of the batch
-            self.datasets[s].fill_blocks(ids[at] - self.offsets[s], out, at)
-        return out
-
-    def reads_per_sample(self) -> bool:
-        # items come from several readers: gathered sample by sample through each source's own path
-        return self.manifest.kind == "items" or any(d.reads_per_sample() for d in self.datasets)
-
-    def sample_list(self, ids: np.ndarray) -> list[Any]:
-        """Each source's samples as its own `ds[i]` gives them (its transform, subsample, __getitem__)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        src, out = self.sources_of(ids), [None] * len(ids)
-        for s in distinct(src):
-            at = np.flatnonzero(src == s)
-            for row, sample in zip(at.tolist(), self.datasets[s].sample_list(ids[at] - self.offsets[s])):
-                out[row] = sample
-        return out
+    # ---- access ----------------------------------------------------------------------------
 
     def __getitem__(self, index: int | slice) -> Any:
         """Position `index` of the current epoch's mixture (a list for a slice)."""
@@ -359,7 +381,3 @@ class CombinedStreamingDataset(SampleSource):
         return self.sample_list(self.global_ids(self.epoch, np.array([self._check_index(index)])))[0]
 
     __getitem__.handles_slices = True  # type: ignore[attr-defined]  # (access.py)
-
-    def verify(self) -> None:
-        for d in self.datasets:
-            d.verify()

@@ -43,12 +43,13 @@ def _check_same(i: int, d: StreamingDataset, first: StreamingDataset) -> None:
         raise ValueError(f"datasets[{i}] has document_boundaries={bounds} but datasets[0] does not; use one TokensLoader setting")
 
 
-def source_names(dirs: Sequence[str]) -> list[str]:
-    """Each source's name in the accounting: its folder's name (`wiki` for `s3://b/wiki/`), repeats numbered."""
+def source_names(dirs: Sequence[str], numbered: bool = True) -> list[str]:
+    """Each source's name in the accounting: its folder's name (`wiki` for `s3://b/wiki/`), repeats numbered
+    (`numbered=False`: the folder names as they are)."""
     out: list[str] = []
     for i, d in enumerate(dirs):
         name = PurePosixPath(d.rstrip("/").replace("\\", "/")).name or d
-        out.append(name if name not in out else f"{name}#{i}")
+        out.append(name if name not in out or not numbered else f"{name}#{i}")
     return out
 
 

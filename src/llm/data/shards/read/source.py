@@ -92,6 +92,8 @@ class Resume:
     legacy_seeds: bool  # a version-1 state: orders keyed by seed + epoch (read/state.py)
     legacy_window: bool = False  # a version-1 or -2 state: straddling blocks in the earlier window
     anchor: np.ndarray | None = None  # a mixture re-anchored at these per-source counts
+    restart: bool = False  # a mixture whose plan starts over at position 0 (other weights or sources)
+    history: Any = None  # a mixture's past to rebuild its plan from (shards/mix/resume.py)
 
 
 class SampleSource(SampleAccess, IterableDataset, Stage):
@@ -147,7 +149,7 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
         return zero_remote()
 
     def set_global_batch(self, global_batch: int) -> None:
-        """The loader's batch_size x world size; only a per_batch mixture uses it."""
+        """The loader's batch_size x world size; only a mixture uses it (per_batch slots, step points)."""
 
     def extra_state(self, epoch: int, consumed: int) -> dict[str, Any]:
         """Keys of this source's state beyond its identity and position (a mixture's counts)."""
@@ -162,6 +164,10 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
     def resume_anchor(self, state: dict[str, Any]) -> tuple[np.ndarray | None, bool]:
         """(anchor to set or None, whether the schedule restarts at position 0); checks, changes nothing."""
         return None, False
+
+    def resume_identity(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The identity `state` must match (a mixture's may depend on what the state says of its past)."""
+        return self.identity()
 
     # ---- the stage contract ------------------------------------------------------------------
 
@@ -178,14 +184,15 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
         """Where `state` resumes on this source, or a StateError; nothing is changed."""
         state = check_header(state, keys)
         anchor, restart = self.resume_anchor(state)
-        expected = self.identity()
+        expected = self.resume_identity(state)
         if restart:  # another mixture: its size and position no longer apply
             expected.pop("num_samples")
             state = {**state, "epoch": 0, "samples_consumed": 0}
         check_identity(state, self.input_dir, expected)
         epoch = check_int(state, "epoch", 0, MAX_EPOCH, "epochs finished")
         consumed = check_int(state, "samples_consumed", 0, self.num_samples, "samples of the epoch already handed out")
-        return Resume(epoch, consumed, state["version"] == 1, anchor=anchor, legacy_window=state["version"] < 3)
+        return Resume(epoch, consumed, state["version"] == 1, anchor=anchor, legacy_window=state["version"] < 3,
+                      restart=restart)
 
     def check(self, state: Any) -> None:
         self.resolve(state)

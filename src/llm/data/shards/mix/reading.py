@@ -1,0 +1,80 @@
+"""How a mixture reads: each id goes to the source that owns it, through that source's own reader.
+
+`MixReads` is the base `CombinedStreamingDataset` reads through: combined ids are a source's
+offset plus its own sample id, so one batch gathers each source's rows straight into place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llm.data.ingest_stats import remote_sum
+from llm.data.shards.arrays import distinct
+from llm.data.shards.read.dataset import StreamingDataset
+
+
+class MixReads:
+    """Reading, remote counters and cache hints of a mixture, routed to its sources."""
+
+    datasets: list[StreamingDataset]
+    offsets: np.ndarray
+    block_size: int | None
+    token_dtype: Any
+    item_loader: Any
+    manifest: Any
+    num_samples: int
+    epoch: int
+
+    def reads_remote(self) -> bool:
+        return any(d.reads_remote() for d in self.datasets)
+
+    def remote_counters(self, wait: bool = False) -> dict[str, int]:
+        return remote_sum(d.remote_counters(wait) for d in self.datasets)
+
+    def release(self) -> None:
+        for d in self.datasets:  # a remote source's pin must not outlive the chunk that read it
+            d.release()
+
+    def hint_samples(self, sample_ids: np.ndarray) -> None:
+        """Each source's cache gets the shards its samples among these read, in order of first use."""
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        src = self.sources_of(ids)
+        for s, d in enumerate(self.datasets):
+            if d.reads_remote():
+                d.hint_samples(ids[src == s] - self.offsets[s])
+
+    def sources_of(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.offsets, ids, side="right") - 1
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def read_blocks(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        src = self.sources_of(ids)
+        out = {"input_ids": np.empty((len(ids), self.block_size), dtype=self.token_dtype)}
+        if self.item_loader.document_boundaries:
+            out["position_ids"] = np.empty_like(out["input_ids"])
+        for s in distinct(src):
+            at = np.flatnonzero(src == s)  # each source gathers straight into its rows of the batch
+            self.datasets[s].fill_blocks(ids[at] - self.offsets[s], out, at)
+        return out
+
+    def reads_per_sample(self) -> bool:
+        # items come from several readers: gathered sample by sample through each source's own path
+        return self.manifest.kind == "items" or any(d.reads_per_sample() for d in self.datasets)
+
+    def sample_list(self, ids: np.ndarray) -> list[Any]:
+        """Each source's samples as its own `ds[i]` gives them (its transform, subsample, __getitem__)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        src, out = self.sources_of(ids), [None] * len(ids)
+        for s in distinct(src):
+            at = np.flatnonzero(src == s)
+            for row, sample in zip(at.tolist(), self.datasets[s].sample_list(ids[at] - self.offsets[s])):
+                out[row] = sample
+        return out
+
+    def verify(self) -> None:
+        for d in self.datasets:
+            d.verify()
