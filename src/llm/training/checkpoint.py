@@ -124,15 +124,19 @@ def _write_payload(path: Path, payload: dict[str, Any]) -> None:
 
 
 # Keys that may change when a run is resumed: how long it runs, what it logs and
-# validates, where it saves, and how one machine reads (topology). `training.batch_size`
-# may change only together with the world size (elastic resume); every other key
+# validates, where it saves, how one machine reads (topology), and the batch size (every
+# data state counts samples and tokens, never steps: docs/training.md); every other key
 # changes the run and is refused.
 RESUMABLE_KEYS = (
     "training.epochs", "training.max_steps", "training.log_interval_steps", "training.val_interval_steps",
-    "training.val_batches", "training.device", "training.compile", "data.num_workers",
+    "training.val_batches", "training.device", "training.compile", "training.batch_size", "data.num_workers",
     "data.val_dataset_path", "data.cache_dir", "data.skip_batches",  # skip ranges: checked by skip_ranges.py
     "data.streaming_mixing_schedule",  # for steps not trained yet: the data state refuses a change to the past
+    "data.mixture_changes",
 )
+# With `data.mixture_changes: allow`, a mixture's sources and their weights may change too: the data
+# state matches sources by name and fingerprint and refuses an ambiguous change (text/changes.py).
+MIXTURE_KEYS = ("data.datasets", "data.streaming_mixing_weights", "data.streaming_buffer_per_dataset")
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -152,11 +156,10 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any], saved_world: 
     default, so only a value other than `defaults`' is a change.
     """
     a, b, d = _flat(saved), _flat(current), _flat(defaults or {})
+    mixture_may_change = b.get("data.mixture_changes") == "allow"
     changes = []
     for key in sorted(set(a) | set(b)):
-        if key in RESUMABLE_KEYS or key.startswith("checkpoint."):
-            continue
-        if key == "training.batch_size" and saved_world not in (None, world):
+        if key in RESUMABLE_KEYS or key.startswith("checkpoint.") or (mixture_may_change and key in MIXTURE_KEYS):
             continue
         if key not in a and key in d and b.get(key) == d[key]:
             continue
@@ -169,12 +172,33 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def check_data_fingerprint(expected: Any, actual: Any, where: str) -> None:
-    """Refuse a checkpoint written for other data, naming only the keys that differ (`max_seq_len: 128 -> 64`)."""
+_SOURCE_KEYS = ("sources", "deduplicated", "type")  # what a mixture's list of sources changes in its fingerprint
+
+
+def _differs(expected: Any, actual: Any) -> str:
+    return "; ".join(fingerprint_diff(json.loads(_canonical(expected)), json.loads(_canonical(actual))))
+
+
+def check_data_fingerprint(expected: Any, actual: Any, where: str, sources_may_change: bool = False) -> None:
+    """Refuse a checkpoint written for other data, naming only the keys that differ (`max_seq_len: 128 -> 64`).
+
+    A mixture's list of sources may change with `sources_may_change` (`data.mixture_changes: allow`): the
+    data state then matches them by name and fingerprint. Without it, such a change names that option."""
+    if any(isinstance(fp, dict) and "sources" in fp for fp in (expected, actual)):
+        rest = [{k: v for k, v in fp.items() if k not in _SOURCE_KEYS} if isinstance(fp, dict) else fp
+                for fp in (expected, actual)]
+        if _canonical(rest[0]) == _canonical(rest[1]):  # nothing differs but the sources
+            if sources_may_change or _canonical(expected) == _canonical(actual):
+                return
+            raise ValueError(
+                f"{FINGERPRINT_MISMATCH}: checkpoint {where} was trained on another list of sources "
+                f"({_differs(expected, actual)}); set data.mixture_changes: allow to add or remove a mixture's "
+                "sources on resume, or resume with the sources it was trained on"
+            )
+        expected, actual = rest  # name the other keys that differ
     if _canonical(expected) != _canonical(actual):
-        differs = "; ".join(fingerprint_diff(json.loads(_canonical(expected)), json.loads(_canonical(actual))))
         raise ValueError(
-            f"{FINGERPRINT_MISMATCH}: checkpoint {where} was written for other data: {differs} "
+            f"{FINGERPRINT_MISMATCH}: checkpoint {where} was written for other data: {_differs(expected, actual)} "
             "(checkpoint -> this config); resume with the data config it was trained on"
         )
 
@@ -191,8 +215,9 @@ def check_resume_config(ckpt: dict[str, Any], current: dict[str, Any], world: in
     if changes:
         raise ConfigError(
             f"checkpoint {ckpt.get('path', '(in memory)')} was trained with another config: {'; '.join(changes)} "
-            "(checkpoint -> this config); resume with the config it was saved with (only epochs, max_steps, "
-            "logging, validation, device, compile, num_workers and checkpoint settings may change), or start a fresh run"
+            "(checkpoint -> this config); resume with the config it was saved with (only epochs, max_steps, batch_size, "
+            "logging, validation, device, compile, num_workers, checkpoint settings and, with data.mixture_changes: "
+            "allow, a mixture's datasets may change), or start a fresh run"
         )
 
 

@@ -84,3 +84,10 @@ def seed_all(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def make_deterministic() -> None:
+    """`training.deterministic`: deterministic kernels only."""
+    # cuBLAS needs a fixed workspace for deterministic matmuls; must be set before CUDA starts.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from llm.training.checkpoint import (
     save_checkpoint,
 )
 from llm.training.core.loading import ConfigError
+from llm.training.elastic import after_batch_change
 from llm.training.metrics import METRICS_FILE, RunMeter
 from llm.training.model import TransformerLM
 from llm.training.progress import FitResult, start_line, step_line, summary_line
@@ -30,6 +30,7 @@ from llm.training.runtime import (
     autocast,
     gather,
     init_distributed,
+    make_deterministic,
     resolve_device,
     rng_state,
     seed_all,
@@ -61,15 +62,11 @@ class Trainer:
         log: Callable[[str], None] = print,
         overwrite: bool = False,
     ):
-        self.config = config
-        self.task = task
-        self.callbacks = list(callbacks)
+        self.config, self.task, self.callbacks = config, task, list(callbacks)
         tc = config.training
         device_hint = "cuda" if tc.device.startswith("cuda") or (tc.device == "auto" and torch.cuda.is_available()) else "cpu"
         if tc.deterministic:
-            # cuBLAS needs a fixed workspace for deterministic matmuls; must be set before CUDA starts.
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True)
+            make_deterministic()
         cc = config.checkpoint
         if cc.resume_from_checkpoint:  # fail before the (maybe slow) data set-up
             resolve_checkpoint(cc.resume_from_checkpoint)
@@ -108,6 +105,7 @@ class Trainer:
         self.step = 0
         self.epoch = 0
         self.step_in_epoch = 0
+        self.cycle_epoch = 0
         self.tokens_seen = 0
         self.last_checkpoint: str | None = None
         self._batches: Any = None
@@ -166,6 +164,7 @@ class Trainer:
             "step_in_epoch": self.step_in_epoch,
             "tokens_seen": self.tokens_seen,
             "cycle_start": self.schedule.cycle_start,
+            "cycle_epoch": self.cycle_epoch,  # the epoch the schedule's cycle began at (a batch change counts from it)
             "total_steps": self.schedule.total,
             "stream_data": stream_data,
             "stream_source": self.data.fingerprint(),
@@ -206,7 +205,8 @@ class Trainer:
         is overwritten.
         """
         where = ckpt.get("path", "(in memory)")
-        check_data_fingerprint(ckpt.get("stream_source"), self.data.fingerprint(), where)
+        check_data_fingerprint(ckpt.get("stream_source"), self.data.fingerprint(), where,
+                               sources_may_change=self.config.data.mixture_changes == "allow")
         if ckpt.get("task", self.task) != self.task:
             raise ValueError(f"checkpoint {where} was written by --task {ckpt['task']}, not --task {self.task}")
         check_resume_config(ckpt, self.config.model_dump(mode="json"), self.env.world_size,
@@ -239,17 +239,18 @@ class Trainer:
 
     def _restore_schedule(self, ckpt: dict[str, Any]) -> None:
         cycle_start = int(ckpt.get("cycle_start", 0))
+        self.cycle_epoch = int(ckpt.get("cycle_epoch", 0))
         if self.step >= int(ckpt.get("total_steps", 0)):
             # The checkpoint finished its schedule: the same command trains `epochs` more.
             cycle_start = self.step
+            self.cycle_epoch = self.epoch
             self.step_in_epoch = 0
             self.scheduler.base_lrs = [self.config.training.lr for _ in self.optimizer.param_groups]
             for group in self.optimizer.param_groups:
                 group["initial_lr"] = self.config.training.lr
-            self.log(
-                f"checkpoint {ckpt.get('path', '(in memory)')} had finished its schedule; training "
-                f"{self.planned_steps} more steps ({self.config.training.epochs} {'epoch' if self.config.training.epochs == 1 else 'epochs'})"
-            )
+            epochs = self.config.training.epochs
+            self.log(f"checkpoint {ckpt.get('path', '(in memory)')} had finished its schedule; training "
+                     f"{self.planned_steps} more steps ({epochs} {'epoch' if epochs == 1 else 'epochs'})")
         self.schedule.cycle_start = cycle_start
         self.schedule.total = cycle_start + self.planned_steps
         max_steps = self.config.training.max_steps
@@ -258,6 +259,12 @@ class Trainer:
             self.schedule.total = max(max_steps, self.step)
             self.log(f"max_steps {max_steps} is the total (as in Axolotl and Hugging Face): training to step "
                      f"{self.schedule.total}" + (" (nothing to train)" if self.step >= max_steps else ""))
+        tc = self.config.training  # another global batch: the pass ends where its data ends (elastic.py)
+        change = after_batch_change(ckpt, tc.batch_size * self.env.world_size, self.data.batches_left_in_pass(),
+                                    self.steps_per_epoch, self.step, self.epoch - self.cycle_epoch, tc.epochs, max_steps)
+        if change is not None:
+            self.step_in_epoch, self.schedule.total, message = change
+            self.log(message)
         self.schedule.warmup = self.config.training.warmup_steps
         self.schedule.min_ratio = self.config.training.min_lr_ratio
         for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
@@ -340,8 +347,7 @@ class Trainer:
             meter.add_tokens(tokens)
             epoch_end = self.step_in_epoch >= self.steps_per_epoch
             if epoch_end:
-                self.epoch += 1
-                self.step_in_epoch = 0
+                self.epoch, self.step_in_epoch = self.epoch + 1, 0
             if self.step % tc.log_interval_steps == 0 or epoch_end or self.step == self.total_steps:
                 mean_loss = self._mean_over_ranks(loss)
                 losses.append(mean_loss)

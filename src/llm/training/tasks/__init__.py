@@ -36,6 +36,11 @@ class TrainData(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
+    def batches_left_in_pass(self) -> int | None:
+        """Full batches this pass over the data still holds at the current batch size, from the loaded
+        state (None: the task's epochs are a number of steps, `data.steps_per_epoch`)."""
+        ...
+
     def fingerprint(self) -> dict[str, Any]: ...
 
     def validation(self) -> Any:

@@ -86,6 +86,9 @@ class OptimizedData:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state)
 
+    def batches_left_in_pass(self) -> int | None:
+        return self.loader.batches_left()
+
     def validation(self) -> None:
         """No evaluation data of its own: the trainer reads data.val_dataset_path."""
         return None

@@ -111,6 +111,9 @@ class SftData(StreamTextData):
                 paths = ", ".join(e.path for e in self.config.data.datasets)
                 raise ValueError(f"datasets {paths} yielded no record for this rank")
 
+    def batches_left_in_pass(self) -> int | None:
+        return None  # epochs are data.steps_per_epoch steps (a batch change only changes samples per step)
+
     def validation(self) -> SftValidation | None:
         """The held-out split of `val_set_size`, else `test_datasets[0]`: its first records, collated the same way."""
         if self.split is not None:

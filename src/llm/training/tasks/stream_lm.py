@@ -61,6 +61,9 @@ class StreamTextData:
     def fingerprint(self) -> dict[str, Any]:
         return self.module.source_fingerprint()
 
+    def batches_left_in_pass(self) -> int | None:
+        return None  # epochs are data.steps_per_epoch steps (a batch change only changes samples per step)
+
     def validation(self) -> Any:
         """No evaluation data of its own: the trainer reads data.val_dataset_path."""
         return None

@@ -175,6 +175,10 @@ class StreamingDataLoader(DataLoader, Stage):
         """Batches per epoch on this rank."""
         return len(self._schedule_from(0))
 
+    def batches_left(self) -> int:
+        """Batches this rank still gets in the current epoch, from the position a loaded state gave."""
+        return len(self._schedule_from(self._cursor()[1]))
+
     def _cursor(self) -> tuple[int, int]:
         """(epoch, samples consumed in it): the only place that decides where an epoch ends.
 
