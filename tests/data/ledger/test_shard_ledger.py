@@ -128,3 +128,34 @@ def test_checksums_are_compared_with_the_data_as_stored(dataset: Path, tmp_path:
     report = audit(read, auditor.expected_items, auditor.verify)
     assert not report.ok and "1 trained samples no longer match the data on disk" in report.problems[0]
     assert np.all(read.pieces["end"] == 64)
+
+
+def test_a_mixture_resumed_at_another_batch_audits_clean_per_source(dataset: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    from llm.data import CombinedStreamingDataset
+
+    (tmp_path / "other").mkdir()
+    other = make_token_dataset(tmp_path / "other", n_lines=600)
+    ledger = tmp_path / "ledger"
+
+    def mixture() -> CombinedStreamingDataset:
+        return CombinedStreamingDataset(
+            [StreamingDataset(p, item_loader=TokensLoader(block_size=64), shuffle=True, seed=3) for p in (dataset, other)],
+            weights=[0.7, 0.3], seed=5)
+
+    loader = StreamingDataLoader(mixture(), batch_size=8, num_workers=2, ledger=ledger)
+    for i, _ in enumerate(loader):
+        if i == 9:
+            break
+    state = loader.state_dict()
+    loader = StreamingDataLoader(mixture(), batch_size=4, ledger=ledger)
+    loader.load_state_dict(state)
+    for _ in loader:
+        pass
+    loader.state_dict()
+    code, out = audit_cli(ledger, capsys)
+    assert code == 0, out
+    ledger_read = read_ledger(ledger)
+    assert [s["order"] for s in ledger_read.sources] == ["mixture/source0", "mixture/source1"]
+    assert set(np.unique(ledger_read.pieces["source"]).tolist()) == {0, 1}
+    assert "source ds: " in out and "audit: OK" in out

@@ -26,6 +26,27 @@ class MixReads:
     manifest: Any
     num_samples: int
     epoch: int
+    names: list[str]
+    sizes: np.ndarray
+
+    def _counts(self, positions: np.ndarray) -> np.ndarray:
+        """Samples each source gave before each absolute position (the mixture's plan)."""
+        raise NotImplementedError
+
+    # ---- the run ledger (read/ledger.py) ------------------------------------------------------
+
+    def ledger_sources(self) -> list[dict[str, Any]]:
+        """Each source as the ledger names it, with the component its order is keyed by in this mixture."""
+        return [{**d.ledger_sources()[0], "name": self.names[s], "order": f"mixture/source{s}"}
+                for s, d in enumerate(self.datasets)]
+
+    def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, the source's own epoch, its sample): a source's epoch is how many passes it gave before."""
+        ids = np.asarray(ids, dtype=np.int64)
+        src = self.sources_of(ids)
+        absolute = epoch * self.num_samples + np.asarray(positions, dtype=np.int64)
+        before = self._counts(absolute)[src, np.arange(len(ids))]
+        return src, before // self.sizes[src], ids - self.offsets[src]
 
     def reads_remote(self) -> bool:
         return any(d.reads_remote() for d in self.datasets)

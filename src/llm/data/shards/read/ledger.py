@@ -26,11 +26,12 @@ def row_crcs(tokens: np.ndarray) -> np.ndarray:
     return np.fromiter((zlib.crc32(r) for r in rows), dtype=np.uint32, count=len(rows))
 
 
-def chunk_identities(chunk: dict[str, Any], samples: np.ndarray) -> dict[str, np.ndarray]:
-    """What a worker adds to a chunk for the ledger: the sample ids it read and the rows' checksums."""
+def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, np.ndarray]:
+    """What a worker adds to a chunk for the ledger: the positions and sample ids it read, the rows' checksums."""
     tokens = chunk.get("input_ids")
     crcs = row_crcs(tokens) if tokens is not None else np.zeros(len(samples), np.uint32)  # items: no checksum
-    return {"ledger_ids": np.asarray(samples, np.int64), "ledger_crc": crcs}
+    return {"ledger_pos": np.asarray(positions, np.int64), "ledger_ids": np.asarray(samples, np.int64),
+            "ledger_crc": crcs}
 
 
 def run_id(fingerprint: str, seed: int, folder: str | os.PathLike) -> str:

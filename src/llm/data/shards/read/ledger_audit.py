@@ -42,7 +42,11 @@ class ShardAuditor:
 
     def expected_items(self, s: int, epoch: int, count: int) -> np.ndarray:
         ds = self.dataset(s)
-        return np.empty(0, np.int64) if ds is None else ds.order(epoch)(np.arange(count, dtype=np.int64))
+        if ds is None:
+            return np.empty(0, np.int64)
+        key = self.sources[s].get("order")  # a mixture's source: its order under the mixture's component
+        order = ds.epoch_permutation(epoch, key) if key else ds.order(epoch)
+        return order(np.arange(count, dtype=np.int64))
 
     def verify(self, s: int, items: np.ndarray, crcs: np.ndarray) -> np.ndarray:
         ds = self.dataset(s)

@@ -244,7 +244,7 @@ class StreamingDataLoader(DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
-                ids, crcs = chunk.pop("ledger_ids", None), chunk.pop("ledger_crc", None)
+                pos, ids, crcs = chunk.pop("ledger_pos", None), chunk.pop("ledger_ids", None), chunk.pop("ledger_crc", None)
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
                 row = 0
@@ -253,7 +253,7 @@ class StreamingDataLoader(DataLoader, Stage):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
                         if ids is not None:  # recorded like the count: a state saved now includes this batch
-                            self._record(np.asarray(ids[row:row + size]), np.asarray(crcs[row:row + size]), it.epoch)
+                            self._record(*(np.asarray(a[row:row + size]) for a in (pos, ids, crcs)), it.epoch)
                             row += size
                         log_wait(clock() - asked)
                         if profile is not None:
@@ -268,8 +268,8 @@ class StreamingDataLoader(DataLoader, Stage):
         if self._active is token and self._yielded == len(it.schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
 
-    def _record(self, ids: np.ndarray, crcs: np.ndarray, epoch: int) -> None:
-        source, source_epoch, item = self.dataset.ledger_rows(epoch, ids)
+    def _record(self, positions: np.ndarray, ids: np.ndarray, crcs: np.ndarray, epoch: int) -> None:
+        source, source_epoch, item = self.dataset.ledger_rows(epoch, positions, ids)
         if self._ledger is not None:
             self._ledger.record(item, crcs, source, source_epoch, self.dataset.block_size or 0)
 

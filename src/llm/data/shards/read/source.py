@@ -261,6 +261,7 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
         positions = [plan.schedule.positions(k) for k in range(lo, hi)]
         sizes = np.array([len(p) for p in positions], dtype=np.int64)
         samples = order(np.concatenate(positions))
+        positions = np.concatenate(positions)
         try:
             if lo >= plan.profile:
                 chunk = self._chunk(samples, sizes, plan.collate)
@@ -271,7 +272,7 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
                     chunk = self._chunk(samples, sizes, plan.collate)
                 chunk = {**chunk, "trace": rec.events}
             # the ledger's identities come from what this worker read, not from the loader's cursor
-            return {**chunk, **chunk_identities(chunk, samples)} if plan.ledger else chunk
+            return {**chunk, **chunk_identities(chunk, positions, samples)} if plan.ledger else chunk
         finally:
             self.release()  # this thread's pin: an idle reader must not hold cache room
 
@@ -282,8 +283,8 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
         name = PurePosixPath(str(self.input_dir).rstrip("/")).name or "data"
         return [{"name": name, "path": str(self.input_dir), "block_size": self.block_size, **self.identity()}]
 
-    def ledger_rows(self, epoch: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(source, the source's epoch, its sample) of each sample id a chunk read in `epoch`."""
+    def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, the source's epoch, its sample) of the samples a chunk read at these positions of `epoch`."""
         n = len(ids)
         return np.zeros(n, np.int64), np.full(n, epoch, np.int64), np.asarray(ids, np.int64)
 
