@@ -325,7 +325,7 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
     ("combined-weights-nan", lambda c: _combined(c, [float("nan"), 1.0]), ValueError, "weights[0] (datasets[0], ds) is nan; expected a finite number >= 0"),
     ("combined-weights-inf", lambda c: _combined(c, [1.0, float("inf")]), ValueError, "weights[1] (datasets[1], ds#1) is inf"),
     ("combined-weights-negative", lambda c: _combined(c, [1.5, -0.5]), ValueError, "weights[1] (datasets[1], ds#1) is -0.5"),
-    ("combined-weights-wrong-length", lambda c: _combined(c, [1.0]), ValueError, "weights has 1 weights but there are 2 datasets; give one weight per dataset"),
+    ("combined-weights-wrong-length", lambda c: _combined(c, [1.0]), ValueError, "weights has 1 weight but there are 2 datasets; give one weight per dataset"),
     ("combined-weights-a-string", lambda c: _combined(c, "0.5"), ValueError, "weights is '0.5'; give a list of 2 numbers >= 0, one per dataset"),
     ("combined-weights-all-zero", lambda c: _combined(c, [0.0, 0.0]), ValueError, "weights are all zero ([0.0, 0.0])"),
     ("manifest-dtype-list", _edited_manifest, ManifestError, "{root}/fresh/edited/index.json: key 'dtype' is []"),
@@ -361,7 +361,7 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
         c, "t5.yaml", steps_per_epoch=2, skip_batches=[[0, 1], [7, 7]])]), Exit("llm-train"),
      "data.skip_batches[1] [7, 7] is empty"),
     ("text-schedule-wrong-length", lambda c: _text_mix(c, "s1.yaml", streaming_mixing_schedule=_schedule(
-        (0, [1.0]))), ConfigError, "{root}/s1.yaml: streaming_mixing_schedule[0].weights has 1 weights but there are 2 datasets"),
+        (0, [1.0]))), ConfigError, "{root}/s1.yaml: streaming_mixing_schedule[0].weights has 1 weight but there are 2 datasets"),
     ("text-schedule-nan", lambda c: _text_mix(c, "s2.yaml", streaming_mixing_schedule=_schedule(
         (0, [0.5, 0.5]), (9, [float("nan"), 1.0]))), ConfigError,
      "streaming_mixing_schedule[1].weights[0] (datasets[0]) is nan; expected a finite number >= 0"),

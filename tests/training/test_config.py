@@ -96,7 +96,7 @@ TWO = [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}]
          "num_workers = 'two' is invalid (Input should be a valid integer, unable to parse string as an integer)"),
         (lambda: DataConfig(datasets=TWO, streaming_dataset_mixing_strategy="weighted",
                             streaming_mixing_schedule=[{"step": 0, "weights": [1.0]}]),
-         "streaming_mixing_schedule[0].weights has 1 weights but there are 2 datasets; give one weight per dataset"),
+         "streaming_mixing_schedule[0].weights has 1 weight but there are 2 datasets; give one weight per dataset"),
         (lambda: DataConfig(datasets=[{"path": "a.jsonl", "typo": 1}]),
          "unknown key 'datasets[0].typo' in entry 'datasets[0]'; valid keys are: path, type, split, data_files, name, "
          "chat_template, field_messages, message_property_mappings, message_field_role, message_field_content, "

@@ -175,7 +175,7 @@ def test_changing_the_weights_on_resume_repeats_nothing(sources):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"weights": [0.5]}, "^weights has 1 weights but there are 2 datasets; give one weight per dataset$"),
+        ({"weights": [0.5]}, "^weights has 1 weight but there are 2 datasets; give one weight per dataset$"),
         ({"weights": [0.5, 0.3, 0.2]}, "weights has 3 weights but there are 2 datasets"),
         ({"weights": [1.0, -0.5]}, r"^weights\[1\] \(datasets\[1\], .*\) is -0.5; expected a finite number >= 0"),
         ({"weights": [float("inf"), 1]}, r"weights\[0\] \(datasets\[0\], .*\) is inf; expected a finite number"),

@@ -45,7 +45,8 @@ def check_weights(weights: object, n: int, key: str = "weights", *, sum_to_one: 
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise ValueError(f"{key} is {weights!r}; give a list of {n} numbers >= 0, one per dataset")
     if len(weights) != n:
-        raise ValueError(f"{key} has {len(weights)} weights but there are {n} datasets; give one weight per dataset")
+        raise ValueError(f"{key} has {len(weights)} weight{'' if len(weights) == 1 else 's'} but there are {n} datasets; "
+                         "give one weight per dataset")
 
     def dataset(i: int) -> str:
         return f"datasets[{i}], {names[i]}" if names else f"datasets[{i}]"
