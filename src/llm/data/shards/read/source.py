@@ -19,14 +19,14 @@ import threading
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from llm.data.ingest_stats import remote_diff, zero_remote
+from llm.data.ingest_stats import remote_diff
 from llm.data.shards.plan.schedule import BatchSchedule
+from llm.data.shards.read.abilities import LedgerRows, MixtureHooks, RemoteReads
 from llm.data.shards.read.access import SampleAccess
 from llm.data.shards.read.ledger import chunk_identities
 from llm.data.shards.read.profiling import recording
@@ -96,8 +96,11 @@ class Resume:
     history: Any = None  # a mixture's past to rebuild its plan from (shards/mix/resume.py)
 
 
-class SampleSource(SampleAccess, IterableDataset, Stage):
-    """Samples in a planned order: the one interface `StreamingDataLoader` reads through."""
+class SampleSource(SampleAccess, RemoteReads, MixtureHooks, LedgerRows, IterableDataset, Stage):
+    """Samples in a planned order: the one interface `StreamingDataLoader` reads through.
+
+    The core contract is here; the optional abilities (remote reads, mixture hooks, ledger rows) are
+    declared with their defaults in abilities.py."""
 
     num_samples: int
     seed: int
@@ -132,42 +135,6 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
     @abstractmethod
     def verify(self) -> None:
         """Check every shard's size and checksum against its manifest (raises ShardError)."""
-
-    def reads_remote(self) -> bool:
-        """Whether samples come from object storage (its client does not survive fork())."""
-        return False
-
-    def hint_samples(self, sample_ids: np.ndarray) -> None:
-        """Tell the shard cache, if any, that these samples are read next, in this order."""
-
-    def release(self) -> None:
-        """Drop this thread's pin on a cached shard, so that an idle reader holds no cache room."""
-
-    def remote_counters(self, wait: bool = False) -> dict[str, int]:
-        """This process's remote counts for this source's shard caches (`ingest_stats.REMOTE_KEYS`);
-        `wait`: let prefetches in flight finish first, so their downloads are counted."""
-        return zero_remote()
-
-    def set_global_batch(self, global_batch: int) -> None:
-        """The loader's batch_size x world size; only a mixture uses it (per_batch slots, step points)."""
-
-    def extra_state(self, epoch: int, consumed: int) -> dict[str, Any]:
-        """Keys of this source's state beyond its identity and position (a mixture's counts)."""
-        return {}
-
-    def source_counts(self, epoch: int | None = None, consumed: int = 0) -> dict[str, dict[str, int]]:
-        """Samples (and tokens of token blocks) handed out before a position, per source; a mixture's per source."""
-        samples = (self.epoch if epoch is None else epoch) * self.num_samples + consumed
-        name = PurePosixPath(str(self.input_dir).rstrip("/")).name or "data"  # the folder's name
-        return {name: {"tokens": samples * (self.block_size or 0), "samples": samples}}  # items: 0 tokens
-
-    def resume_anchor(self, state: dict[str, Any]) -> tuple[np.ndarray | None, bool]:
-        """(anchor to set or None, whether the schedule restarts at position 0); checks, changes nothing."""
-        return None, False
-
-    def resume_identity(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The identity `state` must match (a mixture's may depend on what the state says of its past)."""
-        return self.identity()
 
     # ---- the stage contract ------------------------------------------------------------------
 
@@ -275,18 +242,6 @@ class SampleSource(SampleAccess, IterableDataset, Stage):
             return {**chunk, **chunk_identities(chunk, positions, samples)} if plan.ledger else chunk
         finally:
             self.release()  # this thread's pin: an idle reader must not hold cache room
-
-    # ---- the run ledger ----------------------------------------------------------------------
-
-    def ledger_sources(self) -> list[dict[str, Any]]:
-        """What the ledger header says of each source: enough for `audit` to rebuild it and know its size."""
-        name = PurePosixPath(str(self.input_dir).rstrip("/")).name or "data"
-        return [{"name": name, "path": str(self.input_dir), "block_size": self.block_size, **self.identity()}]
-
-    def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(source, the source's epoch, its sample) of the samples a chunk read at these positions of `epoch`."""
-        n = len(ids)
-        return np.zeros(n, np.int64), np.full(n, epoch, np.int64), np.asarray(ids, np.int64)
 
     def _hint(self, plan: ReadPlan, order: Order, lo: int, hi: int) -> None:
         """Remote data: tell the caches which samples batches [lo, hi + a few chunks) read, in order."""

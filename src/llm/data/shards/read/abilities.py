@@ -1,0 +1,97 @@
+"""The optional abilities of a `SampleSource`, each declared with the default a plain local dataset has.
+
+`SampleSource` (source.py) is the core contract: the order, the reads, the identity, the state.
+What only some sources do lives here, one class per concern, so a source says what it adds by
+overriding a declared method, and the loader calls methods rather than probing for them:
+
+* `RemoteReads`: object-store sources (a shard cache to hint, pins to release, remote counters);
+* `MixtureHooks`: what a mixture adds to the plan and the state (the global batch, its counts,
+  how a state re-anchors it, its per-source accounting);
+* `LedgerRows`: what the run ledger records of a row (read/ledger.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from llm.data.ingest_stats import zero_remote
+
+
+def folder_name(input_dir: Any) -> str:
+    """A dataset's name in accounts and ledgers: its folder's name."""
+    return PurePosixPath(str(input_dir).rstrip("/")).name or "data"
+
+
+class RemoteReads:
+    """Object storage: a local dataset reads no remote bytes, hints nothing and pins nothing."""
+
+    def reads_remote(self) -> bool:
+        """Whether samples come from object storage (its client does not survive fork())."""
+        return False
+
+    def hint_samples(self, sample_ids: np.ndarray) -> None:
+        """Tell the shard cache, if any, that these samples are read next, in this order."""
+
+    def release(self) -> None:
+        """Drop this thread's pin on a cached shard, so that an idle reader holds no cache room."""
+
+    def remote_counters(self, wait: bool = False) -> dict[str, int]:
+        """This process's remote counts for this source's shard caches (`ingest_stats.REMOTE_KEYS`);
+        `wait`: let prefetches in flight finish first, so their downloads are counted."""
+        return zero_remote()
+
+
+class MixtureHooks:
+    """The plan and state hooks a mixture overrides; a single dataset has one source and no extra state."""
+
+    epoch: int
+    num_samples: int
+    input_dir: Any
+    block_size: int | None
+
+    def identity(self) -> dict[str, Any]:
+        raise NotImplementedError  # SampleSource's
+
+    def set_global_batch(self, global_batch: int) -> None:
+        """The loader's batch_size x world size; only a mixture uses it (per_batch slots, step points)."""
+
+    def extra_state(self, epoch: int, consumed: int) -> dict[str, Any]:
+        """Keys of this source's state beyond its identity and position (a mixture's counts)."""
+        return {}
+
+    def source_counts(self, epoch: int | None = None, consumed: int = 0) -> dict[str, dict[str, int]]:
+        """Samples (and tokens of token blocks) handed out before a position, per source; a mixture's per source."""
+        samples = (self.epoch if epoch is None else epoch) * self.num_samples + consumed
+        name = folder_name(self.input_dir)
+        return {name: {"tokens": samples * (self.block_size or 0), "samples": samples}}  # items: 0 tokens
+
+    def resume_anchor(self, state: dict[str, Any]) -> tuple[np.ndarray | None, bool]:
+        """(anchor to set or None, whether the schedule restarts at position 0); checks, changes nothing."""
+        return None, False
+
+    def resume_identity(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The identity `state` must match (a mixture's may depend on what the state says of its past)."""
+        return self.identity()
+
+
+class LedgerRows:
+    """What the run ledger records of each row: one source, the loader's epoch, the sample id."""
+
+    input_dir: Any
+    block_size: int | None
+
+    def identity(self) -> dict[str, Any]:
+        raise NotImplementedError  # SampleSource's
+
+    def ledger_sources(self) -> list[dict[str, Any]]:
+        """What the ledger header says of each source: enough for `audit` to rebuild it and know its size."""
+        name = folder_name(self.input_dir)
+        return [{"name": name, "path": str(self.input_dir), "block_size": self.block_size, **self.identity()}]
+
+    def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, the source's epoch, its sample) of the samples a chunk read at these positions of `epoch`."""
+        n = len(ids)
+        return np.zeros(n, np.int64), np.full(n, epoch, np.int64), np.asarray(ids, np.int64)
