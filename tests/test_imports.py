@@ -12,6 +12,7 @@ importing a parent `__init__` first is no dependency of ours.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -252,3 +253,22 @@ def test_no_import_cycle_in_bench() -> None:
     graph = import_graph(SRC.parent, "bench")
     assert "bench.suite" in graph and "bench.context" in graph  # the walk really found the benchmarks
     assert not (found := cycles(graph)), f"import cycles in bench/: {found}"
+
+
+# What chooses a mixture's next source, and what checks its weights and schedules: the mix room's alone.
+_MIX_ROOM_NAMES = re.compile(r"^(_?choose(_by_tokens)?|_draw|\w*Picker|MixPlan|slot_table|quotas|period_for|check_weights|"
+                             r"check_point_weights|parse_schedule|past_change|StepClock)$")
+
+
+def test_no_module_outside_the_mix_room_chooses_a_source_or_checks_weights() -> None:
+    found = []
+    for name, path in find_modules().items():
+        if _in(name, "llm.data.mix"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and _MIX_ROOM_NAMES.match(node.name):
+                found.append(f"{name}.{node.name}")
+    assert not found, f"only llm.data.mix may choose sources or check weights and schedules: {found}"
+    graph = import_graph()
+    for mixer in ("llm.data.inputs.mixture", "llm.data.text.dataset", "llm.data.shards.mix.combined"):
+        assert any(_in(t, "llm.data.mix") for t in graph[mixer]), f"{mixer} mixes without the mix room"
