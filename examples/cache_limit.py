@@ -18,8 +18,15 @@ def tokenize(index):
     return np.arange(index, index + 1000) % 30_000
 
 
+def file_bytes(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:  # a download's temporary file, renamed into place while we walked
+        return 0
+
+
 def folder_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+    return sum(file_bytes(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def main(root: str) -> None:
