@@ -1,0 +1,185 @@
+"""Audit of a text or SFT ledger: every record's token ranges trained once, records of a pass never read.
+
+It counts from the ledger's pieces alone and checks against the files as they are on disk now,
+read the way the stream read them (`TextAuditor`, through the inputs wing). Per source and pass:
+
+* each document's ranges must tile it from token 0 without overlap: an overlap is a repeat (a
+  replayed batch, a resume from a wrong state), a hole is a part never trained (a skipped batch);
+* records trained in two rows' worth of the same range, or trained and also dropped: repeated;
+* records of a partition never read: all of a pass the partition went past, and in the pass it
+  stands in, each one before the last record read (a skipped worker chunk, a cursor edited by hand);
+* records a dedup source dropped (pieces with start == end == 0): counted as accounted for;
+* each source's share of the rows against its weight, and the generic checks (`ledger/audit.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from llm.data.inputs.local import LocalLineTextSource
+from llm.data.inputs.partitions import stripe_partitions
+from llm.data.ledger.audit import SHOW, AuditReport, audit
+from llm.data.ledger.reader import Ledger
+from llm.data.text.provenance import record_name
+
+_DOC = ["source", "epoch", "name", "item"]
+
+
+class TextAuditor:
+    """The text sources a ledger header names, read again: each partition's records in the order read."""
+
+    def __init__(self, sources: list[dict[str, Any]], read: bool = True):
+        self.sources = sources
+        self.read = read  # False (--no-verify): the counts alone, no file is read
+        self.problems: list[str] = []
+        self._parts: dict[int, list[tuple[str, str, np.ndarray]] | None] = {}
+        self._lines: dict[str, np.ndarray] = {}  # a plain line file's newline offsets, for file:line
+
+    def partitions(self, s: int) -> list[tuple[str, str, np.ndarray]] | None:
+        """(partition key, recorded name, record offsets in read order) of source s; None when not re-read."""
+        if s not in self._parts:
+            self._parts[s] = self._read(s)
+        return self._parts[s]
+
+    def _read(self, s: int) -> list[tuple[str, str, np.ndarray]] | None:
+        info = self.sources[s]
+        if info.get("kind") != "local" or not self.read:
+            return None
+        try:
+            src = LocalLineTextSource(list(info["paths"]), info["text_column"], info["partition_bytes"])
+        except (OSError, ValueError) as e:
+            self.problems.append(f"{info['name']} cannot be read to check it: {e}")
+            return None
+        saved, now = info.get("fingerprint", {}), src.source_fingerprint()
+        if saved.get("bytes") != now["bytes"] or list(saved.get("stamps", {}).values()) != list(now["stamps"].values()):
+            self.problems.append(f"{info['name']} ({', '.join(info['files'])}) changed since the run: its files' sizes "
+                                 "or stamps differ; its records are not checked against it")
+            return None
+        recorded = dict(zip(info["paths"], info["files"]))
+        out = []
+        for group in _groups(stripe_partitions(src.partitions())):
+            base = group[0]
+            if base.base is not None:
+                base = replace(base, key=base.base, stripe=None, stripes=1, base=None)
+            offsets = np.array([after for _, after, _ in src.iter_partition(base, 0)], np.int64)
+            name = record_name(replace(base, path=recorded.get(base.path or "", base.path)))
+            if base.seekable and base.path is not None:
+                self._lines.setdefault(name, _newlines(base.path))
+            for part in group:
+                mine = offsets if part.stripe is None else offsets[(offsets - 1) % part.stripes == part.stripe]
+                out.append((part.key, name, mine))
+        return out
+
+    def where(self, name: str, item: int) -> str:
+        """A record as `why` names it: FILE:LINE in a plain line file, else FILE record N."""
+        lines = self._lines.get(name)
+        if lines is None:
+            return f"{name} record {item}"
+        return f"{name}:{int(np.searchsorted(lines, item - 1, side='left')) + 1}"
+
+
+def _groups(parts: list) -> list[list]:
+    groups: dict[str, list] = {}
+    for p in parts:
+        groups.setdefault(p.group, []).append(p)
+    return list(groups.values())
+
+
+def _newlines(path: str) -> np.ndarray:
+    with open(path, "rb") as f:
+        return np.flatnonzero(np.frombuffer(f.read(), np.uint8) == 10)
+
+
+def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditReport:
+    """Audit a text/SFT ledger (see the module docstring); `auditor` None: the counts alone."""
+    auditor = auditor or TextAuditor(ledger.sources, read=False)
+    pieces = ledger.pieces
+    dropped_mask = (pieces["start"] == 0) & (pieces["end"] == 0)
+    weights = [s.get("weight") for s in ledger.sources]
+    report = audit(replace(ledger, pieces=pieces[~dropped_mask]),
+                   weights=weights if all(w is not None for w in weights) else None)
+    report.repeated, report.missing = [], []
+    trained, dropped = pieces[~dropped_mask], pieces[dropped_mask]
+    names = ledger.names
+
+    def say(p: Any) -> str:
+        s = int(p["source"])
+        src = ledger.sources[s]["name"] if s < len(ledger.sources) else f"source {s}"
+        return f"{src} pass {int(p['epoch'])} {auditor.where(names[int(p['name'])], int(p['item']))}"
+
+    repeated, holes = _tiling(trained)
+    report.repeated += [f"{say(p)} tokens {int(p['start'])}-{int(p['end'])} trained again" for p in repeated[:SHOW]]
+    report.missing += [f"{say(p)} tokens {a}-{b} never trained" for p, a, b in holes[:SHOW]]
+    docs = np.unique(trained[_DOC])
+    drops = np.unique(dropped[_DOC])
+    both = np.intersect1d(docs, drops)
+    report.repeated += [f"{say(p)} was trained and also dropped as a duplicate" for p in both[:SHOW]]
+    report.counts["repeated"] = len(repeated) + len(both)
+    report.counts["dropped"] = len(drops)
+    if len(drops):
+        report.accounted.append(f"dropped duplicates: {len(drops):,} records read and not trained, accounted for")
+    report.once = len(docs)
+    missing = _missing_records(ledger, auditor, np.union1d(docs, drops), say, report)
+    report.counts["missing"] = len(holes) + missing
+    report.problems += auditor.problems
+    return report
+
+
+def _tiling(trained: np.ndarray) -> tuple[list[Any], list[tuple[Any, int, int]]]:
+    """Pieces that overlap an earlier piece of their document, and holes (a document's ranges must tile it)."""
+    order = np.lexsort((trained["start"], trained["item"], trained["name"], trained["epoch"], trained["source"]))
+    sorted_ = trained[order]
+    repeated, holes = [], []
+    prev_doc, prev_end = None, 0
+    for p in sorted_:
+        doc = (int(p["source"]), int(p["epoch"]), int(p["name"]), int(p["item"]))
+        start, end = int(p["start"]), int(p["end"])
+        if doc != prev_doc:
+            if start > 0:
+                holes.append((p, 0, start))
+            prev_doc, prev_end = doc, end
+            continue
+        if start < prev_end:
+            repeated.append(p)
+        elif start > prev_end:
+            holes.append((p, prev_end, start))
+        prev_end = max(prev_end, end)
+    return repeated, holes
+
+
+def _missing_records(ledger: Ledger, auditor: TextAuditor, seen: np.ndarray, say: Any, report: AuditReport) -> int:
+    """Records of each re-read partition that a pass it went past, or the part of a pass before its last read, lacks."""
+    total = 0
+    names = {n: i for i, n in enumerate(ledger.names)}
+    for s in range(len(ledger.sources)):
+        parts = auditor.partitions(s)
+        mine = seen[seen["source"] == s]
+        if parts is None or not len(mine):
+            continue
+        for _, name, offsets in parts:
+            n = names.get(name)
+            if n is None or not len(offsets):
+                continue
+            at = mine[mine["name"] == n]
+            at = at[np.isin(at["item"].astype(np.int64), offsets)]
+            if not len(at):
+                continue
+            last_pass = int(at["epoch"].max())
+            for epoch in range(int(at["epoch"].min()), last_pass + 1):
+                got = at["item"][at["epoch"] == epoch].astype(np.int64)
+                if epoch == last_pass:  # the pass it stands in: every record before the last one read
+                    index = np.flatnonzero(np.isin(offsets, got))
+                    want = offsets[: int(index.max()) + 1] if len(index) else offsets[:0]
+                else:
+                    want = offsets
+                gone = np.setdiff1d(want, got)
+                total += len(gone)
+                for item in gone[: max(0, SHOW - len(report.missing))]:
+                    p = np.zeros(1, ledger.pieces.dtype)[0]
+                    p["source"], p["epoch"], p["name"], p["item"] = s, epoch, n, item
+                    report.missing.append(f"{say(p)} was never trained"
+                                          + (" (its pass is complete)" if epoch < last_pass else ""))
+    return total
