@@ -104,6 +104,8 @@ def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditRepor
     report.repeated, report.missing = [], []
     trained, dropped = pieces[~dropped_mask], pieces[dropped_mask]
     names = ledger.names
+    for s in range(len(ledger.sources)):  # read first: a record is then named by its file and line
+        auditor.partitions(s)
 
     def say(p: Any) -> str:
         s = int(p["source"])
