@@ -87,6 +87,7 @@ class LedgerWriter:
         self.committed_step = 0  # the last step written (0: none yet)
         self._rows: list[np.ndarray] = []
         self._pieces: list[np.ndarray] = []
+        self._n_rows = 0  # rows recorded since the last commit: a running count, not a sum per step
         self._names: dict[str, int] = {}
         self._marker_written = False
         self._first_step: int | None = None
@@ -150,7 +151,8 @@ class LedgerWriter:
         rows = np.asarray(rows, ROW).copy()
         rows["step"] = step
         pieces = np.asarray(pieces, PIECE).copy()
-        pieces["row_ref"] += sum(len(r) for r in self._rows)
+        pieces["row_ref"] += self._n_rows
+        self._n_rows += len(rows)
         self._rows.append(rows)
         self._pieces.append(pieces)
         self._first_step = step if self._first_step is None else self._first_step
@@ -180,7 +182,7 @@ class LedgerWriter:
             data = encode_segment(header, np.concatenate(self._rows), np.concatenate(self._pieces))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
             atomic_write(path, data)
-            self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
+            self._rows, self._pieces, self._names, self._first_step, self._n_rows = [], [], {}, None, 0
         self.committed_step = self._last_step
         return self.state()
 
