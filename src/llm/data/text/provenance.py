@@ -190,7 +190,6 @@ def pieces_array(rows: list[tuple[int, int, list[Piece]]], dropped: list[tuple[i
     names: dict[str, int] = {}
     flat = [(r, source, epoch, p) for r, (source, epoch, pieces) in enumerate(rows) for p in pieces]
     flat += [(0, source, epoch, p) for source, epoch, p in dropped]
-    out = np.zeros(len(flat), PIECE)
-    for i, (r, source, epoch, (doc, record, start, end)) in enumerate(flat):
-        out[i] = (r, source, epoch, names.setdefault(doc, len(names)), record, start, end)
+    out = np.array([(r, source, epoch, names.setdefault(doc, len(names)), record, start, end)
+                    for r, source, epoch, (doc, record, start, end) in flat], PIECE)
     return out, list(names)
