@@ -137,6 +137,21 @@ def test_a_packed_rows_pieces_name_every_document_in_it(tmp_path: Path, packing:
     assert max(np.bincount(read.pieces["row_ref"])) > 1  # some rows hold several documents
 
 
+@pytest.mark.parametrize("packing", ["greedy", "best_fit"])
+def test_rows_resumed_mid_document_still_name_what_they_hold(tmp_path: Path, packing: str) -> None:
+    """The token buffer and open blocks a cursor carries keep their documents (ledger_buffer, ledger_blocks)."""
+    path, ledger = corpus(tmp_path, 120), tmp_path / "ledger"
+    base = {"kind": "text", "path": str(path), "ledger": str(ledger), "extra": {"packing": packing}}
+    steps = []
+    state = None
+    for config, n in (({**base, "batch": 4}, 5), ({**base, "batch": 3, "workers": 2}, 7), ({**base, "batch": 5}, None)):
+        got, state = run(config, state, n)
+        steps += got
+    module = StreamingTextDataModule(data_config(base), 4, loop=False)
+    _documents_hold_the_rows(module, ledger, path, steps)
+    assert state["partitions"] and all("ledger_buffer" in c or "ledger_blocks" in c for c in state["partitions"].values())
+
+
 def test_a_scheduled_mixture_resumed_at_another_global_batch_audits_clean(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture) -> None:
     ledger = tmp_path / "ledger"
@@ -167,6 +182,20 @@ def test_sft_with_best_fit_packing_audits_clean(tmp_path: Path, capsys: pytest.C
     read = read_ledger(ledger)
     assert max(np.bincount(read.pieces["row_ref"])) > 1  # rows packed with several samples
     assert read.names == [str(path)] and read.sources[0]["type"] == "text"
+
+
+def test_an_sft_rows_pieces_are_its_samples(tmp_path: Path) -> None:
+    path, ledger = sft_records(tmp_path, 40), tmp_path / "ledger"
+    module = StreamingSFTDataModule(data_config({"kind": "sft", "path": str(path)}), 3, loop=False, ledger=ledger)
+    rows = [row for b in module.train_dataloader() for row in b["input_ids"].numpy()]
+    module.state_dict()
+    read = read_ledger(ledger)
+    assert len(rows) == len(read.rows) and len(read.pieces) == 40
+    for r, row in enumerate(rows):
+        mine = read.pieces[read.pieces["row_ref"] == r]
+        samples = module.collators[0].encode_each([json.loads(text_of(path, int(p["item"]))) for p in mine])
+        held = np.concatenate([np.asarray(ids)[int(p["start"]):int(p["end"])] for (ids, _), p in zip(samples, mine)])
+        assert np.array_equal(row[:len(held)], held), f"row {r}"
 
 
 def _module(path: Path, ledger: Path, state: dict | None = None, **extra: Any) -> StreamingTextDataModule:
