@@ -9,7 +9,9 @@ AUDIT_EPILOG = """examples:
   llm-data audit runs/x/ledger          # the folder given to StreamingDataLoader(..., ledger=...)
 
 Counts each sample's appearances per epoch and source from what the workers read, checks the
-tokens against the data as stored now, and names what was repeated, lost or changed. Exits 0
+tokens against the data as stored now, and names what was repeated, lost or changed. For a text
+or SFT stream (StreamingTextDataModule(..., ledger=...)): each record's token ranges trained once,
+records missing from a pass (the files are read again), dedup drops accounted for. Exits 0
 only when every sample was trained exactly once. docs/proving-a-run.md"""
 
 

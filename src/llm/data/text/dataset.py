@@ -168,6 +168,8 @@ class StreamingTextDataset(IterableDataset):
             for key, (packer, queue) in touched.items():
                 cursor = packer.cursor()
                 cursors[key] = cursor
+                if self.ledger:  # drops the cursor went past go with this state: exactly once across resumes
+                    dropped.extend(packer.released(cursor))
                 while queue and queue[0][0] <= cursor["records"]:
                     digests.append(queue.popleft()[1])
             return {"worker": worker, "done": done, "cursors": cursors, "digests": b"".join(digests)}
@@ -205,9 +207,6 @@ class StreamingTextDataset(IterableDataset):
                         held.append(packer.last)
                     if len(rows) == self.batch_size:
                         yield batch()
-                if self.ledger and packer.unused:
-                    dropped.extend(packer.unused)
-                    packer.unused.clear()
             chunk.clear()
 
         chars = 0
@@ -224,8 +223,8 @@ class StreamingTextDataset(IterableDataset):
                         if len(rows) == self.batch_size:
                             yield batch()
                 continue
-            if event[0] == "drop":  # a duplicate the source dropped: accounted for with the next batch
-                dropped.append(event[1].dropped(event[2]))
+            if event[0] == "drop":  # a duplicate the source dropped: accounted for once the cursor passes it
+                event[1].drop(event[2])
                 continue
             if event[0] == "encoded":  # drawn by tokens: encoded when drawn, fed in draw order
                 yield from flush()

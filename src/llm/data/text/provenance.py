@@ -50,7 +50,9 @@ class Tracker:
     def __init__(self, packer: Any, cursor: dict | None, name: str, source: int, epoch: int):
         self.packer, self.name, self.source, self.epoch = packer, name, source, epoch
         self.last: tuple[int, int, list[Piece]] = (source, epoch, [])
-        self.unused: list[tuple[int, int, Piece]] = []  # records read that make no row: the dataset takes them
+        # records read that make no row (a duplicate dropped, a sample with nothing to train on), held until
+        # the cursor passes them (`released`): a state saved earlier reads them again, so they count then
+        self.drops: deque[tuple[int, int, Piece]] = deque()
 
     # the packer's own interface, which the dataset reads
     @property
@@ -68,9 +70,16 @@ class Tracker:
     def cursor(self) -> dict:
         return self.packer.cursor()
 
-    def dropped(self, record: int) -> tuple[int, int, Piece]:
+    def drop(self, record: int) -> None:
         """A record read and not trained (a duplicate, or nothing to train on): start == end == 0."""
-        return self.source, self.epoch, (self.name, record, 0, 0)
+        self.drops.append((self.source, self.epoch, (self.name, record, 0, 0)))
+
+    def released(self, cursor: dict) -> list[tuple[int, int, Piece]]:
+        """The drops the cursor has gone past (all of them once the partition is done)."""
+        out = []
+        while self.drops and (cursor["done"] or self.drops[0][2][1] <= cursor["offset"]):
+            out.append(self.drops.popleft())
+        return out
 
     def _rows(self, rows: Iterator[Any], pieces: Any) -> Iterator[Any]:
         for row in rows:
@@ -79,7 +88,7 @@ class Tracker:
 
     def feed(self, item: Any, offset_after: int) -> Iterator[Any]:
         if item is None:  # a record with nothing to train on: read, accounted for, no row
-            self.unused.append(self.dropped(offset_after))
+            self.drop(offset_after)
         length = len(item[0]) if isinstance(item, tuple) else 0
         return self._rows(self.packer.feed(item, offset_after), lambda row: [(self.name, offset_after, 0, length)])
 
@@ -168,7 +177,7 @@ class BlockTracker(Tracker):
         elif isinstance(item, tuple):  # a sample goes into a block as it is
             self.tags[id(item)] = ((self.name, offset_after), 0, len(item[0]))
         elif item is None:
-            self.unused.append(self.dropped(offset_after))
+            self.drop(offset_after)
         return self._rows(self.packer.feed(item, offset_after), self._pieces)
 
     def finish(self) -> Iterator[Any]:
