@@ -166,8 +166,11 @@ class LedgerWriter:
                 return
 
     # -- commit ------------------------------------------------------------------------------------
-    def commit(self) -> dict[str, Any]:
-        """Write the steps recorded since the last commit as one segment; returns the state to checkpoint."""
+    def commit(self, in_flight: list[list[Any]] | None = None) -> dict[str, Any]:
+        """Write the steps recorded since the last commit as one segment; returns the state to checkpoint.
+
+        `in_flight`: records read but not yet trained at this commit, as [source, epoch, name, item] (a text
+        stream's packer holds them); the segment's header keeps them, so audit does not call them missing."""
         if self.run is None:
             raise RuntimeError("LedgerWriter.commit() before open()")
         if self.rank == 0 and not self._marker_written and self.generation > 0:
@@ -178,7 +181,7 @@ class LedgerWriter:
             names = sorted(self._names, key=self._names.__getitem__)
             header = {"run": self.run, "rank": self.rank, "generation": self.generation,
                       "first_step": self._first_step, "last_step": self._last_step,
-                      "topology": self.topology, "names": names}
+                      "topology": self.topology, "names": names, "in_flight": in_flight or []}
             data = encode_segment(header, np.concatenate(self._rows), np.concatenate(self._pieces))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
             atomic_write(path, data)

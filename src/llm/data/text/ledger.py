@@ -23,7 +23,7 @@ import numpy as np
 from llm.data.inputs.dedup import DedupTextSource
 from llm.data.inputs.local import LocalLineTextSource
 from llm.data.inputs.mixture import DedupMixture, as_mixture
-from llm.data.inputs.source import TextSource
+from llm.data.inputs.source import Partition, TextSource
 from llm.data.ledger.format import PIECE, ROW
 from llm.data.ledger.writer import LedgerWriter
 
@@ -34,8 +34,12 @@ def row_crcs(input_ids: np.ndarray) -> np.ndarray:
     return np.fromiter((zlib.crc32(r) for r in rows), dtype=np.uint32, count=len(rows))
 
 
-def ledger_sources(source: TextSource, names: list[str], weights: list[float] | None) -> list[dict[str, Any]]:
-    """The header's `sources`: per source its name, weight, fingerprint and how to read its records again."""
+def ledger_sources(source: TextSource, names: list[str], weights: list[float] | None,
+                   stream: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The header's `sources`: per source its name, weight, fingerprint and how to read its records again.
+
+    `stream`: how rows were made from records (tokenizer, max_seq_len, eos_id, rows: "tokens" or
+    "samples"), so the audit can rebuild a token row and compare its checksum."""
     mixture = as_mixture(source)
     dedup = source if isinstance(source, DedupTextSource) else None
     inner = mixture.sources if mixture is not None else [dedup.inner if dedup is not None else source]
@@ -48,7 +52,7 @@ def ledger_sources(source: TextSource, names: list[str], weights: list[float] | 
         src = src.inner if isinstance(src, DedupTextSource) and src.inner is not None else src
         entry: dict[str, Any] = {"name": names[i] if i < len(names) else f"source {i}", "type": "text",
                                  "weight": weights[i] if weights and i < len(weights) else None,
-                                 "dedup": deduplicated, "fingerprint": src.source_fingerprint()}
+                                 "dedup": deduplicated, "fingerprint": src.source_fingerprint(), "stream": stream}
         if isinstance(src, LocalLineTextSource) and not src.uses_object_store:
             entry.update(kind="local", files=[str(f) for f in src.files],
                          paths=[os.path.abspath(str(f)) for f in src.files],
@@ -57,6 +61,12 @@ def ledger_sources(source: TextSource, names: list[str], weights: list[float] | 
             entry["kind"] = "other"  # not read again by the audit: its counts are still checked
         out.append(entry)
     return out
+
+
+def stream_info(tokenizer: Any, max_seq_len: int, tokens: bool) -> dict[str, Any]:
+    """How rows are made, for the audit: token rows (packed windows) it rebuilds, or samples (SFT) it does not."""
+    return {"tokenizer": str(tokenizer.path or "simple"), "tokenizer_fingerprint": tokenizer.fingerprint(),
+            "max_seq_len": max_seq_len, "eos_id": tokenizer.eos_id, "rows": "tokens" if tokens else "samples"}
 
 
 def run_id(fingerprint: dict, seed: int, folder: str | os.PathLike) -> str:
@@ -122,8 +132,22 @@ class TextLedger:
         self.writer.record(step, rows, pieces)
         self._held = None
 
-    def commit(self, rank: int, topology: dict[str, Any]) -> dict[str, Any]:
-        """Write the steps since the last commit; the ledger position for the state."""
+    def commit(self, rank: int, topology: dict[str, Any], cursors: dict[str, dict], own: list[Partition]
+               ) -> dict[str, Any]:
+        """Write the steps since the last commit, with the records this rank's cursors hold in flight."""
         self.open(rank, topology)
         self._flush()
-        return self.writer.commit()
+        return self.writer.commit(in_flight(cursors, own))
+
+
+def in_flight(cursors: dict[str, dict], own: list[Partition]) -> list[list[Any]]:
+    """[source, pass, name, record] of every document a cursor holds (greedy's token buffer, best fit's open
+    blocks): read, not trained yet. The audit does not call them missing, nor their untrained tails."""
+    out = []
+    for part in own:
+        cursor = cursors.get(part.key, {})
+        docs = [*cursor.get("ledger_buffer", []), *(d for block in cursor.get("ledger_blocks", []) for d in block)]
+        if "ledger_cutting" in cursor:
+            docs.append(cursor["ledger_cutting"])
+        out += [[part.source, int(cursor.get("pass", 0)), doc[0], doc[1]] for doc in docs if doc[0] is not None]
+    return out

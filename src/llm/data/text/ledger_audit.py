@@ -14,6 +14,7 @@ read the way the stream read them (`TextAuditor`, through the inputs wing). Per 
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +25,8 @@ from llm.data.inputs.partitions import stripe_partitions
 from llm.data.ledger.audit import SHOW, AuditReport, audit
 from llm.data.ledger.reader import Ledger
 from llm.data.text.provenance import record_name
+from llm.data.tokenize.documents import encode_each
+from llm.data.tokenize.tokenizers import load_tokenizer
 
 _DOC = ["source", "epoch", "name", "item"]
 
@@ -37,6 +40,8 @@ class TextAuditor:
         self.problems: list[str] = []
         self._parts: dict[int, list[tuple[str, str, np.ndarray]] | None] = {}
         self._lines: dict[str, np.ndarray] = {}  # a plain line file's newline offsets, for file:line
+        self._bases: list[tuple[int, str, Any]] = []  # (source, recorded name, base partition) read again
+        self._sources: dict[int, LocalLineTextSource] = {}
 
     def partitions(self, s: int) -> list[tuple[str, str, np.ndarray]] | None:
         """(partition key, recorded name, record offsets in read order) of source s; None when not re-read."""
@@ -58,6 +63,7 @@ class TextAuditor:
             self.problems.append(f"{info['name']} ({', '.join(info['files'])}) changed since the run: its files' sizes "
                                  "or stamps differ; its records are not checked against it")
             return None
+        self._sources[s] = src
         recorded = dict(zip(info["paths"], info["files"]))
         out = []
         for group in _groups(stripe_partitions(src.partitions())):
@@ -68,9 +74,20 @@ class TextAuditor:
             name = record_name(replace(base, path=recorded.get(base.path or "", base.path)))
             if base.seekable and base.path is not None:
                 self._lines.setdefault(name, _newlines(base.path))
+            self._bases.append((s, name, base))
             for part in group:
                 mine = offsets if part.stripe is None else offsets[(offsets - 1) % part.stripes == part.stripe]
                 out.append((part.key, name, mine))
+        return out
+
+    def documents(self, s: int, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """The texts of the wanted (name, record) of source s, read again."""
+        out = {}
+        for source, name, base in self._bases:
+            if source == s and any(n == name for n, _ in wanted):
+                for text, after, _ in self._sources[s].iter_partition(base, 0):
+                    if (name, after) in wanted:
+                        out[(name, after)] = text
         return out
 
     def where(self, name: str, item: int) -> str:
@@ -124,10 +141,19 @@ def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditRepor
     if len(drops):
         report.accounted.append(f"dropped duplicates: {len(drops):,} records read and not trained, accounted for")
     report.once = len(docs)
-    missing = _missing_records(ledger, auditor, np.union1d(docs, drops), say, report)
-    report.counts["missing"] = len(holes) + missing
+    flight = _in_flight(ledger, docs.dtype)
+    missing = _missing_records(ledger, auditor, np.union1d(np.union1d(docs, drops), flight), say, report)
+    report.counts["missing"] = len(holes) + missing + _verify_tokens(ledger, auditor, trained, flight, say, report)
     report.problems += auditor.problems
     return report
+
+
+def _in_flight(ledger: Ledger, dtype: np.dtype) -> np.ndarray:
+    """Records the run's last commits hold read but not yet trained (a packer's buffer): not missing."""
+    names = {n: i for i, n in enumerate(ledger.names)}
+    found = [(s, e, names[n], item) for header in ledger.last_headers.values()
+             for s, e, n, item in header.get("in_flight", []) if n in names]
+    return np.unique(np.array(found, dtype=dtype)) if found else np.zeros(0, dtype)
 
 
 def _tiling(trained: np.ndarray) -> tuple[list[Any], list[tuple[Any, int, int]]]:
@@ -185,3 +211,55 @@ def _missing_records(ledger: Ledger, auditor: TextAuditor, seen: np.ndarray, say
                     report.missing.append(f"{say(p)} was never trained"
                                           + (" (its pass is complete)" if epoch < last_pass else ""))
     return total
+
+
+def _verify_tokens(ledger: Ledger, auditor: TextAuditor, trained: np.ndarray, flight: np.ndarray, say: Any,
+                   report: AuditReport) -> int:
+    """Token rows rebuilt from their documents as stored now: the checksum must match, and every document's
+    last range must reach its end (its last id; greedy packing's next window holds its EOS). Returns the holes."""
+    holes, bad = 0, np.zeros(len(ledger.rows), bool)
+    checked = np.zeros(len(ledger.rows), bool)
+    for s, info in enumerate(ledger.sources):
+        stream = info.get("stream") or {}
+        mine = trained[trained["source"] == s]
+        if stream.get("rows") != "tokens" or auditor.partitions(s) is None or not len(mine):
+            continue
+        tokenizer = load_tokenizer(stream["tokenizer"])
+        if tokenizer.fingerprint() != stream.get("tokenizer_fingerprint"):
+            report.accounted.append(f"{info['name']}: tokens not checked (the tokenizer {stream['tokenizer']} "
+                                    "is not the one the run used)")
+            continue
+        names = ledger.names
+        wanted = {(names[int(n)], int(i)) for n, i in np.unique(mine[["name", "item"]]).tolist()}
+        texts = auditor.documents(s, wanted)
+        keys = list(texts)
+        docs = dict(zip(keys, (np.append(ids, stream["eos_id"]) for ids in encode_each(tokenizer, [texts[k] for k in keys]))))
+        ends: dict[tuple[str, int, int], int] = {}
+        held = {(names[int(n)], int(i), int(e)) for e, n, i in flight[flight["source"] == s][["epoch", "name", "item"]].tolist()}
+        for p in mine:
+            key = (names[int(p["name"])], int(p["item"]))
+            doc_end = (key[0], key[1], int(p["epoch"]))
+            ends[doc_end] = max(ends.get(doc_end, 0), int(p["end"]))
+        for (name, item, epoch), end in ends.items():
+            doc = docs.get((name, item))
+            if doc is not None and end < len(doc) - 1 and (name, item, epoch) not in held:  # held: its tail is to come
+                holes += 1
+                if len(report.missing) < SHOW:
+                    report.missing.append(f"{info['name']} pass {epoch} {auditor.where(name, item)} tokens "
+                                          f"{end}-{len(doc) - 1} never trained")
+        by_row = mine[np.argsort(mine["row_ref"], kind="stable")]  # each row's pieces together, in their order
+        for row in np.split(by_row, np.flatnonzero(np.diff(by_row["row_ref"])) + 1):
+            r = int(row["row_ref"][0])
+            checked[r] = True
+            parts = [docs.get((names[int(p["name"])], int(p["item"])), np.zeros(0, np.int64))[int(p["start"]):int(p["end"])]
+                     for p in row]
+            ids = np.full(stream["max_seq_len"], stream["eos_id"], np.int64)
+            held = np.concatenate(parts) if parts else ids[:0]
+            ids[: len(held)] = held[: len(ids)]
+            bad[r] = zlib.crc32(ids.astype("<i8").tobytes()) != int(ledger.rows["crc"][r])
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        report.problems.append(f"{int(bad.sum())} of {int(checked.sum())} trained rows no longer match the files on "
+                               f"disk (first: step {int(ledger.rows['step'][r])} row {int(ledger.rows['row'][r])}); "
+                               "the data changed since the run")
+    return holes

@@ -53,6 +53,9 @@ class Tracker:
         # records read that make no row (a duplicate dropped, a sample with nothing to train on), held until
         # the cursor passes them (`released`): a state saved earlier reads them again, so they count then
         self.drops: deque[tuple[int, int, Piece]] = deque()
+        # the last record fed: while it is cut (a cursor's `skip`), it is in flight; a resume cuts it on
+        cutting = (cursor or {}).get("ledger_cutting") if (cursor or {}).get("skip") else None
+        self.fed = int(cutting[1]) if cutting else -1
 
     # the packer's own interface, which the dataset reads
     @property
@@ -69,6 +72,12 @@ class Tracker:
 
     def cursor(self) -> dict:
         return self.packer.cursor()
+
+    def _cutting(self, cursor: dict) -> dict:
+        """A long record cut across rows: the cursor stays before it, so it is read again on resume (in flight)."""
+        if cursor["skip"] and self.fed >= 0:
+            cursor["ledger_cutting"] = [self.name, self.fed]
+        return cursor
 
     def drop(self, record: int) -> None:
         """A record read and not trained (a duplicate, or nothing to train on): start == end == 0."""
@@ -128,6 +137,7 @@ class WindowTracker(Tracker):
         return pieces
 
     def feed(self, item: Any, offset_after: int) -> Iterator[Any]:
+        self.fed = offset_after
         self.last_start, self.end = self.end, self.end + len(item) + 1
         self.segments.append((self.name, offset_after, 0, self.last_start, self.end))
         return self._rows(self.packer.feed(item, offset_after), self._take)
@@ -143,7 +153,7 @@ class WindowTracker(Tracker):
         a = e - size
         cursor["ledger_buffer"] = [[doc, record, d + max(a, s) - s, d + min(e, t) - s]
                                    for doc, record, d, s, t in self.segments if s < e and t > a]
-        return cursor
+        return self._cutting(cursor)
 
 
 class BlockTracker(Tracker):
@@ -172,6 +182,7 @@ class BlockTracker(Tracker):
         return out
 
     def feed(self, item: Any, offset_after: int) -> Iterator[Any]:
+        self.fed = offset_after
         if self.windows:
             self.packer.tag = (self.name, offset_after)
         elif isinstance(item, tuple):  # a sample goes into a block as it is
@@ -186,7 +197,7 @@ class BlockTracker(Tracker):
     def cursor(self) -> dict:
         cursor = self.packer.cursor()
         cursor["ledger_blocks"] = [[self._known(p) for p in pieces] for pieces, _ in self._open()]
-        return cursor
+        return self._cutting(cursor)
 
     def _known(self, piece: Any) -> list:
         (doc, record), start, end = self.tags.get(id(piece), ((None, 0), 0, 0))

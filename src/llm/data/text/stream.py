@@ -32,7 +32,7 @@ from llm.data.seeds import check_seed
 from llm.data.stage import Stage
 from llm.data.text.changes import SourceChange, source_change
 from llm.data.text.dataset import StreamingTextDataset
-from llm.data.text.ledger import TextLedger, ledger_sources, run_id
+from llm.data.text.ledger import TextLedger, ledger_sources, run_id, stream_info
 from llm.data.text.loaders import StreamingTextLoader, batches_as_they_are, val_loader
 from llm.data.text.state import (
     STATE_VERSION,
@@ -118,7 +118,8 @@ class StreamingTextDataModule(Stage):
         """Record what each row handed over holds in the run ledger at `folder` (text/ledger.py), committed by
         `state_dict()`; `run`: one id on every rank (from the data, seed and folder when None)."""
         mixture = as_mixture(self.source)
-        sources = ledger_sources(self.source, self._source_names(), mixture.weights if mixture else [1.0])
+        stream = stream_info(self.tokenizer, self.max_seq_len, tokens=self.batch_format() is None)
+        sources = ledger_sources(self.source, self._source_names(), mixture.weights if mixture else [1.0], stream)
         self._ledger = TextLedger(folder, sources, run or run_id(self.source_fingerprint(), self.seed, folder))
         self._ledger.resume_from(self._ledger_state)  # a state loaded before this call resumes it
 
@@ -325,7 +326,7 @@ class StreamingTextDataModule(Stage):
         """`state()`; with a ledger, also commits the batches handed out since the last commit."""
         state = self.state()
         if self._ledger is not None:
-            state["ledger"] = self._ledger.commit(*self._ledger_topology())
+            state["ledger"] = self._ledger.commit(*self._ledger_topology(), self._cursors, self._own())
         return state
 
     def checkpoint_state(self) -> dict:
