@@ -188,7 +188,7 @@ def test_text_with_dedup_audits_clean_counting_dropped_duplicates(tmp_path: Path
     chain([({**base, "batch": 4}, 5), ({**base, "batch": 4, "world": 2, "workers": 2}, 4), ({**base, "batch": 2}, None)])
     code, out = audit_cli(ledger, capsys)
     assert code == 0, out
-    assert "dropped duplicates: 40 records read and not trained, accounted for" in out and "160 exactly once" in out
+    assert "dropped: 40 records read and not trained (duplicates, or nothing to train on), accounted for" in out and "160 exactly once" in out
 
 
 def test_sft_with_best_fit_packing_audits_clean(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -139,7 +139,8 @@ def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditRepor
     report.counts["repeated"] = len(repeated) + len(both)
     report.counts["dropped"] = len(drops)
     if len(drops):
-        report.accounted.append(f"dropped duplicates: {len(drops):,} records read and not trained, accounted for")
+        report.accounted.append(f"dropped: {len(drops):,} records read and not trained (duplicates, or nothing to "
+                                "train on), accounted for")
     report.once = len(docs)
     flight = _in_flight(ledger, docs.dtype)
     missing = _missing_records(ledger, auditor, np.union1d(np.union1d(docs, drops), flight), say, report)
