@@ -159,8 +159,8 @@ class StreamingTextDataset(IterableDataset):
         fmt = self.format
         rows: list[Any] = []
         row_sources: list[int] = []  # the source of each row: the per-source accounting
-        held: list[Any] = []  # with a ledger: what each row holds, and records read that make no row
-        dropped: list[Any] = []
+        held: list[Any] = []  # with a ledger: what each row holds (text/provenance.py)
+        dropped: list[Any] = []  # and the records read that make no row, once the cursor has passed them
         touched: dict[str, tuple[Any, deque]] = {}
 
         def state(done: bool) -> dict:
