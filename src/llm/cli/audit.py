@@ -9,7 +9,9 @@ AUDIT_EPILOG = """examples:
   llm-data audit runs/x/ledger          # the folder given to StreamingDataLoader(..., ledger=...)
 
 Counts each sample's appearances per epoch and source from what the workers read, checks the
-tokens against the data as stored now, and names what was repeated, lost or changed. Exits 0
+tokens against the data as stored now, and names what was repeated, lost or changed. For a text
+or SFT stream (StreamingTextDataModule(..., ledger=...)): each record's token ranges trained once,
+records missing from a pass (the files are read again), dedup drops accounted for. Exits 0
 only when every sample was trained exactly once. docs/proving-a-run.md"""
 
 
@@ -26,9 +28,14 @@ def run_audit(args: argparse.Namespace) -> int:
     from llm.data.shards.read.ledger_audit import ShardAuditor
 
     ledger = read_ledger(args.ledger)
-    shards = ShardAuditor(ledger.sources)
-    report = audit(ledger, expected_items=shards.expected_items, verify=None if args.no_verify else shards.verify)
-    report.problems += shards.problems
+    if any(s.get("type") == "text" for s in ledger.sources):  # a text or SFT stream's ledger
+        from llm.data.text.ledger_audit import TextAuditor, audit_text
+
+        report = audit_text(ledger, TextAuditor(ledger.sources, read=not args.no_verify))
+    else:
+        shards = ShardAuditor(ledger.sources)
+        report = audit(ledger, expected_items=shards.expected_items, verify=None if args.no_verify else shards.verify)
+        report.problems += shards.problems
     for line in report.lines():
         print(line)
     return 0 if report.ok else 1

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llm.data.pack.window import to_example
-from llm.data.text.dataset import packed_windows, unpack_windows
+from llm.data.text.wire import packed_windows, unpack_windows
 
 EOS = 7
 

@@ -158,6 +158,9 @@ class DedupTextSource(TextSource):
         self._local = SeenSet()
         self._written = SeenSet()  # writers: the digests the file holds or will (staged): never written twice
         self.stats = {"read": 0, "seen_before": 0, "repeated": 0}
+        # a stream with a run ledger sets this in its reader: dropped records come out with an empty
+        # digest (b""), so the ledger counts them as accounted for instead of missing
+        self.report_drops = False
         if self.seen_hashes_path:
             self.load_committed()
 
@@ -327,9 +330,10 @@ class DedupTextSource(TextSource):
         for chunk in _chunked(records):
             digests = b"".join(self.digest(text) for text, _, _ in chunk)
             width = self.digest_bytes
-            for i in np.flatnonzero(self._new_mask(digests, self.committed, self._local)).tolist():
+            new = self._new_mask(digests, self.committed, self._local)
+            for i in range(len(chunk)) if self.report_drops else np.flatnonzero(new).tolist():
                 text, after, _ = chunk[i]
-                yield text, after, digests[i * width : (i + 1) * width]
+                yield text, after, digests[i * width : (i + 1) * width] if new[i] else b""
 
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         """One standalone pass: new records only, against the persisted baseline and this pass.

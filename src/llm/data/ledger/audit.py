@@ -43,6 +43,7 @@ class AuditReport:
     problems: list[str] = field(default_factory=list)  # replays, abandoned steps, damage, changed data
     shares: dict[str, dict[str, float]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    accounted: list[str] = field(default_factory=list)  # read and not trained, on purpose (dedup drops)
 
     @property
     def ok(self) -> bool:
@@ -54,6 +55,7 @@ class AuditReport:
             weight = share.get("weight")
             out.append(f"source {name}: {int(share['samples']):,} samples, share {share['share']:.4f}"
                        + (f" (weight {weight:.4f})" if weight is not None else ""))
+        out += self.accounted
         out += [f"repeated: {r}" for r in self.repeated] + [f"missing: {m}" for m in self.missing]
         out += [f"problem: {p}" for p in self.problems]
         out.append("audit: OK, every sample exactly once" if self.ok else

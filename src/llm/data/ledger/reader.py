@@ -42,6 +42,8 @@ class Ledger:
     markers: dict[int, dict[str, Any]]
     abandoned: list[tuple[int, int, int, int]] = field(default_factory=list)  # (rank, generation, first, last)
     damaged: list[str] = field(default_factory=list)  # one sentence per unreadable segment
+    # rank -> the header of its last segment the run stands on (its `in_flight` records: read, not yet trained)
+    last_headers: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def sources(self) -> list[dict[str, Any]]:
@@ -93,6 +95,8 @@ def read_ledger(folder: str | os.PathLike, run: str | None = None) -> Ledger:
     keep = _standing(markers, sorted({p[1] for p, _ in segments} | set(markers)))
     out = _Collect()
     abandoned: list[tuple[int, int, int, int]] = []
+    latest: dict[int, tuple[int, int]] = {}
+    last_headers: dict[int, dict[str, Any]] = {}
     for parsed, entry in segments:
         rank, generation, first, last = parsed
         limit = keep.get(generation, -1)
@@ -117,7 +121,10 @@ def read_ledger(folder: str | os.PathLike, run: str | None = None) -> Ledger:
             pieces["row_ref"] = remap[pieces["row_ref"]]
             rows = rows[rows_kept]
         out.add(rows, pieces, segment.names, rank, generation)
-    return Ledger(folder, header, *out.tables(), markers, abandoned, damaged)
+        if limit is None and (generation, last) > latest.get(rank, (-1, -1)):  # the last generation's newest
+            latest[rank] = (generation, last)
+            last_headers[rank] = segment.header
+    return Ledger(folder, header, *out.tables(), markers, abandoned, damaged, last_headers)
 
 
 class _Collect:

@@ -87,6 +87,7 @@ class LedgerWriter:
         self.committed_step = 0  # the last step written (0: none yet)
         self._rows: list[np.ndarray] = []
         self._pieces: list[np.ndarray] = []
+        self._n_rows = 0  # rows recorded since the last commit: a running count, not a sum per step
         self._names: dict[str, int] = {}
         self._marker_written = False
         self._first_step: int | None = None
@@ -150,7 +151,8 @@ class LedgerWriter:
         rows = np.asarray(rows, ROW).copy()
         rows["step"] = step
         pieces = np.asarray(pieces, PIECE).copy()
-        pieces["row_ref"] += sum(len(r) for r in self._rows)
+        pieces["row_ref"] += self._n_rows
+        self._n_rows += len(rows)
         self._rows.append(rows)
         self._pieces.append(pieces)
         self._first_step = step if self._first_step is None else self._first_step
@@ -164,8 +166,11 @@ class LedgerWriter:
                 return
 
     # -- commit ------------------------------------------------------------------------------------
-    def commit(self) -> dict[str, Any]:
-        """Write the steps recorded since the last commit as one segment; returns the state to checkpoint."""
+    def commit(self, in_flight: list[list[Any]] | None = None) -> dict[str, Any]:
+        """Write the steps recorded since the last commit as one segment; returns the state to checkpoint.
+
+        `in_flight`: records read but not yet trained at this commit, as [source, epoch, name, item] (a text
+        stream's packer holds them); the segment's header keeps them, so audit does not call them missing."""
         if self.run is None:
             raise RuntimeError("LedgerWriter.commit() before open()")
         if self.rank == 0 and not self._marker_written and self.generation > 0:
@@ -176,11 +181,11 @@ class LedgerWriter:
             names = sorted(self._names, key=self._names.__getitem__)
             header = {"run": self.run, "rank": self.rank, "generation": self.generation,
                       "first_step": self._first_step, "last_step": self._last_step,
-                      "topology": self.topology, "names": names}
+                      "topology": self.topology, "names": names, "in_flight": in_flight or []}
             data = encode_segment(header, np.concatenate(self._rows), np.concatenate(self._pieces))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
             atomic_write(path, data)
-            self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
+            self._rows, self._pieces, self._names, self._first_step, self._n_rows = [], [], {}, None, 0
         self.committed_step = self._last_step
         return self.state()
 

@@ -164,6 +164,10 @@ class BestFitPacker:
         self.open = OpenBlocks(capacity, buffer, [] if self.draining else
                                [(p, r, sum(map(self.slots, p))) for p, r in blocks])
         self._anchor = (self.offset, self.records, self.tokens)
+        # the run ledger's (text/provenance.py): when set, each window made is tagged with the document
+        # being fed (`tag`) and its token range, so a block that goes out names what it holds
+        self.tags: dict[int, tuple] | None = None
+        self.tag: Any = None
 
     def slots(self, piece: Any) -> int:
         raise NotImplementedError
@@ -227,7 +231,7 @@ class BestFitCutter(BestFitPacker):
         if n < L and not self.skip:  # the common case: a whole document, packed
             self._consumed(offset_after, n + 1)
             if n:
-                yield from self._add(data)
+                yield from self._add(self._window(data, 0, n + 1))
             return
         n_full, tail = n // L, n % L
         first = self.skip // L  # resuming inside this document: these blocks went out already
@@ -236,10 +240,17 @@ class BestFitCutter(BestFitPacker):
                 self._consumed(offset_after, n + 1)
             else:
                 self.skip = (k + 1) * L  # the anchor stays before this document
-            yield [data[k * L : k * L + L + 1]]
+            yield [self._window(data, k * L, k * L + L + 1)]
         if tail:
             self._consumed(offset_after, n + 1)
-            yield from self._add(data[n_full * L :])
+            yield from self._add(self._window(data, n_full * L, n + 1))
+
+    def _window(self, data: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """data[start:stop]; tagged for the ledger (its inputs are the document's tokens start..stop-1)."""
+        window = data[start:stop]
+        if self.tags is not None:
+            self.tags[id(window)] = (self.tag, start, stop - 1)
+        return window
 
 
 def block_example(block: list[np.ndarray], max_seq_len: int, eos_id: int) -> tuple[np.ndarray, ...]:

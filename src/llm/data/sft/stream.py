@@ -211,6 +211,7 @@ class StreamingSFTDataModule(StreamingTextDataModule):
         sources = [record_source(e, name) for e, name in zip(self.entries, names)]
         self.entry_names = [(name, e.path) for name, e in zip(names, self.entries)]
         kwargs.setdefault("source", sources[0] if len(sources) == 1 else settings.mixture.build(sources))
+        ledger = kwargs.pop("ledger", None)  # attached once the collators exist: the fingerprint names them
         super().__init__(settings, batch_size, **kwargs)
         self.collators = [
             StreamingDataCollator(
@@ -224,6 +225,8 @@ class StreamingSFTDataModule(StreamingTextDataModule):
         if settings.packing == "best_fit" and not settings.sample_packing:  # best fit packs samples into rows
             raise ValueError("packing 'best_fit' packs samples into rows and needs sample_packing: true; "
                              "set sample_packing: true, or leave packing out")
+        if ledger is not None:
+            self.attach_ledger(ledger)
 
     piece_slots = staticmethod(sample_slots)
 

@@ -17,7 +17,6 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from llm.data.inputs.dedup import DedupTextSource
@@ -25,8 +24,10 @@ from llm.data.inputs.mixture import as_mixture
 from llm.data.inputs.partitions import assign_partitions, stripe_partitions
 from llm.data.inputs.source import Partition, Record, TextSource
 from llm.data.mix.choosers import choose
-from llm.data.pack.best_fit import BestFitCutter, block_example, cu_seqlens
-from llm.data.pack.window import IGNORE_INDEX, WindowCutter, to_example
+from llm.data.pack.best_fit import BestFitCutter, block_example
+from llm.data.pack.window import WindowCutter, to_example
+from llm.data.text.provenance import pieces_array, record_name, track
+from llm.data.text.wire import as_tensors, packed_windows
 from llm.data.tokenize.documents import encode_each
 from llm.data.tokenize.protocol import Tokenizer
 from llm.data.topology import current_topology
@@ -74,58 +75,6 @@ class TokenBlocks:
         return as_tensors(arrays)
 
 
-def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | None) -> bytes:
-    """Windows of <= max_seq_len + 1 tokens as they are, for the worker pipe: (rows, bytes per token) as
-    int32, each row's length as int32, then the rows zero-padded, in uint16 when the vocabulary fits.
-
-    Why: the pipe, not the encoder, limited the main process with workers; this is a quarter of
-    the (input_ids, labels) int32 planes, which `unpack_windows` rebuilds in the main process."""
-    width = max_seq_len + 1
-    lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
-    if lengths.min() == width:  # every window full: no padding
-        tokens = np.stack(rows)
-    else:
-        tokens = np.zeros((len(rows), width), dtype=np.int32)
-        for i, w in enumerate(rows):
-            tokens[i, : len(w)] = w
-    narrow = vocab_size is not None and vocab_size <= 1 << 16 and int(tokens.max(initial=0)) < 1 << 16
-    tokens = tokens.astype(np.uint16 if narrow else np.int32, copy=False)
-    header = np.array([len(rows), tokens.itemsize], dtype=np.int32)
-    return b"".join((header.tobytes(), lengths.tobytes(), tokens.tobytes()))
-
-
-def unpack_windows(packed: bytes, max_seq_len: int, eos_id: int) -> dict[str, Any]:
-    """`packed_windows`' bytes to `to_example`'s tensors: input_ids padded with EOS, labels with -100."""
-    rows, itemsize = (int(v) for v in np.frombuffer(packed, dtype=np.int32, count=2))
-    lengths = np.frombuffer(packed, dtype=np.int32, count=rows, offset=8)
-    tokens = np.frombuffer(packed, dtype=np.uint16 if itemsize == 2 else np.int32, offset=8 + 4 * rows)
-    tokens = tokens.reshape(rows, max_seq_len + 1)
-    input_ids, labels = tokens[:, :-1].astype(np.int64), tokens[:, 1:].astype(np.int64)
-    for i in np.flatnonzero(lengths <= max_seq_len):  # a partition's last, short windows
-        n = int(lengths[i]) - 1
-        input_ids[i, n:], labels[i, n:] = eos_id, IGNORE_INDEX
-    return as_tensors([torch.from_numpy(input_ids), torch.from_numpy(labels)])
-
-
-def unpack(item: dict[str, Any], max_seq_len: int, best_fit: int | None, eos_id: int) -> dict[str, Any]:
-    """A batch that crossed the worker pipe as bytes (`_windows`, or int32 planes `_packed`) to its tensors."""
-    if "_windows" in item:
-        return unpack_windows(item.pop("_windows"), max_seq_len, eos_id)
-    planes = 3 if best_fit else 2  # best fit: position_ids too
-    both = np.frombuffer(item.pop("_packed"), dtype=np.int32).reshape(-1, planes, max_seq_len)
-    # one pass per plane: the strided int32 view cast into a new contiguous int64 array
-    return as_tensors([torch.from_numpy(both[:, i].astype(np.int64)) for i in range(planes)])
-
-
-def as_tensors(arrays: list[Any]) -> dict[str, Any]:
-    """(input_ids, labels[, position_ids]) to the batch's tensors; positions also as flash-attention's cu_seqlens."""
-    batch = {"input_ids": torch.as_tensor(arrays[0]), "labels": torch.as_tensor(arrays[1])}
-    if len(arrays) > 2:
-        batch["position_ids"] = torch.as_tensor(arrays[2])
-        batch["cu_seqlens"] = cu_seqlens(batch["position_ids"])
-    return batch
-
-
 def _done(worker: int) -> dict:
     """The marker a worker sends once its partitions are read (and until the loader stops it)."""
     return {"worker": worker, "done": True, "cursors": {}, "digests": b"", "counts": {}}
@@ -161,6 +110,7 @@ class StreamingTextDataset(IterableDataset):
         mix_weights: list[float] | None = None,
         mix_anchors: dict[str, list[int]] | None = None,
         packing_buffer: int | None = None,
+        ledger: bool = False,
     ):
         self.source = source
         self.tokenizer = tokenizer
@@ -178,6 +128,7 @@ class StreamingTextDataset(IterableDataset):
         # at the schedule's last change point: each segment's shares count from there
         self.mix_weights = mix_weights
         self.mix_anchors = dict(mix_anchors or {})
+        self.ledger = ledger  # batches carry what each row holds (text/provenance.py) for the run ledger
 
     def __iter__(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
@@ -185,6 +136,8 @@ class StreamingTextDataset(IterableDataset):
         n_workers = info.num_workers if info else 1
         worker = ((info.id if info else 0) + self.worker_rotation) % n_workers
         self.source.begin()
+        if self.ledger and isinstance(self.source, DedupTextSource):
+            self.source.report_drops = True  # dropped duplicates come as events: the ledger accounts for them
         self._consumer = rank * n_workers + worker  # seeds a random mixture's draws
         parts = assign_partitions(
             stripe_partitions(self.source.partitions()), self._consumer, world * n_workers
@@ -206,6 +159,8 @@ class StreamingTextDataset(IterableDataset):
         fmt = self.format
         rows: list[Any] = []
         row_sources: list[int] = []  # the source of each row: the per-source accounting
+        held: list[Any] = []  # with a ledger: what each row holds (text/provenance.py)
+        dropped: list[Any] = []  # and the records read that make no row, once the cursor has passed them
         touched: dict[str, tuple[Any, deque]] = {}
 
         def state(done: bool) -> dict:
@@ -213,6 +168,8 @@ class StreamingTextDataset(IterableDataset):
             for key, (packer, queue) in touched.items():
                 cursor = packer.cursor()
                 cursors[key] = cursor
+                if self.ledger:  # drops the cursor went past go with this state: exactly once across resumes
+                    dropped.extend(packer.released(cursor))
                 while queue and queue[0][0] <= cursor["records"]:
                     digests.append(queue.popleft()[1])
             return {"worker": worker, "done": done, "cursors": cursors, "digests": b"".join(digests)}
@@ -224,6 +181,10 @@ class StreamingTextDataset(IterableDataset):
                 tally[0] += fmt.row_tokens(row)
                 tally[1] += 1
             out: dict[str, Any] = {**fmt.batch(rows), "_state": {**state(False), "counts": counts}}
+            if self.ledger:
+                out["_state"]["ledger"] = pieces_array(held, dropped)
+                held.clear()
+                dropped.clear()
             rows.clear()
             row_sources.clear()
             for key in [k for k, (p, _) in touched.items() if p.done]:
@@ -242,6 +203,8 @@ class StreamingTextDataset(IterableDataset):
                 for window in packer.feed(item, after):
                     rows.append(window)
                     row_sources.append(source)
+                    if self.ledger:
+                        held.append(packer.last)
                     if len(rows) == self.batch_size:
                         yield batch()
             chunk.clear()
@@ -255,8 +218,13 @@ class StreamingTextDataset(IterableDataset):
                     for window in packer.finish():
                         rows.append(window)
                         row_sources.append(event[2])
+                        if self.ledger:
+                            held.append(packer.last)
                         if len(rows) == self.batch_size:
                             yield batch()
+                continue
+            if event[0] == "drop":  # a duplicate the source dropped: accounted for once the cursor passes it
+                event[1].drop(event[2])
                 continue
             if event[0] == "encoded":  # drawn by tokens: encoded when drawn, fed in draw order
                 yield from flush()
@@ -273,7 +241,10 @@ class StreamingTextDataset(IterableDataset):
         yield from flush()
         if rows:
             yield batch()
-        yield {"_state": {**state(True), "counts": {}, "stats": dict(self.source.stats)}}
+        last = {**state(True), "counts": {}, "stats": dict(self.source.stats)}
+        if self.ledger and dropped:  # drops after the last row: the module keeps them for the next step
+            last["ledger"] = pieces_array([], dropped)
+        yield {"_state": last}
 
     def _events(self, parts: list[Partition], touched: dict) -> Iterator[tuple]:
         """("record", record, (packer, queue), source) and ("end", packers) events, the sources mixed."""
@@ -308,7 +279,7 @@ class StreamingTextDataset(IterableDataset):
                 if event[0] == "encoded":
                     tokens[i] += self.format.tokens(event[4])
                 yield event
-                if event[0] != "end":
+                if event[0] not in ("end", "drop"):  # a dropped duplicate is no draw
                     counts[i] += 1
                     drawn += 1
                     break
@@ -348,7 +319,11 @@ class StreamingTextDataset(IterableDataset):
                 cursor = self.cursors.get(part.key)
                 if cursor is not None and cursor.get("done"):
                     continue
-                live.append((part, fmt.packer(cursor), deque()))
+                packer = fmt.packer(cursor)
+                if self.ledger:  # the packer's rows name their documents (text/provenance.py)
+                    pass_ = int((cursor or {}).get("pass", 0))
+                    packer = track(packer, cursor, record_name(part), source, pass_)
+                live.append((part, packer, deque()))
                 touched[part.key] = live[-1][1:]
             if not live:
                 continue
@@ -361,7 +336,9 @@ class StreamingTextDataset(IterableDataset):
             records = self.source.iter_partition(base, start, lambda row, r=route: r(row) is not None)
             for record in records:
                 target = route(record[1])
-                if target is not None:  # sources may ignore `want`
+                if target is not None and record[2] == b"":  # a duplicate dropped (report_drops)
+                    yield ("drop", target[0], record[1])
+                elif target is not None:  # sources may ignore `want`
                     yield ("record", record, target, source)
             yield ("end", [packer for _, packer, _ in live], source)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from llm.data.text.dataset import StreamingTextDataset
+
 
 def batches_as_they_are(item: dict) -> dict:
     """The DataLoader's collate for whole batches: they are tensors (or packed bytes) already.
@@ -38,3 +40,13 @@ class ValLoader:
         for item in self.ds:
             if "input_ids" in item:
                 yield {"input_ids": item["input_ids"], "labels": item["labels"]}
+
+
+def val_loader(module: Any) -> ValLoader:
+    """One pass over a text module's `val_dataset_path` (local files, same tokenizer and blocks)."""
+    from llm.data.inputs.local import LocalLineTextSource
+
+    settings = module.settings
+    val = LocalLineTextSource(settings.val_dataset_path, settings.text_column, storage_options=settings.storage_options)
+    ds = StreamingTextDataset(val, module.tokenizer, module.max_seq_len, module.batch_size, rank=0, world_size=1)
+    return ValLoader(ds)

@@ -5,6 +5,7 @@ A state is checked whole here before the module assigns any of it (the `Stage` c
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -130,3 +131,14 @@ def check_not_all_seen(pass_stats: dict[str, int], dedup: DedupTextSource | None
         f"record, seen-hashes file {path}); nothing is left for another pass: lower steps_per_epoch or "
         "epochs, or add new data"
     )
+
+
+def warn_uncommitted(seen: dict | None) -> None:
+    """A state taken with state_dict() carries consumed records its seen-hashes file never got: say so."""
+    if seen and seen.get("pending"):
+        warnings.warn(
+            f"the data state was taken with state_dict(), not checkpoint_state(): {seen['pending']} "
+            "consumed records were never committed to the seen-hashes file, so later copies of "
+            "them are not dropped; save states for checkpoints with checkpoint_state()",
+            stacklevel=4,
+        )

@@ -8,7 +8,6 @@ worker serves next, and the dedup seen-set's commit (`checkpoint_state()`).
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -25,14 +24,16 @@ from llm.data.inputs.source import (
     TextSource,
     validate_source_fingerprint,
 )
+from llm.data.ledger.writer import check_ledger_state
 from llm.data.mix.progress import MixProgress
 from llm.data.pack.best_fit import check_open_blocks, window_slots
 from llm.data.pack.window import new_cursor
 from llm.data.seeds import check_seed
 from llm.data.stage import Stage
 from llm.data.text.changes import SourceChange, source_change
-from llm.data.text.dataset import StreamingTextDataset, unpack
-from llm.data.text.loaders import StreamingTextLoader, ValLoader, batches_as_they_are
+from llm.data.text.dataset import StreamingTextDataset
+from llm.data.text.ledger import TextLedger, ledger_sources, run_id, stream_info
+from llm.data.text.loaders import StreamingTextLoader, batches_as_they_are, val_loader
 from llm.data.text.state import (
     STATE_VERSION,
     check_known_partitions,
@@ -41,7 +42,9 @@ from llm.data.text.state import (
     check_seen_count,
     merge_stream_states,
     mixture_seed,
+    warn_uncommitted,
 )
+from llm.data.text.wire import unpack
 from llm.data.text.workers import text_loader
 from llm.data.topology import current_topology
 from llm.data.worker_errors import reraise
@@ -52,12 +55,10 @@ __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoad
 class StreamingTextDataModule(Stage):
     """Config -> source, tokenizer, dataset and loader, a `Stage` (state / check / restore).
 
-    `state_dict()` / `load_state_dict()` are the contract's public names; a refused
-    state (`StateError`) leaves the module exactly as it was.
-
-    `train_dataloader()` yields `steps_per_epoch` batches per epoch, continuing the
-    stream where the previous epoch stopped; when this rank's partitions are all
-    read it starts a new pass over them (`loop=False`: stop instead).
+    `state_dict()` / `load_state_dict()` are the contract's public names; a refused state (`StateError`)
+    leaves the module exactly as it was. `train_dataloader()` yields `steps_per_epoch` batches per epoch,
+    continuing the stream where the previous epoch stopped; when this rank's partitions are all read it
+    starts a new pass over them (`loop=False`: stop instead). `ledger=FOLDER`: the run ledger (text/ledger.py).
     """
     piece_slots = staticmethod(window_slots)  # the slots one of best fit's pieces fills (sft: a sample's)
 
@@ -73,6 +74,7 @@ class StreamingTextDataModule(Stage):
         source: TextSource | None = None,
         tokenizer: Any = None,
         seed: int | None = None,
+        ledger: str | os.PathLike | None = None,
     ):
         from llm.data.tokenize.tokenizers import load_tokenizer
 
@@ -107,6 +109,23 @@ class StreamingTextDataModule(Stage):
         self.progress = MixProgress(self._source_names(), *((mixture.schedule, mixture.weights) if mixture else ()),
                                     seq_len=self.max_seq_len)
         self._switched = False  # did the last pass stop at a schedule's change point?
+        self._ledger: TextLedger | None = None
+        self._ledger_state: dict | None = None  # the ledger position of the last state loaded
+        if ledger is not None:
+            self.attach_ledger(ledger)
+
+    def attach_ledger(self, folder: str | os.PathLike, run: str | None = None) -> None:
+        """Record what each row handed over holds in the run ledger at `folder` (text/ledger.py), committed by
+        `state_dict()`; `run`: one id on every rank (from the data, seed and folder when None)."""
+        mixture = as_mixture(self.source)
+        stream = stream_info(self.tokenizer, self.max_seq_len, tokens=self.batch_format() is None)
+        sources = ledger_sources(self.source, self._source_names(), mixture.weights if mixture else [1.0], stream)
+        self._ledger = TextLedger(folder, sources, run or run_id(self.source_fingerprint(), self.seed, folder))
+        self._ledger.resume_from(self._ledger_state)  # a state loaded before this call resumes it
+
+    def _ledger_topology(self) -> tuple[int, dict]:
+        rank, world = current_topology(self.rank, self.world_size)
+        return rank, {"world_size": world, "batch_size": self.batch_size, "num_workers": self.num_workers}
 
     def _source_names(self) -> list[str]:
         """Names of the sources in the accounting: the mixture's entries, or the one source's path stem."""
@@ -119,7 +138,6 @@ class StreamingTextDataModule(Stage):
     def source_counts(self) -> dict[str, dict[str, int]]:
         """Tokens and samples (rows) this rank handed over, per source: {name: {tokens, samples}} (mix_state.py)."""
         return self.progress.source_counts()
-
 
     # -- identity -------------------------------------------------------------------------
     def source_fingerprint(self) -> dict:
@@ -149,14 +167,7 @@ class StreamingTextDataModule(Stage):
 
     def val_dataloader(self) -> Iterable[dict] | None:
         """One pass over `val_dataset_path` (local files, same tokenizer and blocks); None when unset."""
-        path, settings = self.settings.val_dataset_path, self.settings
-        if not path:
-            return None
-        from llm.data.inputs.local import LocalLineTextSource
-
-        val = LocalLineTextSource(path, settings.text_column, storage_options=settings.storage_options)
-        ds = StreamingTextDataset(val, self.tokenizer, self.max_seq_len, self.batch_size, rank=0, world_size=1)
-        return ValLoader(ds)
+        return val_loader(self) if self.settings.val_dataset_path else None
 
     def _iterate(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
@@ -166,6 +177,8 @@ class StreamingTextDataModule(Stage):
                 f"rank {rank} of {world} owns none of the {len(self.partitions())} partitions of the "
                 f"data source; use more input files / shards or fewer ranks"
             )
+        if self._ledger is not None:
+            self._ledger.open(*self._ledger_topology())
         mixture = as_mixture(self.source)
         if mixture is not None and not self._entries_checked:
             mixture.require_records()
@@ -204,7 +217,7 @@ class StreamingTextDataModule(Stage):
 
     def _one_pass(self, rank: int, world: int) -> Iterator[dict]:
         workers = max(1, self.num_workers)
-        key = str(rank)
+        key, mixture = str(rank), as_mixture(self.source)
         self.progress.enter_segment(self._cursors, [p.key for p in self._own()])
         self._switched = False
         ds = StreamingTextDataset(
@@ -213,8 +226,9 @@ class StreamingTextDataModule(Stage):
             worker_rotation=self._next_worker.get(key, 0), packed=self.num_workers > 0,
             batch_format=self.batch_format(), mix_seed=self._mix_seed(),
             # a mixture reads at most `streaming_buffer_per_dataset` records ahead before encoding
-            chunk_records=self._chunk_records(), packing_buffer=self.settings.best_fit_buffer(),
+            chunk_records=min(64, mixture.buffer) if mixture is not None else 64, packing_buffer=self.settings.best_fit_buffer(),
             mix_weights=self.progress.weights_now(), mix_anchors=self.progress.anchors,
+            ledger=self._ledger is not None,
         )
         if self.num_workers:
             # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
@@ -229,6 +243,8 @@ class StreamingTextDataModule(Stage):
             self._apply(st)
             self._next_worker[key] = (st["worker"] + 1) % workers
             if st["done"]:
+                if self._ledger is not None and "ledger" in st:  # dropped after the pass's last row
+                    self._ledger.dropped(st["ledger"])
                 for k, v in st.get("stats", {}).items():
                     self._pass_stats[k] = self._pass_stats.get(k, 0) + v
                 done.add(st["worker"])
@@ -239,6 +255,8 @@ class StreamingTextDataModule(Stage):
             self.progress.handed_over(st["counts"], self.batch_size * world)
             if "_packed" in item or "_windows" in item:  # bytes from a worker (dataset.py)
                 item.update(unpack(item, self.max_seq_len, self.settings.best_fit_buffer(), self.tokenizer.eos_id))
+            if self._ledger is not None:  # the rows as the trainer gets them, with what the worker packed
+                self._ledger.record(item["input_ids"], st["ledger"])
             yield item
             if self.progress.at_change():  # new weights from here: restart the workers
                 self._switched = True
@@ -248,10 +266,6 @@ class StreamingTextDataModule(Stage):
         """The seed of a `random` mixture's draws in this pass: derive_seed(root, "text.mixture", pass)."""
         epoch = min((self._cursors.get(p.key, {}).get("pass", 0) for p in self._own()), default=0)
         return mixture_seed(self._version, self.seed, epoch)
-
-    def _chunk_records(self) -> int:
-        mixture = as_mixture(self.source)
-        return min(64, mixture.buffer) if mixture is not None else 64
 
     def _check_not_empty(self, own: list[Partition]) -> None:
         """Local files that yielded no record at all (read whole by this rank) are named, not trained on."""
@@ -278,12 +292,9 @@ class StreamingTextDataModule(Stage):
     def state(self) -> dict:
         """This rank's state: the cursors of its partitions. A pure getter (no I/O, no collective).
 
-        `line_index` is informational, kept for the guide's readers: per rank, the number of
-        records consumed (a record count, not a line number); `partitions` is what resumes.
-        With a dedup source, `seen_hashes.count` is what the seen-hashes file holds and
-        `pending` how many consumed records are not committed to it yet: call
-        `checkpoint_state()` when a checkpoint is written, so they are.
-        """
+        `line_index` (per rank, records consumed) is informational; `partitions` is what resumes. With
+        dedup, `seen_hashes.count` is what the seen-hashes file holds and `pending` the consumed records
+        not in it yet: `checkpoint_state()` commits them."""
         rank, world = current_topology(self.rank, self.world_size)
         own = {p.key for p in self._own()}
         partitions = {k: c for k, c in self._cursors.items() if k in own}
@@ -311,16 +322,21 @@ class StreamingTextDataModule(Stage):
             }
         return state
 
-    def checkpoint_state(self) -> dict:
-        """The state to store in a checkpoint: every rank's cursors, the dedup seen-set staged.
+    def state_dict(self) -> dict:
+        """`state()`; with a ledger, also commits the batches handed out since the last commit."""
+        state = self.state()
+        if self._ledger is not None:
+            state["ledger"] = self._ledger.commit(*self._ledger_topology(), self._cursors, self._own())
+        return state
 
-        Collective under torch.distributed (every rank calls it, each gets the whole job's
-        state). The digests of the records consumed since the seen-hashes file's last commit
-        ride in the state; `save_checkpoint` appends them to the file once the checkpoint is
-        on disk (for your own checkpoints: `llm.data.dedup.publish_seen_hashes(state)`).
-        """
+    def checkpoint_state(self) -> dict:
+        """The state to store in a checkpoint: every rank's cursors, the dedup seen-set staged, the ledger committed.
+
+        Collective under torch.distributed (every rank calls it, each gets the whole job's state). The
+        digests consumed since the seen-hashes file's last commit ride in the state; `save_checkpoint`
+        appends them once the checkpoint is on disk (your own: `llm.data.dedup.publish_seen_hashes(state)`)."""
         rank, world = current_topology(self.rank, self.world_size)
-        state, dedup = self.state(), self._dedup()
+        state, dedup = self.state_dict(), self._dedup()
         digests = b"".join(self._uncommitted)
         self._uncommitted = []
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -347,6 +363,8 @@ class StreamingTextDataModule(Stage):
         check_known_partitions(partitions, [p.key for p in self.partitions()])
         check_open_blocks(partitions, self.max_seq_len, self.settings.best_fit_buffer(), self.piece_slots)
         check_seen_count(self._dedup(), state.get("seen_hashes"))
+        if state.get("ledger") is not None:
+            check_ledger_state(state["ledger"], "data state 'ledger'")
         self.progress.check(state, sources_changed=change is not None)
 
     def _source_change(self, state: dict) -> SourceChange | None:
@@ -375,10 +393,7 @@ class StreamingTextDataModule(Stage):
         if change is not None:  # the shares start again here: anchor this rank's partitions now
             self.progress.enter_segment(self._cursors, [p.key for p in self._own()])
         self._uncommitted = []
-        if seen and seen.get("pending"):
-            warnings.warn(
-                f"the data state was taken with state_dict(), not checkpoint_state(): {seen['pending']} "
-                "consumed records were never committed to the seen-hashes file, so later copies of "
-                "them are not dropped; save states for checkpoints with checkpoint_state()",
-                stacklevel=3,
-            )
+        self._ledger_state = state.get("ledger")
+        if self._ledger is not None:
+            self._ledger.resume_from(self._ledger_state)
+        warn_uncommitted(seen)

@@ -1,0 +1,66 @@
+"""How a text worker's batch crosses the DataLoader pipe: windows or int32 planes as bytes, rebuilt as tensors.
+
+Why: the pipe, not the encoder, limited the main process with workers; bytes pickle faster than tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from llm.data.pack.best_fit import cu_seqlens
+from llm.data.pack.window import IGNORE_INDEX
+
+
+def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | None) -> bytes:
+    """Windows of <= max_seq_len + 1 tokens as they are, for the worker pipe: (rows, bytes per token) as
+    int32, each row's length as int32, then the rows zero-padded, in uint16 when the vocabulary fits.
+
+    Why: the pipe, not the encoder, limited the main process with workers; this is a quarter of
+    the (input_ids, labels) int32 planes, which `unpack_windows` rebuilds in the main process."""
+    width = max_seq_len + 1
+    lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
+    if lengths.min() == width:  # every window full: no padding
+        tokens = np.stack(rows)
+    else:
+        tokens = np.zeros((len(rows), width), dtype=np.int32)
+        for i, w in enumerate(rows):
+            tokens[i, : len(w)] = w
+    narrow = vocab_size is not None and vocab_size <= 1 << 16 and int(tokens.max(initial=0)) < 1 << 16
+    tokens = tokens.astype(np.uint16 if narrow else np.int32, copy=False)
+    header = np.array([len(rows), tokens.itemsize], dtype=np.int32)
+    return b"".join((header.tobytes(), lengths.tobytes(), tokens.tobytes()))
+
+
+def unpack_windows(packed: bytes, max_seq_len: int, eos_id: int) -> dict[str, Any]:
+    """`packed_windows`' bytes to `to_example`'s tensors: input_ids padded with EOS, labels with -100."""
+    rows, itemsize = (int(v) for v in np.frombuffer(packed, dtype=np.int32, count=2))
+    lengths = np.frombuffer(packed, dtype=np.int32, count=rows, offset=8)
+    tokens = np.frombuffer(packed, dtype=np.uint16 if itemsize == 2 else np.int32, offset=8 + 4 * rows)
+    tokens = tokens.reshape(rows, max_seq_len + 1)
+    input_ids, labels = tokens[:, :-1].astype(np.int64), tokens[:, 1:].astype(np.int64)
+    for i in np.flatnonzero(lengths <= max_seq_len):  # a partition's last, short windows
+        n = int(lengths[i]) - 1
+        input_ids[i, n:], labels[i, n:] = eos_id, IGNORE_INDEX
+    return as_tensors([torch.from_numpy(input_ids), torch.from_numpy(labels)])
+
+
+def unpack(item: dict[str, Any], max_seq_len: int, best_fit: int | None, eos_id: int) -> dict[str, Any]:
+    """A batch that crossed the worker pipe as bytes (`_windows`, or int32 planes `_packed`) to its tensors."""
+    if "_windows" in item:
+        return unpack_windows(item.pop("_windows"), max_seq_len, eos_id)
+    planes = 3 if best_fit else 2  # best fit: position_ids too
+    both = np.frombuffer(item.pop("_packed"), dtype=np.int32).reshape(-1, planes, max_seq_len)
+    # one pass per plane: the strided int32 view cast into a new contiguous int64 array
+    return as_tensors([torch.from_numpy(both[:, i].astype(np.int64)) for i in range(planes)])
+
+
+def as_tensors(arrays: list[Any]) -> dict[str, Any]:
+    """(input_ids, labels[, position_ids]) to the batch's tensors; positions also as flash-attention's cu_seqlens."""
+    batch = {"input_ids": torch.as_tensor(arrays[0]), "labels": torch.as_tensor(arrays[1])}
+    if len(arrays) > 2:
+        batch["position_ids"] = torch.as_tensor(arrays[2])
+        batch["cu_seqlens"] = cu_seqlens(batch["position_ids"])
+    return batch
