@@ -10,7 +10,8 @@ A run's ledger is a folder:
   trained between two checkpoints, written when the checkpoint is committed (see writer.py).
 
 A segment is `MAGIC`, a little-endian u32 header length, a JSON header (run, rank,
-generation, steps, topology, the segment's `names` table), the zstd-compressed row and
+generation, steps, topology, the segment's `names` table, the `skipped` steps: read but not
+trained, `data.skip_batches`), the zstd-compressed row and
 piece tables, and a trailer of the payload's length and xxh3-64 digest. A truncated or
 damaged segment fails its trailer check, so it is named, never half read.
 

@@ -42,6 +42,12 @@ class Ledger:
     markers: dict[int, dict[str, Any]]
     abandoned: list[tuple[int, int, int, int]] = field(default_factory=list)  # (rank, generation, first, last)
     damaged: list[str] = field(default_factory=list)  # one sentence per unreadable segment
+    skipped: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per row: read but not trained
+
+    @property
+    def trained(self) -> np.ndarray:
+        """Per row: trained (not a skipped step's)."""
+        return ~self.skipped if len(self.skipped) == len(self.rows) else np.ones(len(self.rows), bool)
 
     @property
     def sources(self) -> list[dict[str, Any]]:
@@ -116,19 +122,22 @@ def read_ledger(folder: str | os.PathLike, run: str | None = None) -> Ledger:
             remap = np.cumsum(rows_kept) - 1
             pieces["row_ref"] = remap[pieces["row_ref"]]
             rows = rows[rows_kept]
-        out.add(rows, pieces, segment.names, rank, generation)
-    return Ledger(folder, header, *out.tables(), markers, abandoned, damaged)
+        out.add(rows, pieces, segment.names, rank, generation, segment.header.get("skipped") or [])
+    rows, ranks, gens, pieces, names = out.tables()
+    return Ledger(folder, header, rows, ranks, gens, pieces, names, markers, abandoned, damaged,
+                  skipped=np.concatenate(out.skipped) if out.skipped else np.zeros(0, bool))
 
 
 class _Collect:
     """Concatenates segments, re-basing each one's row references and name indexes."""
 
     def __init__(self) -> None:
-        self.rows, self.pieces, self.ranks, self.gens = [], [], [], []
+        self.rows, self.pieces, self.ranks, self.gens, self.skipped = [], [], [], [], []
         self.names: dict[str, int] = {}
         self.n_rows = 0
 
-    def add(self, rows: np.ndarray, pieces: np.ndarray, names: list[str], rank: int, generation: int) -> None:
+    def add(self, rows: np.ndarray, pieces: np.ndarray, names: list[str], rank: int, generation: int,
+            skipped: list[int]) -> None:
         pieces = pieces.copy()
         pieces["row_ref"] += self.n_rows
         if names:
@@ -139,6 +148,7 @@ class _Collect:
         self.pieces.append(pieces)
         self.ranks.append(np.full(len(rows), rank, np.int32))
         self.gens.append(np.full(len(rows), generation, np.int32))
+        self.skipped.append(np.isin(rows["step"], np.asarray(skipped, np.uint64)))
         self.n_rows += len(rows)
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:

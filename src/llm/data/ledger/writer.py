@@ -91,6 +91,7 @@ class LedgerWriter:
         self._marker_written = False
         self._first_step: int | None = None
         self._last_step = 0
+        self._skipped: list[int] = []  # steps recorded (read) but not trained: data.skip_batches
 
     # -- start and resume ------------------------------------------------------------------------
     def open(self, state: dict[str, Any] | None, topology: dict[str, Any] | None = None, run: str | None = None) -> None:
@@ -163,6 +164,12 @@ class LedgerWriter:
                 rows["loss"] = np.asarray(losses, np.float32).reshape(-1)[: len(rows)]
                 return
 
+    def mark_skipped(self, step: int) -> None:
+        """A step recorded since the last commit was read but not trained (audit counts its rows as skipped)."""
+        if self._first_step is None or not self._first_step <= step <= self._last_step:
+            raise ValueError(f"ledger step {step} is not among the steps recorded since the last commit")
+        self._skipped.append(step)
+
     # -- commit ------------------------------------------------------------------------------------
     def commit(self) -> dict[str, Any]:
         """Write the steps recorded since the last commit as one segment; returns the state to checkpoint."""
@@ -176,11 +183,11 @@ class LedgerWriter:
             names = sorted(self._names, key=self._names.__getitem__)
             header = {"run": self.run, "rank": self.rank, "generation": self.generation,
                       "first_step": self._first_step, "last_step": self._last_step,
-                      "topology": self.topology, "names": names}
+                      "topology": self.topology, "names": names, "skipped": self._skipped}
             data = encode_segment(header, np.concatenate(self._rows), np.concatenate(self._pieces))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
             atomic_write(path, data)
-            self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
+            self._rows, self._pieces, self._names, self._first_step, self._skipped = [], [], {}, None, []
         self.committed_step = self._last_step
         return self.state()
 

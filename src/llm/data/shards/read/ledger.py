@@ -71,6 +71,16 @@ class LoaderLedger:
         self.step += 1
         self.writer.record(self.step, rows, pieces)
 
+    def set_loss(self, losses: np.ndarray) -> None:
+        """Per-row losses of the batch handed over last (the one just trained)."""
+        if self.opened and self.step > self.writer.committed_step:
+            self.writer.set_loss(self.step, losses)
+
+    def skip(self) -> None:
+        """The batch handed over last was read but not trained (data.skip_batches)."""
+        if self.opened and self.step > self.writer.committed_step:
+            self.writer.mark_skipped(self.step)
+
     def commit(self) -> dict[str, Any]:
         return self.writer.commit() if self.opened else (self.pending or self.writer.state())
 
