@@ -17,7 +17,8 @@ damaged segment fails its trailer check, so it is named, never half read.
 
 Rows are the samples of a batch, pieces the documents (or token blocks) a row holds:
 
-* `ROW`: `step`, `row` (position in this rank's batch), `crc` (crc32 of the row's token ids
+* `ROW`: `step`, `row` (position in this rank's batch), `crc` (a 32-bit checksum of the row's token ids:
+  the low half of xxh3-64, `row_crcs` in shards/read/ledger.py; over the ids
   as little-endian int64), `loss` (NaN when not recorded).
 * `PIECE`: `row_ref` (index into the segment's rows), `source`, `epoch`, `name` (index into
   the segment's names table: a file or object; -1 for a shard sample), `item` (sample index

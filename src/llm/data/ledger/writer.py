@@ -157,6 +157,20 @@ class LedgerWriter:
         self._first_step = step if self._first_step is None else self._first_step
         self._last_step = step
 
+    def record_many(self, rows: np.ndarray, pieces: np.ndarray) -> None:
+        """Several steps at once (rows carry their steps, in order; `row_ref` indexes `rows`): one copy, not one per step."""
+        if not len(rows):
+            return
+        first, last = int(rows["step"][0]), int(rows["step"][-1])
+        if first <= self._last_step:
+            raise ValueError(f"ledger step {first} recorded after step {self._last_step}; steps only go forward")
+        pieces = np.asarray(pieces, PIECE).copy()
+        pieces["row_ref"] += sum(len(r) for r in self._rows)
+        self._rows.append(np.asarray(rows, ROW).copy())
+        self._pieces.append(pieces)
+        self._first_step = first if self._first_step is None else self._first_step
+        self._last_step = last
+
     def set_loss(self, step: int, losses: np.ndarray) -> None:
         """Per-row losses of a step recorded since the last commit (`checkpoint.ledger_loss`)."""
         for rows in reversed(self._rows):

@@ -270,7 +270,9 @@ class StreamingDataLoader(DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
-                pos, ids, crcs = chunk.pop("ledger_pos", None), chunk.pop("ledger_ids", None), chunk.pop("ledger_crc", None)
+                pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
+                if ids is not None:  # once a chunk, not once a batch: slices of arrays are views
+                    pos, ids, crcs = np.asarray(pos), np.asarray(ids), np.asarray(crcs)
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
                 row = 0
@@ -279,7 +281,7 @@ class StreamingDataLoader(DataLoader, Stage):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
                         if ids is not None:  # recorded like the count: a state saved now includes this batch
-                            self._record(*(np.asarray(a[row:row + size]) for a in (pos, ids, crcs)), it.epoch)
+                            self._record(pos[row:row + size], ids[row:row + size], crcs[row:row + size], it.epoch)
                             row += size
                         log_wait(clock() - asked)
                         if profile is not None:
