@@ -250,3 +250,18 @@ def test_a_stream_lm_run_resumed_at_another_batch_audits_clean(tmp_path: Path, c
     assert code == 0 and "audit: OK" in out, out
     code, out = _cli(capsys, "why", str(run / "ckpt"), "--step", "2")
     assert code == 0 and "c.txt record " in out, out
+
+
+def test_a_ledger_of_another_dataset_names_both(tmp_path: Path) -> None:
+    from llm.data.ledger.format import LedgerError
+    from llm.training.run_audit import _check_dataset
+
+    corpus = _corpus(tmp_path / "c.txt")
+    _train(_tree(corpus, tmp_path / "run"))
+    (folder,) = _ledgers(tmp_path / "run")
+    ledger = read_ledger(folder)
+    trained_on = ledger.sources[0]["fingerprint"]
+    _check_dataset(ledger, {"fingerprint": trained_on}, tmp_path / "step_3")  # its own dataset: fine
+    with pytest.raises(LedgerError, match=rf"was written for dataset {ledger.sources[0]['name']} "
+                                          rf"\({trained_on[:12]}\), but checkpoint .* trained on dataset 0123456789ab"):
+        _check_dataset(ledger, {"fingerprint": "0123456789abcdef"}, tmp_path / "step_3")

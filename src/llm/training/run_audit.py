@@ -55,7 +55,8 @@ def open_run(run_dir: str | Path) -> RunView:
     if not isinstance(named, dict) or not isinstance(named.get("run"), str):
         raise ValueError(f"checkpoint {step_folder} has no run ledger (checkpoint.ledger was off, the task writes "
                          "none yet, or an llm before ledgers wrote it); nothing to audit")
-    ledger = read_ledger(ledger_folder(named, step_folder), run=named["run"])
+    tip = named.get("generation")  # the chain of resumes this checkpoint stands on, not a branch made elsewhere
+    ledger = read_ledger(ledger_folder(named, step_folder), run=named["run"], tip=tip if isinstance(tip, int) else None)
     _check_dataset(ledger, meta.get("stream_source"), step_folder)
     ledger, past = _cut(ledger, named.get("step"))
     lost = _lost_to_kills(ledger, step_folder.parent)
@@ -65,8 +66,10 @@ def open_run(run_dir: str | Path) -> RunView:
 
 
 def _lost_to_kills(ledger: Ledger, run_dir: Path) -> str | None:
-    """Abandoned steps of generations no checkpoint stands on: a resumed run killed before its first
-    checkpoint, not a resume from an older one; set apart with a note, not named as a fault."""
+    """Abandoned steps of generations no checkpoint of this run folder stands on: a resumed run killed before
+    its first checkpoint, or a branch resumed from one of its checkpoints into another folder; set apart
+    with a note, not named as a fault (a resume from an older checkpoint here, over steps that checkpoints
+    here stand on, stays one)."""
     standing = set()
     for _, folder in list_checkpoints(run_dir):
         try:
@@ -81,7 +84,8 @@ def _lost_to_kills(ledger: Ledger, run_dir: Path) -> str | None:
         return None
     ledger.abandoned[:] = [a for a in ledger.abandoned if a[1] in standing]
     return "; ".join(f"rank {r} generation {g} steps {a}-{b} were trained by a run stopped before its first "
-                     "checkpoint landed, and are not counted" for r, g, a, b in lost)
+                     "checkpoint landed here (or resumed into another folder), and are not counted"
+                     for r, g, a, b in lost)
 
 
 def _check_dataset(ledger: Ledger, trained_on: Any, step_folder: Path) -> None:

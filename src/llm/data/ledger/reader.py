@@ -54,11 +54,12 @@ class Ledger:
         return list(self.header.get("sources", []))
 
 
-def _standing(markers: dict[int, dict[str, Any]], generations: list[int]) -> dict[int, int | None]:
-    """generation -> the last step of it the run stands on (None: all of it), following resumes back."""
+def _standing(markers: dict[int, dict[str, Any]], generations: list[int], tip: int | None = None) -> dict[int, int | None]:
+    """generation -> the last step of it the run stands on (None: all of it), following resumes back from
+    `tip` (the generation a checkpoint stands on; None: the last one)."""
     if not generations:
         return {}
-    last = max(generations)
+    last = max(generations) if tip is None else tip
     keep: dict[int, int | None] = {last: None}
     g, seen = last, {last}
     while g > 0:
@@ -74,8 +75,11 @@ def _standing(markers: dict[int, dict[str, Any]], generations: list[int]) -> dic
     return keep
 
 
-def read_ledger(folder: str | os.PathLike, run: str | None = None) -> Ledger:
-    """Read and check a ledger folder; damaged segments are named in `damaged`, the rest is read."""
+def read_ledger(folder: str | os.PathLike, run: str | None = None, tip: int | None = None) -> Ledger:
+    """Read and check a ledger folder; damaged segments are named in `damaged`, the rest is read.
+
+    `tip`: the generation the run stands on (a checkpoint's); later generations, a branch resumed
+    elsewhere from an earlier checkpoint, are set apart in `abandoned` like the steps a resume left."""
     folder = Path(folder)
     header = read_header(folder)
     if header is None:
@@ -96,7 +100,7 @@ def read_ledger(folder: str | os.PathLike, run: str | None = None) -> Ledger:
                 markers[int(entry[1:-5])] = json.loads((folder / entry).read_bytes())
             except ValueError:
                 damaged.append(f"{folder / entry} is not valid JSON; the resume it records cannot be followed")
-    keep = _standing(markers, sorted({p[1] for p, _ in segments} | set(markers)))
+    keep = _standing(markers, sorted({p[1] for p, _ in segments} | set(markers)), tip)
     out = _Collect()
     abandoned: list[tuple[int, int, int, int]] = []
     for parsed, entry in segments:
