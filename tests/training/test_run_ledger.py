@@ -265,3 +265,20 @@ def test_a_ledger_of_another_dataset_names_both(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match=rf"was written for dataset {ledger.sources[0]['name']} "
                                           rf"\({trained_on[:12]}\), but checkpoint .* trained on dataset 0123456789ab"):
         _check_dataset(ledger, {"fingerprint": "0123456789abcdef"}, tmp_path / "step_3")
+
+
+def test_spikes_reads_metrics_jsonl_when_the_ledger_has_no_loss(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    corpus = _corpus(tmp_path / "c.txt")
+    run = tmp_path / "run"
+    tree = _tree(corpus, run)
+    tree["checkpoint"]["ledger_loss"] = False
+    _train(tree)
+    metrics = run / "ckpt" / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for r in records:
+        if r.get("step") == 9 and "loss" in r:
+            r["loss"] = 50.0  # a spike planted in the log
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out = _cli(capsys, "spikes", str(run / "ckpt"), "--top", "1")
+    assert code == 0 and "(metrics.jsonl;" in out and "step 9: loss 50.0000" in out, out
+    assert "loss not recorded" in out and "sample " in out  # its rows, named from the ledger
