@@ -276,6 +276,10 @@ def markdown(results: dict) -> str:
 
     if mix_results := s.get("mixelastic") or mix_elastic.latest():
         md += mix_elastic.markdown(mix_results)
+    from bench import ledger  # its section stays from its last run too
+
+    if ledger_results := s.get("ledger") or ledger.latest():
+        md += ledger.markdown(ledger_results)
     if results.get("profiles"):
         md += ["", "## Where our time goes (one extra, profiled run of ours per case)", ""]
         for prof in results["profiles"]:

@@ -21,9 +21,9 @@ from bench.corpus import build_corpus, corpus_paths
 from bench.runners.common import BLOCK
 
 SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "packing", "s3", "dedup",
-             "mixelastic"]
+             "mixelastic", "ledger"]
 # run only when named in --only (s3 starts an S3 server and takes half an hour; mixelastic needs git's main)
-OPT_IN = ["s3", "dedup", "mixelastic"]
+OPT_IN = ["s3", "dedup", "mixelastic", "ledger"]
 
 
 
@@ -298,6 +298,13 @@ def scenario_dedup(ctx: Context) -> dict:
     from bench import dedup
 
     return dedup.run(min(ctx.corpus_mb, 16.0), ctx.repeat, ctx.workers, ctx.cache_dir, say=ctx.say)
+
+
+def scenario_ledger(ctx: Context) -> dict:
+    """The run ledger's bytes per sample and loader overhead at 2 workers (bench/ledger.py)."""
+    from bench.ledger import scenario_ledger as run
+
+    return run(ctx)
 
 
 def scenario_mixelastic(ctx: Context) -> dict:

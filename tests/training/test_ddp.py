@@ -180,5 +180,11 @@ def test_lm_task_two_ranks_prepare_once_then_resume_on_one_process(tmp_path: Pat
     assert "resumed from" in one.stdout and "at step 2" in one.stdout
     a, b = load_checkpoint(tmp_path / "ref" / "latest"), load_checkpoint(tmp_path / "one" / "latest")
     assert a["step"] == b["step"] == 4
+    # the same data position; the ledger's position differs (b is a new generation of a's ledger, resumed elsewhere)
+    assert a["stream_data"].pop("ledger")["run"] == b["stream_data"].pop("ledger")["run"]
     assert a["stream_source"] == b["stream_source"] and a["stream_data"] == b["stream_data"]
     assert (a["stream_data"]["epoch"], a["stream_data"]["samples_consumed"]) == (0, 4 * 8)  # 4 global batches of 8
+    # both runs audit clean: ref's two ranks' segments, and one's branch of ref's ledger (from step 2 on)
+    for run in ("ref", "one"):
+        audit = _run([sys.executable, "-m", "llm.training.train", "audit", str(tmp_path / run)], tmp_path)
+        assert "audit: OK" in audit.stdout, audit.stdout

@@ -60,7 +60,8 @@ def save_checkpoint(
     try:
         tmp.mkdir()
         _write_payload(tmp / CHECKPOINT_FILE, payload)
-        meta = {k: payload.get(k) for k in ("step", "epoch", "stream_source", "world_size", "task")}
+        # the ledger and config too: `llm-train audit/why/spikes` read them without loading the weights
+        meta = {k: payload.get(k) for k in ("step", "epoch", "stream_source", "world_size", "task", "ledger", "config")}
         write_file(tmp / META_FILE, json.dumps(meta, indent=2, default=_json_default).encode())
         fsync_dir(tmp)
     except OSError as e:  # disk full, quota, read-only: this save is dropped whole, the last one stays

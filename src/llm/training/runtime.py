@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import random
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +57,20 @@ def autocast(device: torch.device, amp_dtype: str) -> Any:
     if device.type != "cuda" or amp_dtype == "fp32":
         return nullcontext()  # bf16 autocast only pays off (and is only exact enough) on GPUs
     return torch.autocast("cuda", dtype=torch.bfloat16 if amp_dtype == "bf16" else torch.float16)
+
+
+def leave_process_group() -> None:
+    """Leave the process group this process joined (collective: every rank calls it)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    # gloo's worker threads free finished collectives' tensors, which needs the GIL; a
+    # process group destroyed (its threads joined, GIL held) before they are done
+    # deadlocks at exit. Give them the GIL for a moment, then drop DDP's reference to
+    # the group (the caller did) so that it is destroyed here, not at interpreter exit.
+    time.sleep(0.2)
+    gc.collect()
+    dist.destroy_process_group()
 
 
 def gather(obj: Any, env: DistEnv) -> list[Any]:

@@ -21,7 +21,7 @@ before is never read and is kept (a later, longer run checks it again).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 KEY = "data.skip_batches"
@@ -79,14 +79,18 @@ class SkipRanges:
         self.next_batch = 0  # the global index of the next batch the data stream hands over
         self.skipped = 0
 
-    def filter(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """`batches` without those in a range (read, then dropped: the data's own cursor moves past them)."""
+    def filter(self, batches: Iterator[Any], on_skip: Callable[[], None] | None = None) -> Iterator[Any]:
+        """`batches` without those in a range (read, then dropped: the data's own cursor moves past them).
+
+        `on_skip` is told of each batch dropped, before the next is drawn (the run ledger marks it skipped)."""
         try:
             for batch in batches:
                 index = self.next_batch
                 self.next_batch += 1
                 if self.covers(index):
                     self.skipped += 1
+                    if on_skip is not None:
+                        on_skip()
                     continue
                 yield batch
         finally:

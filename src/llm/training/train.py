@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llm-train",
         description="Train a small decoder-only LM; run under torchrun for DDP. "
-        "`llm-train plot RUN_DIR` draws a run's loss and throughput curves.",
+        "`llm-train plot RUN_DIR` draws a run's loss and throughput curves; `llm-train audit|why|spikes RUN_DIR` "
+        "prove and explain a run from its ledger.",
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
@@ -74,6 +75,7 @@ EPILOG = """examples:
   llm-train --config-path configs/axolotl_pretrain_demo.yaml   # an Axolotl YAML: task from its keys
   llm-train --task stream_lm --config-path my.yaml --import my_sources   # a custom data_source it registers
   llm-train plot checkpoints/demo          # loss and throughput curves of a run, as a PNG
+  llm-train audit checkpoints/demo         # every sample trained exactly once? (also: why, spikes)
   llm-generate --checkpoint checkpoints/demo/latest --prompt "sample line"
 
 tasks:
@@ -154,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from llm.training.plot import main as plot_main
 
         return plot_main(argv[1:])
+    if argv[:1] and argv[0] in ("audit", "why", "spikes"):  # the run ledger's commands (ledger_cli.py)
+        from llm.training.ledger_cli import main as ledger_main
+
+        return ledger_main(argv)
     args = build_parser().parse_args(argv)
     flags = {
         "training.epochs": args.epochs,

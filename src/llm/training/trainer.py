@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from llm.training.checkpoint import (
 )
 from llm.training.core.loading import ConfigError
 from llm.training.elastic import after_batch_change
+from llm.training.ledger import RunLedger
 from llm.training.metrics import METRICS_FILE, RunMeter
 from llm.training.model import TransformerLM
 from llm.training.progress import FitResult, start_line, step_line, summary_line
@@ -30,6 +30,7 @@ from llm.training.runtime import (
     autocast,
     gather,
     init_distributed,
+    leave_process_group,
     make_deterministic,
     resolve_device,
     rng_state,
@@ -80,6 +81,7 @@ class Trainer:
         self.skips = SkipRanges(config.data.skip_batches)  # data.skip_batches, checked before the data is built
         self.data: TrainData = build_task_data(task, config, self.env.rank, self.env.world_size)
         self.tokenizer = self.data.tokenizer
+        self.ledger = RunLedger(config, self.data, self.env, self.log)  # RUN_DIR/ledger/<run> (ledger.py)
         self.steps_per_epoch = self._steps_per_epoch()
         self.planned_steps = tc.epochs * self.steps_per_epoch
         if tc.max_steps is not None:
@@ -111,6 +113,8 @@ class Trainer:
         self._batches: Any = None
         if config.checkpoint.resume_from_checkpoint:
             self.resume(config.checkpoint.resume_from_checkpoint)
+        else:
+            self.ledger.start(replacing=bool(self._replaced))
 
     # ----- construction -------------------------------------------------------------------
 
@@ -169,6 +173,7 @@ class Trainer:
             "stream_data": stream_data,
             "stream_source": self.data.fingerprint(),
             "skip_batches": self.skips.state(),
+            "ledger": self.ledger.state(self.skips.next_batch, stream_data),
             "rng_states": rng_states,
             "world_size": self.env.world_size,
             "task": self.task,
@@ -189,6 +194,7 @@ class Trainer:
             if self._replaced:  # only now: until this run has a checkpoint, the old run stays whole
                 remove_checkpoints(self._replaced, keep=saved)
                 self._replaced = []
+            self.ledger.replaced_gone()  # with them, their ledger (and stale ones)
         if self.env.world_size > 1:
             dist.barrier()  # nobody runs ahead of a checkpoint that is not on disk yet
         self.last_checkpoint = path
@@ -222,6 +228,7 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer_state_dict"])
         self.scheduler.load_state_dict(ckpt["scheduler_state_dict"])
         self.scaler.load_state_dict(ckpt.get("scaler_state_dict", {}))
+        self.ledger.resume(ckpt)  # before the data's state: the loader takes the ledger's position from it
         self.data.load_state_dict(ckpt["stream_data"])
         self.skips.restore(skips)
         self._batches = None
@@ -285,7 +292,8 @@ class Trainer:
         if positions is not None:
             positions = positions.to(self.device, non_blocking=True)
         with self._autocast():
-            _, loss = self.model(input_ids, labels, positions)
+            logits, loss = self.model(input_ids, labels, positions)
+        self.ledger.trained(logits, labels)  # each row's loss to the ledger (checkpoint.ledger_loss)
         self.scaler.scale(loss).backward()
         if self.config.training.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
@@ -328,7 +336,7 @@ class Trainer:
             self.log(start_line(self))
         self.skips.dropped(self.step, self.total_steps)  # a range too long to read through: refused before reading
         if self._batches is None:  # one iterator for the whole run: loaders keep their position
-            self._batches = self.skips.filter(self.data.batches())
+            self._batches = self.skips.filter(self.data.batches(), on_skip=self.ledger.skipped)
         batches = self._batches
         meter = RunMeter(cc.checkpoint_dir, self.step, self.total_steps, self.env.is_main, lambda s: gather(s, self.env))
         end = self.total_steps if stop_after is None else min(self.total_steps, self.step + stop_after)
@@ -387,14 +395,6 @@ class Trainer:
         if self._batches is not None:
             self._batches.close()  # shuts DataLoader workers down now, not at interpreter exit
             self._batches = None
-        if not (dist.is_available() and dist.is_initialized()):
-            return
-        dist.barrier()
-        # gloo's worker threads free finished collectives' tensors, which needs the GIL; a
-        # process group destroyed (its threads joined, GIL held) before they are done
-        # deadlocks at exit. Give them the GIL for a moment, then drop DDP's reference to
-        # the group so that it is destroyed here, not at interpreter exit.
-        time.sleep(0.2)
-        self.model = self.raw_model
-        gc.collect()
-        dist.destroy_process_group()
+        if dist.is_available() and dist.is_initialized():
+            self.model = self.raw_model  # DDP holds the group: drop it so leave_process_group destroys it
+            leave_process_group()

@@ -4,7 +4,8 @@ It never asks the loader: the counts come from the rows the workers read (ledger
 expectations from the data (each source's size, and optionally its order and its tokens,
 through the callbacks a wing provides). What it reports:
 
-* samples trained exactly once;
+* samples trained exactly once, and samples read but skipped (`data.skip_batches`): accounted
+  for, neither trained nor missing;
 * samples trained more than once (the first few, with epoch, file or shard, record and step);
 * samples missing: of an epoch the run went past, every sample the source holds; of the epoch
   the run stands in, with `expected_items`, each sample the order served before the last one
@@ -38,6 +39,7 @@ class AuditReport:
 
     samples: int = 0
     once: int = 0
+    skipped: int = 0  # rows read but not trained (data.skip_batches)
     repeated: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # replays, abandoned steps, damage, changed data
@@ -50,7 +52,8 @@ class AuditReport:
         return not (self.repeated or self.missing or self.problems)
 
     def lines(self) -> list[str]:
-        out = [f"samples: {self.samples:,} rows read, {self.once:,} exactly once"]
+        out = [f"samples: {self.samples:,} rows read, {self.once:,} exactly once"
+               + (f", {self.skipped:,} skipped (read, not trained: data.skip_batches)" if self.skipped else "")]
         for name, share in self.shares.items():
             weight = share.get("weight")
             out.append(f"source {name}: {int(share['samples']):,} samples, share {share['share']:.4f}"
@@ -95,9 +98,14 @@ def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: V
     _replayed_steps(ledger, report)
     pieces, rows = ledger.pieces, ledger.rows
     report.samples = len(rows)
+    trained = ledger.trained
+    report.skipped = int((~trained).sum())
     key_fields = ["source", "epoch", "name", "item", "start", "end"]
-    keys = pieces[key_fields]
+    # a skipped row was read, so it is accounted for (not missing), but it counts as trained by nobody
+    kept = trained[pieces["row_ref"]] if len(pieces) else np.zeros(0, bool)
+    keys = pieces[kept][key_fields]
     uniq, first, counts = np.unique(keys, return_index=True, return_counts=True)
+    first = np.flatnonzero(kept)[first] if len(first) else first
     report.once = int((counts == 1).sum())
     dup = np.flatnonzero(counts > 1)
     report.counts["repeated"] = int((counts[dup] - 1).sum())
@@ -105,7 +113,7 @@ def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: V
         p = pieces[first[i]]
         report.repeated.append(f"{_describe(ledger, int(p['source']), int(p['epoch']), int(p['name']), int(p['item']))}"
                                f" trained {int(counts[i])} times")
-    _missing(ledger, uniq, expected_items, report)
+    _missing(ledger, np.unique(pieces[key_fields]), expected_items, report)
     if verify is not None:
         _verify(ledger, verify, report)
     _shares(ledger, weights, report)
@@ -123,7 +131,12 @@ def _missing(ledger: Ledger, uniq: np.ndarray, expected_items: ExpectedItems | N
         last_epoch = int(mine["epoch"].max())
         for epoch in range(int(mine["epoch"].min()), last_epoch + 1):
             items = np.unique(mine["item"][mine["epoch"] == epoch].astype(np.int64))
-            if epoch < last_epoch or len(items) == size:
+            if epoch < last_epoch and info.get("drop_short_batch") and expected_items is not None:
+                # the loader dropped the epoch's short last global batch: the order's tail, shorter than a batch
+                tail = size - len(items)
+                want = np.unique(np.asarray(expected_items(s, epoch, len(items) if tail < _largest_batch(ledger)
+                                                           else size), dtype=np.int64))
+            elif epoch < last_epoch or len(items) == size:
                 want = np.arange(size, dtype=np.int64)
             elif expected_items is not None and len(items):
                 want = np.unique(np.asarray(expected_items(s, epoch, len(items)), dtype=np.int64))
@@ -135,6 +148,14 @@ def _missing(ledger: Ledger, uniq: np.ndarray, expected_items: ExpectedItems | N
                 report.missing.append(f"{_describe(ledger, s, epoch, -1, int(item))} was never trained"
                                       + (" (its epoch is complete)" if epoch < last_epoch else ""))
     report.counts["missing"] = missing_total
+
+
+def _largest_batch(ledger: Ledger) -> int:
+    """The most rows any step held, all ranks together: the largest global batch of the run."""
+    if not len(ledger.rows):
+        return 0
+    key = ledger.generations.astype(np.int64) << 48 | ledger.rows["step"].astype(np.int64)
+    return int(np.unique(key, return_counts=True)[1].max())
 
 
 def _verify(ledger: Ledger, verify: Verify, report: AuditReport) -> None:
@@ -153,9 +174,10 @@ def _verify(ledger: Ledger, verify: Verify, report: AuditReport) -> None:
 def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport) -> None:
     if not len(ledger.pieces):
         return
-    by_row = np.zeros(len(ledger.rows), np.int64)
+    by_row = np.full(len(ledger.rows), -1, np.int64)
     by_row[ledger.pieces["row_ref"]] = ledger.pieces["source"]  # a row's source: its (last) piece's
-    total = len(ledger.rows)
+    by_row = by_row[ledger.trained]  # shares of what was trained
+    total = len(by_row)
     for s, info in enumerate(ledger.sources):
         n = int((by_row == s).sum())
         share: dict[str, Any] = {"samples": n, "share": n / total if total else 0.0}

@@ -10,13 +10,15 @@ A run's ledger is a folder:
   trained between two checkpoints, written when the checkpoint is committed (see writer.py).
 
 A segment is `MAGIC`, a little-endian u32 header length, a JSON header (run, rank,
-generation, steps, topology, the segment's `names` table), the zstd-compressed row and
+generation, steps, topology, the segment's `names` table, the `skipped` steps: read but not
+trained, `data.skip_batches`), the zstd-compressed row and
 piece tables, and a trailer of the payload's length and xxh3-64 digest. A truncated or
 damaged segment fails its trailer check, so it is named, never half read.
 
 Rows are the samples of a batch, pieces the documents (or token blocks) a row holds:
 
-* `ROW`: `step`, `row` (position in this rank's batch), `crc` (crc32 of the row's token ids
+* `ROW`: `step`, `row` (position in this rank's batch), `crc` (a 32-bit checksum of the row's token ids:
+  the low half of xxh3-64, `row_crcs` in shards/read/ledger.py; over the ids
   as little-endian int64), `loss` (NaN when not recorded).
 * `PIECE`: `row_ref` (index into the segment's rows), `source`, `epoch`, `name` (index into
   the segment's names table: a file or object; -1 for a shard sample), `item` (sample index

@@ -44,17 +44,24 @@ class Ledger:
     damaged: list[str] = field(default_factory=list)  # one sentence per unreadable segment
     # rank -> the header of its last segment the run stands on (its `in_flight` records: read, not yet trained)
     last_headers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    skipped: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per row: read but not trained
+
+    @property
+    def trained(self) -> np.ndarray:
+        """Per row: trained (not a skipped step's)."""
+        return ~self.skipped if len(self.skipped) == len(self.rows) else np.ones(len(self.rows), bool)
 
     @property
     def sources(self) -> list[dict[str, Any]]:
         return list(self.header.get("sources", []))
 
 
-def _standing(markers: dict[int, dict[str, Any]], generations: list[int]) -> dict[int, int | None]:
-    """generation -> the last step of it the run stands on (None: all of it), following resumes back."""
+def _standing(markers: dict[int, dict[str, Any]], generations: list[int], tip: int | None = None) -> dict[int, int | None]:
+    """generation -> the last step of it the run stands on (None: all of it), following resumes back from
+    `tip` (the generation a checkpoint stands on; None: the last one)."""
     if not generations:
         return {}
-    last = max(generations)
+    last = max(generations) if tip is None else tip
     keep: dict[int, int | None] = {last: None}
     g, seen = last, {last}
     while g > 0:
@@ -70,8 +77,11 @@ def _standing(markers: dict[int, dict[str, Any]], generations: list[int]) -> dic
     return keep
 
 
-def read_ledger(folder: str | os.PathLike, run: str | None = None) -> Ledger:
-    """Read and check a ledger folder; damaged segments are named in `damaged`, the rest is read."""
+def read_ledger(folder: str | os.PathLike, run: str | None = None, tip: int | None = None) -> Ledger:
+    """Read and check a ledger folder; damaged segments are named in `damaged`, the rest is read.
+
+    `tip`: the generation the run stands on (a checkpoint's); later generations, a branch resumed
+    elsewhere from an earlier checkpoint, are set apart in `abandoned` like the steps a resume left."""
     folder = Path(folder)
     header = read_header(folder)
     if header is None:
@@ -92,7 +102,7 @@ def read_ledger(folder: str | os.PathLike, run: str | None = None) -> Ledger:
                 markers[int(entry[1:-5])] = json.loads((folder / entry).read_bytes())
             except ValueError:
                 damaged.append(f"{folder / entry} is not valid JSON; the resume it records cannot be followed")
-    keep = _standing(markers, sorted({p[1] for p, _ in segments} | set(markers)))
+    keep = _standing(markers, sorted({p[1] for p, _ in segments} | set(markers)), tip)
     out = _Collect()
     abandoned: list[tuple[int, int, int, int]] = []
     latest: dict[int, tuple[int, int]] = {}
@@ -120,22 +130,25 @@ def read_ledger(folder: str | os.PathLike, run: str | None = None) -> Ledger:
             remap = np.cumsum(rows_kept) - 1
             pieces["row_ref"] = remap[pieces["row_ref"]]
             rows = rows[rows_kept]
-        out.add(rows, pieces, segment.names, rank, generation)
+        out.add(rows, pieces, segment.names, rank, generation, segment.header.get("skipped") or [])
         if limit is None and (generation, last) > latest.get(rank, (-1, -1)):  # the last generation's newest
             latest[rank] = (generation, last)
             last_headers[rank] = segment.header
-    return Ledger(folder, header, *out.tables(), markers, abandoned, damaged, last_headers)
+    rows, ranks, gens, pieces, names = out.tables()
+    return Ledger(folder, header, rows, ranks, gens, pieces, names, markers, abandoned, damaged,
+                  last_headers=last_headers, skipped=np.concatenate(out.skipped) if out.skipped else np.zeros(0, bool))
 
 
 class _Collect:
     """Concatenates segments, re-basing each one's row references and name indexes."""
 
     def __init__(self) -> None:
-        self.rows, self.pieces, self.ranks, self.gens = [], [], [], []
+        self.rows, self.pieces, self.ranks, self.gens, self.skipped = [], [], [], [], []
         self.names: dict[str, int] = {}
         self.n_rows = 0
 
-    def add(self, rows: np.ndarray, pieces: np.ndarray, names: list[str], rank: int, generation: int) -> None:
+    def add(self, rows: np.ndarray, pieces: np.ndarray, names: list[str], rank: int, generation: int,
+            skipped: list[int]) -> None:
         pieces = pieces.copy()
         pieces["row_ref"] += self.n_rows
         if names:
@@ -146,6 +159,7 @@ class _Collect:
         self.pieces.append(pieces)
         self.ranks.append(np.full(len(rows), rank, np.int32))
         self.gens.append(np.full(len(rows), generation, np.int32))
+        self.skipped.append(np.isin(rows["step"], np.asarray(skipped, np.uint64)))
         self.n_rows += len(rows)
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:

@@ -92,6 +92,7 @@ class LedgerWriter:
         self._marker_written = False
         self._first_step: int | None = None
         self._last_step = 0
+        self._skipped: list[int] = []  # steps recorded (read) but not trained: data.skip_batches
 
     # -- start and resume ------------------------------------------------------------------------
     def open(self, state: dict[str, Any] | None, topology: dict[str, Any] | None = None, run: str | None = None) -> None:
@@ -158,12 +159,33 @@ class LedgerWriter:
         self._first_step = step if self._first_step is None else self._first_step
         self._last_step = step
 
+    def record_many(self, rows: np.ndarray, pieces: np.ndarray) -> None:
+        """Several steps at once (rows carry their steps, in order; `row_ref` indexes `rows`): one copy, not one per step."""
+        if not len(rows):
+            return
+        first, last = int(rows["step"][0]), int(rows["step"][-1])
+        if first <= self._last_step:
+            raise ValueError(f"ledger step {first} recorded after step {self._last_step}; steps only go forward")
+        pieces = np.asarray(pieces, PIECE).copy()
+        pieces["row_ref"] += self._n_rows
+        self._n_rows += len(rows)
+        self._rows.append(np.asarray(rows, ROW).copy())
+        self._pieces.append(pieces)
+        self._first_step = first if self._first_step is None else self._first_step
+        self._last_step = last
+
     def set_loss(self, step: int, losses: np.ndarray) -> None:
         """Per-row losses of a step recorded since the last commit (`checkpoint.ledger_loss`)."""
         for rows in reversed(self._rows):
             if len(rows) and int(rows["step"][0]) == step:
                 rows["loss"] = np.asarray(losses, np.float32).reshape(-1)[: len(rows)]
                 return
+
+    def mark_skipped(self, step: int) -> None:
+        """A step recorded since the last commit was read but not trained (audit counts its rows as skipped)."""
+        if self._first_step is None or not self._first_step <= step <= self._last_step:
+            raise ValueError(f"ledger step {step} is not among the steps recorded since the last commit")
+        self._skipped.append(step)
 
     # -- commit ------------------------------------------------------------------------------------
     def commit(self, in_flight: list[list[Any]] | None = None) -> dict[str, Any]:
@@ -181,11 +203,13 @@ class LedgerWriter:
             names = sorted(self._names, key=self._names.__getitem__)
             header = {"run": self.run, "rank": self.rank, "generation": self.generation,
                       "first_step": self._first_step, "last_step": self._last_step,
-                      "topology": self.topology, "names": names, "in_flight": in_flight or []}
+                      "topology": self.topology, "names": names, "in_flight": in_flight or [],
+                      "skipped": self._skipped}
             data = encode_segment(header, np.concatenate(self._rows), np.concatenate(self._pieces))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
             atomic_write(path, data)
-            self._rows, self._pieces, self._names, self._first_step, self._n_rows = [], [], {}, None, 0
+            self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
+            self._n_rows, self._skipped = 0, []
         self.committed_step = self._last_step
         return self.state()
 

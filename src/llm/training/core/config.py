@@ -69,6 +69,8 @@ class CheckpointConfig(ConfigModel):
     resume_from_checkpoint: str | None = None
     save_interval_steps: int = Field(default=0, ge=0)
     keep_last_n: int | None = Field(default=3, gt=0)
+    ledger: bool = True  # the run ledger, RUN_DIR/ledger/<run>: what every step trained on (docs/proving-a-run.md)
+    ledger_loss: bool = True  # each row's mean token loss in the ledger, so a spike maps to documents
 
 
 class TrainConfig(ConfigModel):

@@ -23,6 +23,9 @@ class TrainData(Protocol):
 
     tokenizer: Tokenizer
     steps_per_pass: int | None
+    # whether attach_ledger records the run (checkpoint.ledger): the shard loader does; the text and SFT
+    # streams do once the text module's ledger (branch ledger-text) is merged
+    writes_ledger: bool
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]: ...
 
@@ -42,6 +45,19 @@ class TrainData(Protocol):
         ...
 
     def fingerprint(self) -> dict[str, Any]: ...
+
+    def attach_ledger(self, folder: str, run: str) -> None:
+        """Record what each batch held in the run ledger `folder` (run id `run`, the same on every rank);
+        called before `load_state_dict` and the first batch, only when `writes_ledger`."""
+        ...
+
+    def ledger_loss(self, losses: Any) -> None:
+        """Per-row mean token losses of the batch just trained (this rank's rows)."""
+        ...
+
+    def ledger_skip(self) -> None:
+        """The batch just drawn was read and dropped, not trained (data.skip_batches)."""
+        ...
 
     def validation(self) -> Any:
         """The task's own evaluation data (sft's test_datasets), or None: data.val_dataset_path applies."""

@@ -66,6 +66,16 @@ class OptimizedData:
                 f"global batch of {batch_size * world_size}; lower training.batch_size or data.max_seq_len, or add data"
             )
         self.steps_per_pass: int | None = per_pass
+        self.writes_ledger = True
+
+    def attach_ledger(self, folder: str, run: str) -> None:
+        self.loader.attach_ledger(folder, run)
+
+    def ledger_loss(self, losses: Any) -> None:
+        self.loader.ledger_set_loss(losses)
+
+    def ledger_skip(self) -> None:
+        self.loader.ledger_skip()
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         """Endless: iterating the loader again starts its next (reshuffled) epoch."""

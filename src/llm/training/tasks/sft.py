@@ -16,7 +16,7 @@ from llm.data.sft.stream import record_source
 from llm.data.tokenize.protocol import Tokenizer
 from llm.training.core.axolotl import VAL_STREAMING
 from llm.training.core.loading import ConfigError
-from llm.training.tasks.stream_lm import StreamTextData
+from llm.training.tasks.stream_lm import TEXT_LEDGER, StreamTextData
 
 IGNORE = -100
 
@@ -68,6 +68,7 @@ class SftData(StreamTextData):
             **({"source": train_source} if train_source is not None else {}))
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = steps
+        self.writes_ledger = TEXT_LEDGER
 
     def _split(self) -> HeldOutSplit | None:
         """`val_set_size`'s held-out split of the records (one read pass), or None without one."""
@@ -107,6 +108,8 @@ class SftData(StreamTextData):
                 shifted = shift_labels(batch)
                 if has_targets(shifted):  # else its loss is NaN: skipped (the collator warned)
                     yield shifted
+                elif self.writes_ledger:
+                    self.ledger_skip()  # read, not trained: the ledger counts its records as skipped
             if empty:
                 paths = ", ".join(e.path for e in self.config.data.datasets)
                 raise ValueError(f"datasets {paths} yielded no record for this rank")

@@ -11,6 +11,10 @@ from llm.training.core.loading import OPTIMIZED, ConfigError
 from llm.training.source_metrics import sum_over_ranks
 from llm.training.tasks.optimized import OptimizedData
 
+# The text and SFT modules' ledger (attach_ledger, ledger_set_loss, ledger_skip) comes with branch
+# ledger-text; until it is merged these tasks write no ledger, so llm-train does not attach one.
+TEXT_LEDGER = False
+
 
 class StreamTextData:
     """Batches of `StreamingTextDataModule` (local files, HF streams, dedup, custom sources).
@@ -30,6 +34,16 @@ class StreamTextData:
         self.module = config.data.text_stream(seed=config.training.seed).build(config.training.batch_size)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = None
+        self.writes_ledger = TEXT_LEDGER
+
+    def attach_ledger(self, folder: str, run: str) -> None:
+        self.module.attach_ledger(folder, run)
+
+    def ledger_loss(self, losses: Any) -> None:
+        self.module.ledger_set_loss(losses)
+
+    def ledger_skip(self) -> None:
+        self.module.ledger_skip()
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         """Endless: each `train_dataloader()` epoch continues the stream where the last stopped."""

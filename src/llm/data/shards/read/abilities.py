@@ -82,6 +82,7 @@ class LedgerRows:
 
     input_dir: Any
     block_size: int | None
+    drop_partial_block: bool
 
     def identity(self) -> dict[str, Any]:
         raise NotImplementedError  # SampleSource's
@@ -89,7 +90,8 @@ class LedgerRows:
     def ledger_sources(self) -> list[dict[str, Any]]:
         """What the ledger header says of each source: enough for `audit` to rebuild it and know its size."""
         name = folder_name(self.input_dir)
-        return [{"name": name, "path": str(self.input_dir), "block_size": self.block_size, **self.identity()}]
+        return [{"name": name, "path": str(self.input_dir), "block_size": self.block_size,
+                 "drop_partial_block": self.drop_partial_block, **self.identity()}]
 
     def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, the source's epoch, its sample) of the samples a chunk read at these positions of `epoch`."""

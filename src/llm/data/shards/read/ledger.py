@@ -1,7 +1,7 @@
 """The shard loader's side of the run ledger: rows as the workers read them, and audit's checks against the data.
 
 A worker that reads a chunk for a loader with a ledger also returns each row's sample id and
-the crc32 of its tokens (`chunk_identities`), computed from the very arrays it hands over; the
+the 32-bit checksum of its tokens (`chunk_identities`), computed from the very arrays it hands over; the
 loader turns them into ledger rows as it hands each batch to the caller (`LoaderLedger`). The
 audit side rebuilds each source from the ledger header (`ShardAuditor`): the first `count`
 samples of an epoch's order, and the checksums of the samples as stored now.
@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import hashlib
 import os
-import zlib
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from llm.data.ledger.format import PIECE, ROW
 from llm.data.ledger.writer import LedgerWriter
 
 
 def row_crcs(tokens: np.ndarray) -> np.ndarray:
-    """crc32 of each row's token ids as little-endian int64 (the same whatever dtype the shard stores)."""
+    """A 32-bit checksum of each row's token ids: the low half of xxh3-64 over them as little-endian int64
+    (the same whatever dtype the shard stores). xxh3, not crc32: the loader only copies memory, and crc32
+    alone cost half as much again as that copy (bench/ledger.py)."""
     rows = np.ascontiguousarray(np.asarray(tokens), dtype="<i8").reshape(len(tokens), -1)
-    return np.fromiter((zlib.crc32(r) for r in rows), dtype=np.uint32, count=len(rows))
+    digest = xxhash.xxh3_64_intdigest
+    return np.fromiter((digest(r) & 0xFFFFFFFF for r in rows), dtype=np.uint32, count=len(rows))
 
 
 def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, np.ndarray]:
@@ -41,7 +44,11 @@ def run_id(fingerprint: str, seed: int, folder: str | os.PathLike) -> str:
 
 
 class LoaderLedger:
-    """Records the batches one rank's loader hands over; opened lazily so a `load_state_dict` comes first."""
+    """Records the batches one rank's loader hands over; opened lazily so a `load_state_dict` comes first.
+
+    A batch handed over costs one list append: its ids, checksums, sources and epochs are kept as the
+    worker's arrays and turned into ledger rows in one go when the checkpoint commits (bench/ledger.py).
+    """
 
     def __init__(self, folder: str | os.PathLike, sources: list[dict[str, Any]], run: str):
         self.writer = LedgerWriter(folder, 0, sources)
@@ -49,6 +56,8 @@ class LoaderLedger:
         self.pending: dict[str, Any] | None = None  # the ledger state a load_state_dict brought
         self.opened = False
         self.step = 0
+        self.block = 0
+        self._batches: list[list[Any]] = []  # [step, ids, crcs, source, epoch, losses or None, skipped]
 
     def resume_from(self, state: dict[str, Any] | None) -> None:
         self.pending, self.opened = state, False
@@ -62,15 +71,47 @@ class LoaderLedger:
 
     def record(self, ids: np.ndarray, crcs: np.ndarray, source: np.ndarray, epoch: np.ndarray, block: int) -> None:
         """One batch handed to the caller: its rows, each one sample (one piece)."""
-        n = len(ids)
-        rows = np.zeros(n, ROW)
-        rows["row"], rows["crc"], rows["loss"] = np.arange(n), crcs, np.nan
-        pieces = np.zeros(n, PIECE)
-        pieces["row_ref"], pieces["source"], pieces["epoch"] = np.arange(n), source, epoch
-        pieces["name"], pieces["item"], pieces["end"] = -1, ids, block
         self.step += 1
-        self.writer.record(self.step, rows, pieces)
+        self.block = block
+        self._batches.append([self.step, ids, crcs, source, epoch, None, False])
+
+    def set_loss(self, losses: np.ndarray) -> None:
+        """Per-row losses of the batch handed over last (the one just trained)."""
+        if self._batches and self._batches[-1][0] == self.step:
+            self._batches[-1][5] = np.asarray(losses, np.float32).reshape(-1)
+
+    def skip(self) -> None:
+        """The batch handed over last was read but not trained (data.skip_batches)."""
+        if self._batches and self._batches[-1][0] == self.step:
+            self._batches[-1][6] = True
+
+    def _flush(self) -> None:
+        """The batches since the last commit as ledger rows, built at once."""
+        batches, self._batches = self._batches, []
+        if not batches:
+            return
+        sizes = np.array([len(b[1]) for b in batches], np.int64)
+        n = int(sizes.sum())
+        starts = np.cumsum(sizes) - sizes
+        rows = np.zeros(n, ROW)
+        rows["step"] = np.repeat(np.array([b[0] for b in batches], np.uint64), sizes)
+        rows["row"] = np.arange(n) - np.repeat(starts, sizes)
+        rows["crc"] = np.concatenate([b[2] for b in batches])
+        rows["loss"] = np.concatenate([b[5][: len(b[1])] if b[5] is not None and len(b[5]) >= len(b[1])
+                                       else np.full(len(b[1]), np.nan, np.float32) for b in batches])
+        pieces = np.zeros(n, PIECE)
+        pieces["row_ref"] = np.arange(n)
+        pieces["source"] = np.concatenate([b[3] for b in batches])
+        pieces["epoch"] = np.concatenate([b[4] for b in batches])
+        pieces["name"], pieces["end"] = -1, self.block
+        pieces["item"] = np.concatenate([b[1] for b in batches])
+        self.writer.record_many(rows, pieces)
+        for b in batches:
+            if b[6]:
+                self.writer.mark_skipped(int(b[0]))
 
     def commit(self) -> dict[str, Any]:
-        return self.writer.commit() if self.opened else (self.pending or self.writer.state())
-
+        if not self.opened:
+            return self.pending or self.writer.state()
+        self._flush()
+        return self.writer.commit()

@@ -28,7 +28,9 @@ class ShardAuditor:
             ds = StreamingDataset(info["path"], item_loader=TokensLoader(block_size=info["block_size"]) if
                                   info.get("block_size") else None, shuffle=info["shuffle"], seed=info["seed"],
                                   shuffle_window=info.get("shuffle_window") or "global",
-                                  subsample=info.get("subsample", 1.0))
+                                  subsample=info.get("subsample", 1.0),
+                                  # the short last block dropped or not: it changes the count, so the order
+                                  drop_partial_block=bool(info.get("drop_partial_block", False)))
         except (OSError, ValueError) as e:
             self.problems.append(f"{info['name']} ({info['path']}) cannot be opened to check it: {e}")
         if ds is not None and ds.fingerprint != info.get("fingerprint"):

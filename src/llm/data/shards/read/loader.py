@@ -158,14 +158,40 @@ class StreamingDataLoader(DataLoader, Stage):
         self._profile = LoaderProfile(profile_batches, profile_dir) if profile_batches else None
         self._window = IngestWindow()  # stats(): waits, batches and tokens since the last reset
         self._worker_remote = RemoteCounters()  # counts that worker processes sent with their chunks
-        self._ledger = None if ledger is None else LoaderLedger(
-            ledger, dataset.ledger_sources(), run_id(dataset.fingerprint, dataset.seed, ledger))
+        self._ledger: LoaderLedger | None = None
+        if ledger is not None:
+            self.attach_ledger(ledger)
 
     @staticmethod
     def _pick_chunk_batches(dataset: SampleSource, batch_size: int) -> int:
         if dataset.manifest.kind != "tokens":
             return 4
         return max(1, min(64, _CHUNK_TOKENS // (batch_size * dataset.block_size)))
+
+    # ---- the run ledger (read/ledger.py) ---------------------------------------------------------
+
+    def attach_ledger(self, folder: str | os.PathLike, run: str | None = None) -> None:
+        """Record what every batch held in `folder`, like `ledger=` (llm-train attaches its run's ledger).
+
+        `run`: the run id, the same on every rank (None: one derived from the dataset and folder). Call it
+        before `load_state_dict` and before iterating, so a resumed state's ledger position is taken.
+        """
+        if self._active is not None:
+            raise RuntimeError("attach_ledger() after iteration started; attach the ledger before the first batch")
+        # the loader's drop of an epoch's short last batch: audit must not call those samples missing
+        sources = [{**s, "drop_short_batch": self.drop_short_batch} for s in self.dataset.ledger_sources()]
+        self._ledger = LoaderLedger(folder, sources,
+                                    run or run_id(self.dataset.fingerprint, self.dataset.seed, folder))
+
+    def ledger_set_loss(self, losses: Any) -> None:
+        """Per-row losses of the batch handed over last, written with it (`checkpoint.ledger_loss`)."""
+        if self._ledger is not None:
+            self._ledger.set_loss(np.asarray(losses, np.float32))
+
+    def ledger_skip(self) -> None:
+        """The batch handed over last was read and dropped, not trained (`data.skip_batches`)."""
+        if self._ledger is not None:
+            self._ledger.skip()
 
     def _schedule_from(self, start: int) -> BatchSchedule:
         rank, world = current_topology()
@@ -244,7 +270,9 @@ class StreamingDataLoader(DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
-                pos, ids, crcs = chunk.pop("ledger_pos", None), chunk.pop("ledger_ids", None), chunk.pop("ledger_crc", None)
+                pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
+                if ids is not None:  # once a chunk, not once a batch: slices of arrays are views
+                    pos, ids, crcs = np.asarray(pos), np.asarray(ids), np.asarray(crcs)
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
                 row = 0
@@ -253,7 +281,7 @@ class StreamingDataLoader(DataLoader, Stage):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
                         if ids is not None:  # recorded like the count: a state saved now includes this batch
-                            self._record(*(np.asarray(a[row:row + size]) for a in (pos, ids, crcs)), it.epoch)
+                            self._record(pos[row:row + size], ids[row:row + size], crcs[row:row + size], it.epoch)
                             row += size
                         log_wait(clock() - asked)
                         if profile is not None:
