@@ -150,3 +150,12 @@ def read_header(folder: Path) -> dict[str, Any] | None:
         raise LedgerError(f"{path} was written by ledger version {header.get('version')!r}; this llm reads "
                           f"version {VERSION}; read it with the llm release that wrote it")
     return header
+
+
+def row_checksums(tokens: Any) -> np.ndarray:
+    """The 32-bit checksum of each row's token ids that every ledger records: the low half of xxh3-64 over
+    them as little-endian int64 (the same whatever dtype the data stores). xxh3, not crc32: the shard
+    loader only copies memory, and crc32 alone cost half as much again as that copy (bench/ledger.py)."""
+    rows = np.ascontiguousarray(np.asarray(tokens), dtype="<i8").reshape(len(tokens), -1)
+    digest = xxhash.xxh3_64_intdigest
+    return np.fromiter((digest(r) & 0xFFFFFFFF for r in rows), dtype=np.uint32, count=len(rows))

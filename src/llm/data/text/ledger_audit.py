@@ -14,7 +14,6 @@ read the way the stream read them (`TextAuditor`, through the inputs wing). Per 
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +22,7 @@ import numpy as np
 from llm.data.inputs.local import LocalLineTextSource
 from llm.data.inputs.partitions import stripe_partitions
 from llm.data.ledger.audit import SHOW, AuditReport, audit
+from llm.data.ledger.format import row_checksums
 from llm.data.ledger.reader import Ledger
 from llm.data.text.provenance import record_name
 from llm.data.tokenize.documents import encode_each
@@ -257,7 +257,7 @@ def _verify_tokens(ledger: Ledger, auditor: TextAuditor, trained: np.ndarray, fl
             ids = np.full(stream["max_seq_len"], stream["eos_id"], np.int64)
             held = np.concatenate(parts) if parts else ids[:0]
             ids[: len(held)] = held[: len(ids)]
-            bad[r] = zlib.crc32(ids.astype("<i8").tobytes()) != int(ledger.rows["crc"][r])
+            bad[r] = int(row_checksums(ids[None])[0]) != int(ledger.rows["crc"][r])
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
         report.problems.append(f"{int(bad.sum())} of {int(checked.sum())} trained rows no longer match the files on "

@@ -14,25 +14,15 @@ import os
 from typing import Any
 
 import numpy as np
-import xxhash
 
-from llm.data.ledger.format import PIECE, ROW
+from llm.data.ledger.format import PIECE, ROW, row_checksums
 from llm.data.ledger.writer import LedgerWriter
-
-
-def row_crcs(tokens: np.ndarray) -> np.ndarray:
-    """A 32-bit checksum of each row's token ids: the low half of xxh3-64 over them as little-endian int64
-    (the same whatever dtype the shard stores). xxh3, not crc32: the loader only copies memory, and crc32
-    alone cost half as much again as that copy (bench/ledger.py)."""
-    rows = np.ascontiguousarray(np.asarray(tokens), dtype="<i8").reshape(len(tokens), -1)
-    digest = xxhash.xxh3_64_intdigest
-    return np.fromiter((digest(r) & 0xFFFFFFFF for r in rows), dtype=np.uint32, count=len(rows))
 
 
 def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, np.ndarray]:
     """What a worker adds to a chunk for the ledger: the positions and sample ids it read, the rows' checksums."""
     tokens = chunk.get("input_ids")
-    crcs = row_crcs(tokens) if tokens is not None else np.zeros(len(samples), np.uint32)  # items: no checksum
+    crcs = row_checksums(tokens) if tokens is not None else np.zeros(len(samples), np.uint32)  # items: no checksum
     return {"ledger_pos": np.asarray(positions, np.int64), "ledger_ids": np.asarray(samples, np.int64),
             "ledger_crc": crcs}
 

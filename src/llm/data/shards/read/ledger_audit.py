@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.ledger.format import row_checksums
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.read.dataset import StreamingDataset
-from llm.data.shards.read.ledger import row_crcs
 
 
 class ShardAuditor:
@@ -57,5 +57,5 @@ class ShardAuditor:
         good = np.empty(len(items), bool)
         for lo in range(0, len(items), 4096):  # bounded memory for long runs
             blocks = ds.read_blocks(items[lo:lo + 4096])["input_ids"]
-            good[lo:lo + 4096] = row_crcs(blocks) == crcs[lo:lo + 4096]
+            good[lo:lo + 4096] = row_checksums(blocks) == crcs[lo:lo + 4096]
         return good
