@@ -144,7 +144,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("llm.data.text", "llm.data.shards", "llm.data.corpus_dedup"),
     ("llm.data.sft",),  # the text stage with a record cursor
     # `llm.data`'s public names and the guide's import paths re-export the wings below
-    ("llm.data", "llm.data.sources", "llm.data.presets", "llm.data.dedup", "llm.data.tokenizers"),
+    ("llm.data", "llm.data.sources", "llm.data.presets", "llm.data.dedup", "llm.data.tokenizers", "llm.data.audit"),
     ("llm.training",),
     ("llm.cli", "llm.demo"),
 )

@@ -17,7 +17,6 @@ from llm.data.ledger.reader import read_ledger
 from llm.data.shards.read.source import SampleSource
 from llm.training.core.loading import build_config
 from llm.training.ledger import LEDGER_DIR
-from llm.training.tasks.stream_lm import TEXT_LEDGER
 from llm.training.train import main as llm_train
 from llm.training.trainer import Trainer
 
@@ -236,7 +235,6 @@ def test_a_fresh_run_over_another_never_mixes_ledgers(tmp_path: Path, capsys: py
     assert code == 0 and "audit: OK" in out, out
 
 
-@pytest.mark.xfail(not TEXT_LEDGER, reason="needs the text ledger (branch ledger-text)", strict=False)
 def test_a_stream_lm_run_resumed_at_another_batch_audits_clean(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     corpus = _corpus(tmp_path / "c.txt", 200)
     run = tmp_path / "run"
@@ -282,3 +280,26 @@ def test_spikes_reads_metrics_jsonl_when_the_ledger_has_no_loss(tmp_path: Path, 
     code, out = _cli(capsys, "spikes", str(run / "ckpt"), "--top", "1")
     assert code == 0 and "(metrics.jsonl;" in out and "step 9: loss 50.0000" in out, out
     assert "loss not recorded" in out and "sample " in out  # its rows, named from the ledger
+
+
+def test_an_sft_run_with_best_fit_resumed_at_another_batch_audits_clean(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    data = tmp_path / "a.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"Echo {i}", "input": "", "output": f"{i} " * (i % 7 + 1)})
+                            + "\n" for i in range(120)))
+
+    def tree(batch: int, resume: str | None) -> dict:
+        return {
+            "datasets": [{"path": str(data), "type": "alpaca"}], "sequence_len": 512, "micro_batch_size": batch,
+            "max_steps": 10, "learning_rate": 1e-3, "output_dir": str(tmp_path / "out"), "streaming": True,
+            "sample_packing": True, "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+            "training": {"warmup_steps": 1, "seed": 1},
+            "checkpoint": {"save_interval_steps": 3, "resume_from_checkpoint": resume},
+        }
+
+    _train(tree(4, None), stop_after=3, task="sft")
+    _train(tree(2, str(tmp_path / "out" / "latest")), task="sft")
+    code, out = _cli(capsys, "audit", str(tmp_path / "out"))
+    assert code == 0 and "audit: OK" in out, out
+    code, out = _cli(capsys, "why", str(tmp_path / "out"), "--step", "5")
+    assert code == 0 and "a.jsonl record " in out, out

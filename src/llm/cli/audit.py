@@ -23,20 +23,10 @@ def add_audit_command(add: Any) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from llm.data.ledger.audit import audit
+    from llm.data.audit import audit_ledger
     from llm.data.ledger.reader import read_ledger
-    from llm.data.shards.read.ledger_audit import ShardAuditor
 
-    ledger = read_ledger(args.ledger)
-    if any(s.get("type") == "text" for s in ledger.sources):  # a text or SFT stream's ledger
-        from llm.data.text.ledger_audit import TextAuditor, audit_text
-
-        report = audit_text(ledger, TextAuditor(ledger.sources, read=not args.no_verify))
-    else:
-        shards = ShardAuditor(ledger.sources)
-        report = audit(ledger, expected_items=shards.expected_items, verify=None if args.no_verify else shards.verify)
-        report.problems += shards.problems
+    report = audit_ledger(read_ledger(args.ledger), verify=not args.no_verify)
     for line in report.lines():
         print(line)
     return 0 if report.ok else 1
-

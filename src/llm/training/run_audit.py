@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.ledger.audit import AuditReport, audit
+from llm.data.audit import audit_ledger
+from llm.data.ledger.audit import AuditReport
 from llm.data.ledger.format import LedgerError
 from llm.data.ledger.reader import Ledger, read_ledger
-from llm.data.shards.read.ledger_audit import ShardAuditor
 from llm.training.checkpoint import META_FILE, list_checkpoints, load_checkpoint, resolve_checkpoint
 from llm.training.ledger import ledger_folder
 
@@ -130,8 +130,5 @@ def weights_of(config: dict[str, Any], n_sources: int) -> list[float] | None:
 
 def run_audit(run_dir: str | Path, verify: bool = True) -> tuple[AuditReport, RunView]:
     view = open_run(run_dir)
-    shards = ShardAuditor(view.ledger.sources)
-    report = audit(view.ledger, expected_items=shards.expected_items, verify=shards.verify if verify else None,
-                   weights=weights_of(view.config, len(view.ledger.sources)))
-    report.problems += shards.problems
+    report = audit_ledger(view.ledger, verify, weights_of(view.config, len(view.ledger.sources)))
     return report, view

@@ -206,14 +206,21 @@ class StreamingDataCollator:
     def _pack(self, samples: list[tuple[list[int], list[int]]]) -> list[list[tuple[list[int], list[int]]]]:
         """Samples in order, greedily into rows of at most `max_length` tokens."""
         rows: list[list[tuple[list[int], list[int]]]] = []
-        used = self.max_length
-        for sample in samples:
-            if used + len(sample[0]) > self.max_length:
+        for sample, row in zip(samples, self.packed_rows(samples)):
+            if row == len(rows):
                 rows.append([])
-                used = 0
-            rows[-1].append(sample)
-            used += len(sample[0])
+            rows[row].append(sample)
         return rows
+
+    def packed_rows(self, samples: list[tuple[list[int], list[int]]]) -> list[int]:
+        """The row of a packed batch each sample goes in (`sample_packing`: greedily, in order)."""
+        out, row, used = [], -1, self.max_length
+        for ids, _ in samples:
+            if used + len(ids) > self.max_length:
+                row, used = row + 1, 0
+            out.append(row)
+            used += len(ids)
+        return out
 
     def _width(self, rows: list[list[tuple[list[int], list[int]]]]) -> int:
         lengths = [sum(len(ids) for ids, _ in row) for row in rows]

@@ -147,6 +147,12 @@ class SftSamples:
             return BadRecord(*self.entries[s], f"is a JSON {type(record).__name__}, expected an object of fields")
         return record
 
+    def packed_rows(self, rows: list[Any]) -> list[int] | None:
+        """Which row of the batch each sample goes in when the collator packs samples itself (sample_packing
+        without best fit): the ledger's pieces name samples, the batch's rows hold several (None: one each)."""
+        collator = self.collators[0]
+        return collator.packed_rows(rows) if collator.sample_packing and not self.packing_buffer and rows else None
+
     def batch(self, rows: list[Any]) -> dict[str, Any]:
         if self.packing_buffer:  # rows packed by best fit already
             return self.collators[0].collate_rows(rows)

@@ -62,6 +62,10 @@ class TokenBlocks:
         """A row's trained tokens (labels that are not padding): a window's length less one (best fit: per window)."""
         return sum(len(w) - 1 for w in row) if self.packing_buffer else len(row) - 1
 
+    def packed_rows(self, rows: list[Any]) -> list[int] | None:
+        """Token rows are the batch's rows as they are (the SFT format may pack several samples in one)."""
+        return None
+
     def batch(self, rows: list[Any]) -> dict[str, Any]:
         if self.packed and not self.packing_buffer:  # the windows as they are, in uint16 where ids fit
             return {"_windows": packed_windows(rows, self.max_seq_len, self.tokenizer.vocab_size)}
@@ -182,7 +186,7 @@ class StreamingTextDataset(IterableDataset):
                 tally[1] += 1
             out: dict[str, Any] = {**fmt.batch(rows), "_state": {**state(False), "counts": counts}}
             if self.ledger:
-                out["_state"]["ledger"] = pieces_array(held, dropped)
+                out["_state"]["ledger"] = pieces_array(held, dropped, fmt.packed_rows(rows))
                 held.clear()
                 dropped.clear()
             rows.clear()

@@ -82,10 +82,12 @@ class TextLedger:
         self.opened = False
         self.step = 0
         self._held: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._held_skipped = False  # the held step was read, not trained (data.skip_batches)
         self._dropped: list[np.ndarray] = []
 
     def resume_from(self, state: dict[str, Any] | None) -> None:
         self.pending, self.opened, self._held, self._dropped = state, False, None, []
+        self._held_skipped = False
 
     def open(self, rank: int, topology: dict[str, Any]) -> None:
         if not self.opened:
@@ -110,6 +112,16 @@ class TextLedger:
         self.step += 1
         self._held = (self.step, rows, self._pieces(table))
 
+    def set_loss(self, losses: Any) -> None:
+        """Per-row losses of the batch handed over last (still held back), written with it."""
+        if self._held is not None:
+            rows = self._held[1]
+            rows["loss"] = np.asarray(losses, np.float32).reshape(-1)[: len(rows)]
+
+    def skip(self) -> None:
+        """The batch handed over last was read but not trained (`data.skip_batches`)."""
+        self._held_skipped = self._held is not None
+
     def dropped(self, table: tuple[np.ndarray, list[str]]) -> None:
         """Records dropped after a pass's last row: they join the step held back (or the next one)."""
         self._dropped.append(self._pieces(table))
@@ -123,7 +135,9 @@ class TextLedger:
             extra["row_ref"] = 0
             pieces, self._dropped = np.concatenate([pieces, extra]), []
         self.writer.record(step, rows, pieces)
-        self._held = None
+        if self._held_skipped:
+            self.writer.mark_skipped(step)
+        self._held, self._held_skipped = None, False
 
     def commit(self, rank: int, topology: dict[str, Any], cursors: dict[str, dict], own: list[Partition]
                ) -> dict[str, Any]:
@@ -144,3 +158,19 @@ def in_flight(cursors: dict[str, dict], own: list[Partition]) -> list[list[Any]]
             docs.append(cursor["ledger_cutting"])
         out += [[part.source, int(cursor.get("pass", 0)), doc[0], doc[1]] for doc in docs if doc[0] is not None]
     return out
+
+
+class LedgerHooks:
+    """What a trainer tells a text module's ledger about the batch it handed over last."""
+
+    _ledger: TextLedger | None
+
+    def ledger_set_loss(self, losses: Any) -> None:
+        """Per-row losses of the batch just trained (`checkpoint.ledger_loss`)."""
+        if self._ledger is not None:
+            self._ledger.set_loss(losses)
+
+    def ledger_skip(self) -> None:
+        """The batch handed over last was read and dropped, not trained (`data.skip_batches`)."""
+        if self._ledger is not None:
+            self._ledger.skip()

@@ -204,11 +204,15 @@ class BlockTracker(Tracker):
         return [doc, record, start, end]
 
 
-def pieces_array(rows: list[tuple[int, int, list[Piece]]], dropped: list[tuple[int, int, Piece]]
-                 ) -> tuple[np.ndarray, list[str]]:
-    """A batch's pieces as a PIECE table (`name` indexes the returned names), dropped records on row 0."""
+def pieces_array(rows: list[tuple[int, int, list[Piece]]], dropped: list[tuple[int, int, Piece]],
+                 packed: list[int] | None = None) -> tuple[np.ndarray, list[str]]:
+    """A batch's pieces as a PIECE table (`name` indexes the returned names), dropped records on row 0.
+
+    `packed`: the batch row each of `rows` went in, when a collator packed several into one (SFT's
+    sample_packing); a piece's token range then stays its sample's own."""
     names: dict[str, int] = {}
-    flat = [(r, source, epoch, p) for r, (source, epoch, pieces) in enumerate(rows) for p in pieces]
+    at = packed or list(range(len(rows)))
+    flat = [(at[r], source, epoch, p) for r, (source, epoch, pieces) in enumerate(rows) for p in pieces]
     flat += [(0, source, epoch, p) for source, epoch, p in dropped]
     out = np.array([(r, source, epoch, names.setdefault(doc, len(names)), record, start, end)
                     for r, source, epoch, (doc, record, start, end) in flat], PIECE)

@@ -32,7 +32,7 @@ from llm.data.seeds import check_seed
 from llm.data.stage import Stage
 from llm.data.text.changes import SourceChange, source_change
 from llm.data.text.dataset import StreamingTextDataset
-from llm.data.text.ledger import TextLedger, ledger_sources, run_id, stream_info
+from llm.data.text.ledger import LedgerHooks, TextLedger, ledger_sources, run_id, stream_info
 from llm.data.text.loaders import StreamingTextLoader, batches_as_they_are, val_loader
 from llm.data.text.state import (
     STATE_VERSION,
@@ -52,7 +52,7 @@ from llm.data.worker_errors import reraise
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
 
 
-class StreamingTextDataModule(Stage):
+class StreamingTextDataModule(LedgerHooks, Stage):
     """Config -> source, tokenizer, dataset and loader, a `Stage` (state / check / restore).
 
     `state_dict()` / `load_state_dict()` are the contract's public names; a refused state (`StateError`)

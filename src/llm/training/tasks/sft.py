@@ -16,7 +16,7 @@ from llm.data.sft.stream import record_source
 from llm.data.tokenize.protocol import Tokenizer
 from llm.training.core.axolotl import VAL_STREAMING
 from llm.training.core.loading import ConfigError
-from llm.training.tasks.stream_lm import TEXT_LEDGER, StreamTextData
+from llm.training.tasks.stream_lm import StreamTextData
 
 IGNORE = -100
 
@@ -68,7 +68,7 @@ class SftData(StreamTextData):
             **({"source": train_source} if train_source is not None else {}))
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = steps
-        self.writes_ledger = TEXT_LEDGER
+        self.writes_ledger = True
 
     def _split(self) -> HeldOutSplit | None:
         """`val_set_size`'s held-out split of the records (one read pass), or None without one."""
@@ -101,18 +101,24 @@ class SftData(StreamTextData):
         return math.ceil(records / (self.config.training.batch_size * world_size))
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        trained = False
         while True:
             empty = True
             for batch in self.module.train_dataloader():
                 empty = False
                 shifted = shift_labels(batch)
                 if has_targets(shifted):  # else its loss is NaN: skipped (the collator warned)
+                    trained = True
                     yield shifted
                 elif self.writes_ledger:
                     self.ledger_skip()  # read, not trained: the ledger counts its records as skipped
+            paths = ", ".join(e.path for e in self.config.data.datasets)
             if empty:
-                paths = ", ".join(e.path for e in self.config.data.datasets)
                 raise ValueError(f"datasets {paths} yielded no record for this rank")
+            if not trained:  # a whole pass and not one token to learn: it would loop for ever
+                raise ValueError(f"no record of datasets {paths} has a token to train on within "
+                                 f"sequence_len={self.config.data.max_seq_len} (every prompt fills it); raise "
+                                 "sequence_len, shorten the prompts, or set train_on_inputs: true")
 
     def batches_left_in_pass(self) -> int | None:
         return None  # epochs are data.steps_per_epoch steps (a batch change only changes samples per step)

@@ -11,10 +11,6 @@ from llm.training.core.loading import OPTIMIZED, ConfigError
 from llm.training.source_metrics import sum_over_ranks
 from llm.training.tasks.optimized import OptimizedData
 
-# The text and SFT modules' ledger (attach_ledger, ledger_set_loss, ledger_skip) comes with branch
-# ledger-text; until it is merged these tasks write no ledger, so llm-train does not attach one.
-TEXT_LEDGER = False
-
 
 class StreamTextData:
     """Batches of `StreamingTextDataModule` (local files, HF streams, dedup, custom sources).
@@ -34,7 +30,7 @@ class StreamTextData:
         self.module = config.data.text_stream(seed=config.training.seed).build(config.training.batch_size)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = None
-        self.writes_ledger = TEXT_LEDGER
+        self.writes_ledger = True
 
     def attach_ledger(self, folder: str, run: str) -> None:
         self.module.attach_ledger(folder, run)

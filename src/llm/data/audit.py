@@ -1,0 +1,22 @@
+"""`audit_ledger`: a ledger audited by the wing that wrote it (shards, or text and SFT), one call for every CLI."""
+
+from __future__ import annotations
+
+from llm.data.ledger.audit import AuditReport, audit
+from llm.data.ledger.reader import Ledger
+from llm.data.shards.read.ledger_audit import ShardAuditor
+from llm.data.text.ledger_audit import TextAuditor, audit_text
+
+
+def audit_ledger(ledger: Ledger, verify: bool = True, weights: list[float] | None = None) -> AuditReport:
+    """Text and SFT ledgers re-read their files; shard ledgers rebuild each source's order and bytes.
+
+    `verify`: compare the rows with the data as stored now; `weights`: a mixture's configured weights, for the
+    shard audit's shares (a text ledger's header carries its own)."""
+    if any(s.get("type") == "text" for s in ledger.sources):
+        return audit_text(ledger, TextAuditor(ledger.sources, read=verify))
+    shards = ShardAuditor(ledger.sources)
+    report = audit(ledger, expected_items=shards.expected_items, verify=shards.verify if verify else None,
+                   weights=weights)
+    report.problems += shards.problems
+    return report
