@@ -53,8 +53,8 @@ def test_disk_full_during_a_save_is_one_sentence_and_keeps_the_previous_checkpoi
     trainer.close()
     left[0] = -1
     assert load_checkpoint(ck / "latest")["step"] == 2
-    # the failed save left nothing behind (metrics.jsonl is the run's log, not a checkpoint)
-    assert sorted(p.name for p in ck.iterdir() if p.name != "metrics.jsonl") == ["latest", "step_2"]
+    # the failed save left nothing behind (metrics.jsonl and the ledger are the run's logs, not a checkpoint)
+    assert sorted(p.name for p in ck.iterdir() if p.name not in ("metrics.jsonl", "ledger")) == ["latest", "step_2"]
 
 
 def test_llm_train_exits_2_when_the_first_save_finds_the_disk_full(tmp_path, monkeypatch, capsys) -> None:

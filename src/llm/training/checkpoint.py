@@ -40,6 +40,23 @@ def list_checkpoints(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def unwritable(root: Path, name: str, e: OSError) -> OSError:
+    """The one sentence for a checkpoint that could not be written (disk full, quota, read-only)."""
+    previous = run_step(root)
+    kept = f"the previous checkpoint step_{previous} is intact" if previous is not None else "no earlier checkpoint exists"
+    error = OSError(f"cannot write checkpoint {root / name} ({e.strerror or e}); {kept}: free space in {root} and resume")
+    error.errno = e.errno
+    return error
+
+
+def checkpoint_payload(make: Any, checkpoint_dir: str | Path, step: int) -> dict[str, Any]:
+    """`make()`'s payload; its own writes (the ledger's segment, before the checkpoint) failing is this save failing."""
+    try:
+        return make()
+    except OSError as e:
+        raise unwritable(Path(checkpoint_dir), f"step_{step}", e) from e
+
+
 def save_checkpoint(
     checkpoint_dir: str | Path, step: int, payload: dict[str, Any], keep_last_n: int | None = None
 ) -> Path:
@@ -66,11 +83,7 @@ def save_checkpoint(
         fsync_dir(tmp)
     except OSError as e:  # disk full, quota, read-only: this save is dropped whole, the last one stays
         shutil.rmtree(tmp, ignore_errors=True)
-        previous = run_step(root)
-        kept = f"the previous checkpoint step_{previous} is intact" if previous is not None else "no earlier checkpoint exists"
-        error = OSError(f"cannot write checkpoint {root / name} ({e.strerror or e}); {kept}: free space in {root} and resume")
-        error.errno = e.errno
-        raise error from e
+        raise unwritable(root, name, e) from e
     final = root / name
     if final.exists():  # re-saving a step: move the old copy aside, never delete it first
         old = root / f"{_TMP_PREFIX}old-{name}-{os.getpid()}"

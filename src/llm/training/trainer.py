@@ -15,6 +15,7 @@ from llm.training.checkpoint import (
     check_data_fingerprint,
     check_resume_config,
     check_run_folder,
+    checkpoint_payload,
     load_checkpoint,
     remove_checkpoints,
     resolve_checkpoint,
@@ -185,7 +186,7 @@ class Trainer:
         cc = self.config.checkpoint
         if not cc.checkpoint_dir:
             return None
-        payload = self.state_payload()
+        payload = checkpoint_payload(self.state_payload, cc.checkpoint_dir, self.step)
         path = None
         if self.env.is_main:
             saved = save_checkpoint(cc.checkpoint_dir, self.step, payload, cc.keep_last_n)

@@ -145,6 +145,8 @@ def test_a_ledger_of_another_run_is_refused_naming_both(tmp_path: Path) -> None:
     a.open(None, run="run-a")
     b.open(None, run="run-b")
     state_a = run(a, range(1, 6))
+    assert not (tmp_path / "b" / "ledger.json").exists()  # nothing reaches the disk before the first commit
+    b.commit()
     with pytest.raises(LedgerError, match="belongs to run run-a but .*b holds the ledger of run run-b"):
         LedgerWriter(tmp_path / "b").open(state_a)
     with pytest.raises(LedgerError, match="already holds the ledger of run run-a"):

@@ -90,6 +90,7 @@ class LedgerWriter:
         self._n_rows = 0  # rows recorded since the last commit: a running count, not a sum per step
         self._names: dict[str, int] = {}
         self._marker_written = False
+        self._header_due = False  # rank 0 of a fresh run writes ledger.json at its first commit
         self._first_step: int | None = None
         self._last_step = 0
         self._skipped: list[int] = []  # steps recorded (read) but not trained: data.skip_batches
@@ -112,8 +113,8 @@ class LedgerWriter:
                 if header is not None:
                     raise LedgerError(f"{self.folder} already holds the ledger of run {header['run']}; resume that "
                                       "run from its checkpoint, or give this run an empty ledger folder")
-                atomic_write(self.folder / HEADER_NAME, json.dumps(
-                    {"version": VERSION, "run": self.run, "sources": self.sources}, indent=1).encode())
+                # written with the first commit: nothing reaches the disk before a checkpoint does
+                self._header_due = True
             self.generation, self.committed_step, self._last_step = 0, 0, 0
             return
         state = check_ledger_state(state)
@@ -195,6 +196,10 @@ class LedgerWriter:
         stream's packer holds them); the segment's header keeps them, so audit does not call them missing."""
         if self.run is None:
             raise RuntimeError("LedgerWriter.commit() before open()")
+        if self._header_due:
+            atomic_write(self.folder / HEADER_NAME, json.dumps(
+                {"version": VERSION, "run": self.run, "sources": self.sources}, indent=1).encode())
+            self._header_due = False
         if self.rank == 0 and not self._marker_written and self.generation > 0:
             atomic_write(self.folder / marker_name(self.generation), json.dumps(
                 {"generation": self.generation, "resumed_from": self.resumed_from, "topology": self.topology}).encode())
