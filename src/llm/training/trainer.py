@@ -117,8 +117,6 @@ class Trainer:
         else:
             self.ledger.start(replacing=bool(self._replaced))
 
-    # ----- construction -------------------------------------------------------------------
-
     def _steps_per_epoch(self) -> int:
         configured = self.config.data.steps_per_epoch
         if configured:
