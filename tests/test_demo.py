@@ -20,6 +20,7 @@ def test_demo_runs_and_checks_exactly_once(tmp_path):
     assert (tmp_path / "demo_out" / "guide" / "checkpoints" / "optimized_demo" / "latest").exists()
     run = tmp_path / "demo_out" / "guide" / "checkpoints" / "demo"
     assert "   'sample line" in result.stdout, "the demo shows text the model wrote"
+    assert "audit: OK, every sample exactly once" in result.stdout, "the demo ends by proving its run from the ledger"
     summary = result.stdout[result.stdout.index("demo: done."):]
     assert str(tmp_path / "demo_out" / "dataset") in summary and str(run / "metrics.jsonl") in summary
     assert (run / "metrics.jsonl").is_file()

@@ -8,7 +8,8 @@
    same command resumed from `checkpoints/demo/latest`, then a short run on
    optimized shards (`data_source: optimized`).
 3. Something to look at: the run's loss and throughput curves (`llm-train plot`,
-   a PNG) and text the model wrote (`llm-generate`); then a summary of what was
+   a PNG), text the model wrote (`llm-generate`), and the run proved from its ledger
+   (`llm-train audit`: every sample trained exactly once); then a summary of what was
    written where, and the next commands to try.
 """
 
@@ -147,6 +148,8 @@ def train_demo(out: Path) -> dict[str, Path]:
         cwd=work, capture_output=True, text=True, check=True,
     ).stdout.strip()
     print(f"   {text!r}")
+    print("demo: llm-train audit checkpoints/demo  (every sample the run trained on, counted from its ledger)")
+    print(_last_lines(_cli(["llm.cli.train", "audit", "checkpoints/demo"], work), 3))
     return written
 
 

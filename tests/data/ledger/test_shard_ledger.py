@@ -69,7 +69,7 @@ def test_a_resume_chain_over_batch_ranks_and_workers_audits_clean(dataset: Path,
     assert total == n and state["epoch"] == 1
     code, out = audit_cli(ledger, capsys)
     assert code == 0, out
-    assert f"{n:,} exactly once" in out and "audit: OK" in out
+    assert f"{n:,} samples trained exactly once" in out and "audit: OK" in out
     assert sorted(read_ledger(ledger).markers) == [1, 2, 3]
 
 

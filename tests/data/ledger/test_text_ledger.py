@@ -98,12 +98,12 @@ def test_a_chain_over_workers_ranks_and_batch_sizes_audits_clean(tmp_path: Path,
     straight_ledger = tmp_path / "straight"
     straight, _ = in_fresh_process(run, {**base, "ledger": str(straight_ledger), "batch": 4, "workers": workers}, None, None)
     code, out = audit_cli(straight_ledger, capsys)
-    assert code == 0 and "audit: OK" in out and "400 exactly once" in out, out
+    assert code == 0 and "audit: OK" in out and "400 documents trained exactly once" in out, out
     got, _ = chain([({**base, "batch": 4, "workers": workers}, 5),
                     ({**base, "batch": 4, "world": 2, "workers": 2 - workers}, 6),
                     ({**base, "batch": 6, "workers": workers}, None)])
     code, out = audit_cli(ledger, capsys)
-    assert code == 0 and "400 exactly once" in out, out
+    assert code == 0 and "400 documents trained exactly once" in out, out
     read = read_ledger(ledger)
     assert sorted(read.markers) == [1, 2] and sorted(set(read.ranks.tolist())) == [0, 1]
     assert read.markers[1]["topology"]["world_size"] == 2
@@ -188,7 +188,7 @@ def test_text_with_dedup_audits_clean_counting_dropped_duplicates(tmp_path: Path
     chain([({**base, "batch": 4}, 5), ({**base, "batch": 4, "world": 2, "workers": 2}, 4), ({**base, "batch": 2}, None)])
     code, out = audit_cli(ledger, capsys)
     assert code == 0, out
-    assert "dropped: 40 records read and not trained (duplicates, or nothing to train on), accounted for" in out and "160 exactly once" in out
+    assert "dropped: 40 records read and not trained (duplicates, or nothing to train on), accounted for" in out and "160 documents trained exactly once" in out
 
 
 def test_sft_with_best_fit_packing_audits_clean(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -196,7 +196,7 @@ def test_sft_with_best_fit_packing_audits_clean(tmp_path: Path, capsys: pytest.C
     base = {"kind": "sft", "path": str(path), "ledger": str(ledger)}
     chain([({**base, "batch": 2}, 3), ({**base, "batch": 3, "workers": 2}, 3), ({**base, "batch": 4}, None)])
     code, out = audit_cli(ledger, capsys)
-    assert code == 0 and "120 exactly once" in out, out
+    assert code == 0 and "120 documents trained exactly once" in out, out
     read = read_ledger(ledger)
     assert max(np.bincount(read.pieces["row_ref"])) > 1  # rows packed with several samples
     assert read.names == [str(path)] and read.sources[0]["type"] == "text"

@@ -38,6 +38,7 @@ class AuditReport:
     """What `audit` found; `lines()` is what the CLI prints."""
 
     samples: int = 0
+    unit: str = "samples"  # what `once` counts: samples of a dataset, or documents of a text stream
     once: int = 0
     skipped: int = 0  # rows read but not trained (data.skip_batches)
     repeated: list[str] = field(default_factory=list)
@@ -52,7 +53,8 @@ class AuditReport:
         return not (self.repeated or self.missing or self.problems)
 
     def lines(self) -> list[str]:
-        out = [f"samples: {self.samples:,} rows read, {self.once:,} exactly once"
+        # rows are what batches held; what is counted once is a block (shards) or a document (text, SFT)
+        out = [f"samples: {self.samples:,} rows read, {self.once:,} {self.unit} trained exactly once"
                + (f", {self.skipped:,} skipped (read, not trained: data.skip_batches)" if self.skipped else "")]
         for name, share in self.shares.items():
             weight = share.get("weight")

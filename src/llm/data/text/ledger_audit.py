@@ -141,7 +141,7 @@ def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditRepor
     if len(drops):
         report.accounted.append(f"dropped: {len(drops):,} records read and not trained (duplicates, or nothing to "
                                 "train on), accounted for")
-    report.once = len(docs)
+    report.once, report.unit = len(docs), "documents"
     flight = _in_flight(ledger, docs.dtype)
     missing = _missing_records(ledger, auditor, np.union1d(np.union1d(docs, drops), flight), say, report)
     report.counts["missing"] = len(holes) + missing + _verify_tokens(ledger, auditor, trained, flight, say, report)
