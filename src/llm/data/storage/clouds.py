@@ -139,7 +139,7 @@ def _account_of(endpoint: str) -> str | None:
     Azure's own hosts (`ACCOUNT.blob.core.windows.net`, private links, sovereign clouds) name it
     in their first label. Everything else that has a path is emulator-style (Azurite and proxies
     put the account first in the path), whatever the host's form: an IP, `localhost`, a host
-    name (`http://azurite:10000/devstoreaccount1`) or IPv6 (`http://[::1]:10000/...`), parsed by
+    name (`http://blob-emulator:10000/devstoreaccount1`) or IPv6 (`http://[::1]:10000/...`), parsed by
     urllib so a bracketed address is not cut at its colons.
     """
     try:
