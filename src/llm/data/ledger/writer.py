@@ -220,3 +220,25 @@ class LedgerWriter:
 
     def state(self) -> dict[str, Any]:
         return {"run": self.run, "generation": self.generation, "step": self.committed_step}
+
+
+class StageLedger:
+    """A stage's ledger (the shard loader's, a text module's): opened lazily, at the first batch or commit,
+    so that a `load_state_dict` before it decides whether the run starts or resumes, and on which rank."""
+
+    def __init__(self, folder: str | os.PathLike, sources: list[dict[str, Any]], run: str):
+        self.writer = LedgerWriter(folder, 0, sources)
+        self.run = run
+        self.pending: dict[str, Any] | None = None  # the ledger state a load_state_dict brought
+        self.opened = False
+        self.step = 0
+
+    def resume_from(self, state: dict[str, Any] | None) -> None:
+        self.pending, self.opened = state, False
+
+    def open(self, rank: int, topology: dict[str, Any]) -> None:
+        """Start recording as `rank` (read when iteration starts, like the stage's own rank)."""
+        if not self.opened:
+            self.writer.rank = rank
+            self.writer.open(self.pending, topology, run=self.run if self.pending is None else None)
+            self.step, self.opened = self.writer.committed_step, True

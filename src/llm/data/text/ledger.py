@@ -24,7 +24,7 @@ from llm.data.inputs.local import LocalLineTextSource
 from llm.data.inputs.mixture import DedupMixture, as_mixture
 from llm.data.inputs.source import Partition, TextSource
 from llm.data.ledger.format import PIECE, ROW, row_checksums
-from llm.data.ledger.writer import LedgerWriter
+from llm.data.ledger.writer import StageLedger
 
 
 def ledger_sources(source: TextSource, names: list[str], weights: list[float] | None,
@@ -68,7 +68,7 @@ def run_id(fingerprint: dict, seed: int, folder: str | os.PathLike) -> str:
     return hashlib.blake2b(key, digest_size=8).hexdigest()
 
 
-class TextLedger:
+class TextLedger(StageLedger):
     """Records the batches one rank's text module hands over; opened at the first iteration or commit.
 
     The last step recorded is held back until the next one (or the commit), so records a dedup
@@ -76,24 +76,14 @@ class TextLedger:
     """
 
     def __init__(self, folder: str | os.PathLike, sources: list[dict[str, Any]], run: str):
-        self.writer = LedgerWriter(folder, 0, sources)
-        self.run = run
-        self.pending: dict[str, Any] | None = None  # the ledger state a load_state_dict brought
-        self.opened = False
-        self.step = 0
+        super().__init__(folder, sources, run)
         self._held: tuple[int, np.ndarray, np.ndarray] | None = None
         self._held_skipped = False  # the held step was read, not trained (data.skip_batches)
         self._dropped: list[np.ndarray] = []
 
     def resume_from(self, state: dict[str, Any] | None) -> None:
-        self.pending, self.opened, self._held, self._dropped = state, False, None, []
-        self._held_skipped = False
-
-    def open(self, rank: int, topology: dict[str, Any]) -> None:
-        if not self.opened:
-            self.writer.rank = rank
-            self.writer.open(self.pending, topology, run=self.run if self.pending is None else None)
-            self.step, self.opened = self.writer.committed_step, True
+        super().resume_from(state)
+        self._held, self._dropped, self._held_skipped = None, [], False
 
     def _pieces(self, table: tuple[np.ndarray, list[str]]) -> np.ndarray:
         pieces, names = table

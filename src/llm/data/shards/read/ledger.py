@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.ledger.format import PIECE, ROW, row_checksums
-from llm.data.ledger.writer import LedgerWriter
+from llm.data.ledger.writer import StageLedger
 
 
 def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, np.ndarray]:
@@ -33,7 +33,7 @@ def run_id(fingerprint: str, seed: int, folder: str | os.PathLike) -> str:
     return hashlib.blake2b(key, digest_size=8).hexdigest()
 
 
-class LoaderLedger:
+class LoaderLedger(StageLedger):
     """Records the batches one rank's loader hands over; opened lazily so a `load_state_dict` comes first.
 
     A batch handed over costs one list append: its ids, checksums, sources and epochs are kept as the
@@ -41,23 +41,9 @@ class LoaderLedger:
     """
 
     def __init__(self, folder: str | os.PathLike, sources: list[dict[str, Any]], run: str):
-        self.writer = LedgerWriter(folder, 0, sources)
-        self.run = run
-        self.pending: dict[str, Any] | None = None  # the ledger state a load_state_dict brought
-        self.opened = False
-        self.step = 0
+        super().__init__(folder, sources, run)
         self.block = 0
         self._batches: list[list[Any]] = []  # [step, ids, crcs, source, epoch, losses or None, skipped]
-
-    def resume_from(self, state: dict[str, Any] | None) -> None:
-        self.pending, self.opened = state, False
-
-    def open(self, rank: int, topology: dict[str, Any]) -> None:
-        """Start recording as `rank` (read when iteration starts, like the loader's own rank)."""
-        if not self.opened:
-            self.writer.rank = rank
-            self.writer.open(self.pending, topology, run=self.run if self.pending is None else None)
-            self.step, self.opened = self.writer.committed_step, True
 
     def record(self, ids: np.ndarray, crcs: np.ndarray, source: np.ndarray, epoch: np.ndarray, block: int) -> None:
         """One batch handed to the caller: its rows, each one sample (one piece)."""
