@@ -16,6 +16,7 @@ import torch
 import yaml
 
 from llm.training.checkpoint import load_checkpoint
+from llm.training.run_audit import run_audit
 from tests.training.test_trainer import tiny_tree, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,8 +145,11 @@ def test_two_ranks_disjoint_data_and_exact_resume_after_kill(tmp_path: Path) -> 
     assert a["step"] == b["step"] == 8
     for name, tensor in a["model_state_dict"].items():
         assert torch.equal(tensor, b["model_state_dict"][name]), name
+    a["stream_data"].pop("ledger"), b["stream_data"].pop("ledger")  # each run has its own (run id, generation)
     assert a["stream_data"] == b["stream_data"]
     assert set(b["stream_data"]["line_index"]) == {"0", "1"}  # every rank's cursor
+    report, _ = run_audit(tmp_path / "run")  # the resumed two-rank run's ledger: every document once
+    assert report.ok, report.lines()
     assert b["world_size"] == 2 and len(b["rng_states"]) == 2
 
     # another world size: one process continues from the 2-rank step 4 checkpoint, partitions
