@@ -28,6 +28,7 @@ import numpy as np
 
 from bench.corpus import build_corpus, corpus_paths, iter_texts
 from bench.measure import REPO_ROOT, run_worker
+from bench.results import newest
 
 THRESHOLD, NGRAM, NUM_PERM = 0.8, 5, 128
 FILE_BYTES = 2 << 20
@@ -314,8 +315,7 @@ def markdown(results: dict) -> list[str]:
 
 def latest() -> dict | None:
     """The newest saved dedup result (docs/benchmarks.md keeps its section when other scenarios are rerun)."""
-    found = sorted(RESULTS.glob("dedup-*.json"))
-    return json.loads(found[-1].read_text()) if found else None
+    return newest("dedup")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.results import newest, spread
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BLOCK, BLOCKS, BATCH, WORKERS, EVERY = 256, 100_000, 32, 2, 1000
 
@@ -126,13 +128,11 @@ def markdown(res: dict[str, Any]) -> list[str]:
 
 
 def _spread(s: dict[str, float], scale: float = 1.0) -> str:
-    return f"{s['median'] / scale:.3f} [{s['min'] / scale:.3f}-{s['max'] / scale:.3f}]"
+    return spread(s, scale, 3)
 
 
 def latest() -> dict | None:
-    """The newest results file, so that the section stays when other scenarios are rerun."""
-    found = sorted((Path(__file__).parent / "results").glob("ledger-*.json"))
-    return json.loads(found[-1].read_text()) if found else None
+    return newest("ledger")
 
 
 def scenario_ledger(ctx: Any) -> dict:

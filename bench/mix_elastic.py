@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.results import newest, spread
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BLOCK, SIZES, WEIGHTS = 256, (3000, 2000, 1000), (0.5, 0.3, 0.2)
 SCHEDULE = [{"step": 0, "weights": [0.5, 0.3, 0.2]}, {"step": 300, "weights": [0.2, 0.3, 0.5]}]
@@ -181,14 +183,11 @@ def markdown(res: dict[str, Any]) -> list[str]:
     return md
 
 
-def _spread(s: dict[str, float], scale: float = 1.0) -> str:
-    return f"{s['median'] / scale:.2f} [{s['min'] / scale:.2f}-{s['max'] / scale:.2f}]"
+_spread = spread
 
 
 def latest() -> dict | None:
-    """The newest results file, so that the section stays when other scenarios are rerun."""
-    found = sorted((Path(__file__).parent / "results").glob("mixelastic-*.json"))
-    return json.loads(found[-1].read_text()) if found else None
+    return newest("mixelastic")
 
 
 def scenario_mixelastic(ctx: Any) -> dict:

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.results import newest, spread
+
 MAX_SEQ_LEN, BATCH, BUFFER = 2048, 8, 64
 IGNORE = -100
 
@@ -139,9 +141,7 @@ def markdown(rows: list[dict]) -> list[str]:
     return md
 
 
-def _spread(s: dict[str, float], scale: float = 1.0) -> str:
-    """A `_stat` as `median [min-max]`, each divided by `scale`."""
-    return f"{s['median'] / scale:.2f} [{s['min'] / scale:.2f}-{s['max'] / scale:.2f}]"
+_spread = spread
 
 
 def scenario_packing(ctx: Any) -> list[dict]:
@@ -156,8 +156,8 @@ def scenario_packing(ctx: Any) -> list[dict]:
 
 def latest() -> list[dict] | None:
     """The rows of the newest saved packing result (docs/benchmarks.md keeps its section when other scenarios are rerun)."""
-    found = sorted((Path(__file__).parent / "results").glob("packing-*.json"))
-    return json.loads(found[-1].read_text())["rows"] if found else None
+    found = newest("packing")
+    return found["rows"] if found else None
 
 
 def main(argv: list[str] | None = None) -> int:
