@@ -53,9 +53,20 @@ def trainer_document(i: int) -> np.ndarray:
     return (np.arange(20 + 7 * (i % 5)) + 31 * i) % 1000
 
 
-def trainer_loader(folder, workers: int = 0):
+def trainer_loader(folder, workers: int = 0, ledger=None):
     """The loader the trainer tests hand to torchdata-style loops and to Lightning: 16 batches an epoch."""
     from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
 
     ds = StreamingDataset(folder, item_loader=TokensLoader(block_size=32), shuffle=True, seed=7)
-    return StreamingDataLoader(ds, batch_size=4, num_workers=workers)
+    return StreamingDataLoader(ds, batch_size=4, num_workers=workers, ledger=ledger)
+
+
+def audited_once(ledger) -> int:
+    """The ledger's audit (it must pass): how many samples it counts trained exactly once."""
+    from llm.data.audit import audit_ledger
+    from llm.data.ledger.reader import read_ledger
+
+    report = audit_ledger(read_ledger(ledger))
+    assert report.ok, "\n".join(report.lines())
+    assert not report.repeated and not report.missing
+    return report.once

@@ -7,15 +7,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.interop.samples import audited_once
+
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 pytest.importorskip("accelerate", reason="accelerate is not installed (transformers.Trainer needs it)")
 
 
-def _loader(folder):
+def _loader(folder, ledger=None):
     from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
 
     ds = StreamingDataset(folder, item_loader=TokensLoader(block_size=32, document_boundaries=True), shuffle=True, seed=7)
-    return StreamingDataLoader(ds, batch_size=4)
+    return StreamingDataLoader(ds, batch_size=4, ledger=ledger)
 
 
 class _Recorder(torch.nn.Module):
@@ -52,8 +54,9 @@ class SaveLoaderState(transformers.TrainerCallback):
         torch.save(self.loader.state_dict(), folder / "data_state.pt")
 
 
-def _fit(folder, out: Path, max_steps: int, save_steps: int | None = None, resume: Path | None = None) -> _Recorder:
-    loader, model = _loader(folder), _Recorder()
+def _fit(folder, out: Path, max_steps: int, save_steps: int | None = None, resume: Path | None = None,
+         ledger: Path | None = None) -> _Recorder:
+    loader, model = _loader(folder, ledger), _Recorder()
     if resume is not None:
         loader.load_state_dict(torch.load(resume / "data_state.pt"))
     args = transformers.TrainingArguments(
@@ -74,6 +77,9 @@ def test_hf_trainer_resume_continues_the_data_exactly(trainer_tokens, tmp_path, 
     total = per_epoch + 5
     reference = _fit(trainer_tokens, tmp_path / "ref", total)
     assert len(reference.seen) == total
-    first = _fit(trainer_tokens, tmp_path / "run", stop, save_steps=stop)
-    second = _fit(trainer_tokens, tmp_path / "run", total, resume=tmp_path / "run" / f"checkpoint-{stop}")
+    ledger = tmp_path / "run" / "ledger"  # committed by SaveLoaderState's state_dict() at each save
+    first = _fit(trainer_tokens, tmp_path / "run", stop, save_steps=stop, ledger=ledger)
+    second = _fit(trainer_tokens, tmp_path / "run", total, save_steps=total,
+                  resume=tmp_path / "run" / f"checkpoint-{stop}", ledger=ledger)
     assert first.seen + second.seen == reference.seen
+    assert audited_once(ledger) == total * 4  # every trained sample once, across the stop

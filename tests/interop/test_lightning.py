@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.interop.samples import trainer_loader
+from tests.interop.samples import audited_once, trainer_loader
 
 lightning = pytest.importorskip("lightning", reason="lightning is not installed (the `interop` extra)")
 
@@ -27,12 +27,12 @@ class _Recorder(lightning.LightningModule):
 
 
 class _Data(lightning.LightningDataModule):
-    def __init__(self, folder):
+    def __init__(self, folder, ledger=None):
         super().__init__()
-        self.folder = folder
+        self.folder, self.ledger = folder, ledger
 
     def train_dataloader(self):
-        return trainer_loader(self.folder)
+        return trainer_loader(self.folder, ledger=self.ledger)
 
 
 def _trainer(tmp_path, max_steps: int, every: int | None = None):
@@ -54,15 +54,16 @@ def test_lightning_resume_continues_the_data_exactly(trainer_tokens, tmp_path, w
     _trainer(tmp_path / "ref", total).fit(reference, datamodule=_Data(trainer_tokens))
     assert len(reference.seen) == total
 
-    first = _Recorder()
-    _trainer(tmp_path / "ckpt", stop, every=stop).fit(first, datamodule=_Data(trainer_tokens))
+    first, ledger = _Recorder(), tmp_path / "ledger"  # docs/interop.md: the ledger is committed with each checkpoint
+    _trainer(tmp_path / "ckpt", stop, every=stop).fit(first, datamodule=_Data(trainer_tokens, ledger))
     ckpt = tmp_path / "ckpt" / f"step={stop}.ckpt"
     saved = torch.load(ckpt, weights_only=False)["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
     assert saved["samples_consumed"] == (stop % per_epoch) * 4  # Lightning saved our state, not a prefetched one
 
     second = _Recorder()
-    _trainer(tmp_path / "ckpt2", total).fit(second, datamodule=_Data(trainer_tokens), ckpt_path=ckpt)
+    _trainer(tmp_path / "ckpt2", total, every=total).fit(second, datamodule=_Data(trainer_tokens, ledger), ckpt_path=ckpt)
     assert first.seen + second.seen == reference.seen
+    assert audited_once(ledger) == total * 4  # every trained sample once, across the stop
 
 
 class _IngestLogger(lightning.Callback):
