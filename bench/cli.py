@@ -106,9 +106,10 @@ def _versions(ctx: context.Context) -> dict:
     return out
 
 
-def write_docs(results: dict, docs_dir: Path) -> str:
+def write_docs(results: dict, docs_dir: Path, source: str | None = None) -> str:
     """docs/benchmarks.md, docs/benchmarks.png and, after a main run (prepare and stream), the
-    README's table beside docs_dir, from one results dict; returns the Markdown."""
+    README's table (and, given the results file's name `source`, its targets paragraph) beside
+    docs_dir, from one results dict; returns the Markdown."""
     results["targets"] = report.targets(results)
     md = report.markdown(results)
     docs_dir.mkdir(parents=True, exist_ok=True)
@@ -116,14 +117,14 @@ def write_docs(results: dict, docs_dir: Path) -> str:
     report.chart(results, docs_dir / "benchmarks.png")
     readme_file = docs_dir.parent / "README.md"
     if {"prepare", "stream"} <= set(results["scenarios"]) and readme_file.exists():
-        readme.rewrite(readme_file, results)
+        readme.rewrite(readme_file, results, source)
     return md
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report_only:
-        print(write_docs(json.loads(args.report_only.read_text()), args.docs_dir))
+        print(write_docs(json.loads(args.report_only.read_text()), args.docs_dir, args.report_only.name))
         return 0
     only = [s for s in args.only.split(",") if s] or [s for s in suite.SCENARIOS if s not in suite.OPT_IN]
     unknown = sorted(set(only) - set(suite.SCENARIOS))
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                            f"{time.strftime('%Y%m%d-%H%M', time.gmtime(started))}-{args.corpus_mb:g}mb.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1, default=str))
-    md = report.markdown(results) if args.no_docs else write_docs(results, args.docs_dir)
+    md = report.markdown(results) if args.no_docs else write_docs(results, args.docs_dir, out.name)
     print(md)
     print(f"raw results: {out}", file=sys.stderr)
     return 0

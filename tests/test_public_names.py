@@ -35,3 +35,20 @@ def test_every_install_hint_names_our_distribution() -> None:
     hints = [(p.name, m) for p in files for m in re.findall(r"pip install '?([A-Za-z0-9_.-]+)\[", p.read_text())]
     assert hints, "the walk found the install hints"
     assert all(found == name for _, found in hints), [h for h in hints if h[1] != name]
+
+
+def test_litdatas_cloud_machines_are_one_sentence_pointing_to_the_ray_engine(tmp_path) -> None:
+    import pytest
+
+    ray = "to spread the work over several machines, pass engine='ray' (ray_address= names your Ray cluster; docs/items.md)"
+    with pytest.raises(TypeError) as info:
+        llm.data.optimize(str, [1, 2], str(tmp_path / "ds"), num_workers=0, num_nodes=2)
+    assert str(info.value) == ("optimize: num_nodes= is LitData's way to run on Lightning AI's cloud machines, and "
+                               f"llm.data runs on no cloud of its own; {ray}")
+    with pytest.raises(TypeError) as info:
+        llm.data.map(print, [1], str(tmp_path / "out"), num_nodes=2, machine="A10G")
+    assert str(info.value).startswith("map: num_nodes= and machine= are LitData's way") and str(info.value).endswith(ray)
+    assert not (tmp_path / "ds").exists() and not (tmp_path / "out").exists()  # refused before anything is written
+    with pytest.raises(ImportError, match=r"^llm.data has no Machine: LitData's Machine picks .*engine='ray'"):
+        from llm.data import Machine  # noqa: F401
+    assert llm.data.optimize.__wrapped__.__name__ == "optimize"  # the refusal wraps the function, same name and signature

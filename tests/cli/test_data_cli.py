@@ -109,7 +109,10 @@ def test_missing_tokenizer_file_and_wrong_kinds_of_paths(tmp_path: Path, text: P
 def test_train_tokenizer_then_optimize_with_it(tmp_path: Path, text: Path) -> None:
     proc = run("llm-data", "train-tokenizer", "notes.txt", "--vocab-size", "300", "--output", "tok/tokenizer.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines()[0].startswith("train-tokenizer: ") and "from 60 documents" in proc.stderr
+    lines = proc.stderr.replace("\r", "\n").splitlines()  # the progress bar redraws its line with \r
+    assert "train-tokenizer: reading 1/1 notes.txt: 60 documents" in proc.stderr  # the bar, at its end
+    assert "train-tokenizer: 60 documents read; computing the merges" in lines
+    assert any(line.startswith("train-tokenizer: 300 tokens learned from 60 documents") for line in lines), lines
     assert (tmp_path / "tok" / "tokenizer.json").is_file()
     # Every one of the 256 byte symbols, even those no UTF-8 text holds (0xC0, 0xC1, 0xF5-0xFF):
     # without them tokenizers drops unseen bytes and no fast engine could serve the file as it is.
@@ -126,3 +129,20 @@ def test_train_tokenizer_then_optimize_with_it(tmp_path: Path, text: Path) -> No
     assert opt.returncode == 0, opt.stderr
     info = run("llm-data", "info", "ds", cwd=tmp_path).stdout
     assert "tokenizer    hf (" in info and "documents    60" in info
+
+
+def test_train_tokenizer_checks_every_inputs_text_column_before_training(tmp_path: Path, text: Path) -> None:
+    import json as _json
+
+    for name, key in (("good.jsonl", "text"), ("web.jsonl", "content"), ("code.jsonl", "body")):  # in name order
+        (tmp_path / name).write_text("".join(_json.dumps({key: f"record {i}"}) + "\n" for i in range(20)))
+    proc = run_here("llm-data", "train-tokenizer", "notes.txt", "good.jsonl", "web.jsonl", "code.jsonl",
+                    "--vocab-size", "300", "-o", "tok.json", cwd=tmp_path)
+    assert first_error(proc) == (
+        f"llm-data: error: {tmp_path / 'code.jsonl'}:1: missing text column 'text' (keys: body); set text_column "
+        f"(CLI: --text-column); 1 more input(s) fail this check too ({tmp_path / 'web.jsonl'}); nothing was trained")
+    assert "reading" not in proc.stderr and not (tmp_path / "tok.json").exists()  # checked before any text was read
+    quiet = run_here("llm-data", "train-tokenizer", "good.jsonl", "--vocab-size", "300", "-o", "tok.json",
+                     "--no-progress", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr.splitlines()[0].startswith("train-tokenizer: "), quiet.stderr
+    assert "from 20 documents" in quiet.stderr.splitlines()[0]  # no progress lines before the summary

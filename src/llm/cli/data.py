@@ -42,13 +42,6 @@ _INFO_EPILOG = """examples:
 _VERIFY_EPILOG = """example:
   llm-data verify data/ds        # exit 0: every shard's size and checksum match the manifest"""
 
-_TOKENIZER_EPILOG = """examples:
-  llm-data train-tokenizer 'corpus/*.jsonl' --vocab-size 8192 --output tokenizer.json
-  llm-data optimize 'corpus/*.jsonl' --output data/ds --tokenizer tokenizer.json
-
-A byte-level BPE (GPT-2 style) with <|endoftext|> as EOS, trained offline on your text.
-Already have one? Pass its tokenizer.json or .tiktoken file to --tokenizer directly."""
-
 _CACHE_EPILOG = """examples:
   llm-data cache ls                               # every cache folder: fingerprint, URL, shards, bytes, last used
   llm-data cache clear s3://my-bucket/datasets/c4 # by URL, or by fingerprint (or its first 8+ characters)
@@ -120,16 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     from llm.cli.audit import add_audit_command
     from llm.cli.dedup import add_dedup_command
     from llm.cli.inspect import add_commands  # `inspect` and `convert` live in cli/inspect.py
+    from llm.cli.tokenizer import add_train_tokenizer_command
 
     add_commands(add)
     add_dedup_command(add)
     add_audit_command(add)
-    tok = add("train-tokenizer", "train a byte-level BPE tokenizer on text files", _TOKENIZER_EPILOG)
-    tok.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt / .jsonl[.gz|.zst] / .parquet files, globs or folders")
-    tok.add_argument("--vocab-size", type=int, default=8192, help="vocabulary size, including 256 byte tokens and EOS")
-    tok.add_argument("--output", "-o", required=True, help="tokenizer.json to write (or a folder to write it in)")
-    tok.add_argument("--text-column", default="text", help="JSON key / parquet column holding the text")
-    tok.add_argument("--overwrite", action="store_true", help="replace an existing tokenizer file")
+    add_train_tokenizer_command(add)
     return parser
 
 
@@ -279,44 +268,6 @@ def _verify(dataset: str) -> None:
     print(f"verify: {plural(len(manifest.shards), 'shard')} OK in {dataset}{keyless}")
 
 
-def _train_tokenizer(args: argparse.Namespace) -> None:
-    from llm.data.inputs.readers import expand_inputs, iter_texts
-    from llm.data.tokenize.tokenizers import train_bpe_tokenizer
-
-    if args.vocab_size < 258:
-        raise ValueError(f"--vocab-size {args.vocab_size} is too small: at least 258 (256 byte tokens, EOS and one merge)")
-    out = Path(args.output).expanduser()
-    target = out if out.suffix == ".json" else out / "tokenizer.json"
-    if out.suffix == ".json" and out.is_dir():
-        raise ValueError(f"--output {args.output} is a folder, not a file")
-    if out.suffix != ".json" and out.exists() and not out.is_dir():
-        raise ValueError(f"--output {args.output} is a file but not a .json file; name it tokenizer.json")
-    if target.exists() and not args.overwrite:
-        raise ValueError(f"{target} already exists; pass --overwrite to replace it (datasets tokenized with it "
-                         "would no longer match it)")
-    paths = expand_inputs(args.inputs)
-    stats = {"documents": 0, "chars": 0}
-
-    def texts():
-        for path in paths:
-            for text, _ in iter_texts(path, args.text_column):
-                if text.strip():
-                    stats["documents"] += 1
-                    stats["chars"] += len(text)
-                    yield text
-
-    written = train_bpe_tokenizer(texts(), args.vocab_size, target)
-    if not stats["documents"]:
-        written.unlink(missing_ok=True)
-        raise ValueError(f"no text in {', '.join(args.inputs)}: nothing to train a tokenizer on")
-    from llm.data.tokenize.tokenizers import load_tokenizer
-
-    vocab = load_tokenizer(str(written)).vocab_size
-    print(f"train-tokenizer: {vocab:,} tokens learned from {stats['documents']:,} documents "
-          f"({stats['chars']:,} characters) -> {written}", file=sys.stderr)
-    print(f"next: llm-data optimize {' '.join(args.inputs)} --output DATASET --tokenizer {written}", file=sys.stderr)
-
-
 def _run(args: argparse.Namespace) -> int:
     if args.command == "cache":
         from llm.cli.cache import run_cache
@@ -333,7 +284,9 @@ def _run(args: argparse.Namespace) -> int:
 
         run_dedup(args)
     elif args.command == "train-tokenizer":
-        _train_tokenizer(args)
+        from llm.cli.tokenizer import run_train_tokenizer
+
+        run_train_tokenizer(args)
     elif args.command in ("inspect", "convert"):
         from llm.cli.inspect import run
 

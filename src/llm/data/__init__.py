@@ -43,6 +43,10 @@ def __dir__() -> list[str]:
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
+    if name == "Machine":  # LitData's cloud machine type: the sentence says what to use instead
+        from llm.data.shards.prepare.lightning_cloud import machine_import_error
+
+        raise machine_import_error()
     if module is None:
         raise AttributeError(f"module 'llm.data' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)

@@ -8,7 +8,8 @@ percentiles, batches/s, tokens/s, remote bytes, requests and cache counts), `ela
 a mixture adds `tokens_by_source` and `samples_by_source`, {source name: count} of the whole job,
 source_metrics.py) and one per validation (`step`, `val_loss`).
 A fresh run starts the file over; a resumed run drops the records after its checkpoint's step
-and appends. That rewrite goes by temporary file and rename: a kill or a full disk in the middle
+and appends; either only once its first step has finished (a run that fails before leaves no file
+and an earlier one untouched). That rewrite goes by temporary file and rename: a kill or a full disk in the middle
 of it leaves the previous file whole. With `tensorboard` installed (`pip install -e '.[tensorboard]'`) the same scalars
 go to `<run folder>/tensorboard` too.
 """
@@ -68,22 +69,28 @@ class RunMeter:
         self.tokens = self._window_tokens = 0
         self._waited = 0.0
         self._file = self._tb = None
-        if run_dir is None or not write:
+        # Opened at the first finished step, not here: a run that fails before it (a bad batch, a full
+        # disk, an interrupt) leaves no empty metrics.jsonl and an earlier run's file as it was.
+        self._folder = Path(run_dir) if run_dir is not None and write else None
+
+    def _open(self) -> None:
+        """Start the file over (a fresh run) or keep the records up to the checkpoint (a resumed one), then append."""
+        folder, self._folder = self._folder, None
+        if folder is None:
             return
-        folder = Path(run_dir)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / METRICS_FILE
         for torn in folder.glob(f".{METRICS_FILE}.tmp-*"):  # a rewrite killed part way (atomic_write's name)
             torn.unlink(missing_ok=True)
-        if start_step == 0:
+        if self.start_step == 0:
             path.write_text("")
         elif path.exists():  # a resumed run: the records after its checkpoint are from a run that was cut short
-            kept = [json.dumps(r) + "\n" for r in read_metrics(folder) if r["step"] <= start_step]
+            kept = [json.dumps(r) + "\n" for r in read_metrics(folder) if r["step"] <= self.start_step]
             # the whole history is in this rewrite: replaced by rename, never truncated in place
             atomic_write(path, "".join(kept).encode("utf-8"))
         self._file = open(path, "a", encoding="utf-8")
-        if start_step > 0:  # the plot marks it: the run average starts over here
-            self._write({"step": start_step, "event": RESUMED})
+        if self.start_step > 0:  # the plot marks it: the run average starts over here
+            self._write({"step": self.start_step, "event": RESUMED})
         self._tb = _tensorboard(folder)
 
     def waited(self, seconds: float, tokens: int = 0) -> None:
@@ -92,6 +99,8 @@ class RunMeter:
         self.ingest.batch(seconds, tokens)
 
     def add_tokens(self, tokens: int) -> None:
+        """Called once a step has finished: its tokens (the file is opened at the first)."""
+        self._open()
         self.tokens += tokens
         self._window_tokens += tokens
 
@@ -116,6 +125,7 @@ class RunMeter:
         return stats
 
     def record(self, step: int, **values: Any) -> None:
+        self._open()
         if self._file is None:
             return
         self._write({"step": step, **values})

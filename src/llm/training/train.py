@@ -12,6 +12,7 @@ from llm.training.cli_help import HelpFormatter, add_version
 from llm.training.core.axolotl import axolotl_task
 from llm.training.core.config import TrainConfig
 from llm.training.core.loading import ConfigError, build_config, parse_override, read_yaml
+from llm.training.run_folder import with_run_folder
 from llm.training.user_modules import import_user_modules, modules_to_import
 
 
@@ -180,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import_user_modules(modules_to_import(tree, args.imports, args.config_path), args.config_path)
         task = args.task or _task_of(tree, args.config_path)
         config = build_config(tree, overrides, args.config_path, args.ignore_unsupported, _warn)
+        config = with_run_folder(config, args.config_path)  # no checkpoint_dir: checkpoints/<config name>
         done = finished_line(config)
         if done:
             print(done)

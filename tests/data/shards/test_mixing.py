@@ -240,3 +240,13 @@ def test_per_batch_resumes_exactly_across_workers_and_ranks(sources):
     others = [{**config, "workers": 2}, {**config, "world": 2}]
     ref = check_resume(run_combined, config, stops=[5, 40], resume_configs=others, fresh_process=False)
     assert all(len(set((step[:, 0] // 10_000).tolist())) == 1 for step in ref)
+
+
+def test_reprs_name_the_location_the_samples_and_the_block_size(sources):
+    big = StreamingDataset(sources[0], item_loader=TokensLoader(block_size=7), shuffle=True, seed=11)
+    assert repr(big) == (f"StreamingDataset(input_dir={sources[0]!r}, samples={big.num_samples}, block_size=7, "
+                         "shuffle=True, seed=11)")
+    assert big.num_samples == 400  # 400 documents of 7 tokens: one block each
+    ds = combined(sources, weights=(0.75, 0.25))
+    assert repr(ds) == (f"CombinedStreamingDataset(sources=[({sources[0]!r}, 0.75), ({sources[1]!r}, 0.25)], "
+                        f"samples={ds.num_samples}, block_size=7, seed=3)")

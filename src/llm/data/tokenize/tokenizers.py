@@ -192,11 +192,12 @@ def load_tokenizer(spec: str, backend: str | None = None) -> Tokenizer:
     )
 
 
-def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, path: str | Path) -> Path:
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, path: str | Path, progress: bool = False) -> Path:
     """Train a GPT-2-like byte-level BPE with `tokenizers` and save it as tokenizer.json.
 
     The vocabulary always holds all 256 byte symbols (`initial_alphabet`), seen in the text or
     not: a vocabulary lacking some drops those bytes when encoding, and is slower to serve.
+    `progress`: the trainer's own bars (counting pairs, computing merges), drawn on a terminal only.
     """
     from tokenizers import Tokenizer as _RustTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -208,7 +209,7 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, path: str | Path)
         vocab_size=vocab_size,
         special_tokens=["<|endoftext|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+        show_progress=progress,
     )
     tok.train_from_iterator(texts, trainer=trainer)
     missing = len(pre_tokenizers.ByteLevel.alphabet()) - sum(

@@ -148,6 +148,12 @@ class CombinedStreamingDataset(MixReads, SampleSource):
             shares = self._shares(weights, "weights")
         self.reanchor(shares, np.zeros(len(self.datasets), dtype=np.int64))
 
+    def __repr__(self) -> str:
+        """Each source's location with its current weight, the samples of an epoch, and the block size."""
+        sources = ", ".join(f"({str(d.input_dir)!r}, {w:.4g})" for d, w in zip(self.datasets, self.weights))
+        size = f"block_size={self.block_size}" if self.block_size is not None else "kind='items'"
+        return f"CombinedStreamingDataset(sources=[{sources}], samples={self.num_samples}, {size}, seed={self.seed})"
+
     def _shares(self, weights: Any, key: str) -> list[float]:
         return check_weights(weights, len(self.datasets), key, sizes=self.sizes.tolist(), names=self.names)
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.data.jobs import Tasks, check_engine, engine_session, run_tasks
+from llm.data.shards.prepare.lightning_cloud import refuse_cloud_arguments
 from llm.data.storage.paths import parse_location
 
 STATE_DIR = ".llm-map"  # markers, staging folders and the lock, inside the output
@@ -236,6 +237,7 @@ def _lock(output: str, storage_options: dict | None, wait: bool) -> Any:
     return lock
 
 
+@refuse_cloud_arguments  # LitData's num_nodes= / machine=: one sentence naming engine='ray'
 def map(
     fn: Callable[[Any, str], Any],
     inputs: Sequence[Any],

@@ -37,6 +37,7 @@ from llm.data.shards.format.writer import (
     check_batch,
 )
 from llm.data.shards.prepare.item_layout import common_layout
+from llm.data.shards.prepare.lightning_cloud import refuse_cloud_arguments
 from llm.data.shards.prepare.output import SHARD_PREFIX, Incoming, Output, open_output
 from llm.data.shards.prepare.tails import join_tails, tail_writer
 from llm.data.storage.s3 import StorageError
@@ -70,10 +71,8 @@ class OptimizeSummary:
     def line(self) -> str:
         secs = max(self.seconds, 1e-9)
         parts = [f"{self.documents:,} documents" if self.tokens else f"{self.items:,} items"]
-        if self.tokens:
-            parts.append(f"{self.tokens:,} tokens")
-        parts.append(f"{self.bytes / 1e6:,.1f} MB in {self.shards} shard{'' if self.shards == 1 else 's'}")
-        parts.append(f"{self.seconds:.1f} s")
+        parts += [f"{self.tokens:,} tokens"] if self.tokens else []
+        parts += [f"{self.bytes / 1e6:,.1f} MB in {self.shards} shard{'' if self.shards == 1 else 's'}", f"{self.seconds:.1f} s"]
         rate = f"{self.tokens / secs / 1e6:,.2f} M tokens/s" if self.tokens else f"{self.items / secs:,.0f} items/s"
         if self.stats.get("input_bytes"):
             rate += f", {self.stats['input_bytes'] / secs / 1e6:,.1f} MB/s of text"
@@ -243,6 +242,7 @@ def parse_size(value: int | str | None) -> int | None:
     return size
 
 
+@refuse_cloud_arguments  # LitData's num_nodes= / machine=: one sentence naming engine='ray'
 def optimize(
     fn: Callable[[Any], Any],
     inputs: Sequence[Any],

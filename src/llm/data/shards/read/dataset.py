@@ -113,6 +113,13 @@ class StreamingDataset(SampleSource):
         self.apply_subsample()
         self.shuffle_window = self._resolve_window(shuffle_window)
 
+    def __repr__(self) -> str:
+        """Where the samples come from, how many, and their block size (tokens) or kind (items)."""
+        size = f"block_size={self.block_size}" if self.manifest.kind == "tokens" else "kind='items'"
+        subset = f", subsample={self.subsample}" if self.subsample != 1 else ""
+        return (f"StreamingDataset(input_dir={str(self.input_dir)!r}, samples={self.num_samples}, {size}{subset}, "
+                f"shuffle={self.shuffle}, seed={self.seed})")
+
     def apply_subsample(self) -> None:
         """Serve `subsample` of the current samples; `unsampled` keeps (view, starts) from before it,
         so that a split of an upsampled dataset splits the stored samples first (plan/splits.py)."""
