@@ -93,10 +93,11 @@ def _require(name: str) -> None:
         raise ImportError(f"{name} is not installed (pip install 'llm-stream-data[{name}]')")
 
 
-def tiktoken_encoding(name: str, ranks: dict[bytes, int], special: dict[str, int]) -> Any:
+def tiktoken_encoding(name: str, ranks: dict[bytes, int], special: dict[str, int], pattern: str = GPT2_PATTERN) -> Any:
+    _require("tiktoken")
     import tiktoken
 
-    return tiktoken.Encoding(name=name, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=special)
+    return tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special)
 
 
 def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[[], Any]]:
