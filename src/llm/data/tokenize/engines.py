@@ -235,8 +235,10 @@ def _load(maker: Callable[[], Any], reference: Any, probes: Sequence[str]) -> An
         encoder = maker()
     except (ImportError, Unsupported):
         raise
-    except Exception as e:  # e.g. fastokens refusing ranks with gaps
-        raise Unsupported(f"it failed to load it ({type(e).__name__}: {e})") from None
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # e.g. fastokens refusing ranks with gaps; a Rust engine's panic (not an Exception)
+        raise Unsupported(f"it failed to load it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
     if encoder is not reference:
         _self_check(encoder, reference, probes)
     return encoder
