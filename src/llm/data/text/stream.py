@@ -77,7 +77,6 @@ class StreamingTextDataModule(LedgerHooks, Stage):
         ledger: str | os.PathLike | None = None,
     ):
         from llm.data.tokenize.foreign import as_tokenizer
-        from llm.data.tokenize.tokenizers import load_tokenizer
 
         # a DataConfig or a TextStreamConfig (text/settings.py): both give the typed settings
         settings = self.settings = config.text_stream()
@@ -96,8 +95,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
         self.rank, self.world_size = rank, world_size
         self.num_workers = settings.num_workers
         self.source = source if source is not None else build_text_source(settings.source)
-        # ours, or a Hugging Face / tokenizers / tiktoken object (tokenize/foreign.py)
-        self.tokenizer = as_tokenizer(tokenizer) if tokenizer is not None else load_tokenizer(settings.tokenizer)
+        self.tokenizer = as_tokenizer(settings.tokenizer if tokenizer is None else tokenizer)  # or a foreign object
         self.max_seq_len = settings.max_seq_len
         self._cursors: dict[str, dict] = {}
         self._next_worker: dict[str, int] = {}

@@ -272,8 +272,7 @@ def optimize(
     or any picklable object (docs/items.md). `chunk_bytes` / `chunk_size` (tokens or items)
     bound each shard. `mode`: None (the folder must be empty), 'append' (refused, before anything is
     written, unless this run is made as the dataset there was: output.py) or 'overwrite'.
-    `tokenizer` (ours, its spec, or a Hugging Face / `tokenizers` / tiktoken object: `as_tokenizer`)
-    is recorded in the manifest (its fingerprint, EOS id, vocabulary).
+    `tokenizer` (ours, a spec, a Hugging Face/tokenizers/tiktoken object) is recorded in the manifest.
     One run at a time holds `output_dir`: another run fails at once naming the holder,
     or with `wait=True` waits for it to finish. `output_dir` may be `s3://bucket/prefix`
     (credentials from the AWS environment or `storage_options`, see docs/storage.md).
@@ -300,13 +299,7 @@ def optimize(
     check_engine(engine, ray_address)
     encrypted = record(encryption)  # checks the object before any worker starts
     chunk = parse_size(chunk_bytes)
-    if tokenizer is not None:  # ours, a spec, or a Hugging Face / tokenizers / tiktoken object (tokenize/foreign.py)
-        try:
-            tokenizer = as_tokenizer(tokenizer)
-        except TypeError:
-            raise TypeError(f"optimize: tokenizer= must be a tokenizer of llm.data.load_tokenizer (or its spec, a Hugging Face "
-                            "PreTrainedTokenizerFast, a tokenizers.Tokenizer or a tiktoken.Encoding; None for ids from fn), "
-                            f"got {type(tokenizer).__name__}") from None
+    tokenizer = as_tokenizer(tokenizer, where="optimize: tokenizer=") if tokenizer is not None else None
     tok_fp = tokenizer.fingerprint() if tokenizer is not None else None
     # the token dtype a tokenizer fixes; without one it follows the ids (widened per shard)
     declared = token_dtype(tokenizer.vocab_size) if tokenizer is not None else None
