@@ -261,3 +261,21 @@ def test_both_clis_load_a_cached_hub_name_or_say_the_same_sentence(tokenizer_jso
         "tokenizer_config: gpt2\noutput_dir: ck\n")
     train_cli = run("llm-train", "--task", "sft", "--config-path", "sft.yaml", cwd=tmp_path)
     assert first_error(train_cli) == "llm-train: error: " + missing_sentence("gpt2")
+
+
+def test_a_hugging_face_chat_template_reaches_the_chat_prompter_with_the_files_identity(tokenizer_json, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from llm.data.sft.prompts import ChatPrompter
+
+    folder = tmp_path / "chat-model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(tokenizer_json.read_bytes())
+    loaded = transformers.AutoTokenizer.from_pretrained(str(folder), eos_token="<|endoftext|>")
+    assert ChatPrompter.for_tokenizer(loaded).chat_template is None  # the folder has no template
+    loaded.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    tok = as_tokenizer(loaded)
+    assert tok.fingerprint() == load_tokenizer(str(folder)).fingerprint()  # the file's bytes, beside the template
+    assert ChatPrompter.for_tokenizer(loaded).chat_template == loaded.chat_template
+    batch = StreamingDataCollator(loaded, 64)([{"messages": [{"role": "user", "content": "hi"},
+                                                           {"role": "assistant", "content": "hello"}]}])
+    assert tok.decode(batch["input_ids"][0].tolist()).startswith("<user>hi<assistant>hello")

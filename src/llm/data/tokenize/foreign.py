@@ -83,15 +83,19 @@ def _from_transformers(obj: Any, rust: Any, backend: str | None) -> Tokenizer:
     eos = obj.eos_token if getattr(obj, "eos_token_id", None) is not None else None
     pad = obj.pad_token if getattr(obj, "pad_token_id", None) is not None else None
     eos = eos or _found_eos(rust, what, "set its eos_token")
+    template = getattr(obj, "chat_template", None)
+    if isinstance(template, dict):  # transformers' named templates, as tokenizer_config.json lists them
+        template = [{"name": k, "template": v} for k, v in template.items()]
     text = vocabulary_json(rust)
     source = _source_file(name)
     if source is not None and _same_vocabulary(source, text):
-        path = source  # the very file: load_tokenizer(name) gives the same identity, its folder the same config
-    else:
-        template = getattr(obj, "chat_template", None)
-        config = {"chat_template": template, "eos_token": eos} if template else None
-        path = _kept({"tokenizer.json": text, **({"tokenizer_config.json": json.dumps(config)} if config else {})})
-    return HFTokenizer(path, eos_token=eos, backend=resolve(backend), pad_token=pad)
+        if not template or _config_template(source) == template:
+            return HFTokenizer(source, eos_token=eos, backend=resolve(backend), pad_token=pad)  # the very file
+        text = source.read_bytes().decode()  # its bytes, so its identity, beside the template it lacks
+    files = {"tokenizer.json": text}
+    if template:  # where the chat prompters read it (sft/prompts.py)
+        files["tokenizer_config.json"] = json.dumps({"chat_template": template, "eos_token": eos})
+    return HFTokenizer(_kept(files), eos_token=eos, backend=resolve(backend), pad_token=pad)
 
 
 def _from_tokenizers(tok: Any, backend: str | None) -> Tokenizer:
@@ -143,6 +147,14 @@ def _source_file(name: str) -> Path | None:
     return hub_tokenizer_file(name) if looks_like_repo_id(name) else None
 
 
+def _config_template(source: Path) -> Any:
+    """The chat template of the tokenizer_config.json beside `source`, or None."""
+    try:
+        return json.loads((source.parent / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _same_vocabulary(source: Path, text: str) -> bool:
     """Whether the file encodes as `text` does: equal but for the per-call settings and the post-processor."""
     from tokenizers import Tokenizer as _RustTokenizer
@@ -168,7 +180,7 @@ def _kept(files: dict[str, str], main: str = "tokenizer.json") -> Path:
     for root in (cache_home() / "tokenizers" / "adapted", Path(tempfile.gettempdir()) / f"llm-adapted-{os.getuid()}"):
         path = root / key / main
         try:
-            if not (path.is_file() and path.read_text() == files[main]):
+            if not (path.is_file() and path.read_bytes().decode(errors="replace") == files[main]):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 for name in sorted(files, key=lambda n: n == main):  # the main file last: its presence means done
                     atomic_write(path.parent / name, files[name].encode())
