@@ -80,8 +80,8 @@ def _library(obj: Any) -> str:
 def _from_transformers(obj: Any, rust: Any, backend: str | None) -> Tokenizer:
     name = getattr(obj, "name_or_path", "") or ""
     what = f"the Hugging Face tokenizer {name or type(obj).__name__}"
-    eos = obj.eos_token if getattr(obj, "eos_token_id", None) is not None else None
-    pad = obj.pad_token if getattr(obj, "pad_token_id", None) is not None else None
+    eos = str(obj.eos_token) if getattr(obj, "eos_token_id", None) is not None else None  # str: an AddedToken too
+    pad = str(obj.pad_token) if getattr(obj, "pad_token_id", None) is not None else None
     eos = eos or _found_eos(rust, what, "set its eos_token")
     template = getattr(obj, "chat_template", None)
     if isinstance(template, dict):  # transformers' named templates, as tokenizer_config.json lists them
