@@ -23,6 +23,7 @@ _EXPORTS = {
     "StreamingTextDataModule": "llm.data.text.stream",
     "StreamingTextDataset": "llm.data.text.stream",
     "load_tokenizer": "llm.data.tokenize.tokenizers",
+    "as_tokenizer": "llm.data.tokenize.foreign",
     "map": "llm.data.shards.prepare.map",
     "MapError": "llm.data.shards.prepare.map",
     "OptimizeError": "llm.data.shards.prepare.optimize",

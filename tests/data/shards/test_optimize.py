@@ -239,7 +239,8 @@ def test_bad_inputs_give_one_clear_sentence(tmp_path, texts):
     assert_clean_failure(run_cli("optimize", str(no_col), "--output", str(out), "--text-column", "body"), out, "nocol.jsonl:1", "'body'")
     pq.write_table(pa.table({"content": ["a", "b"]}), tmp_path / "p.parquet")
     assert_clean_failure(run_cli("optimize", str(tmp_path / "p.parquet"), "--output", str(out)), out, "p.parquet", "'text'", "content")
-    assert_clean_failure(run_cli("optimize", str(no_col), "--output", str(out), "--tokenizer", "gpt9"), out, "unknown tokenizer spec 'gpt9'")
+    assert_clean_failure(run_cli("optimize", str(no_col), "--output", str(out), "--tokenizer", "gpt9"), out,
+                         "tokenizer 'gpt9' is neither a file here nor a Hugging Face tokenizer in the local hub cache")
     unreadable = tmp_path / "locked.txt"
     unreadable.write_text("x\n")
     unreadable.chmod(0)

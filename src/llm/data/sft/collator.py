@@ -26,6 +26,7 @@ from llm.data.sft.prompts import (
     Prompter,
     RecordError,
 )
+from llm.data.tokenize.foreign import as_tokenizer
 from llm.data.tokenize.protocol import Tokenizer
 
 IGNORE = -100
@@ -80,7 +81,7 @@ class StreamingDataCollator:
 
     def __init__(
         self,
-        tokenizer: Tokenizer,
+        tokenizer: Any,
         max_length: int | None = None,
         prompter: Prompter | None = None,
         padding: bool | str = True,
@@ -101,7 +102,8 @@ class StreamingDataCollator:
             raise ValueError(f"{where} must be a positive integer, got {max_length!r}; set it to the tokens per sample")
         if padding not in (True, False, "longest", "max_length"):
             raise ValueError(f"padding must be True, False, 'longest' or 'max_length', got {padding!r}")
-        self.tokenizer = tokenizer
+        # ours, a spec, or a Hugging Face / tokenizers / tiktoken object (tokenize/foreign.py)
+        tokenizer = self.tokenizer = as_tokenizer(tokenizer)
         self.max_length = max_length
         self.prompter = prompter
         self.padding = padding

@@ -12,6 +12,7 @@ import logging
 from typing import Any, Protocol
 
 from llm.data.inputs.errors import InputError
+from llm.data.tokenize.foreign import as_tokenizer
 from llm.data.tokenize.protocol import Tokenizer
 
 Segment = tuple[str, bool]  # (text, is_target)
@@ -112,7 +113,7 @@ def compile_template(template: str, origin: str) -> Any:
 
 def read_tokenizer_config(tokenizer: Tokenizer | None) -> tuple[dict[str, Any], str]:
     """The `tokenizer_config.json` beside the tokenizer's file ({} when none) and its path, for messages."""
-    path = tokenizer.path if tokenizer is not None else None  # the byte tokenizer has no file, so no config
+    path = as_tokenizer(tokenizer).path if tokenizer is not None else None  # the byte tokenizer has no file, so no config
     config = path.parent / "tokenizer_config.json" if path is not None else None
     if config is None or not config.is_file():
         return {}, "the built-in layout"

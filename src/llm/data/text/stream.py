@@ -76,7 +76,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
         seed: int | None = None,
         ledger: str | os.PathLike | None = None,
     ):
-        from llm.data.tokenize.tokenizers import load_tokenizer
+        from llm.data.tokenize.foreign import as_tokenizer
 
         # a DataConfig or a TextStreamConfig (text/settings.py): both give the typed settings
         settings = self.settings = config.text_stream()
@@ -95,7 +95,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
         self.rank, self.world_size = rank, world_size
         self.num_workers = settings.num_workers
         self.source = source if source is not None else build_text_source(settings.source)
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings.tokenizer)
+        self.tokenizer = as_tokenizer(settings.tokenizer if tokenizer is None else tokenizer)  # or a foreign object
         self.max_seq_len = settings.max_seq_len
         self._cursors: dict[str, dict] = {}
         self._next_worker: dict[str, int] = {}

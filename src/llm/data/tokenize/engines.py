@@ -93,10 +93,11 @@ def _require(name: str) -> None:
         raise ImportError(f"{name} is not installed (pip install 'llm-stream-data[{name}]')")
 
 
-def tiktoken_encoding(name: str, ranks: dict[bytes, int], special: dict[str, int]) -> Any:
+def tiktoken_encoding(name: str, ranks: dict[bytes, int], special: dict[str, int], pattern: str = GPT2_PATTERN) -> Any:
+    _require("tiktoken")
     import tiktoken
 
-    return tiktoken.Encoding(name=name, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=special)
+    return tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special)
 
 
 def json_makers(path: Path, reference: TokenizersEncoder) -> dict[str, Callable[[], Any]]:
@@ -234,8 +235,10 @@ def _load(maker: Callable[[], Any], reference: Any, probes: Sequence[str]) -> An
         encoder = maker()
     except (ImportError, Unsupported):
         raise
-    except Exception as e:  # e.g. fastokens refusing ranks with gaps
-        raise Unsupported(f"it failed to load it ({type(e).__name__}: {e})") from None
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # e.g. fastokens refusing ranks with gaps; a Rust engine's panic (not an Exception)
+        raise Unsupported(f"it failed to load it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
     if encoder is not reference:
         _self_check(encoder, reference, probes)
     return encoder

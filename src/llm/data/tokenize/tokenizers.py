@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import binascii
 import hashlib
-import os
+import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from llm.data.tokenize import engines as tb
+from llm.data.tokenize.encoders import tokenizer_threads
+from llm.data.tokenize.hub import hub_tokenizer_file, looks_like_repo_id, missing_sentence
 from llm.data.tokenize.protocol import BaseTokenizer, Tokenizer  # noqa: F401  (Tokenizer: re-exported for callers)
 
 
@@ -92,15 +94,18 @@ class HFTokenizer(_EngineTokenizer):
 
     kind = "hf"
 
-    def __init__(self, path: Path, eos_token: str | None = None, backend: str = "tokenizers"):
+    def __init__(self, path: Path, eos_token: str | None = None, backend: str = "tokenizers",
+                 pad_token: str | None = None):
         from tokenizers import Tokenizer as _RustTokenizer
 
         self.path = path
         self.spec = str(path)
-        self._args = {"path": path, "eos_token": eos_token}
+        self._args = {"path": path, "eos_token": eos_token, "pad_token": pad_token}
         self._tok = _RustTokenizer.from_file(str(path))
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.eos_id = self._find_eos(eos_token)
+        # a Hugging Face tokenizer's own padding token (as_tokenizer); the fingerprint does not hold it
+        self.pad_id = self._tok.token_to_id(pad_token) if pad_token else None
         self._digest = _file_digest(path)
         reference = tb.TokenizersEncoder(self._tok)
         added = [t.content for t in self._tok.get_added_tokens_decoder().values()]
@@ -134,15 +139,7 @@ class TiktokenTokenizer(_EngineTokenizer):
         self.path = path
         self.spec = str(path)
         self._args = {"path": path}
-        ranks = {}
-        for line_no, line in enumerate(path.read_bytes().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                token, rank = line.split()
-                ranks[binascii.a2b_base64(token)] = int(rank)  # b64decode, without its per-call checks
-            except ValueError:
-                raise ValueError(f"{path}:{line_no} is not a `<base64 token> <rank>` line of a .tiktoken file") from None
+        ranks = read_ranks(path)
         self.eos_id = max(ranks.values()) + 1
         self.vocab_size = self.eos_id + 1
         self._enc = tb.tiktoken_encoding(path.stem, ranks, {"<|endoftext|>": self.eos_id})
@@ -157,12 +154,76 @@ class TiktokenTokenizer(_EngineTokenizer):
         return self._enc.decode(list(ids))
 
 
+def read_ranks(path: Path) -> dict[bytes, int]:
+    """A `.tiktoken` file's mergeable ranks: one `<base64 token> <rank>` line each."""
+    ranks = {}
+    for line_no, line in enumerate(path.read_bytes().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            token, rank = line.split()
+            ranks[binascii.a2b_base64(token)] = int(rank)  # b64decode, without its per-call checks
+        except ValueError:
+            raise ValueError(f"{path}:{line_no} is not a `<base64 token> <rank>` line of a .tiktoken file") from None
+    return ranks
+
+
+ENCODING_FILE = "tiktoken_encoding.json"  # beside ranks.tiktoken: a tiktoken.Encoding given to `as_tokenizer`
+
+
+class TiktokenEncodingTokenizer(BaseTokenizer):
+    """A `tiktoken.Encoding` of any split pattern, kept as a folder: `tiktoken_encoding.json` and `ranks.tiktoken`.
+
+    Written by `as_tokenizer` for an Encoding that is not GPT-2's pattern with only `<|endoftext|>`
+    after its ranks (that one is an ordinary `.tiktoken` file); `tiktoken` encodes text as
+    ordinary text, like a `.tiktoken` file, and its `<|endoftext|>` is the EOS.
+    """
+
+    backend = "tiktoken"
+
+    def __init__(self, path: Path, backend: str = "tiktoken"):
+        if tb.resolve(backend) not in ("auto", "tiktoken"):
+            raise ValueError(f"tokenizer backend {backend!r} cannot serve {path}; use tiktoken")
+        self.path = path
+        self.spec = str(path)
+        meta = json.loads(path.read_text())
+        ranks_file = path.parent / "ranks.tiktoken"
+        special = meta["special_tokens"]
+        if "<|endoftext|>" not in special:
+            raise ValueError(f"{path} has no <|endoftext|> among its special_tokens; add it as the end-of-text token")
+        self._enc = tb.tiktoken_encoding(meta["name"], read_ranks(ranks_file), special, meta["pat_str"])
+        self.eos_id = special["<|endoftext|>"]
+        self.vocab_size = self._enc.n_vocab
+        self._digest = hashlib.sha256(path.read_bytes() + b"\0" + ranks_file.read_bytes()).hexdigest()[:16]
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode_ordinary(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._enc.encode_ordinary_batch(list(texts), num_threads=tokenizer_threads())
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._enc.decode(list(ids))
+
+    def fingerprint(self) -> dict:
+        return {"type": "tiktoken-encoding", "sha256": self._digest, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+
+
 def _same_or_auto(backend: str) -> str:
     return backend if tb.installed(backend) else "auto"
 
 
 def load_tokenizer(spec: str, backend: str | None = None) -> Tokenizer:
-    """Load `simple`, a tokenizer.json (or a folder holding one) or a `.tiktoken` file.
+    """Load `simple`, a tokenizer.json (or a folder holding one), a `.tiktoken` file, or a hub name.
+
+    A hub name (`gpt2`, `EleutherAI/gpt-neox-20b`) that is no file here is the tokenizer.json of
+    that repository in the local Hugging Face cache (`hub.py`); nothing is downloaded.
 
     `backend` picks the engine that encodes a BPE vocabulary: 'tokenizers', 'tiktoken',
     'fastokens', or 'auto' (the default, or $LLM_TOKENIZER_BACKEND): the fastest installed one
@@ -176,6 +237,10 @@ def load_tokenizer(spec: str, backend: str | None = None) -> Tokenizer:
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "tokenizer.json").is_file():
         return HFTokenizer(path / "tokenizer.json", backend=chosen)
+    if path.is_dir() and (path / ENCODING_FILE).is_file():
+        return TiktokenEncodingTokenizer(path / ENCODING_FILE, backend=chosen)
+    if path.is_file() and path.name == ENCODING_FILE:
+        return TiktokenEncodingTokenizer(path, backend=chosen)
     if path.is_file() and path.suffix == ".json":
         return HFTokenizer(path, backend=chosen)
     if path.is_file() and path.suffix == ".tiktoken":
@@ -184,12 +249,12 @@ def load_tokenizer(spec: str, backend: str | None = None) -> Tokenizer:
         raise ValueError(f"tokenizer folder {spec} holds no tokenizer.json; pass the tokenizer.json or .tiktoken file itself")
     if path.is_file():
         raise ValueError(f"tokenizer file {spec} is neither a tokenizer.json (.json) nor a .tiktoken file")
-    if os.sep in spec or "/" in spec or path.suffix in (".json", ".tiktoken") or spec.startswith("~"):
-        raise ValueError(f"tokenizer file not found: {spec}")
-    raise ValueError(
-        f"unknown tokenizer spec {spec!r}: expected 'simple', a tokenizer.json file, "
-        "a folder holding tokenizer.json, or a .tiktoken file"
-    )
+    if looks_like_repo_id(spec):
+        cached = hub_tokenizer_file(spec)
+        if cached is None:
+            raise ValueError(missing_sentence(spec))
+        return HFTokenizer(cached, backend=chosen)
+    raise ValueError(f"tokenizer file not found: {spec}")
 
 
 def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, path: str | Path, progress: bool = False) -> Path:

@@ -42,7 +42,8 @@ from llm.data.shards.prepare.output import SHARD_PREFIX, Incoming, Output, open_
 from llm.data.shards.prepare.tails import join_tails, tail_writer
 from llm.data.storage.s3 import StorageError
 from llm.data.storage.sizes import parse_bytes
-from llm.data.tokenize.tokenizers import Tokenizer, token_dtype
+from llm.data.tokenize.foreign import as_tokenizer
+from llm.data.tokenize.tokenizers import token_dtype
 
 
 class OptimizeError(RuntimeError):
@@ -254,7 +255,7 @@ def optimize(
     item_loader: TokensLoader | ItemsLoader | None = None,
     mode: str | None = None,
     compression: str | None = None,
-    tokenizer: Tokenizer | None = None,
+    tokenizer: Any = None,
     sources: list[dict] | None = None,
     progress: bool = True,
     wait: bool = False,
@@ -271,7 +272,7 @@ def optimize(
     or any picklable object (docs/items.md). `chunk_bytes` / `chunk_size` (tokens or items)
     bound each shard. `mode`: None (the folder must be empty), 'append' (refused, before anything is
     written, unless this run is made as the dataset there was: output.py) or 'overwrite'.
-    `tokenizer` is recorded in the manifest (its fingerprint, EOS id, vocabulary).
+    `tokenizer` (ours, a spec, a Hugging Face/tokenizers/tiktoken object) is recorded in the manifest.
     One run at a time holds `output_dir`: another run fails at once naming the holder,
     or with `wait=True` waits for it to finish. `output_dir` may be `s3://bucket/prefix`
     (credentials from the AWS environment or `storage_options`, see docs/storage.md).
@@ -298,9 +299,7 @@ def optimize(
     check_engine(engine, ray_address)
     encrypted = record(encryption)  # checks the object before any worker starts
     chunk = parse_size(chunk_bytes)
-    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
-        raise TypeError("optimize: tokenizer= must be a tokenizer of llm.data.load_tokenizer (or None for ids from fn), "
-                        f"got {type(tokenizer).__name__}")
+    tokenizer = as_tokenizer(tokenizer, where="optimize: tokenizer=") if tokenizer is not None else None
     tok_fp = tokenizer.fingerprint() if tokenizer is not None else None
     # the token dtype a tokenizer fixes; without one it follows the ids (widened per shard)
     declared = token_dtype(tokenizer.vocab_size) if tokenizer is not None else None

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llm.data.inputs.listing import refuse_inputs_in_output
 from llm.data.inputs.partitions import byte_ranges
@@ -29,6 +30,7 @@ from llm.data.shards.prepare.optimize import DocumentBatch, OptimizeSummary, opt
 from llm.data.storage.paths import parse_location
 from llm.data.tokenize.documents import tokenize_documents
 from llm.data.tokenize.engines import BACKENDS
+from llm.data.tokenize.foreign import as_tokenizer
 from llm.data.tokenize.tokenizers import Tokenizer, load_tokenizer
 
 _BATCH_DOCS = 1024
@@ -61,15 +63,17 @@ def plan_ranges(paths: list[Path], pieces: int) -> list[TextRange]:
 class TokenizeText:
     """fn for optimize(): a TextRange -> DocumentBatches; counts input bytes and invalid UTF-8."""
 
-    def __init__(self, tokenizer_spec: str, text_column: str = "text", backend: str | None = None):
+    def __init__(self, tokenizer_spec: str, text_column: str = "text", backend: str | None = None,
+                 tokenizer: Tokenizer | None = None):
         self.tokenizer_spec, self.text_column, self.backend = tokenizer_spec, text_column, backend
+        self._given = tokenizer  # a tokenizer object given to optimize_text: pickled across (ours pickle as a path)
         self._tokenizer: Tokenizer | None = None  # loaded in the worker, not pickled across
         self._stats = {"input_bytes": 0, "invalid_utf8_records": 0}
 
     @property
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self.tokenizer_spec, self.backend)
+            self._tokenizer = self._given or load_tokenizer(self.tokenizer_spec, self.backend)
         return self._tokenizer
 
     def _records(self, item: TextRange) -> Iterator[str]:
@@ -125,7 +129,7 @@ def _range_bytes(item: TextRange) -> int:
 def optimize_text(
     inputs: list[str],
     output_dir: str | Path,
-    tokenizer: str = "simple",
+    tokenizer: Any = "simple",
     *,
     num_workers: int | None = None,
     text_column: str = "text",
@@ -145,9 +149,10 @@ def optimize_text(
     Inputs that hold no record at all are an InputError naming them, unless `allow_empty`
     (then an empty dataset is written). `tokenizer_backend` picks the encoding engine
     (`load_tokenizer`); the dataset is the same whichever it is, and its manifest records it.
-    `engine` / `ray_address`: as for `optimize`.
+    `engine` / `ray_address`: as for `optimize`. `tokenizer`: a spec (`load_tokenizer`), or a tokenizer
+    object, ours or a Hugging Face / `tokenizers` / tiktoken one (`as_tokenizer`).
     """
-    tok = load_tokenizer(tokenizer, tokenizer_backend)  # fails fast, in the parent, on a bad spec
+    tok = as_tokenizer(tokenizer, tokenizer_backend, "optimize_text: tokenizer=")  # fails fast, in the parent
     # Workers use the engine the parent chose (not `auto` again), so one run has one engine.
     backend = tok.backend if tok.backend in BACKENDS else None
     location = parse_location(output_dir)
@@ -160,7 +165,7 @@ def optimize_text(
     ranges = plan_ranges(paths, 4 * max(workers, 1))
     sources = [{"path": str(p), "bytes": p.stat().st_size, "text_column": text_column} for p in paths]
     return optimize(
-        TokenizeText(tokenizer, text_column, backend), ranges, output_dir,
+        TokenizeText(tok.spec, text_column, backend, None if isinstance(tokenizer, str) else tok), ranges, output_dir,
         num_workers=num_workers, chunk_bytes=chunk_bytes, item_loader=TokensLoader(), mode=mode,
         compression=compression, tokenizer=tok, sources=sources, progress=progress, wait=wait,
         storage_options=storage_options, engine=engine, ray_address=ray_address,
