@@ -37,8 +37,11 @@ class HubUnreachable(InputError):
     """A hub dataset was asked for and the hub cannot be reached; the message names the local twin."""
 
     def __init__(self, dataset_name: str, why: str, twin: str = "local"):
-        self.dataset_name, self.why = dataset_name, why
+        self.dataset_name, self.why, self.twin = dataset_name, why, twin
         super().__init__(self.sentence(twin))
+
+    def __reduce__(self) -> tuple:  # rebuilt from its parts when it crosses from a DataLoader worker
+        return type(self), (self.dataset_name, self.why, self.twin)
 
     def sentence(self, twin: str) -> str:
         """The error with the twin written in `twin`'s keys (a key of LOCAL_TWIN)."""
