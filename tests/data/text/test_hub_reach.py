@@ -133,3 +133,18 @@ def test_the_twin_config_named_in_the_sentence_exists():
     for twin in hub_reach.LOCAL_TWIN.values():
         named = twin.split("(", 1)[1].split(" ", 1)[0]
         assert (repo / named).is_file(), named
+
+
+def test_a_mixture_entry_names_the_twin_of_its_own_source(hub, monkeypatch, tmp_path):
+    offline(monkeypatch)
+    local = tmp_path / "local.txt"
+    local.write_text("one\n")
+    cfg = DataConfig(datasets=[{"data_source": "local", "dataset_path": str(local)},
+                               {"data_source": "dedup_hf", "dataset_name": "allenai/c4", "dataset_config": "en"}],
+                     steps_per_epoch=2)
+    with pytest.warns(UserWarning, match="in-memory only"):
+        source = build_text_source(cfg)
+    with pytest.raises(HubUnreachable, match="set data_source: dedup_local with dataset_path: .* keep "
+                                             "data_source: dedup_hf with dataset_name: json"):
+        source.partitions()
+    assert hub["load_dataset"] == 0

@@ -106,6 +106,8 @@ class SourceRegistry:
                 sources.append(self.build(one))
             except ValueError as e:
                 raise ValueError(f"datasets[{i}]: {e}") from None
+            if i in deduplicated and isinstance(sources[-1], HFStreamTextSource):
+                sources[-1].twin = "dedup_local"  # the entry says dedup_hf: its twin is dedup_local
         mixture = cfg.mixture().build(sources)
         if not deduplicated:
             return mixture
