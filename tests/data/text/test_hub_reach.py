@@ -148,3 +148,10 @@ def test_a_mixture_entry_names_the_twin_of_its_own_source(hub, monkeypatch, tmp_
                                              "data_source: dedup_hf with dataset_name: json"):
         source.partitions()
     assert hub["load_dataset"] == 0
+
+
+def test_datasets_own_offline_switch_is_named(hub, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # what HF_DATASETS_OFFLINE=1 sets
+    with pytest.raises(HubUnreachable, match=r"cannot be reached \(HF_DATASETS_OFFLINE is set\)"):
+        HFStreamTextSource("allenai/c4", "en").partitions()
+    assert hub == {"probe": 0, "load_dataset": 0}

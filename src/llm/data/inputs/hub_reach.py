@@ -63,8 +63,10 @@ def hub_unreachable_reason() -> str | None:
     import datasets.config
     import huggingface_hub.constants as hub
 
-    if hub.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE:
+    if hub.HF_HUB_OFFLINE:
         return "HF_HUB_OFFLINE is set"
+    if datasets.config.HF_HUB_OFFLINE:  # datasets' own switch, read from HF_DATASETS_OFFLINE
+        return "HF_DATASETS_OFFLINE is set"
     endpoint = hub.ENDPOINT.rstrip("/")
     if endpoint in _answered:
         return None
@@ -79,7 +81,7 @@ def _probe(endpoint: str, timeout: float) -> str | None:
     from huggingface_hub.utils import get_session
 
     try:
-        get_session().head(f"{endpoint}/api/datasets", timeout=timeout)
+        get_session().head(f"{endpoint}/", timeout=timeout)  # the site itself: any mirror answers there
     except Exception as exc:  # noqa: BLE001 - the transport's errors differ by HTTP backend (httpx, requests)
         return f"connecting to {endpoint} failed: {one_line(exc)}"
     return None  # any answer, error statuses included: the hub is there
