@@ -183,6 +183,7 @@ def _our_error_classes() -> list[type[BaseException]]:
 SPECIAL = {
     "BatchRecordError": (3, "chat", "record field 'messages' is missing"),
     "KeysError": ("config.yaml: unknown key 'x'", {"data": {}}),
+    "HubUnreachable": ("allenai/c4", "HF_HUB_OFFLINE is set", "dedup_local"),
 }
 
 

@@ -130,7 +130,8 @@ def test_flags_override_yaml(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["streaming_local_demo.yaml", "streaming_c4.yaml", "optimized_demo.yaml", "lm_local_demo.yaml"]
+    "name", ["streaming_local_demo.yaml", "streaming_c4.yaml", "streaming_c4_local.yaml", "optimized_demo.yaml",
+             "lm_local_demo.yaml"]
 )
 def test_shipped_configs_validate_offline(name: str) -> None:
     cfg = load_config(REPO / "configs" / name)

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from llm.data.inputs.hub_reach import HubUnreachable
 from llm.data.inputs.readers import InputError
 from llm.training.cli_help import HelpFormatter, add_version
 from llm.training.core.axolotl import axolotl_task
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "training.lr": args.lr,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}  # None: flag not given
-    trainer = None
+    trainer, tree = None, {}
     try:
         for item in args.set:
             key, value = parse_override(item)
@@ -198,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"; resume from {last}" if last else ""
         step = trainer.step if trainer is not None else 0
         return _fail(f"interrupted at step {step}{where}", code=130)
+    except HubUnreachable as exc:  # an Axolotl YAML's user wrote pretraining_dataset, not data_source
+        return _fail(exc.sentence("pretraining_dataset") if tree.get("pretraining_dataset") else str(exc))
     except (InputError, OSError, ValueError) as exc:
         # OSError: missing files and unreachable hubs (datasets raises ConnectionError).
         if os.environ.get("LLM_DEBUG"):

@@ -7,12 +7,17 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from llm.data.inputs.hub_reach import check_hub_reachable
 from llm.data.inputs.readers import InputError
 from llm.data.inputs.source import Partition, Record, RecordFilter, TextSource
 
 
 class HFStreamTextSource(TextSource):
-    """`datasets.load_dataset(dataset_name, dataset_config, split=..., streaming=True)`, read lazily."""
+    """`datasets.load_dataset(dataset_name, dataset_config, split=..., streaming=True)`, read lazily.
+
+    A hub dataset whose hub cannot be reached is a `HubUnreachable` error at once, naming
+    the local twin in the keys `twin` says the user wrote (`hub_reach.LOCAL_TWIN`).
+    """
 
     def __init__(
         self,
@@ -21,16 +26,19 @@ class HFStreamTextSource(TextSource):
         split: str = "train",
         text_column: str | None = "text",
         data_files: str | list[str] | None = None,
+        twin: str = "local",
     ):
         self.dataset_name, self.dataset_config, self.split = dataset_name, dataset_config, split
         self.text_column = text_column
         self.data_files = data_files
+        self.twin = twin
         self._ds: Any = None
 
     def _dataset(self) -> Any:
         if self._ds is None:
             import datasets
 
+            check_hub_reachable(self.dataset_name, self.twin)  # before load_dataset's retry loop
             kwargs: dict[str, Any] = {"split": self.split, "streaming": True}
             if self.data_files:
                 kwargs["data_files"] = self.data_files

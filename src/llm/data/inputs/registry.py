@@ -106,6 +106,8 @@ class SourceRegistry:
                 sources.append(self.build(one))
             except ValueError as e:
                 raise ValueError(f"datasets[{i}]: {e}") from None
+            if i in deduplicated and isinstance(sources[-1], HFStreamTextSource):
+                sources[-1].twin = "dedup_local"  # the entry says dedup_hf: its twin is dedup_local
         mixture = cfg.mixture().build(sources)
         if not deduplicated:
             return mixture
@@ -163,9 +165,10 @@ def _local(cfg: Any) -> TextSource:
 
 def _hf(cfg: Any) -> TextSource:
     # dataset_path with an HF source = data_files, e.g. dataset_name 'json' over local files.
+    # twin: an unreachable hub names the local source of the same kind (dedup_hf -> dedup_local).
     return HFStreamTextSource(
         _require(cfg, "dataset_name"), cfg.dataset_config, cfg.dataset_split, cfg.text_column,
-        data_files=cfg.dataset_path or None,
+        data_files=cfg.dataset_path or None, twin="dedup_local" if cfg.data_source == "dedup_hf" else "local",
     )
 
 

@@ -199,7 +199,8 @@ def record_source(entry: Any, where: str = "datasets entry") -> TextSource:
             f"{where} path {entry.path!r} does not exist here ({Path(entry.path).expanduser().absolute()}); "
             "fix the path (it is relative to the folder llm-train runs in) or give a Hugging Face dataset id"
         )
-    return HFStreamTextSource(entry.path, entry.name, entry.split, text_column=None, data_files=entry.data_files)
+    return HFStreamTextSource(entry.path, entry.name, entry.split, text_column=None, data_files=entry.data_files,
+                              twin="sft")
 
 
 class StreamingSFTDataModule(StreamingTextDataModule):
