@@ -27,6 +27,20 @@ from typing import Any
 KEY = "data.skip_batches"
 
 
+def skip_documents_lines(data_state: Any, configured: Any) -> list[str]:
+    """What a resume says of `data.skip_documents`: the union kept, and the ids the config no longer lists."""
+    from llm.data.skip_documents import read_ids, state_ids, union
+
+    saved, given = state_ids(data_state, "checkpoint data state"), read_ids(configured)
+    ids = union(saved, given)
+    if not ids:
+        return []
+    kept = [i for i in saved if i not in given]
+    return [f"data.skip_documents: {len(ids)} document(s) dropped wherever read, the union of the checkpoint's "
+            f"{len(saved)} and the config's {len(given)}"
+            + (f"; {len(kept)} the config no longer lists stay dropped (first: {kept[0]})" if kept else "")]
+
+
 def parse_ranges(value: Any, key: str = KEY) -> list[tuple[int, int]]:
     """`[[start, end], ...]` (half-open) to sorted, merged pairs; ValueError naming the key and the value."""
     if value is None:
