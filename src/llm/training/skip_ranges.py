@@ -84,6 +84,12 @@ def uncovered(span: tuple[int, int], ranges: list[tuple[int, int]]) -> int | Non
     return at if at < end else None
 
 
+def _no_rows(batch: Any) -> bool:
+    """A batch left without rows (a shard batch whose every block belonged to a document skipped by id)."""
+    ids = batch.get("input_ids") if isinstance(batch, dict) else None
+    return ids is not None and len(ids) == 0
+
+
 class SkipRanges:
     """Which global batches to drop, how many were drawn and skipped; `filter` wraps a task's batches."""
 
@@ -101,7 +107,7 @@ class SkipRanges:
             for batch in batches:
                 index = self.next_batch
                 self.next_batch += 1
-                if self.covers(index):
+                if self.covers(index) or _no_rows(batch):  # no rows: data.skip_documents took all of them
                     self.skipped += 1
                     if on_skip is not None:
                         on_skip()
