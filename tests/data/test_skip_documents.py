@@ -248,3 +248,22 @@ def test_a_resume_keeps_the_union_of_the_states_ids_and_its_own(shards: Path, tm
     with pytest.raises(StateError, match=r"'elsewhere@0' is found nowhere"):
         plain.load_state_dict({**state, "skip_documents": ["elsewhere@0"]})
     assert plain.skip_documents == []  # a refused state changes nothing
+
+
+def test_batches_left_without_rows_are_handed_over_empty_and_audit_clean(shards: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    ds = StreamingDataset(shards, item_loader=TokensLoader(block_size=64))
+    ends = ds.reader._shard(0)[1]
+    long_doc = max(range(1, len(ends)), key=lambda i: int(ends[i] - ends[i - 1]))  # the one spanning most blocks
+    sid = f"{shards.name}@{int(ends[long_doc - 1])}"
+    loader = StreamingDataLoader(ds, batch_size=1, ledger=tmp_path / "l", skip_documents=[sid])
+    sizes = []
+    for batch in loader:
+        sizes.append(len(batch))
+        if not len(batch):
+            loader.ledger_skip()  # as llm-train does: read past it, like a skipped batch
+            loader.state_dict()  # a commit right after an empty batch
+    loader.state_dict()
+    assert sizes.count(0) >= 2 and sum(sizes) == len(ds) - sizes.count(0)
+    code, out = audit(tmp_path / "l", capsys)
+    assert code == 0 and f"skipped by id: {sizes.count(0)} blocks" in out, out

@@ -54,7 +54,7 @@ def test_a_document_named_by_why_is_skipped_across_a_resume_and_audit_counts_it(
     run = tmp_path / "run"
     _train(tree(run, skip_documents=[doc]), task, stop_after=4)
     lines = _train(tree(run, resume=str(run / "ckpt" / "latest")), task)  # the config no longer lists it
-    assert any(f"data.skip_documents: 1 document(s)" in line and f"stay dropped (first: {doc})" in line
+    assert any("data.skip_documents: 1 document(s)" in line and f"stay dropped (first: {doc})" in line
                for line in lines), lines
     code, out = _cli(capsys, "audit", str(run / "ckpt"))
     assert code == 0 and "audit: OK" in out and "skipped by id: " in out, out

@@ -69,8 +69,9 @@ def read_ids(value: Any, key: str = KEY) -> list[str]:
     if isinstance(value, (str, os.PathLike)):
         path = Path(value).expanduser()
         if not path.is_file():
+            one = " (one id is written as a list: [ID])" if _is_id(str(value)) else ""
             raise SkipDocumentsError(f"{key} names the file {str(value)!r}, which does not exist "
-                                     f"({path.absolute()}); give a file of ids (one a line) or a list of ids")
+                                     f"({path.absolute()}); give a file of ids (one a line) or a list of ids{one}")
         lines = path.read_text(encoding="utf-8").splitlines()
         items = [(f"{path} line {n}", line.split("#", 1)[0].strip()) for n, line in enumerate(lines, 1)]
         return canonical([parse_id(text, where).raw for where, text in items if text])
@@ -78,6 +79,14 @@ def read_ids(value: Any, key: str = KEY) -> list[str]:
         raise SkipDocumentsError(f"{key} is {value!r}; give a list of document ids ({FORMS}) or the path of a "
                                  "file of them")
     return canonical([parse_id(v, f"{key}[{i}]").raw for i, v in enumerate(value)])
+
+
+def _is_id(text: str) -> bool:
+    try:
+        parse_id(text)
+    except SkipDocumentsError:
+        return False
+    return True
 
 
 def canonical(ids: Iterable[str]) -> list[str]:
