@@ -153,7 +153,7 @@ def document_start(ds: Any, token: int) -> int | None:
     """The dataset token where the document holding `token` starts (None: the reader has no document ends)."""
     reader = ds.reader
     shard = getattr(reader, "_shard", None)
-    if shard is None:
+    if shard is None or not 0 <= token < int(reader.total):  # no document ends, or the last block's padding
         return None
     starts = np.asarray(reader.starts, np.int64)
     i = int(np.searchsorted(starts, token, side="right")) - 1
