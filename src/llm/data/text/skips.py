@@ -38,6 +38,8 @@ Skips = dict[tuple[int, str], frozenset[int]]  # (source, record name) -> record
 def text_skips(ids: list[str], names: list[str], partitions: list[Partition]) -> Skips:
     """Each id resolved to (source, file, record) and checked: its source is one of `names`, its file one the
     source reads, and in a plain line file its offset ends a line (SkipDocumentsError naming the id)."""
+    if not ids:
+        return {}
     files: dict[tuple[int, str], list[Partition]] = {}
     for part in partitions:
         files.setdefault((part.source, record_name(part)), []).append(part)
