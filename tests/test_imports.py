@@ -129,8 +129,9 @@ def forbidden(graph: dict[str, set[str]], importer: str, imported: tuple[str, ..
 # siblings stay readable alone. Data flows upward: raw bytes -> records -> ids -> streams.
 FLOORS: tuple[tuple[str, ...], ...] = (
     # base: the state contract, the root seed, the topology, ingest figures, workers' errors sent as
-    # themselves; `llm` holds the version
-    ("llm", "llm.data.stage", "llm.data.seeds", "llm.data.topology", "llm.data.ingest_stats", "llm.data.worker_errors"),
+    # themselves, the ids of documents skipped by id (the ledger marks them); `llm` holds the version
+    ("llm", "llm.data.stage", "llm.data.seeds", "llm.data.topology", "llm.data.ingest_stats", "llm.data.worker_errors",
+     "llm.data.skip_documents"),
     # Pure algorithms: no I/O, nothing read, they are handed weights, counts and arrays. They sit
     # here, not above the wings as issue 34 drew them in the order data flows, because everything
     # above uses them: the inputs' MixedTextSource chooses through mix/choosers.py, and text,

@@ -145,6 +145,7 @@ RESUMABLE_KEYS = (
     "training.epochs", "training.max_steps", "training.log_interval_steps", "training.val_interval_steps",
     "training.val_batches", "training.device", "training.compile", "training.batch_size", "data.num_workers",
     "data.val_dataset_path", "data.cache_dir", "data.skip_batches",  # skip ranges: checked by skip_ranges.py
+    "data.skip_documents",  # a union with the checkpoint's: the data state keeps them (skip_documents.py)
     "data.streaming_mixing_schedule",  # for steps not trained yet: the data state refuses a change to the past
     "data.mixture_changes",
 )

@@ -19,6 +19,8 @@ import numpy as np
 from llm.data.ledger.reader import Ledger
 from llm.data.shards.format.loaders import TokensLoader
 from llm.data.shards.read.dataset import StreamingDataset
+from llm.data.shards.read.skips import document_start
+from llm.data.skip_documents import SKIPPED
 from llm.training.generate import _tokenizer_spec
 from llm.training.metrics import read_metrics
 from llm.training.run_audit import RunView
@@ -95,9 +97,13 @@ class RowNamer:
     def piece_lines(self, p: np.void, indent: str) -> list[str]:
         source, item = int(p["source"]), int(p["item"])
         where = f"{self.source_name(source)} epoch {int(p['epoch'])}"
-        if int(p["name"]) >= 0:  # text: a document's token range, as its record was read
-            return [f"{indent}{where} {self.ledger.names[int(p['name'])]} record {item} tokens "
-                    f"[{int(p['start'])}, {int(p['end'])})"]
+        by_id = int(p["start"]) == SKIPPED and int(p["end"]) == SKIPPED
+        if int(p["name"]) >= 0:  # text: a document's token range, as its record was read; its id for skip_documents
+            name = self.ledger.names[int(p["name"])]
+            held = "skipped by id (data.skip_documents)" if by_id else f"tokens [{int(p['start'])}, {int(p['end'])})"
+            return [f"{indent}{where} {name} record {item} {held} id {self.source_name(source)}:{name}:{item}"]
+        if by_id:
+            return [f"{indent}{where} sample {item}: skipped by id (data.skip_documents), not in this row"]
         ds = self.dataset(source)
         if ds is None:
             return [f"{indent}{where} sample {item} (its data cannot be opened to show more)"]
@@ -115,7 +121,9 @@ class RowNamer:
             # is told by the token before the block (an end of text, or none)
             whole = a > 0 or self._starts_document(ds, start)
             part = "a document from its start" if whole else "the rest of a document begun before the block"
-            lines.append(f"{indent}  tokens [{a}, {b}): {part}{self.text(tokens[a:b])}")
+            doc = document_start(ds, start + a)
+            named = f" id {self.source_name(source)}@{doc}" if doc is not None else ""
+            lines.append(f"{indent}  tokens [{a}, {b}): {part}{named}{self.text(tokens[a:b])}")
         return lines
 
 

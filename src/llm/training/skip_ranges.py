@@ -27,6 +27,20 @@ from typing import Any
 KEY = "data.skip_batches"
 
 
+def skip_documents_lines(data_state: Any, configured: Any) -> list[str]:
+    """What a resume says of `data.skip_documents`: the union kept, and the ids the config no longer lists."""
+    from llm.data.skip_documents import read_ids, state_ids, union
+
+    saved, given = state_ids(data_state, "checkpoint data state"), read_ids(configured)
+    ids = union(saved, given)
+    if not ids:
+        return []
+    kept = [i for i in saved if i not in given]
+    return [f"data.skip_documents: {len(ids)} document(s) dropped wherever read, the union of the checkpoint's "
+            f"{len(saved)} and the config's {len(given)}"
+            + (f"; {len(kept)} the config no longer lists stay dropped (first: {kept[0]})" if kept else "")]
+
+
 def parse_ranges(value: Any, key: str = KEY) -> list[tuple[int, int]]:
     """`[[start, end], ...]` (half-open) to sorted, merged pairs; ValueError naming the key and the value."""
     if value is None:
@@ -70,6 +84,12 @@ def uncovered(span: tuple[int, int], ranges: list[tuple[int, int]]) -> int | Non
     return at if at < end else None
 
 
+def _no_rows(batch: Any) -> bool:
+    """A batch left without rows (a shard batch whose every block belonged to a document skipped by id)."""
+    ids = batch.get("input_ids") if isinstance(batch, dict) else None
+    return ids is not None and len(ids) == 0
+
+
 class SkipRanges:
     """Which global batches to drop, how many were drawn and skipped; `filter` wraps a task's batches."""
 
@@ -87,7 +107,7 @@ class SkipRanges:
             for batch in batches:
                 index = self.next_batch
                 self.next_batch += 1
-                if self.covers(index):
+                if self.covers(index) or _no_rows(batch):  # no rows: data.skip_documents took all of them
                     self.skipped += 1
                     if on_skip is not None:
                         on_skip()

@@ -21,12 +21,13 @@ through the callbacks a wing provides). What it reports:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from llm.data.ledger.reader import Ledger
+from llm.data.skip_documents import SKIPPED
 
 SHOW = 5  # ids shown per finding
 ExpectedItems = Callable[[int, int, int], np.ndarray]  # (source, epoch, count) -> the first `count` items of its order
@@ -47,6 +48,7 @@ class AuditReport:
     shares: dict[str, dict[str, float]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     accounted: list[str] = field(default_factory=list)  # read and not trained, on purpose (dedup drops)
+    skipped_ids: int = 0  # documents (text) or blocks (shards) dropped by id: data.skip_documents
 
     @property
     def ok(self) -> bool:
@@ -93,6 +95,15 @@ def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: V
           weights: list[float] | None = None) -> AuditReport:
     """Audit a ledger; see the module docstring for what is checked."""
     report = AuditReport()
+    marks = (ledger.pieces["start"] == SKIPPED) & (ledger.pieces["end"] == SKIPPED)  # dropped by id, never trained
+    key_fields = ["source", "epoch", "name", "item", "start", "end"]
+    by_id = np.unique(ledger.pieces[marks][key_fields])
+    if len(by_id):
+        report.skipped_ids = len(by_id)
+        unit = "documents" if (by_id["name"] >= 0).all() else "blocks"
+        report.accounted.append(f"skipped by id: {len(by_id):,} {unit} read and not trained (data.skip_documents), "
+                                "accounted for")
+        ledger = replace(ledger, pieces=ledger.pieces[~marks])
     report.problems += ledger.damaged
     for rank, generation, first, last in ledger.abandoned:
         report.problems.append(f"rank {rank} generation {generation} steps {first}-{last} were trained and then "
@@ -102,7 +113,6 @@ def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: V
     report.samples = len(rows)
     trained = ledger.trained
     report.skipped = int((~trained).sum())
-    key_fields = ["source", "epoch", "name", "item", "start", "end"]
     # a skipped row was read, so it is accounted for (not missing), but it counts as trained by nobody
     kept = trained[pieces["row_ref"]] if len(pieces) else np.zeros(0, bool)
     keys = pieces[kept][key_fields]
@@ -115,7 +125,10 @@ def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: V
         p = pieces[first[i]]
         report.repeated.append(f"{_describe(ledger, int(p['source']), int(p['epoch']), int(p['name']), int(p['item']))}"
                                f" trained {int(counts[i])} times")
-    _missing(ledger, np.unique(pieces[key_fields]), expected_items, report)
+    seen = np.unique(pieces[key_fields])
+    if len(by_id):  # a block dropped by id was read: not missing (its piece's range is the marker's)
+        seen = np.unique(np.concatenate([seen, by_id]))
+    _missing(ledger, seen, expected_items, report)
     if verify is not None:
         _verify(ledger, verify, report)
     _shares(ledger, weights, report)

@@ -27,6 +27,7 @@ from llm.data.mix.choosers import choose
 from llm.data.pack.best_fit import BestFitCutter, block_example
 from llm.data.pack.window import WindowCutter, to_example
 from llm.data.text.provenance import pieces_array, record_name, track
+from llm.data.text.skips import Skips, skip_record
 from llm.data.text.wire import as_tensors, packed_windows
 from llm.data.tokenize.documents import encode_each
 from llm.data.tokenize.protocol import Tokenizer
@@ -115,6 +116,7 @@ class StreamingTextDataset(IterableDataset):
         mix_anchors: dict[str, list[int]] | None = None,
         packing_buffer: int | None = None,
         ledger: bool = False,
+        skips: Skips | None = None,
     ):
         self.source = source
         self.tokenizer = tokenizer
@@ -133,6 +135,7 @@ class StreamingTextDataset(IterableDataset):
         self.mix_weights = mix_weights
         self.mix_anchors = dict(mix_anchors or {})
         self.ledger = ledger  # batches carry what each row holds (text/provenance.py) for the run ledger
+        self.skips = dict(skips or {})  # records dropped by id (text/skips.py): (source, file) -> records
 
     def __iter__(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
@@ -230,6 +233,14 @@ class StreamingTextDataset(IterableDataset):
             if event[0] == "drop":  # a duplicate the source dropped: accounted for once the cursor passes it
                 event[1].drop(event[2])
                 continue
+            if event[0] == "skip":  # a record dropped by id: its cursor moves as if fed (text/skips.py)
+                yield from flush()
+                chars = 0
+                (_, after, digest), (packer, queue) = event[1], event[2]
+                if digest is not None:  # the seen-set commits it as if it were read: a copy elsewhere stays a duplicate
+                    queue.append((packer.records + 1, digest))
+                skip_record(packer, after, fmt.tokens(event[4]) if len(event) > 4 else 0)
+                continue
             if event[0] == "encoded":  # drawn by tokens: encoded when drawn, fed in draw order
                 yield from flush()
                 chars = 0
@@ -280,7 +291,7 @@ class StreamingTextDataset(IterableDataset):
             i = choose(mixture.strategy, live, counts, weights, self.mix_seed, self._consumer,
                        tokens if by_tokens else None, drawn)
             for event in streams[i]:
-                if event[0] == "encoded":
+                if event[0] in ("encoded", "skip") and len(event) > 4:  # a skipped record counts as drawn
                     tokens[i] += self.format.tokens(event[4])
                 yield event
                 if event[0] not in ("end", "drop"):  # a dropped duplicate is no draw
@@ -299,16 +310,17 @@ class StreamingTextDataset(IterableDataset):
         pending: list[tuple] = []
 
         def encode() -> list[tuple]:
-            records = [e for e in pending if e[0] == "record"]
+            records = [e for e in pending if e[0] in ("record", "skip")]  # a skip's tokens count in the draws
             items = iter(self.format.encode([e[1][0] for e in records], [source] * len(records)))
-            out = [("encoded", *e[1:], next(items)) if e[0] == "record" else e for e in pending]
+            out = [(("encoded" if e[0] == "record" else "skip"), *e[1:], next(items))
+                   if e[0] in ("record", "skip") else e for e in pending]
             pending.clear()
             return out
 
         count = 0
         for event in stream:
             pending.append(event)
-            count += event[0] == "record"
+            count += event[0] in ("record", "skip")
             if event[0] == "end" or count >= ahead:
                 yield from encode()
                 count = 0
@@ -319,6 +331,7 @@ class StreamingTextDataset(IterableDataset):
         fmt = self.format
         for group in _groups(parts):
             live: list[tuple[Partition, Any, deque]] = []
+            resumed_cut: set[int] = set()  # packers resumed inside a record's cut: that record is read already
             for part in group:
                 cursor = self.cursors.get(part.key)
                 if cursor is not None and cursor.get("done"):
@@ -329,6 +342,8 @@ class StreamingTextDataset(IterableDataset):
                     packer = track(packer, cursor, record_name(part), source, pass_)
                 live.append((part, packer, deque()))
                 touched[part.key] = live[-1][1:]
+                if (cursor or {}).get("skip"):
+                    resumed_cut.add(id(packer))
             if not live:
                 continue
             # stripes of one base are read together: one pass over the base serves them all
@@ -338,12 +353,16 @@ class StreamingTextDataset(IterableDataset):
             if base.base is not None:
                 base = replace(base, key=base.base, stripe=None, stripes=1, base=None)
             records = self.source.iter_partition(base, start, lambda row, r=route: r(row) is not None)
+            drop = self.skips.get((source, record_name(live[0][0]))) if self.skips else None
             for record in records:
                 target = route(record[1])
                 if target is not None and record[2] == b"":  # a duplicate dropped (report_drops)
                     yield ("drop", target[0], record[1])
                 elif target is not None:  # sources may ignore `want`
-                    yield ("record", record, target, source)
+                    cut = id(target[0]) in resumed_cut
+                    resumed_cut.discard(id(target[0]))
+                    skip = drop is not None and record[1] in drop and not cut
+                    yield ("skip" if skip else "record", record, target, source)
             yield ("end", [packer for _, packer, _ in live], source)
 
 

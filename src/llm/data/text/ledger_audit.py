@@ -24,6 +24,7 @@ from llm.data.inputs.partitions import stripe_partitions
 from llm.data.ledger.audit import SHOW, AuditReport, audit
 from llm.data.ledger.format import row_checksums
 from llm.data.ledger.reader import Ledger
+from llm.data.skip_documents import SKIPPED
 from llm.data.text.provenance import record_name
 from llm.data.tokenize.documents import encode_each
 from llm.data.tokenize.tokenizers import load_tokenizer
@@ -115,11 +116,12 @@ def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditRepor
     auditor = auditor or TextAuditor(ledger.sources, read=False)
     pieces = ledger.pieces
     dropped_mask = (pieces["start"] == 0) & (pieces["end"] == 0)
+    by_id = (pieces["start"] == SKIPPED) & (pieces["end"] == SKIPPED)  # dropped by id: the generic audit counts them
     weights = [s.get("weight") for s in ledger.sources]
     report = audit(replace(ledger, pieces=pieces[~dropped_mask]),
                    weights=weights if all(w is not None for w in weights) else None)
     report.repeated, report.missing = [], []
-    trained, dropped = pieces[~dropped_mask], pieces[dropped_mask]
+    trained, dropped, skipped = pieces[~dropped_mask & ~by_id], pieces[dropped_mask], np.unique(pieces[by_id][_DOC])
     names = ledger.names
     for s in range(len(ledger.sources)):  # read first: a record is then named by its file and line
         auditor.partitions(s)
@@ -136,14 +138,17 @@ def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditRepor
     drops = np.unique(dropped[_DOC])
     both = np.intersect1d(docs, drops)
     report.repeated += [f"{say(p)} was trained and also dropped as a duplicate" for p in both[:SHOW]]
-    report.counts["repeated"] = len(repeated) + len(both)
+    again = np.intersect1d(docs, skipped)  # skipped by id in a pass that also trained it: read twice
+    report.repeated += [f"{say(p)} was trained and also skipped by id" for p in again[:SHOW]]
+    report.counts["repeated"] = len(repeated) + len(both) + len(again)
     report.counts["dropped"] = len(drops)
     if len(drops):
         report.accounted.append(f"dropped: {len(drops):,} records read and not trained (duplicates, or nothing to "
                                 "train on), accounted for")
     report.once, report.unit = len(docs), "documents"
     flight = _in_flight(ledger, docs.dtype)
-    missing = _missing_records(ledger, auditor, np.union1d(np.union1d(docs, drops), flight), say, report)
+    seen = np.union1d(np.union1d(np.union1d(docs, drops), flight), skipped)
+    missing = _missing_records(ledger, auditor, seen, say, report)
     report.counts["missing"] = len(holes) + missing + _verify_tokens(ledger, auditor, trained, flight, say, report)
     report.problems += auditor.problems
     return report

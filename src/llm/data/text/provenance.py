@@ -24,6 +24,7 @@ from llm.data.inputs.source import Partition
 from llm.data.ledger.format import PIECE
 from llm.data.pack.best_fit import BestFitCutter, BestFitPacker
 from llm.data.pack.window import WindowCutter
+from llm.data.skip_documents import SKIPPED
 
 Piece = tuple[str | None, int, int, int]  # (name, record, start, end); name None: a document not known
 
@@ -82,6 +83,10 @@ class Tracker:
     def drop(self, record: int) -> None:
         """A record read and not trained (a duplicate, or nothing to train on): start == end == 0."""
         self.drops.append((self.source, self.epoch, (self.name, record, 0, 0)))
+
+    def skipped(self, record: int) -> None:
+        """A record dropped by id (`skip_documents`): start == end == SKIPPED, released like a drop."""
+        self.drops.append((self.source, self.epoch, (self.name, record, SKIPPED, SKIPPED)))
 
     def released(self, cursor: dict) -> list[tuple[int, int, Piece]]:
         """The drops the cursor has gone past (all of them once the partition is done)."""

@@ -34,6 +34,7 @@ from llm.data.text.changes import SourceChange, source_change
 from llm.data.text.dataset import StreamingTextDataset
 from llm.data.text.ledger import LedgerHooks, TextLedger, ledger_sources, run_id, stream_info
 from llm.data.text.loaders import StreamingTextLoader, batches_as_they_are, val_loader
+from llm.data.text.skips import SkipHooks
 from llm.data.text.state import (
     STATE_VERSION,
     check_known_partitions,
@@ -52,13 +53,14 @@ from llm.data.worker_errors import reraise
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
 
 
-class StreamingTextDataModule(LedgerHooks, Stage):
+class StreamingTextDataModule(SkipHooks, LedgerHooks, Stage):
     """Config -> source, tokenizer, dataset and loader, a `Stage` (state / check / restore).
 
     `state_dict()` / `load_state_dict()` are the contract's public names; a refused state (`StateError`)
     leaves the module exactly as it was. `train_dataloader()` yields `steps_per_epoch` batches per epoch,
     continuing the stream where the previous epoch stopped; when this rank's partitions are all read it
-    starts a new pass over them (`loop=False`: stop instead). `ledger=FOLDER`: the run ledger (text/ledger.py).
+    starts a new pass over them (`loop=False`: stop instead). `ledger=FOLDER`: the run ledger (text/ledger.py);
+    `skip_documents`: ids of records dropped wherever they would be read (a list or a file; text/skips.py).
     """
     piece_slots = staticmethod(window_slots)  # the slots one of best fit's pieces fills (sft: a sample's)
 
@@ -75,6 +77,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
         tokenizer: Any = None,
         seed: int | None = None,
         ledger: str | os.PathLike | None = None,
+        skip_documents: list[str] | str | os.PathLike | None = None,
     ):
         from llm.data.tokenize.foreign import as_tokenizer
 
@@ -111,6 +114,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
         self._switched = False  # did the last pass stop at a schedule's change point?
         self._ledger: TextLedger | None = None
         self._ledger_state: dict | None = None  # the ledger position of the last state loaded
+        self._set_skips(skip_documents)
         if ledger is not None:
             self.attach_ledger(ledger)
 
@@ -129,14 +133,12 @@ class StreamingTextDataModule(LedgerHooks, Stage):
 
     def _source_names(self) -> list[str]:
         """Names of the sources in the accounting: the mixture's entries, or the one source's path stem."""
-        mixture = as_mixture(self.source)
+        mixture, source = as_mixture(self.source), self.settings.source
         if mixture is not None:
             return list(mixture.names)
-        source = self.settings.source
         return [source.source_name() if source is not None else "data"]
 
-    def source_counts(self) -> dict[str, dict[str, int]]:
-        """Tokens and samples (rows) this rank handed over, per source: {name: {tokens, samples}} (mix_state.py)."""
+    def source_counts(self) -> dict[str, dict[str, int]]:  # per source, this rank's: {name: {tokens, samples}}
         return self.progress.source_counts()
 
     # -- identity -------------------------------------------------------------------------
@@ -211,8 +213,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
             if not self.loop:
                 return
 
-    def batch_format(self) -> Any:
-        """How records become batches; None: tokens packed into blocks (`dataset.TokenBlocks`)."""
+    def batch_format(self) -> Any:  # how records become batches; None: tokens packed into blocks (dataset.TokenBlocks)
         return None
 
     def _one_pass(self, rank: int, world: int) -> Iterator[dict]:
@@ -228,10 +229,9 @@ class StreamingTextDataModule(LedgerHooks, Stage):
             # a mixture reads at most `streaming_buffer_per_dataset` records ahead before encoding
             chunk_records=min(64, mixture.buffer) if mixture is not None else 64, packing_buffer=self.settings.best_fit_buffer(),
             mix_weights=self.progress.weights_now(), mix_anchors=self.progress.anchors,
-            ledger=self._ledger is not None,
+            ledger=self._ledger is not None, skips=self.document_skips(),
         )
-        if self.num_workers:
-            # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
+        if self.num_workers:  # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # workers of a source in object storage start from a forkserver (text/workers.py)
         loader = text_loader(ds, self.num_workers, self.source.uses_object_store, batches_as_they_are)
@@ -264,13 +264,12 @@ class StreamingTextDataModule(LedgerHooks, Stage):
 
     def _mix_seed(self) -> int:
         """The seed of a `random` mixture's draws in this pass: derive_seed(root, "text.mixture", pass)."""
-        epoch = min((self._cursors.get(p.key, {}).get("pass", 0) for p in self._own()), default=0)
-        return mixture_seed(self._version, self.seed, epoch)
+        return mixture_seed(self._version, self.seed, min((self._cursors.get(p.key, {}).get("pass", 0)
+                                                           for p in self._own()), default=0))
 
     def _check_not_empty(self, own: list[Partition]) -> None:
         """Local files that yielded no record at all (read whole by this rank) are named, not trained on."""
-        files = self.source.local_files()
-        read = sum(self._cursors.get(p.key, {}).get("records", 0) for p in own)
+        files, read = self.source.local_files(), sum(self._cursors.get(p.key, {}).get("records", 0) for p in own)
         if files and not read and len(own) == len(self.partitions()):
             require_records(files, self.settings.text_column)
 
@@ -320,7 +319,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
                 "count": dedup.committed_count,
                 "pending": pending,
             }
-        return state
+        return self._skip_state(state)
 
     def state_dict(self) -> dict:
         """`state()`; with a ledger, also commits the batches handed out since the last commit."""
@@ -366,6 +365,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
         if state.get("ledger") is not None:
             check_ledger_state(state["ledger"], "data state 'ledger'")
         self.progress.check(state, sources_changed=change is not None)
+        self._check_skips(state)
 
     def _source_change(self, state: dict) -> SourceChange | None:
         """How a state's cursors move to this run's sources when a mixture's sources changed (text/changes.py)."""
@@ -393,6 +393,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
         if change is not None:  # the shares start again here: anchor this rank's partitions now
             self.progress.enter_segment(self._cursors, [p.key for p in self._own()])
         self._uncommitted = []
+        self._restore_skips(state)
         self._ledger_state = state.get("ledger")
         if self._ledger is not None:
             self._ledger.resume_from(self._ledger_state)

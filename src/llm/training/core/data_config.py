@@ -89,6 +89,9 @@ class DataConfig(ConfigModel):
     mixture_changes: str = "refuse"
     # global batch ranges [start, end) the run never trains on (llm.training.skip_ranges, docs/training.md)
     skip_batches: list[Any] | None = None
+    # ids of documents dropped wherever they would be read, as `llm-train why` prints them: a list, or the
+    # path of a file of them (llm.data.skip_documents, docs/proving-a-run.md); kept in every checkpoint
+    skip_documents: list[str] | str | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -58,7 +58,8 @@ class OptimizedData:
         self.tokenizer = load_tokenizer(data.tokenizer_spec())
         self.dataset = open_blocks(path, self.tokenizer, data.max_seq_len, True, config.training.seed, self.what)
         batch_size = config.training.batch_size
-        self.loader = StreamingDataLoader(self.dataset, batch_size=batch_size, num_workers=data.num_workers, drop_last=True)
+        self.loader = StreamingDataLoader(self.dataset, batch_size=batch_size, num_workers=data.num_workers, drop_last=True,
+                                          skip_documents=data.skip_documents)
         per_pass = len(self.dataset) // (batch_size * world_size)
         if per_pass == 0:
             raise ValueError(

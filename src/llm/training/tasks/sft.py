@@ -64,7 +64,7 @@ class SftData(StreamTextData):
             steps = self._one_pass(world_size)
         # training.seed is the one root seed: a random mixture's draws derive from it
         self.module = data.sft_stream(seed=config.training.seed).build(
-            config.training.batch_size, steps_per_epoch=steps,
+            config.training.batch_size, steps_per_epoch=steps, skip_documents=data.skip_documents,
             **({"source": train_source} if train_source is not None else {}))
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = steps

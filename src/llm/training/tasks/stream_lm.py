@@ -27,7 +27,8 @@ class StreamTextData:
         self.config = config
         self.rank = rank
         # training.seed is the one root seed: a random mixture's draws derive from it
-        self.module = config.data.text_stream(seed=config.training.seed).build(config.training.batch_size)
+        self.module = config.data.text_stream(seed=config.training.seed).build(config.training.batch_size,
+                                                                              skip_documents=config.data.skip_documents)
         self.tokenizer = self.module.tokenizer
         self.steps_per_pass: int | None = None
         self.writes_ledger = True

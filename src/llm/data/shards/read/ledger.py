@@ -17,6 +17,7 @@ import numpy as np
 
 from llm.data.ledger.format import PIECE, ROW, row_checksums
 from llm.data.ledger.writer import StageLedger
+from llm.data.skip_documents import SKIPPED
 
 
 def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, np.ndarray]:
@@ -43,13 +44,16 @@ class LoaderLedger(StageLedger):
     def __init__(self, folder: str | os.PathLike, sources: list[dict[str, Any]], run: str):
         super().__init__(folder, sources, run)
         self.block = 0
-        self._batches: list[list[Any]] = []  # [step, ids, crcs, source, epoch, losses or None, skipped]
+        self._batches: list[list[Any]] = []  # [step, ids, crcs, source, epoch, losses or None, skipped, gone]
+        self._gone: list[np.ndarray] = []  # blocks skipped by id not yet on a row (a batch left with none)
 
-    def record(self, ids: np.ndarray, crcs: np.ndarray, source: np.ndarray, epoch: np.ndarray, block: int) -> None:
-        """One batch handed to the caller: its rows, each one sample (one piece)."""
+    def record(self, ids: np.ndarray, crcs: np.ndarray, source: np.ndarray, epoch: np.ndarray, block: int,
+               gone: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+        """One batch handed to the caller: its rows, each one sample (one piece); `gone`: (source, epoch, sample)
+        of the blocks skipped by id that the batch lacks (read/skips.py)."""
         self.step += 1
         self.block = block
-        self._batches.append([self.step, ids, crcs, source, epoch, None, False])
+        self._batches.append([self.step, ids, crcs, source, epoch, None, False, gone])
 
     def set_loss(self, losses: np.ndarray) -> None:
         """Per-row losses of the batch handed over last (the one just trained)."""
@@ -81,10 +85,33 @@ class LoaderLedger(StageLedger):
         pieces["epoch"] = np.concatenate([b[4] for b in batches])
         pieces["name"], pieces["end"] = -1, self.block
         pieces["item"] = np.concatenate([b[1] for b in batches])
-        self.writer.record_many(rows, pieces)
+        self.writer.record_many(rows, self._with_gone(batches, starts, sizes, pieces))
         for b in batches:
-            if b[6]:
+            if b[6] and len(b[1]):  # a batch left with no rows (skip_documents) has no step in the segment
                 self.writer.mark_skipped(int(b[0]))
+
+    def _with_gone(self, batches: list[list[Any]], starts: np.ndarray, sizes: np.ndarray, pieces: np.ndarray
+                   ) -> np.ndarray:
+        """The pieces plus one SKIPPED piece per block skipped by id, on its batch's first row (a batch left with no
+        row: the next batch's, else the last row of this commit), so it is committed with the cursor past it."""
+        extra, rows = [], int(sizes.sum())
+        for b, at, size in zip(batches, starts.tolist(), sizes.tolist()):
+            if b[7] is not None and len(b[7][0]):
+                self._gone.append(np.stack([np.asarray(a, np.int64) for a in b[7]], axis=1))
+            if size and self._gone:
+                extra.append((at, np.concatenate(self._gone)))
+                self._gone = []
+        if self._gone and rows:
+            extra.append((rows - 1, np.concatenate(self._gone)))
+            self._gone = []
+        if not extra:
+            return pieces
+        more = np.zeros(sum(len(g) for _, g in extra), PIECE)
+        more["row_ref"] = np.concatenate([np.full(len(g), at) for at, g in extra])
+        gone = np.concatenate([g for _, g in extra])
+        more["source"], more["epoch"], more["item"], more["name"] = gone[:, 0], gone[:, 1], gone[:, 2], -1
+        more["start"] = more["end"] = SKIPPED
+        return np.concatenate([pieces, more])
 
     def commit(self) -> dict[str, Any]:
         if not self.opened:

@@ -26,6 +26,7 @@ from llm.data.ingest_stats import (
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.ledger import LoaderLedger, run_id
 from llm.data.shards.read.profiling import LoaderProfile
+from llm.data.shards.read.skips import LoaderSkips
 from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
 from llm.data.shards.read.state import OPTIONAL_KEYS, STATE_KEYS, check_header, check_int
 from llm.data.stage import Stage, StateError
@@ -67,7 +68,7 @@ class _SendsErrors(IterableDataset):
             yield {"error": sent}
 
 
-class StreamingDataLoader(DataLoader, Stage):
+class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
     """A DataLoader over a StreamingDataset or a mixture with an exact, tiny, topology-free `state_dict()`.
 
     Iterating it again starts the next epoch (reshuffled by a seed derived from the epoch); iterating
@@ -90,13 +91,14 @@ class StreamingDataLoader(DataLoader, Stage):
         profile_dir: str | Path = ".",
         drop_last: bool | None = None,
         ledger: str | os.PathLike | None = None,
+        skip_documents: list[str] | str | os.PathLike | None = None,
         **kwargs: Any,
     ):
         """`drop_short_batch`: drop an epoch's short final global batch (`drop_last`, torch's name, is
         accepted; the dataset's `drop_partial_block` is the other meaning). `profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
         (profiling.py). `ledger`: a folder where this rank records what every batch held, committed by
-        each `state_dict()` (docs/proving-a-run.md; `llm-data audit FOLDER` checks it). Other keyword
-        arguments go to torch's DataLoader."""
+        each `state_dict()` (docs/proving-a-run.md; `llm-data audit FOLDER` checks it). `skip_documents`: ids
+        `SOURCE@TOKEN` (a list or a file) whose blocks leave their batches (read/skips.py); other kwargs: torch's."""
         if not isinstance(dataset, SampleSource):
             raise TypeError(f"StreamingDataLoader needs a StreamingDataset or CombinedStreamingDataset (a SampleSource), "
                             f"got {type(dataset).__name__}")
@@ -159,14 +161,14 @@ class StreamingDataLoader(DataLoader, Stage):
         self._window = IngestWindow()  # stats(): waits, batches and tokens since the last reset
         self._worker_remote = RemoteCounters()  # counts that worker processes sent with their chunks
         self._ledger: LoaderLedger | None = None
+        self._set_skips(skip_documents)
         if ledger is not None:
             self.attach_ledger(ledger)
 
     @staticmethod
     def _pick_chunk_batches(dataset: SampleSource, batch_size: int) -> int:
-        if dataset.manifest.kind != "tokens":
-            return 4
-        return max(1, min(64, _CHUNK_TOKENS // (batch_size * dataset.block_size)))
+        tokens = dataset.manifest.kind == "tokens"
+        return max(1, min(64, _CHUNK_TOKENS // (batch_size * dataset.block_size))) if tokens else 4
 
     # ---- the run ledger (read/ledger.py) ---------------------------------------------------------
 
@@ -271,17 +273,19 @@ class StreamingDataLoader(DataLoader, Stage):
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
                 pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
+                left_out = self._left_out(chunk)  # blocks of documents skipped by id (read/skips.py)
                 if ids is not None:  # once a chunk, not once a batch: slices of arrays are views
                     pos, ids, crcs = np.asarray(pos), np.asarray(ids), np.asarray(crcs)
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
                 row = 0
                 try:
-                    for batch, size in zip(_split_chunk(chunk, sizes, boundaries), sizes):
+                    for k, (batch, size) in enumerate(zip(_split_chunk(chunk, sizes, boundaries), sizes)):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
                         if ids is not None:  # recorded like the count: a state saved now includes this batch
-                            self._record(pos[row:row + size], ids[row:row + size], crcs[row:row + size], it.epoch)
+                            self._record(pos[row:row + size], ids[row:row + size], crcs[row:row + size], it.epoch,
+                                         left_out, k)
                             row += size
                         log_wait(clock() - asked)
                         if profile is not None:
@@ -296,10 +300,13 @@ class StreamingDataLoader(DataLoader, Stage):
         if self._active is token and self._yielded == len(it.schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
 
-    def _record(self, positions: np.ndarray, ids: np.ndarray, crcs: np.ndarray, epoch: int) -> None:
+    def _record(self, positions: np.ndarray, ids: np.ndarray, crcs: np.ndarray, epoch: int,
+                left_out: tuple[np.ndarray, ...] | None = None, k: int = 0) -> None:
         source, source_epoch, item = self.dataset.ledger_rows(epoch, positions, ids)
+        gone = None if left_out is None else self.dataset.ledger_rows(  # this batch's blocks skipped by id
+            epoch, left_out[0][left_out[2] == k], left_out[1][left_out[2] == k])
         if self._ledger is not None:
-            self._ledger.record(item, crcs, source, source_epoch, self.dataset.block_size or 0)
+            self._ledger.record(item, crcs, source, source_epoch, self.dataset.block_size or 0, gone)
 
     def _remote_now(self) -> dict[str, int]:
         return remote_sum([self.dataset.remote_counters(), self._worker_remote.snapshot()])
@@ -362,7 +369,7 @@ class StreamingDataLoader(DataLoader, Stage):
 
     def state_dict(self) -> dict[str, Any]:
         """The resume state; with a ledger, also commits the batches handed out since the last one."""
-        state = self.state()
+        state = self._skip_state(self.state())
         if self._ledger is not None:
             state["ledger"] = self._ledger.commit()
         return state
@@ -380,11 +387,13 @@ class StreamingDataLoader(DataLoader, Stage):
 
     def check(self, state: Any) -> None:
         self._resolve(state)
+        self._check_skips(state)
 
     def restore(self, state: dict[str, Any]) -> None:
         """Continue exactly after the batches counted in `state`, on any num_workers or world size."""
         resume = self._resolve(state)
         self.dataset.apply(resume)
+        self._restore_skips(state)
         if self._ledger is not None:
             self._ledger.resume_from(state.get("ledger"))
         self._epoch, self._start = resume.epoch, resume.consumed

@@ -30,6 +30,7 @@ from llm.data.shards.read.abilities import LedgerRows, MixtureHooks, RemoteReads
 from llm.data.shards.read.access import SampleAccess
 from llm.data.shards.read.ledger import chunk_identities
 from llm.data.shards.read.profiling import recording
+from llm.data.shards.read.skips import drop_rows
 from llm.data.shards.read.state import (
     MAX_EPOCH,
     STATE_KEYS,
@@ -115,6 +116,7 @@ class SampleSource(SampleAccess, RemoteReads, MixtureHooks, LedgerRows, Iterable
     legacy_seeds: bool = False  # set by restoring a version-1 state
     legacy_window: bool = False  # set by restoring a state older than version 3
     _plan: ReadPlan | None = None
+    skip_blocks: dict = {}  # noqa: RUF012  source -> stored blocks dropped by id (read/skips.py); set by the loader
 
     # ---- what each kind of source says about itself -------------------------------------------
 
@@ -229,6 +231,9 @@ class SampleSource(SampleAccess, RemoteReads, MixtureHooks, LedgerRows, Iterable
         sizes = np.array([len(p) for p in positions], dtype=np.int64)
         samples = order(np.concatenate(positions))
         positions = np.concatenate(positions)
+        left_out: dict[str, np.ndarray] = {}
+        if self.skip_blocks:  # documents skipped by id: their blocks leave the batch, the order stays (read/skips.py)
+            positions, samples, sizes, left_out = drop_rows(self, positions, samples, sizes)
         try:
             if lo >= plan.profile:
                 chunk = self._chunk(samples, sizes, plan.collate)
@@ -239,7 +244,7 @@ class SampleSource(SampleAccess, RemoteReads, MixtureHooks, LedgerRows, Iterable
                     chunk = self._chunk(samples, sizes, plan.collate)
                 chunk = {**chunk, "trace": rec.events}
             # the ledger's identities come from what this worker read, not from the loader's cursor
-            return {**chunk, **chunk_identities(chunk, positions, samples)} if plan.ledger else chunk
+            return {**chunk, **chunk_identities(chunk, positions, samples), **left_out} if plan.ledger else chunk
         finally:
             self.release()  # this thread's pin: an idle reader must not hold cache room
 

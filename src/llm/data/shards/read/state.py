@@ -18,6 +18,7 @@ VERSIONS = (1, 2, 3)
 STATE_KEYS = ("version", "fingerprint", "seed", "shuffle", "num_samples", "epoch", "samples_consumed", "global_batch_size")
 # Keys added after version 1 shipped: a state saved without one reads as this default.
 OPTIONAL_KEYS = {
+    "skip_documents": None,  # ids of documents dropped by id (read/skips.py); None: none
     "shuffle_window": None,  # shards per shuffle window; None: a global shuffle
     "subsample": 1.0,  # StreamingDataset(subsample=); a list for a mixture of subsampled sources
     "split": None,  # [[index, fractions, seed], ...] of train_test_split; None: the whole dataset
