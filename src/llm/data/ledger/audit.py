@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from llm.data.ledger.reader import Ledger
+from llm.data.ledger.shares import mixture_of, report_phases
+from llm.data.ledger.shares import phases as phase_table
 
 SHOW = 5  # ids shown per finding
 ExpectedItems = Callable[[int, int, int], np.ndarray]  # (source, epoch, count) -> the first `count` items of its order
@@ -47,6 +49,8 @@ class AuditReport:
     shares: dict[str, dict[str, float]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     accounted: list[str] = field(default_factory=list)  # read and not trained, on purpose (dedup drops)
+    phases: list[str] = field(default_factory=list)  # a scheduled mixture's shares per phase
+    unchecked: list[str] = field(default_factory=list)  # sources whose records could not be read again
 
     @property
     def ok(self) -> bool:
@@ -60,10 +64,15 @@ class AuditReport:
             weight = share.get("weight")
             out.append(f"source {name}: {int(share['samples']):,} samples, share {share['share']:.4f}"
                        + (f" (weight {weight:.4f})" if weight is not None else ""))
+        out += self.phases
         out += self.accounted
+        out += [f"not re-checked: {u}" for u in self.unchecked]
         out += [f"repeated: {r}" for r in self.repeated] + [f"missing: {m}" for m in self.missing]
         out += [f"problem: {p}" for p in self.problems]
-        out.append("audit: OK, every sample exactly once" if self.ok else
+        verdict = "audit: OK, every sample exactly once" + (
+            f" ({len(self.unchecked)} source{'s' * (len(self.unchecked) > 1)} counted but not re-checked against "
+            "its data)" if self.unchecked else "")
+        out.append(verdict if self.ok else
                    f"audit: FAILED ({self.counts.get('repeated', 0)} repeated, {self.counts.get('missing', 0)} missing, "
                    f"{len(self.problems)} other problems)")
         return out
@@ -90,8 +99,11 @@ def _replayed_steps(ledger: Ledger, report: AuditReport) -> None:
 
 
 def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: Verify | None = None,
-          weights: list[float] | None = None) -> AuditReport:
-    """Audit a ledger; see the module docstring for what is checked."""
+          weights: list[float] | None = None, amounts: np.ndarray | None = None) -> AuditReport:
+    """Audit a ledger; see the module docstring for what is checked.
+
+    `amounts`: per ledger row, what it trained of each source, for a mixture's shares by phase (None: each row
+    one of its source's, as a shard mixture counts)."""
     report = AuditReport()
     report.problems += ledger.damaged
     for rank, generation, first, last in ledger.abandoned:
@@ -118,7 +130,7 @@ def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: V
     _missing(ledger, np.unique(pieces[key_fields]), expected_items, report)
     if verify is not None:
         _verify(ledger, verify, report)
-    _shares(ledger, weights, report)
+    _shares(ledger, weights, report, amounts)
     return report
 
 
@@ -173,12 +185,14 @@ def _verify(ledger: Ledger, verify: Verify, report: AuditReport) -> None:
                                    f"(first: sample {int(mine['item'][~good][0])}); the dataset changed since the run")
 
 
-def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport) -> None:
+def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport, amounts: np.ndarray | None) -> None:
     if not len(ledger.pieces):
         return
-    by_row = np.full(len(ledger.rows), -1, np.int64)
-    by_row[ledger.pieces["row_ref"]] = ledger.pieces["source"]  # a row's source: its (last) piece's
-    by_row = by_row[ledger.trained]  # shares of what was trained
+    if weights is None and ledger.sources and all(s.get("weight") is not None for s in ledger.sources):
+        weights = [float(s["weight"]) for s in ledger.sources]  # the mixture's weights as the run started
+    every_row = np.full(len(ledger.rows), -1, np.int64)
+    every_row[ledger.pieces["row_ref"]] = ledger.pieces["source"]  # a row's source: its (last) piece's
+    by_row = every_row[ledger.trained]  # shares of what was trained
     total = len(by_row)
     for s, info in enumerate(ledger.sources):
         n = int((by_row == s).sum())
@@ -186,3 +200,16 @@ def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport) ->
         if weights is not None and s < len(weights):
             share["weight"] = weights[s]
         report.shares[str(info.get("name", s))] = share
+    specs = mixture_of(ledger)
+    if not specs or len(ledger.sources) < 2:
+        return
+    if amounts is None:
+        amounts = np.zeros((len(ledger.rows), len(ledger.sources)), np.float64)
+        known = every_row >= 0
+        amounts[np.flatnonzero(known), every_row[known]] = 1.0
+    found, notes = phase_table(ledger, amounts, specs)
+    scheduled = any(len(spec.get("schedule") or []) > 1 for spec in specs.values())
+    names = [str(info.get("name", s)) for s, info in enumerate(ledger.sources)]
+    lines, problems = report_phases(found, names, scheduled)
+    report.phases += lines + notes
+    report.problems += problems
