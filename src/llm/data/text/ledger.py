@@ -50,8 +50,9 @@ def ledger_sources(source: TextSource, names: list[str], weights: list[float] | 
             entry.update(kind="local", files=[str(f) for f in src.files],
                          paths=[os.path.abspath(str(f)) for f in src.files],
                          text_column=src.text_column, partition_bytes=src.partition_bytes)
-        else:
-            entry["kind"] = "other"  # not read again by the audit: its counts are still checked
+        else:  # the audit reads an object store's or a Hugging Face dataset's records again from its fingerprint
+            fp = entry["fingerprint"]
+            entry["kind"] = "object" if isinstance(src, LocalLineTextSource) else "hf" if fp.get("type") == "hf" else "other"
         out.append(entry)
     return out
 
