@@ -4,6 +4,7 @@ resumed at another batch audits clean, and a ledger whose schedule or weights sa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,53 @@ def test_forged_shares_of_a_weighted_mixture_are_caught(sources: list[Path], tmp
                                        decoded.rows, decoded.pieces))
     code, out = audit_cli(ledger, capsys, "--no-verify")
     assert code == 1 and "problem: ds in the phase from step 0 (steps 1-" in out and "weights give 0.7000" in out, out
+
+
+TEXT_SCHEDULE = [{"step": 0, "weights": [0.8, 0.2]}, {"step": 15, "weights": [0.3, 0.7]},
+                 {"step": 40, "weights": [0.5, 0.5]}]
+
+
+def text_run(tmp_path: Path, ledger: Path, workers: int = 0) -> None:
+    """A weighted text mixture of records on a schedule: 20 steps of 4 rows, resumed for 35 steps of 6."""
+    from llm.data.text.stream import StreamingTextDataModule
+    from llm.training.core.data_config import DataConfig
+
+    paths = []
+    for name in ("left", "right"):
+        path = tmp_path / f"{name}.txt"
+        path.write_text("".join(f"{name} {i} alpha beta {i * 7}\n" for i in range(600)))
+        paths.append(str(path))
+    config = DataConfig(datasets=[{"dataset_path": p} for p in paths], max_seq_len=16,
+                        streaming_dataset_mixing_strategy="weighted", streaming_mixing_schedule=TEXT_SCHEDULE, num_workers=workers)
+    state = None
+    for batch, steps in ((4, 20), (6, 35)):
+        module = StreamingTextDataModule(config, batch, loop=False, ledger=ledger)
+        if state is not None:
+            module.load_state_dict(state)
+        for i, _ in enumerate(module.train_dataloader()):
+            if i + 1 == steps:
+                break
+        state = module.state_dict()
+
+
+def test_a_text_mixtures_schedule_is_audited_per_phase(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The text module's scheduled mixture (shares of records), resumed at another batch: each phase's records
+    per source against its weights; the header's schedule moved earlier fails, naming the phase."""
+    ledger = tmp_path / "ledger"
+    text_run(tmp_path, ledger)
+    code, out = audit_cli(ledger, capsys)
+    assert code == 0, out
+    for first, phase, share in (("step 0", "1-15", 0.8), ("step 15", "16-40", 0.3)):
+        got = re.search(rf"phase from {first} \(steps {phase}\): left ([0-9.]+) \(expected ([0-9.]+)\)", out)
+        assert got and abs(float(got[1]) - share) < 0.02 and float(got[2]) == pytest.approx(share, abs=1e-4), out
+    assert read_ledger(ledger).markers[1]["topology"]["mixture"]["schedule"] == TEXT_SCHEDULE
+
+    def earlier(source: dict) -> None:
+        source["mixture"]["schedule"][1]["step"] = 8
+
+    edit_header(ledger, earlier)
+    code, out = audit_cli(ledger, capsys, "--no-verify")
+    # the first run's steps 9-20 stand on the header (the resume's marker keeps its own schedule)
+    assert code == 1 and "problem: left in the phase from step 8 (steps 9-20) has share 0." in out, out
+    assert "weights give 0.3000" in out, out
+

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.ledger.reader import Ledger
-from llm.data.ledger.shares import mixture_of, report_phases
+from llm.data.ledger.shares import Phase, mixture_of, report_phases
 from llm.data.ledger.shares import phases as phase_table
 
 SHOW = 5  # ids shown per finding
@@ -99,11 +99,13 @@ def _replayed_steps(ledger: Ledger, report: AuditReport) -> None:
 
 
 def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: Verify | None = None,
-          weights: list[float] | None = None, amounts: np.ndarray | None = None) -> AuditReport:
+          weights: list[float] | None = None, amounts: np.ndarray | None = None,
+          judge: Callable[[Phase], None] | None = None) -> AuditReport:
     """Audit a ledger; see the module docstring for what is checked.
 
     `amounts`: per ledger row, what it trained of each source, for a mixture's shares by phase (None: each row
-    one of its source's, as a shard mixture counts)."""
+    one of its source's, as a shard mixture counts); `judge`: sets whether a phase's shares are held to its weights
+    and its slack (None: every phase, a slot of rounding; a text mixture's source may run out of records)."""
     report = AuditReport()
     report.problems += ledger.damaged
     for rank, generation, first, last in ledger.abandoned:
@@ -130,7 +132,7 @@ def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: V
     _missing(ledger, np.unique(pieces[key_fields]), expected_items, report)
     if verify is not None:
         _verify(ledger, verify, report)
-    _shares(ledger, weights, report, amounts)
+    _shares(ledger, weights, report, amounts, judge)
     return report
 
 
@@ -185,7 +187,8 @@ def _verify(ledger: Ledger, verify: Verify, report: AuditReport) -> None:
                                    f"(first: sample {int(mine['item'][~good][0])}); the dataset changed since the run")
 
 
-def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport, amounts: np.ndarray | None) -> None:
+def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport, amounts: np.ndarray | None,
+            judge: Callable[[Phase], None] | None) -> None:
     if not len(ledger.pieces):
         return
     if weights is None and ledger.sources and all(s.get("weight") is not None for s in ledger.sources):
@@ -208,6 +211,8 @@ def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport, am
         known = every_row >= 0
         amounts[np.flatnonzero(known), every_row[known]] = 1.0
     found, notes = phase_table(ledger, amounts, specs)
+    for phase in found if judge is not None else []:
+        judge(phase)
     scheduled = any(len(spec.get("schedule") or []) > 1 for spec in specs.values())
     names = [str(info.get("name", s)) for s, info in enumerate(ledger.sources)]
     lines, problems = report_phases(found, names, scheduled)

@@ -42,7 +42,8 @@ class Phase:
     observed: np.ndarray
     expected: np.ndarray
     slot: int
-    compare: bool = True  # False: a source ran out in it (text), its shares are shown, not held to the weights
+    compare: bool = True  # False: its shares are shown, not held to the weights (`why`)
+    why: str = ""
 
 
 def spec_schedule(spec: dict[str, Any], n: int) -> MixSchedule | None:
@@ -139,8 +140,7 @@ def report_phases(found: list[Phase], names: list[str], scheduled: bool) -> tupl
         if scheduled:
             parts = ", ".join(f"{names[s]} {phase.observed[s] / total:.4f} (expected {phase.expected[s] / total:.4f})"
                               for s in range(len(names)))
-            lines.append(f"{where}: {parts}" + ("" if phase.compare else "; a source ran out in it: not held to "
-                                                 "its weights"))
+            lines.append(f"{where}: {parts}" + ("" if phase.compare else f"; not held to its weights: {phase.why}"))
         if not phase.compare:
             continue
         for s in range(len(names)):

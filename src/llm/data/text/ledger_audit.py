@@ -26,6 +26,7 @@ from llm.data.inputs.source import TextSource
 from llm.data.ledger.audit import SHOW, AuditReport, audit
 from llm.data.ledger.reader import Ledger
 from llm.data.text.ledger_rebuild import verify_rows
+from llm.data.text.ledger_shares import judge, mixed_amounts
 from llm.data.text.provenance import record_name
 
 _DOC = ["source", "epoch", "name", "item"]
@@ -201,8 +202,10 @@ def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditRepor
     pieces = ledger.pieces
     dropped_mask = (pieces["start"] == 0) & (pieces["end"] == 0)
     weights = [s.get("weight") for s in ledger.sources]
-    report = audit(replace(ledger, pieces=pieces[~dropped_mask]),
-                   weights=weights if all(w is not None for w in weights) else None)
+    kept = replace(ledger, pieces=pieces[~dropped_mask])
+    amounts = mixed_amounts(kept)
+    report = audit(kept, weights=weights if all(w is not None for w in weights) else None, amounts=amounts,
+                   judge=judge(kept, amounts))
     report.repeated, report.missing = [], []
     trained, dropped = pieces[~dropped_mask], pieces[dropped_mask]
     names = ledger.names
