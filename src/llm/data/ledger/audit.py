@@ -12,7 +12,9 @@ through the callbacks a wing provides). What it reports:
   read that never came (a skipped worker chunk, a state edited by hand);
 * steps recorded twice on one rank (a replayed batch), generations abandoned by a resume from
   an older checkpoint, damaged or foreign segments;
-* each source's share of the samples against its weight;
+* each source's share of the samples against its weight, and a mixture's shares per schedule phase
+  against the weights and schedule the ledger records (`shares.py`); a share off by more than the
+  tolerance is a problem;
 * rows whose tokens no longer match the data (`verify`): the dataset changed since.
 
 `AuditReport.ok` is True only when nothing is repeated, lost, abandoned or changed.

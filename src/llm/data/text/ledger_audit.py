@@ -9,7 +9,10 @@ read the way the stream read them (`TextAuditor`, through the inputs wing). Per 
 * records of a partition never read: all of a pass the partition went past, and in the pass it
   stands in, each one before the last record read (a skipped worker chunk, a cursor edited by hand);
 * records a dedup source dropped (pieces with start == end == 0): counted as accounted for;
-* each source's share of the rows against its weight, and the generic checks (`ledger/audit.py`).
+* each source's share of the rows against its weight, a mixture's shares per phase (`ledger_shares.py`),
+  and the generic checks (`ledger/audit.py`);
+* rows rebuilt from the records as stored now (`ledger_rebuild.py`): local files, Hugging Face datasets and
+  object stores read again through the stream's own inputs; a source that cannot be is `not re-checked`.
 """
 
 from __future__ import annotations
