@@ -54,8 +54,8 @@ def test_sft_rows_are_rebuilt_and_an_edited_record_is_named(tmp_path: Path, pack
     code, out = audit_cli(ledger, capsys)
     assert code == 0 and "60 documents trained exactly once" in out and "not re-checked" not in out, out
 
-    # a row's checksum forged: the rebuilt row no longer matches, and the row's records are named
-    # (a changed record of the same length, its tokens only)
+    # a record edited in place at the same length: its tokens differ, so its row no longer matches and the
+    # row's records are named (the file is named as changed too)
     rows[17]["output"] = rows[17]["output"].replace("ok", "OK")
     write_jsonl(path, rows)
     code, out = audit_cli(ledger, capsys)
