@@ -12,7 +12,9 @@ through the callbacks a wing provides). What it reports:
   read that never came (a skipped worker chunk, a state edited by hand);
 * steps recorded twice on one rank (a replayed batch), generations abandoned by a resume from
   an older checkpoint, damaged or foreign segments;
-* each source's share of the samples against its weight;
+* each source's share of the samples against its weight, and a mixture's shares per schedule phase
+  against the weights and schedule the ledger records (`shares.py`); a share off by more than the
+  tolerance is a problem;
 * rows whose tokens no longer match the data (`verify`): the dataset changed since.
 
 `AuditReport.ok` is True only when nothing is repeated, lost, abandoned or changed.
@@ -27,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from llm.data.ledger.reader import Ledger
+from llm.data.ledger.shares import Phase, mixture_of, report_phases
+from llm.data.ledger.shares import phases as phase_table
 from llm.data.skip_documents import SKIPPED
 
 SHOW = 5  # ids shown per finding
@@ -49,6 +53,8 @@ class AuditReport:
     counts: dict[str, int] = field(default_factory=dict)
     accounted: list[str] = field(default_factory=list)  # read and not trained, on purpose (dedup drops)
     skipped_ids: int = 0  # documents (text) or blocks (shards) dropped by id: data.skip_documents
+    phases: list[str] = field(default_factory=list)  # a scheduled mixture's shares per phase
+    unchecked: list[str] = field(default_factory=list)  # sources whose records could not be read again
 
     @property
     def ok(self) -> bool:
@@ -62,10 +68,15 @@ class AuditReport:
             weight = share.get("weight")
             out.append(f"source {name}: {int(share['samples']):,} samples, share {share['share']:.4f}"
                        + (f" (weight {weight:.4f})" if weight is not None else ""))
+        out += self.phases
         out += self.accounted
+        out += [f"not re-checked: {u}" for u in self.unchecked]
         out += [f"repeated: {r}" for r in self.repeated] + [f"missing: {m}" for m in self.missing]
         out += [f"problem: {p}" for p in self.problems]
-        out.append("audit: OK, every sample exactly once" if self.ok else
+        verdict = "audit: OK, every sample exactly once" + (
+            f" ({len(self.unchecked)} source{'s' * (len(self.unchecked) > 1)} counted but not re-checked against "
+            "its data)" if self.unchecked else "")
+        out.append(verdict if self.ok else
                    f"audit: FAILED ({self.counts.get('repeated', 0)} repeated, {self.counts.get('missing', 0)} missing, "
                    f"{len(self.problems)} other problems)")
         return out
@@ -92,8 +103,13 @@ def _replayed_steps(ledger: Ledger, report: AuditReport) -> None:
 
 
 def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: Verify | None = None,
-          weights: list[float] | None = None) -> AuditReport:
-    """Audit a ledger; see the module docstring for what is checked."""
+          weights: list[float] | None = None, amounts: np.ndarray | None = None,
+          judge: Callable[[Phase], None] | None = None) -> AuditReport:
+    """Audit a ledger; see the module docstring for what is checked.
+
+    `amounts`: per ledger row, what it trained of each source, for a mixture's shares by phase (None: each row
+    one of its source's, as a shard mixture counts); `judge`: sets whether a phase's shares are held to its weights
+    and its slack (None: every phase, a slot of rounding; a text mixture's source may run out of records)."""
     report = AuditReport()
     marks = (ledger.pieces["start"] == SKIPPED) & (ledger.pieces["end"] == SKIPPED)  # dropped by id, never trained
     key_fields = ["source", "epoch", "name", "item", "start", "end"]
@@ -131,7 +147,7 @@ def audit(ledger: Ledger, expected_items: ExpectedItems | None = None, verify: V
     _missing(ledger, seen, expected_items, report)
     if verify is not None:
         _verify(ledger, verify, report)
-    _shares(ledger, weights, report)
+    _shares(ledger, weights, report, amounts, judge)
     return report
 
 
@@ -186,12 +202,15 @@ def _verify(ledger: Ledger, verify: Verify, report: AuditReport) -> None:
                                    f"(first: sample {int(mine['item'][~good][0])}); the dataset changed since the run")
 
 
-def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport) -> None:
+def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport, amounts: np.ndarray | None,
+            judge: Callable[[Phase], None] | None) -> None:
     if not len(ledger.pieces):
         return
-    by_row = np.full(len(ledger.rows), -1, np.int64)
-    by_row[ledger.pieces["row_ref"]] = ledger.pieces["source"]  # a row's source: its (last) piece's
-    by_row = by_row[ledger.trained]  # shares of what was trained
+    if weights is None and ledger.sources and all(s.get("weight") is not None for s in ledger.sources):
+        weights = [float(s["weight"]) for s in ledger.sources]  # the mixture's weights as the run started
+    every_row = np.full(len(ledger.rows), -1, np.int64)
+    every_row[ledger.pieces["row_ref"]] = ledger.pieces["source"]  # a row's source: its (last) piece's
+    by_row = every_row[ledger.trained]  # shares of what was trained
     total = len(by_row)
     for s, info in enumerate(ledger.sources):
         n = int((by_row == s).sum())
@@ -199,3 +218,18 @@ def _shares(ledger: Ledger, weights: list[float] | None, report: AuditReport) ->
         if weights is not None and s < len(weights):
             share["weight"] = weights[s]
         report.shares[str(info.get("name", s))] = share
+    specs = mixture_of(ledger)
+    if not specs or len(ledger.sources) < 2:
+        return
+    if amounts is None:
+        amounts = np.zeros((len(ledger.rows), len(ledger.sources)), np.float64)
+        known = every_row >= 0
+        amounts[np.flatnonzero(known), every_row[known]] = 1.0
+    found, notes = phase_table(ledger, amounts, specs)
+    for phase in found if judge is not None else []:
+        judge(phase)
+    scheduled = any(len(spec.get("schedule") or []) > 1 for spec in specs.values())
+    names = [str(info.get("name", s)) for s, info in enumerate(ledger.sources)]
+    lines, problems = report_phases(found, names, scheduled)
+    report.phases += lines + notes
+    report.problems += problems

@@ -21,6 +21,7 @@ from llm.data.inputs.records import json_problem
 from llm.data.inputs.source import TextSource
 from llm.data.pack.best_fit import BestFitPacker, sample_slots
 from llm.data.sft.collator import BatchRecordError, StreamingDataCollator
+from llm.data.sft.ledger_audit import sft_ledger_info
 from llm.data.sft.prompts import prompter_for
 from llm.data.text.stream import StreamingTextDataModule
 
@@ -229,6 +230,7 @@ class StreamingSFTDataModule(StreamingTextDataModule):
             for e, name in zip(self.entries, names)
         ]
         self.collator = self.collators[0]
+        self.chat_template = settings.chat_template  # the ledger header keeps it (attach_ledger)
         if settings.packing == "best_fit" and not settings.sample_packing:  # best fit packs samples into rows
             raise ValueError("packing 'best_fit' packs samples into rows and needs sample_packing: true; "
                              "set sample_packing: true, or leave packing out")
@@ -236,6 +238,16 @@ class StreamingSFTDataModule(StreamingTextDataModule):
             self.attach_ledger(ledger)
 
     piece_slots = staticmethod(sample_slots)
+
+    def attach_ledger(self, folder: Any, run: str | None = None) -> None:
+        """The text stream's ledger, its header also saying how each source's records became samples, so the
+        audit can rebuild an SFT row and compare its checksum (sft/ledger_audit.py)."""
+        super().attach_ledger(folder, run)
+        assert self._ledger is not None  # just attached
+        infos = sft_ledger_info(self.entries, self.collators, self.chat_template,
+                                [name for name, _ in self.entry_names])
+        for source, info in zip(self._ledger.writer.sources, infos):
+            source["sft"] = info
 
     def _source_names(self) -> list[str]:
         if len(self.entries) == 1:  # one entry: no mixture to name it

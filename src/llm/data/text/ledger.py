@@ -39,6 +39,7 @@ def ledger_sources(source: TextSource, names: list[str], weights: list[float] | 
     # a dedup source over one source, a dedup mixture's entries, or a mixture's own dedup entries
     deduped = set(range(len(inner))) if dedup is not None and mixture is None else \
         set(dedup.dedup_sources) if isinstance(dedup, DedupMixture) else set()
+    spec = mixture_spec(source, stream)
     out = []
     for i, src in enumerate(inner):
         deduplicated = i in deduped or isinstance(src, DedupTextSource)
@@ -50,10 +51,24 @@ def ledger_sources(source: TextSource, names: list[str], weights: list[float] | 
             entry.update(kind="local", files=[str(f) for f in src.files],
                          paths=[os.path.abspath(str(f)) for f in src.files],
                          text_column=src.text_column, partition_bytes=src.partition_bytes)
-        else:
-            entry["kind"] = "other"  # not read again by the audit: its counts are still checked
+        else:  # the audit reads an object store's or a Hugging Face dataset's records again from its fingerprint
+            fp = entry["fingerprint"]
+            entry["kind"] = "object" if isinstance(src, LocalLineTextSource) else "hf" if fp.get("type") == "hf" else "other"
+        if spec is not None:
+            entry["mixture"] = spec
         out.append(entry)
     return out
+
+
+def mixture_spec(source: TextSource, stream: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A text mixture's weights, schedule, strategy and unit, for the audit's shares per phase (ledger/shares.py)."""
+    mixture = as_mixture(source)
+    if mixture is None:
+        return None
+    return {"weights": list(mixture.weights), "schedule": mixture.schedule.as_list() if mixture.schedule else None,
+            "strategy": mixture.strategy, "unit": mixture.unit,
+            "tokens_per_sample": (stream or {}).get("max_seq_len")}  # a step's tokens: its rows x max_seq_len
+
 
 
 def stream_info(tokenizer: Any, max_seq_len: int, tokens: bool) -> dict[str, Any]:
@@ -84,6 +99,11 @@ class TextLedger(StageLedger):
     def resume_from(self, state: dict[str, Any] | None) -> None:
         super().resume_from(state)
         self._held, self._dropped, self._held_skipped = None, [], False
+
+    def open(self, rank: int, topology: dict[str, Any]) -> None:
+        """Start recording; a mixture's weights and schedule join the topology (a resume may change them)."""
+        mixture = next((s["mixture"] for s in self.writer.sources if s.get("mixture")), None)
+        super().open(rank, {**topology, "mixture": mixture} if mixture else topology)
 
     def _pieces(self, table: tuple[np.ndarray, list[str]]) -> np.ndarray:
         pieces, names = table

@@ -9,7 +9,10 @@ read the way the stream read them (`TextAuditor`, through the inputs wing). Per 
 * records of a partition never read: all of a pass the partition went past, and in the pass it
   stands in, each one before the last record read (a skipped worker chunk, a cursor edited by hand);
 * records a dedup source dropped (pieces with start == end == 0): counted as accounted for;
-* each source's share of the rows against its weight, and the generic checks (`ledger/audit.py`).
+* each source's share of the rows against its weight, a mixture's shares per phase (`ledger_shares.py`),
+  and the generic checks (`ledger/audit.py`);
+* rows rebuilt from the records as stored now (`ledger_rebuild.py`): local files, Hugging Face datasets and
+  object stores read again through the stream's own inputs; a source that cannot be is `not re-checked`.
 """
 
 from __future__ import annotations
@@ -19,15 +22,16 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.inputs.hf import HFStreamTextSource
 from llm.data.inputs.local import LocalLineTextSource
 from llm.data.inputs.partitions import stripe_partitions
+from llm.data.inputs.source import TextSource
 from llm.data.ledger.audit import SHOW, AuditReport, audit
-from llm.data.ledger.format import row_checksums
 from llm.data.ledger.reader import Ledger
 from llm.data.skip_documents import SKIPPED
+from llm.data.text.ledger_rebuild import verify_rows
+from llm.data.text.ledger_shares import judge, mixed_amounts
 from llm.data.text.provenance import record_name
-from llm.data.tokenize.documents import encode_each
-from llm.data.tokenize.tokenizers import load_tokenizer
 
 _DOC = ["source", "epoch", "name", "item"]
 
@@ -42,30 +46,82 @@ class TextAuditor:
         self._parts: dict[int, list[tuple[str, str, np.ndarray]] | None] = {}
         self._lines: dict[str, np.ndarray] = {}  # a plain line file's newline offsets, for file:line
         self._bases: list[tuple[int, str, Any]] = []  # (source, recorded name, base partition) read again
-        self._sources: dict[int, LocalLineTextSource] = {}
+        self._sources: dict[int, TextSource] = {}
+        self._changed: set[int] = set()  # sources changed since the run: rows rebuilt, records not counted
+        self._remap: dict[str, dict[int, int]] = {}  # a changed file's records: the run's offset -> the offset now
+        self.unchecked: list[str] = []  # sources whose records cannot be read again, one sentence each
 
     def partitions(self, s: int) -> list[tuple[str, str, np.ndarray]] | None:
-        """(partition key, recorded name, record offsets in read order) of source s; None when not re-read."""
+        """(partition key, recorded name, record offsets in read order) of source s; None when its records are not
+        counted against it (not re-read, or changed since the run: its rows are still rebuilt, see `readable`)."""
         if s not in self._parts:
             self._parts[s] = self._read(s)
-        return self._parts[s]
+        return None if s in self._changed else self._parts[s]
+
+    def readable(self, s: int) -> bool:
+        """Whether source s was read again (its rows can be rebuilt), changed or not."""
+        self.partitions(s)
+        return self._parts.get(s) is not None
+
+    def _open(self, s: int) -> TextSource | None:
+        """Source s as the stream read it, through the same input reader; None (said why, in `unchecked`) if not."""
+        info = self.sources[s]
+        fp = info.get("fingerprint") or {}
+        try:
+            if info.get("kind") == "local":
+                return LocalLineTextSource(list(info["paths"]), info["text_column"], info["partition_bytes"])
+            if fp.get("type") == "local":  # an object store (s3://, gs://, az://): its credentials from the environment
+                return LocalLineTextSource(fp["dataset_path"], fp.get("text_column"), fp.get("partition_bytes"))
+            if fp.get("type") == "hf":
+                return HFStreamTextSource(fp["dataset_name"], fp.get("dataset_config"), fp.get("split", "train"),
+                                          fp.get("text_column"), fp.get("data_files"))
+        except Exception as e:  # gone, no credentials, no `datasets`: whatever it is, the records are not re-read
+            reason = str(e).strip().split("\n")[0] or type(e).__name__
+            self.unchecked.append(f"{info['name']} cannot be read again ({reason}); its counts are audited, its "
+                                  "records are not re-checked")
+            return None
+        self.unchecked.append(f"{info['name']} is a {fp.get('type', 'custom')} source the audit has no reader for; "
+                              "its counts are audited, its records are not re-checked")
+        return None
+
+    def _changes(self, s: int, src: TextSource) -> str | None:
+        """What changed in source s since the run (files or objects named), or None."""
+        saved, now = self.sources[s].get("fingerprint") or {}, src.source_fingerprint()
+        if saved.get("type") != "local":
+            differ = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+            return f"its {', '.join(differ)} differ" if differ else None
+        before, after = saved.get("stamps", {}), now["stamps"]
+        keys = list(before) + [k for k in after if k not in before]
+        changed = [k for k in keys if before.get(k) != after.get(k)]
+        if not changed and saved.get("bytes") == now["bytes"]:
+            return None
+        return f"{', '.join(changed) or 'its files'} changed (size or stamp)"
 
     def _read(self, s: int) -> list[tuple[str, str, np.ndarray]] | None:
         info = self.sources[s]
-        if info.get("kind") != "local" or not self.read:
+        if not self.read:
+            return None
+        src = self._open(s)
+        if src is None:
             return None
         try:
-            src = LocalLineTextSource(list(info["paths"]), info["text_column"], info["partition_bytes"])
-        except (OSError, ValueError) as e:
-            self.problems.append(f"{info['name']} cannot be read to check it: {e}")
+            change = self._changes(s, src)
+            if change is not None:
+                self._changed.add(s)
+                self.problems.append(f"{info['name']} changed since the run: {change}; its records are not counted "
+                                     "against it, and its rows are checked against the data as it is now")
+            return self._offsets(s, src)
+        except Exception as e:  # an object gone or a credential refused mid-read: said, not counted as checked
+            self._changed.discard(s)
+            reason = str(e).strip().split("\n")[0] or type(e).__name__
+            self.unchecked.append(f"{info['name']} cannot be read again ({reason}); its counts are audited, its "
+                                  "records are not re-checked")
             return None
-        saved, now = info.get("fingerprint", {}), src.source_fingerprint()
-        if saved.get("bytes") != now["bytes"] or list(saved.get("stamps", {}).values()) != list(now["stamps"].values()):
-            self.problems.append(f"{info['name']} ({', '.join(info['files'])}) changed since the run: its files' sizes "
-                                 "or stamps differ; its records are not checked against it")
-            return None
+
+    def _offsets(self, s: int, src: TextSource) -> list[tuple[str, str, np.ndarray]]:
+        info = self.sources[s]
         self._sources[s] = src
-        recorded = dict(zip(info["paths"], info["files"]))
+        recorded = dict(zip(info.get("paths", []), info.get("files", [])))
         out = []
         for group in _groups(stripe_partitions(src.partitions())):
             base = group[0]
@@ -73,7 +129,7 @@ class TextAuditor:
                 base = replace(base, key=base.base, stripe=None, stripes=1, base=None)
             offsets = np.array([after for _, after, _ in src.iter_partition(base, 0)], np.int64)
             name = record_name(replace(base, path=recorded.get(base.path or "", base.path)))
-            if base.seekable and base.path is not None:
+            if base.seekable and base.path is not None and "://" not in base.path:
                 self._lines.setdefault(name, _newlines(base.path))
             self._bases.append((s, name, base))
             for part in group:
@@ -81,18 +137,51 @@ class TextAuditor:
                 out.append((part.key, name, mine))
         return out
 
+    def align(self, s: int, recorded: dict[str, np.ndarray]) -> None:
+        """Source s changed since the run: match each record the run read (`recorded`: name -> its offsets then)
+        with the record in that place now, so its rows are rebuilt from it and it is named where it is now.
+
+        Records edited in place move the byte offsets of every later record of a line file by the same amount:
+        a record whose offset, so moved, is a record's end now is that record; one that is not (the edited one,
+        whose length changed) is the next record now, and the amount it moved holds for the records after it."""
+        if s not in self._changed or not self._parts.get(s):
+            return
+        now: dict[str, np.ndarray] = {}
+        for _, name, offsets in self._parts[s] or []:
+            now[name] = np.union1d(now.get(name, offsets[:0]), offsets)
+        for name, items in recorded.items():
+            ends = now.get(name)
+            if ends is None or not len(ends):
+                continue
+            known, mapping, delta, last = set(ends.tolist()), {}, 0, -1
+            for old in np.unique(items).tolist():
+                new = old + delta
+                if new not in known:
+                    later = int(np.searchsorted(ends, max(last, -1), side="right"))
+                    if later >= len(ends):
+                        break  # past the file's end now: the record is gone
+                    new = int(ends[later])
+                    delta = new - old
+                mapping[old], last = new, new
+            self._remap[name] = mapping
+
+    def _now(self, name: str, item: int) -> int:
+        return self._remap.get(name, {}).get(item, item)
+
     def documents(self, s: int, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        """The texts of the wanted (name, record) of source s, read again."""
+        """The texts of the wanted (name, record) of source s, read again (keyed by the run's record)."""
         out = {}
+        by_now = {(name, self._now(name, item)): (name, item) for name, item in wanted}
         for source, name, base in self._bases:
             if source == s and any(n == name for n, _ in wanted):
                 for text, after, _ in self._sources[s].iter_partition(base, 0):
-                    if (name, after) in wanted:
-                        out[(name, after)] = text
+                    if (name, after) in by_now:
+                        out[by_now[(name, after)]] = text
         return out
 
     def where(self, name: str, item: int) -> str:
-        """A record as `why` names it: FILE:LINE in a plain line file, else FILE record N."""
+        """A record as `why` names it: FILE:LINE in a plain line file, else FILE record N (where it is now)."""
+        item = self._now(name, item)
         lines = self._lines.get(name)
         if lines is None:
             return f"{name} record {item}"
@@ -118,13 +207,18 @@ def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditRepor
     dropped_mask = (pieces["start"] == 0) & (pieces["end"] == 0)
     by_id = (pieces["start"] == SKIPPED) & (pieces["end"] == SKIPPED)  # dropped by id: the generic audit counts them
     weights = [s.get("weight") for s in ledger.sources]
-    report = audit(replace(ledger, pieces=pieces[~dropped_mask]),
-                   weights=weights if all(w is not None for w in weights) else None)
+    kept = replace(ledger, pieces=pieces[~dropped_mask])
+    amounts = mixed_amounts(kept)
+    report = audit(kept, weights=weights if all(w is not None for w in weights) else None, amounts=amounts,
+                   judge=judge(kept, amounts))
     report.repeated, report.missing = [], []
     trained, dropped, skipped = pieces[~dropped_mask & ~by_id], pieces[dropped_mask], np.unique(pieces[by_id][_DOC])
     names = ledger.names
     for s in range(len(ledger.sources)):  # read first: a record is then named by its file and line
         auditor.partitions(s)
+        mine = pieces[pieces["source"] == s]
+        auditor.align(s, {names[int(n)]: mine["item"][mine["name"] == n].astype(np.int64)
+                          for n in np.unique(mine["name"]).tolist() if n >= 0})
 
     def say(p: Any) -> str:
         s = int(p["source"])
@@ -149,8 +243,9 @@ def audit_text(ledger: Ledger, auditor: TextAuditor | None = None) -> AuditRepor
     flight = _in_flight(ledger, docs.dtype)
     seen = np.union1d(np.union1d(np.union1d(docs, drops), flight), skipped)
     missing = _missing_records(ledger, auditor, seen, say, report)
-    report.counts["missing"] = len(holes) + missing + _verify_tokens(ledger, auditor, trained, flight, say, report)
+    report.counts["missing"] = len(holes) + missing + verify_rows(ledger, auditor, trained, flight, say, report)
     report.problems += auditor.problems
+    report.unchecked += auditor.unchecked
     return report
 
 
@@ -217,55 +312,3 @@ def _missing_records(ledger: Ledger, auditor: TextAuditor, seen: np.ndarray, say
                     report.missing.append(f"{say(p)} was never trained"
                                           + (" (its pass is complete)" if epoch < last_pass else ""))
     return total
-
-
-def _verify_tokens(ledger: Ledger, auditor: TextAuditor, trained: np.ndarray, flight: np.ndarray, say: Any,
-                   report: AuditReport) -> int:
-    """Token rows rebuilt from their documents as stored now: the checksum must match, and every document's
-    last range must reach its end (its last id; greedy packing's next window holds its EOS). Returns the holes."""
-    holes, bad = 0, np.zeros(len(ledger.rows), bool)
-    checked = np.zeros(len(ledger.rows), bool)
-    for s, info in enumerate(ledger.sources):
-        stream = info.get("stream") or {}
-        mine = trained[trained["source"] == s]
-        if stream.get("rows") != "tokens" or auditor.partitions(s) is None or not len(mine):
-            continue
-        tokenizer = load_tokenizer(stream["tokenizer"])
-        if tokenizer.fingerprint() != stream.get("tokenizer_fingerprint"):
-            report.accounted.append(f"{info['name']}: tokens not checked (the tokenizer {stream['tokenizer']} "
-                                    "is not the one the run used)")
-            continue
-        names = ledger.names
-        wanted = {(names[int(n)], int(i)) for n, i in np.unique(mine[["name", "item"]]).tolist()}
-        texts = auditor.documents(s, wanted)
-        keys = list(texts)
-        docs = dict(zip(keys, (np.append(ids, stream["eos_id"]) for ids in encode_each(tokenizer, [texts[k] for k in keys]))))
-        ends: dict[tuple[str, int, int], int] = {}
-        held = {(names[int(n)], int(i), int(e)) for e, n, i in flight[flight["source"] == s][["epoch", "name", "item"]].tolist()}
-        for p in mine:
-            key = (names[int(p["name"])], int(p["item"]))
-            doc_end = (key[0], key[1], int(p["epoch"]))
-            ends[doc_end] = max(ends.get(doc_end, 0), int(p["end"]))
-        for (name, item, epoch), end in ends.items():
-            doc = docs.get((name, item))
-            if doc is not None and end < len(doc) - 1 and (name, item, epoch) not in held:  # held: its tail is to come
-                holes += 1
-                if len(report.missing) < SHOW:
-                    report.missing.append(f"{info['name']} pass {epoch} {auditor.where(name, item)} tokens "
-                                          f"{end}-{len(doc) - 1} never trained")
-        by_row = mine[np.argsort(mine["row_ref"], kind="stable")]  # each row's pieces together, in their order
-        for row in np.split(by_row, np.flatnonzero(np.diff(by_row["row_ref"])) + 1):
-            r = int(row["row_ref"][0])
-            checked[r] = True
-            parts = [docs.get((names[int(p["name"])], int(p["item"])), np.zeros(0, np.int64))[int(p["start"]):int(p["end"])]
-                     for p in row]
-            ids = np.full(stream["max_seq_len"], stream["eos_id"], np.int64)
-            held = np.concatenate(parts) if parts else ids[:0]
-            ids[: len(held)] = held[: len(ids)]
-            bad[r] = int(row_checksums(ids[None])[0]) != int(ledger.rows["crc"][r])
-    if bad.any():
-        r = int(np.flatnonzero(bad)[0])
-        report.problems.append(f"{int(bad.sum())} of {int(checked.sum())} trained rows no longer match the files on "
-                               f"disk (first: step {int(ledger.rows['step'][r])} row {int(ledger.rows['row'][r])}); "
-                               "the data changed since the run")
-    return holes

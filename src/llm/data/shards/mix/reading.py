@@ -28,6 +28,9 @@ class MixReads:
     epoch: int
     names: list[str]
     sizes: np.ndarray
+    weights: list[float]
+    schedule: Any
+    batching: str
 
     def _counts(self, positions: np.ndarray) -> np.ndarray:
         """Samples each source gave before each absolute position (the mixture's plan)."""
@@ -36,9 +39,16 @@ class MixReads:
     # ---- the run ledger (read/ledger.py) ------------------------------------------------------
 
     def ledger_sources(self) -> list[dict[str, Any]]:
-        """Each source as the ledger names it, with the component its order is keyed by in this mixture."""
-        return [{**d.ledger_sources()[0], "name": self.names[s], "order": f"mixture/source{s}"}
-                for s, d in enumerate(self.datasets)]
+        """Each source as the ledger names it, with the component its order is keyed by in this mixture, its
+        weight and the mixture's weights and schedule (audit compares each phase's shares with them)."""
+        mixture = self.ledger_mixture()
+        return [{**d.ledger_sources()[0], "name": self.names[s], "order": f"mixture/source{s}",
+                 "weight": self.weights[s], "mixture": mixture} for s, d in enumerate(self.datasets)]
+
+    def ledger_mixture(self) -> dict[str, Any] | None:
+        """What the mixture's shares follow (ledger/shares.py): its weights now, schedule, batching, tokens a sample."""
+        return {"weights": list(self.weights), "schedule": self.schedule.as_list() if self.schedule else None,
+                "batching": self.batching, "tokens_per_sample": self.block_size}
 
     def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, the source's own epoch, its sample): a source's epoch is how many passes it gave before."""

@@ -93,6 +93,10 @@ class LedgerRows:
         return [{"name": name, "path": str(self.input_dir), "block_size": self.block_size,
                  "drop_partial_block": self.drop_partial_block, **self.identity()}]
 
+    def ledger_mixture(self) -> dict[str, Any] | None:
+        """A mixture's weights and schedule for the ledger (None: one dataset, nothing mixed)."""
+        return None
+
     def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, the source's epoch, its sample) of the samples a chunk read at these positions of `epoch`."""
         n = len(ids)

@@ -229,8 +229,10 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         token = self._active = object()  # supersedes any earlier iterator of this loader
         profile = self._profile if self._profile is not None and not self._profile.done else None
         if self._ledger is not None:
+            # a resume may change a mixture's weights or later schedule: each generation records its own
             self._ledger.open(schedule.rank, {"world_size": schedule.world_size, "batch_size": self.batch_size,
-                               "num_workers": self.reader_threads or self.num_workers})
+                               "num_workers": self.reader_threads or self.num_workers,
+                               **({"mixture": mix} if (mix := self.dataset.ledger_mixture()) else {})})
         it = ReadPlan(epoch, schedule, self._chunk_batches, self._collate,
                       profile=profile.batches if profile else 0, t0=profile.t0 if profile else 0,
                       ledger=self._ledger is not None)
