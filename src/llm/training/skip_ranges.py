@@ -90,14 +90,34 @@ def _no_rows(batch: Any) -> bool:
     return ids is not None and len(ids) == 0
 
 
-class SkipRanges:
-    """Which global batches to drop, how many were drawn and skipped; `filter` wraps a task's batches."""
+def _empty_on_any_rank(empty: bool) -> bool:
+    """Whether any rank's share of this global batch has no rows (a collective: every rank calls it per batch).
 
-    def __init__(self, value: Any = None):
+    Under DDP every rank must drop the same global batches: a rank reading past its empty share alone while
+    the others train theirs would leave the ranks' data positions one batch apart from then on."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return empty
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    flag = torch.tensor([1 if empty else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+class SkipRanges:
+    """Which global batches to drop, how many were drawn and skipped; `filter` wraps a task's batches.
+
+    `skip_documents`: the run drops documents by id, so a rank's share of a batch may come with no rows;
+    then every rank drops that global batch (one small all-reduce a batch, only in such runs)."""
+
+    def __init__(self, value: Any = None, skip_documents: bool = False):
         self.configured = parse_ranges(value)
         self.ranges = list(self.configured)
         self.next_batch = 0  # the global index of the next batch the data stream hands over
         self.skipped = 0
+        self.skip_documents = skip_documents
 
     def filter(self, batches: Iterator[Any], on_skip: Callable[[], None] | None = None) -> Iterator[Any]:
         """`batches` without those in a range (read, then dropped: the data's own cursor moves past them).
@@ -107,7 +127,8 @@ class SkipRanges:
             for batch in batches:
                 index = self.next_batch
                 self.next_batch += 1
-                if self.covers(index) or _no_rows(batch):  # no rows: data.skip_documents took all of them
+                empty = self.skip_documents and _empty_on_any_rank(_no_rows(batch))  # data.skip_documents took them
+                if self.covers(index) or empty:
                     self.skipped += 1
                     if on_skip is not None:
                         on_skip()
@@ -116,6 +137,13 @@ class SkipRanges:
         finally:
             if isinstance(batches, Generator):  # the trainer closes us: stop the data's workers now
                 batches.close()  # (the tasks' batches are generators; a plain iterator has nothing to stop)
+
+    def resume_documents(self, data_state: Any, configured: Any) -> list[str]:
+        """A resume's `data.skip_documents` lines; with any id kept (the checkpoint's union), empty shares are
+        dropped by every rank together (`filter`)."""
+        lines = skip_documents_lines(data_state, configured)
+        self.skip_documents = self.skip_documents or bool(lines)
+        return lines
 
     def covers(self, index: int) -> bool:
         return any(start <= index < end for start, end in self.ranges)

@@ -39,7 +39,7 @@ from llm.training.runtime import (
     set_rng_state,
 )
 from llm.training.schedule import WarmupCosine, build_optimizer
-from llm.training.skip_ranges import SkipRanges, skip_documents_lines
+from llm.training.skip_ranges import SkipRanges
 from llm.training.source_metrics import tokens_by_source
 from llm.training.tasks import TrainData, build_task_data
 from llm.training.validation import ValidationSet, build_validation, evaluate
@@ -79,7 +79,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self._log = log
-        self.skips = SkipRanges(config.data.skip_batches)  # data.skip_batches, checked before the data is built
+        self.skips = SkipRanges(config.data.skip_batches, bool(config.data.skip_documents))  # data.skip_batches, checked before the data is built
         self.data: TrainData = build_task_data(task, config, self.env.rank, self.env.world_size)
         self.tokenizer = self.data.tokenizer
         self.ledger = RunLedger(config, self.data, self.env, self.log)  # RUN_DIR/ledger/<run> (ledger.py)
@@ -229,7 +229,7 @@ class Trainer:
         self.scaler.load_state_dict(ckpt.get("scaler_state_dict", {}))
         self.ledger.resume(ckpt)  # before the data's state: the loader takes the ledger's position from it
         self.data.load_state_dict(ckpt["stream_data"])
-        [self.log(line) for line in skip_documents_lines(ckpt["stream_data"], self.config.data.skip_documents)]
+        [self.log(line) for line in self.skips.resume_documents(ckpt["stream_data"], self.config.data.skip_documents)]
         self.skips.restore(skips)
         self._batches = None
         self.step = int(ckpt["step"])
