@@ -46,6 +46,7 @@ class RowNamer:
         self.view, self.ledger, self.preview = view, view.ledger, preview
         self._datasets: dict[int, Any] = {}
         self._tokenizer: Any = None
+        self._auditor: Any = None  # the text sources read again, for FILE:LINE and previews (opened once)
 
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
@@ -77,6 +78,32 @@ class RowNamer:
         decoded = decoded.replace("\n", "\\n")
         return f" {decoded[:self.preview]!r}" + ("..." if len(decoded) > self.preview else "")
 
+    def record(self, source: int, name: str, item: int, held: tuple[int, int] | None) -> tuple[str, str]:
+        """A text record as `why` names it (FILE:LINE in a plain line file, else FILE record N) and a preview of
+        what the row holds of it, read again from the source as stored now (nothing when it cannot be read)."""
+        plain = f"{name} record {item}"
+        try:
+            if self._auditor is None:
+                from llm.data.text.ledger_audit import TextAuditor
+
+                self._auditor = TextAuditor(self.ledger.sources)
+            if not self._auditor.readable(source):
+                return plain, ""
+            at = self._auditor.where(name, item)
+            text = self._auditor.documents(source, {(name, item)}).get((name, item))
+        except (OSError, ValueError, KeyError, TypeError):
+            return plain, ""  # a source gone or unreadable: the recorded name is all there is
+        if text is None or self.preview <= 0:
+            return at, ""
+        stream = self.ledger.sources[source].get("stream") or {}
+        if held is None or stream.get("rows") != "tokens":  # SFT, or a skipped record: the record's own text
+            short = text.replace("\n", "\\n")
+            return at, f" {short[:self.preview]!r}" + ("..." if len(short) > self.preview else "")
+        from llm.data.tokenize.documents import encode_each
+
+        ids = encode_each(self.tokenizer(), [text])[0]
+        return at, self.text(ids[held[0]:held[1]])
+
     def source_name(self, source: int) -> str:
         sources = self.ledger.sources
         return str(sources[source].get("name")) if source < len(sources) else f"source {source}"
@@ -101,7 +128,8 @@ class RowNamer:
         if int(p["name"]) >= 0:  # text: a document's token range, as its record was read; its id for skip_documents
             name = self.ledger.names[int(p["name"])]
             held = "skipped by id (data.skip_documents)" if by_id else f"tokens [{int(p['start'])}, {int(p['end'])})"
-            return [f"{indent}{where} {name} record {item} {held} id {self.source_name(source)}:{name}:{item}"]
+            at, preview = self.record(source, name, item, None if by_id else (int(p["start"]), int(p["end"])))
+            return [f"{indent}{where} {at} {held} id {self.source_name(source)}:{name}:{item}{preview}"]
         if by_id:
             return [f"{indent}{where} sample {item}: skipped by id (data.skip_documents), not in this row"]
         ds = self.dataset(source)
