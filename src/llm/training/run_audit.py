@@ -83,9 +83,9 @@ def _lost_to_kills(ledger: Ledger, run_dir: Path) -> str | None:
     if not lost:
         return None
     ledger.abandoned[:] = [a for a in ledger.abandoned if a[1] in standing]
-    return "; ".join(f"rank {r} generation {g} steps {a}-{b} were trained by a run stopped before its first "
-                     "checkpoint landed here (or resumed into another folder), and are not counted"
-                     for r, g, a, b in lost)
+    return "; ".join(f"rank {r} generation {g} steps {a}-{b} were trained on a branch the latest checkpoint does "
+                     "not stand on (a resume from an earlier checkpoint, a run stopped before its first checkpoint "
+                     "landed here, or one resumed into another folder), and are not counted" for r, g, a, b in lost)
 
 
 def _check_dataset(ledger: Ledger, trained_on: Any, step_folder: Path) -> None:
