@@ -22,7 +22,7 @@ import numpy as np
 from llm.data.inputs.local import LocalLineTextSource
 from llm.data.inputs.partitions import stripe_partitions
 from llm.data.ledger.audit import SHOW, AuditReport, audit
-from llm.data.ledger.format import row_checksums
+from llm.data.ledger.format import checksum_rule
 from llm.data.ledger.reader import Ledger
 from llm.data.text.provenance import record_name
 from llm.data.tokenize.documents import encode_each
@@ -220,6 +220,7 @@ def _verify_tokens(ledger: Ledger, auditor: TextAuditor, trained: np.ndarray, fl
     last range must reach its end (its last id; greedy packing's next window holds its EOS). Returns the holes."""
     holes, bad = 0, np.zeros(len(ledger.rows), bool)
     checked = np.zeros(len(ledger.rows), bool)
+    checksum = checksum_rule(ledger.header)  # version 1 ledgers: their own rule
     for s, info in enumerate(ledger.sources):
         stream = info.get("stream") or {}
         mine = trained[trained["source"] == s]
@@ -257,7 +258,7 @@ def _verify_tokens(ledger: Ledger, auditor: TextAuditor, trained: np.ndarray, fl
             ids = np.full(stream["max_seq_len"], stream["eos_id"], np.int64)
             held = np.concatenate(parts) if parts else ids[:0]
             ids[: len(held)] = held[: len(ids)]
-            bad[r] = int(row_checksums(ids[None])[0]) != int(ledger.rows["crc"][r])
+            bad[r] = int(checksum(ids[None])[0]) != int(ledger.rows["crc"][r])
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
         report.problems.append(f"{int(bad.sum())} of {int(checked.sum())} trained rows no longer match the files on "

@@ -231,7 +231,7 @@ class StreamingDataLoader(DataLoader, Stage):
                                "num_workers": self.reader_threads or self.num_workers})
         it = ReadPlan(epoch, schedule, self._chunk_batches, self._collate,
                       profile=profile.batches if profile else 0, t0=profile.t0 if profile else 0,
-                      ledger=self._ledger is not None)
+                      ledger=self._ledger.writer.checksum if self._ledger is not None else "")
         return self._batches(token, it, profile)
 
     def _batches(self, token: object, it: ReadPlan, profile: LoaderProfile | None) -> Iterator[Any]:
@@ -270,19 +270,15 @@ class StreamingDataLoader(DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
-                pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
-                if ids is not None:  # once a chunk, not once a batch: slices of arrays are views
-                    pos, ids, crcs = np.asarray(pos), np.asarray(ids), np.asarray(crcs)
+                ledger = self._ledger_chunk(chunk, it.epoch)
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
-                row = 0
                 try:
-                    for batch, size in zip(_split_chunk(chunk, sizes, boundaries), sizes):
+                    for batch in _split_chunk(chunk, sizes, boundaries):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
-                        if ids is not None:  # recorded like the count: a state saved now includes this batch
-                            self._record(pos[row:row + size], ids[row:row + size], crcs[row:row + size], it.epoch)
-                            row += size
+                        if ledger is not None:  # counted like it: a state saved now includes this batch's rows
+                            ledger.step += 1
                         log_wait(clock() - asked)
                         if profile is not None:
                             profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
@@ -296,10 +292,14 @@ class StreamingDataLoader(DataLoader, Stage):
         if self._active is token and self._yielded == len(it.schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
 
-    def _record(self, positions: np.ndarray, ids: np.ndarray, crcs: np.ndarray, epoch: int) -> None:
-        source, source_epoch, item = self.dataset.ledger_rows(epoch, positions, ids)
-        if self._ledger is not None:
-            self._ledger.record(item, crcs, source, source_epoch, self.dataset.block_size or 0)
+    def _ledger_chunk(self, chunk: dict[str, Any], epoch: int) -> LoaderLedger | None:
+        """The ledger, given this chunk's rows once (per batch handed over it then only counts a step)."""
+        pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
+        if ids is None or self._ledger is None:
+            return None
+        source, source_epoch, item = self.dataset.ledger_rows(epoch, np.asarray(pos), np.asarray(ids))
+        self._ledger.add_chunk(item, np.asarray(crcs), source, source_epoch, chunk["sizes"], self.dataset.block_size or 0)
+        return self._ledger
 
     def _remote_now(self) -> dict[str, int]:
         return remote_sum([self.dataset.remote_counters(), self._worker_remote.snapshot()])
