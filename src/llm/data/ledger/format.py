@@ -91,8 +91,9 @@ class Segment:
 
 
 def _delta(items: np.ndarray) -> np.ndarray:
-    out = items.copy()
-    out[1:] = items[1:] - items[:-1]  # wraps modulo 2**64 and back: exact for any order
+    out = np.empty(len(items), np.uint64)
+    out[:1] = items[:1]
+    np.subtract(items[1:], items[:-1], out=out[1:])  # wraps modulo 2**64 and back: exact for any order
     return out
 
 
@@ -102,12 +103,16 @@ def _undelta(deltas: np.ndarray) -> np.ndarray:
 
 def encode_segment(header: dict[str, Any], rows: np.ndarray, pieces: np.ndarray) -> bytes:
     """The bytes of one segment file (header, compressed tables, trailer)."""
-    rows, pieces = np.ascontiguousarray(rows, ROW), np.ascontiguousarray(pieces, PIECE).copy()
-    pieces["item"] = _delta(pieces["item"])
-    # column-major: each column's runs sit together, which is what makes them compress
-    columns = [rows[f].tobytes() for f in ROW.names] + [pieces[f].tobytes() for f in PIECE.names]
+    rows, pieces = np.asarray(rows, ROW), np.asarray(pieces, PIECE)
+    # column-major: each column's runs sit together, which is what makes them compress; fed to zstd one
+    # column at a time (no joined copy), the frame still records its size for decode_segment
+    columns = [rows[f] for f in ROW.names] + [_delta(pieces[f]) if f == "item" else pieces[f] for f in PIECE.names]
+    size = len(rows) * ROW.itemsize + len(pieces) * PIECE.itemsize
+    # level 1: the loader's commit is on the training path; level 3 saved half a byte a sample for 1.5x the time
+    stream = zstandard.ZstdCompressor(level=1).compressobj(size=size)
+    body = [stream.compress(np.ascontiguousarray(c).data) for c in columns] + [stream.flush()]
     head = json.dumps({**header, "rows": len(rows), "pieces": len(pieces)}, sort_keys=True).encode()
-    payload = struct.pack("<I", len(head)) + head + zstandard.ZstdCompressor(level=3).compress(b"".join(columns))
+    payload = b"".join([struct.pack("<I", len(head)), head, *body])
     return MAGIC + payload + _TRAILER.pack(len(payload), xxhash.xxh3_64_intdigest(payload))
 
 
