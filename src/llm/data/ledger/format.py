@@ -191,7 +191,8 @@ def row_checksums(tokens: Any) -> np.ndarray:
     passes over rows in cache-sized blocks, with no per-row Python (bench/ledger.py has the numbers).
     """
     rows = np.asarray(tokens)
-    rows = rows.reshape(len(rows), -1)
+    if rows.ndim != 2:
+        rows = rows.reshape(len(rows), -1) if rows.size else rows.reshape(len(rows), 0)
     n, length = rows.shape
     out = np.empty(n, np.uint32)
     if n == 0:
