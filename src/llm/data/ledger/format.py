@@ -2,7 +2,8 @@
 
 A run's ledger is a folder:
 
-* `ledger.json`: `{version, run, sources}`, written once by the first run (rank 0). `run` is a
+* `ledger.json`: `{version, run, checksum, sources}`, written once by the first run (rank 0); `checksum`
+  names the rule of the rows' checksums (version 1 headers have none: theirs was "xxh3-int64"). `run` is a
   random id that every segment repeats, so a segment copied in from another run is named;
   `sources` lists each source's name and fingerprint (and for token shards its path and
   sample count, so `audit` knows what a complete epoch is).
@@ -11,7 +12,7 @@ A run's ledger is a folder:
 
 A segment is `MAGIC`, a little-endian u32 header length, a JSON header (run, rank,
 generation, steps, topology, the segment's `names` table, the `skipped` steps: read but not
-trained, `data.skip_batches`), the zstd-compressed row and
+trained, `data.skip_batches`; `checksum`, the rule its rows' checksums follow), the zstd-compressed row and
 piece tables, and a trailer of the payload's length and xxh3-64 digest. A truncated or
 damaged segment fails its trailer check, so it is named, never half read.
 
@@ -187,8 +188,9 @@ def row_checksums(tokens: Any) -> np.ndarray:
     Odd weights make any single changed token change the checksum (always, not just likely); distinct
     pseudo-random weights make a swap or a shifted run change it too. It is not a keyed hash: it finds
     data that changed, not data forged to match. Why not xxh3 per row (version 1): one Python call per
-    row plus a widening copy cost more than the loader's own copy of the row; this is three vectorized
-    passes over rows in cache-sized blocks, with no per-row Python (bench/ledger.py has the numbers).
+    row plus a widening copy cost more than the loader's own copy of the row; this is one matrix-vector
+    product over 64-bit rows, or three vectorized passes over narrower rows in cache-sized blocks, with no
+    per-row Python (bench/ledger.py has the numbers).
     """
     rows = np.asarray(tokens)
     if rows.ndim != 2:
@@ -198,6 +200,10 @@ def row_checksums(tokens: Any) -> np.ndarray:
     if n == 0:
         return out
     w = _weights(length)
+    if rows.dtype.kind in "iu" and rows.dtype.itemsize == 8 and rows.dtype.isnative:
+        # 64-bit ids (what the loader hands over): one pass, no copy; unsigned wrap-around modulo 2**64 keeps
+        # the low 32 bits exact, and a negative id's two's complement is its value modulo 2**32
+        return (np.ascontiguousarray(rows).view(np.uint64) @ w.astype(np.uint64)).astype(np.uint32)
     block = max(1, (1 << 16) // max(length, 1))  # 256 KB of uint32: the three passes stay in cache
     buf = np.empty((min(block, n), length), np.uint32)
     for lo in range(0, n, block):
