@@ -166,17 +166,18 @@ class LedgerWriter:
         self._first_step = step if self._first_step is None else self._first_step
         self._last_step = step
 
-    def record_many(self, rows: np.ndarray, pieces: np.ndarray) -> None:
-        """Several steps at once (rows carry their steps, in order; `row_ref` indexes `rows`): one copy, not one per step."""
+    def record_many(self, rows: np.ndarray, pieces: np.ndarray, owned: bool = False) -> None:
+        """Several steps at once (rows carry their steps, in order; `row_ref` indexes `rows`): one copy, not one per
+        step; none with `owned=True` (tables built for this call alone, kept as they are)."""
         if not len(rows):
             return
         first, last = int(rows["step"][0]), int(rows["step"][-1])
         if first <= self._last_step:
             raise ValueError(f"ledger step {first} recorded after step {self._last_step}; steps only go forward")
-        pieces = np.asarray(pieces, PIECE).copy()
+        pieces = np.asarray(pieces, PIECE) if owned else np.asarray(pieces, PIECE).copy()
         pieces["row_ref"] += self._n_rows
         self._n_rows += len(rows)
-        self._rows.append(np.asarray(rows, ROW).copy())
+        self._rows.append(np.asarray(rows, ROW) if owned else np.asarray(rows, ROW).copy())
         self._pieces.append(pieces)
         self._first_step = first if self._first_step is None else self._first_step
         self._last_step = last
@@ -217,7 +218,9 @@ class LedgerWriter:
                       "first_step": self._first_step, "last_step": self._last_step,
                       "topology": self.topology, "names": names, "in_flight": in_flight or [],
                       "skipped": self._skipped, "checksum": self.checksum}
-            data = encode_segment(header, np.concatenate(self._rows), np.concatenate(self._pieces))
+            one = len(self._rows) == 1  # the loader's one table a commit: no copy to join it
+            data = encode_segment(header, self._rows[0] if one else np.concatenate(self._rows),
+                                  self._pieces[0] if one else np.concatenate(self._pieces))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
             atomic_write(path, data)
             self._rows, self._pieces, self._names, self._first_step = [], [], {}, None

@@ -118,7 +118,7 @@ class LoaderLedger(StageLedger):
         pieces["row_ref"] = np.arange(n)
         pieces["source"], pieces["epoch"], pieces["item"] = source, epoch, ids
         pieces["name"], pieces["end"] = -1, self.block
-        self.writer.record_many(rows, pieces)
+        self.writer.record_many(rows, pieces, owned=True)
         for step in self._skipped:
             if step in at:
                 self.writer.mark_skipped(step)
