@@ -28,11 +28,14 @@ from typing import Any
 import numpy as np
 
 from llm.data.ledger.format import (
+    CHECKSUM,
     HEADER_NAME,
     PIECE,
     ROW,
+    RULES,
     VERSION,
     LedgerError,
+    checksum_name,
     encode_segment,
     parse_segment_name,
     read_header,
@@ -94,6 +97,7 @@ class LedgerWriter:
         self._first_step: int | None = None
         self._last_step = 0
         self._skipped: list[int] = []  # steps recorded (read) but not trained: data.skip_batches
+        self.checksum = CHECKSUM  # the rows' checksum rule: a resumed ledger keeps the one its header names
 
     # -- start and resume ------------------------------------------------------------------------
     def open(self, state: dict[str, Any] | None, topology: dict[str, Any] | None = None, run: str | None = None) -> None:
@@ -116,6 +120,7 @@ class LedgerWriter:
                 # written with the first commit: nothing reaches the disk before a checkpoint does
                 self._header_due = True
             self.generation, self.committed_step, self._last_step = 0, 0, 0
+            self.checksum = CHECKSUM
             return
         state = check_ledger_state(state)
         header = read_header(self.folder)
@@ -124,6 +129,7 @@ class LedgerWriter:
             raise LedgerError(f"the checkpoint's ledger state belongs to run {state['run']} but {self.folder} holds "
                               f"{found}; pass the ledger folder of the run that wrote the checkpoint")
         self.run = header["run"]
+        self.checksum = checksum_name(header)  # a version 1 ledger resumed goes on with its own rule
         existing = generations_in(self.folder)
         self.generation = max([state["generation"], *existing]) + 1
         if self.rank == 0 and max(existing, default=0) <= state["generation"]:
@@ -160,17 +166,18 @@ class LedgerWriter:
         self._first_step = step if self._first_step is None else self._first_step
         self._last_step = step
 
-    def record_many(self, rows: np.ndarray, pieces: np.ndarray) -> None:
-        """Several steps at once (rows carry their steps, in order; `row_ref` indexes `rows`): one copy, not one per step."""
+    def record_many(self, rows: np.ndarray, pieces: np.ndarray, owned: bool = False) -> None:
+        """Several steps at once (rows carry their steps, in order; `row_ref` indexes `rows`): one copy, not one per
+        step; none with `owned=True` (tables built for this call alone, kept as they are)."""
         if not len(rows):
             return
         first, last = int(rows["step"][0]), int(rows["step"][-1])
         if first <= self._last_step:
             raise ValueError(f"ledger step {first} recorded after step {self._last_step}; steps only go forward")
-        pieces = np.asarray(pieces, PIECE).copy()
+        pieces = np.asarray(pieces, PIECE) if owned else np.asarray(pieces, PIECE).copy()
         pieces["row_ref"] += self._n_rows
         self._n_rows += len(rows)
-        self._rows.append(np.asarray(rows, ROW).copy())
+        self._rows.append(np.asarray(rows, ROW) if owned else np.asarray(rows, ROW).copy())
         self._pieces.append(pieces)
         self._first_step = first if self._first_step is None else self._first_step
         self._last_step = last
@@ -198,7 +205,8 @@ class LedgerWriter:
             raise RuntimeError("LedgerWriter.commit() before open()")
         if self._header_due:
             atomic_write(self.folder / HEADER_NAME, json.dumps(
-                {"version": VERSION, "run": self.run, "sources": self.sources}, indent=1).encode())
+                {"version": VERSION, "run": self.run, "checksum": self.checksum, "sources": self.sources},
+                indent=1).encode())
             self._header_due = False
         if self.rank == 0 and not self._marker_written and self.generation > 0:
             atomic_write(self.folder / marker_name(self.generation), json.dumps(
@@ -209,8 +217,10 @@ class LedgerWriter:
             header = {"run": self.run, "rank": self.rank, "generation": self.generation,
                       "first_step": self._first_step, "last_step": self._last_step,
                       "topology": self.topology, "names": names, "in_flight": in_flight or [],
-                      "skipped": self._skipped}
-            data = encode_segment(header, np.concatenate(self._rows), np.concatenate(self._pieces))
+                      "skipped": self._skipped, "checksum": self.checksum}
+            one = len(self._rows) == 1  # the loader's one table a commit: no copy to join it
+            data = encode_segment(header, self._rows[0] if one else np.concatenate(self._rows),
+                                  self._pieces[0] if one else np.concatenate(self._pieces))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
             atomic_write(path, data)
             self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
@@ -242,3 +252,8 @@ class StageLedger:
             self.writer.rank = rank
             self.writer.open(self.pending, topology, run=self.run if self.pending is None else None)
             self.step, self.opened = self.writer.committed_step, True
+
+    @property
+    def checksum(self) -> Any:
+        """The function that computes rows' checksums by this ledger's rule (known once it is opened)."""
+        return RULES[self.writer.checksum]

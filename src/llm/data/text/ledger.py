@@ -1,7 +1,8 @@
 """The text module's side of the run ledger: each batch's rows as the workers packed them, committed with the state.
 
 Workers send, with every batch, a PIECE table of what each row holds (text/provenance.py); the
-module hands it here as it hands the batch to the caller (`record`), with the 32-bit checksum (ledger/format.py row_checksums) of each row's
+module hands it here as it hands the batch to the caller (`record`), with the 32-bit checksum (by the
+ledger's rule: ledger/format.py row_checksums, or a resumed version 1 ledger's) of each row's
 `input_ids` as handed over. Records a dedup source dropped come as pieces with start == end == 0,
 on the batch's first row. Nothing reaches the disk before `commit()`, which `state_dict()` and
 `checkpoint_state()` call, so the ledger holds exactly the steps the saved state stands on.
@@ -23,7 +24,7 @@ from llm.data.inputs.dedup import DedupTextSource
 from llm.data.inputs.local import LocalLineTextSource
 from llm.data.inputs.mixture import DedupMixture, as_mixture
 from llm.data.inputs.source import Partition, TextSource
-from llm.data.ledger.format import PIECE, ROW, row_checksums
+from llm.data.ledger.format import PIECE, ROW
 from llm.data.ledger.writer import StageLedger
 
 
@@ -117,7 +118,7 @@ class TextLedger(StageLedger):
         """One batch handed to the caller: its rows' checksums and the pieces its worker packed."""
         ids = np.asarray(input_ids)
         rows = np.zeros(len(ids), ROW)
-        rows["row"], rows["crc"], rows["loss"] = np.arange(len(ids)), row_checksums(ids), np.nan
+        rows["row"], rows["crc"], rows["loss"] = np.arange(len(ids)), self.checksum(ids), np.nan  # the ledger's rule
         self._flush()
         self.step += 1
         self._held = (self.step, rows, self._pieces(table))

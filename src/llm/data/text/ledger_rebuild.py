@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.ledger.audit import SHOW, AuditReport
-from llm.data.ledger.format import row_checksums
+from llm.data.ledger.format import checksum_rule
 from llm.data.ledger.reader import Ledger
 from llm.data.sft.ledger_audit import SampleRebuild, pad_batches
 from llm.data.tokenize.documents import encode_each
@@ -158,8 +158,9 @@ def _compare(ledger: Ledger, trained: np.ndarray, docs: dict, usable: dict[int, 
     by_width: dict[int, list[int]] = {}
     for r, ids in rows.items():
         by_width.setdefault(len(ids), []).append(r)
+    checksum = checksum_rule(ledger.header)  # version 1 ledgers: their own rule
     for group in by_width.values():  # the checksum of many rows of one width at once
-        crcs = row_checksums(np.stack([rows[r] for r in group]))
+        crcs = checksum(np.stack([rows[r] for r in group]))
         bad += [r for r, c in zip(group, crcs.tolist()) if int(c) != int(ledger.rows["crc"][r])]
     bad.sort()
     if bad:

@@ -15,15 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.ledger.format import PIECE, ROW, row_checksums
+from llm.data.ledger.format import CHECKSUM, PIECE, ROW, RULES
 from llm.data.ledger.writer import StageLedger
 from llm.data.skip_documents import SKIPPED
 
 
-def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, np.ndarray]:
-    """What a worker adds to a chunk for the ledger: the positions and sample ids it read, the rows' checksums."""
+def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray,
+                     rule: str = CHECKSUM) -> dict[str, np.ndarray]:
+    """What a worker adds to a chunk for the ledger: the positions and sample ids it read, the rows' checksums
+    (by the ledger's `rule`, format.RULES), all rows of the chunk in one vectorized call."""
     tokens = chunk.get("input_ids")
-    crcs = row_checksums(tokens) if tokens is not None else np.zeros(len(samples), np.uint32)  # items: no checksum
+    crcs = RULES[rule](tokens) if tokens is not None else np.zeros(len(samples), np.uint32)  # items: no checksum
     return {"ledger_pos": np.asarray(positions, np.int64), "ledger_ids": np.asarray(samples, np.int64),
             "ledger_crc": crcs}
 
@@ -37,73 +39,116 @@ def run_id(fingerprint: str, seed: int, folder: str | os.PathLike) -> str:
 class LoaderLedger(StageLedger):
     """Records the batches one rank's loader hands over; opened lazily so a `load_state_dict` comes first.
 
-    A batch handed over costs one list append: its ids, checksums, sources and epochs are kept as the
-    worker's arrays and turned into ledger rows in one go when the checkpoint commits (bench/ledger.py).
+    Per chunk the loader adds the worker's arrays once (`add_chunk`); per batch handed over it only counts
+    `step` (one attribute increment); the chunk's rows up to the last batch counted become ledger rows in one
+    go when the checkpoint commits (bench/ledger.py measures what that costs).
     """
 
     def __init__(self, folder: str | os.PathLike, sources: list[dict[str, Any]], run: str):
         super().__init__(folder, sources, run)
         self.block = 0
-        self._batches: list[list[Any]] = []  # [step, ids, crcs, source, epoch, losses or None, skipped, gone]
-        self._gone: list[np.ndarray] = []  # blocks skipped by id not yet on a row (a batch left with none)
+        # [first step, rows per batch, ids, crcs, source, epoch]: a chunk's batches get steps first, first + 1, ...
+        self._chunks: list[list[Any]] = []
+        self._losses: dict[int, np.ndarray] = {}
+        self._skipped: list[int] = []
+        self._gone: dict[int, np.ndarray] = {}  # step -> (source, epoch, sample) rows of blocks skipped by id
+        self._gone_carry: list[np.ndarray] = []  # skipped blocks of batches left with no row, for the next row
+
+    def add_chunk(self, ids: np.ndarray, crcs: np.ndarray, source: np.ndarray, epoch: np.ndarray,
+                  sizes: np.ndarray, block: int, gone: tuple[np.ndarray, ...] | None = None) -> None:
+        """A chunk whose batches are about to be handed over, each counted by `step += 1` as it goes; `gone`:
+        (source, epoch, sample, batch of the chunk) of the blocks skipped by id that its batches lack."""
+        self._close_last()  # a chunk left before its end (a new iterator): only the batches counted stay
+        self._gone = {s: g for s, g in self._gone.items() if s <= self.step}  # its uncounted batches' too
+        self.block = block
+        self._chunks.append([self.step + 1, np.asarray(sizes, np.int64), ids, crcs, source, epoch])
+        if gone is not None:
+            table = np.stack([np.asarray(a, np.int64) for a in gone[:3]], axis=1)
+            for k in np.unique(gone[3]).tolist():
+                self._gone[self.step + 1 + int(k)] = table[np.asarray(gone[3]) == k]
+
+    def _close_last(self) -> None:
+        if self._chunks:
+            first, sizes, *arrays = self._chunks[-1]
+            handed = max(0, min(len(sizes), self.step - first + 1))
+            if handed < len(sizes):
+                n = int(sizes[:handed].sum())
+                self._chunks[-1] = [first, sizes[:handed], *(a[:n] for a in arrays)]
 
     def record(self, ids: np.ndarray, crcs: np.ndarray, source: np.ndarray, epoch: np.ndarray, block: int,
-               gone: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
-        """One batch handed to the caller: its rows, each one sample (one piece); `gone`: (source, epoch, sample)
-        of the blocks skipped by id that the batch lacks (read/skips.py)."""
+               gone: tuple[np.ndarray, ...] | None = None) -> None:
+        """One batch handed to the caller, on its own (the loader adds whole chunks: `add_chunk`)."""
+        self.add_chunk(ids, crcs, source, epoch, np.array([len(ids)]), block,
+                       None if gone is None else (*gone, np.zeros(len(gone[0]), np.int64)))
         self.step += 1
-        self.block = block
-        self._batches.append([self.step, ids, crcs, source, epoch, None, False, gone])
 
     def set_loss(self, losses: np.ndarray) -> None:
         """Per-row losses of the batch handed over last (the one just trained)."""
-        if self._batches and self._batches[-1][0] == self.step:
-            self._batches[-1][5] = np.asarray(losses, np.float32).reshape(-1)
+        if self._chunks and self.step >= self._chunks[0][0]:
+            self._losses[self.step] = np.asarray(losses, np.float32).reshape(-1)
 
     def skip(self) -> None:
         """The batch handed over last was read but not trained (data.skip_batches)."""
-        if self._batches and self._batches[-1][0] == self.step:
-            self._batches[-1][6] = True
+        if self._chunks and self.step >= self._chunks[0][0]:
+            self._skipped.append(self.step)
 
     def _flush(self) -> None:
-        """The batches since the last commit as ledger rows, built at once."""
-        batches, self._batches = self._batches, []
-        if not batches:
+        """The batches handed over since the last commit as ledger rows, built at once; a chunk's batches
+        not handed over yet stay for the next commit."""
+        if not self._chunks:
             return
-        sizes = np.array([len(b[1]) for b in batches], np.int64)
+        last = self._chunks[-1]
+        kept = [last[0] + len(last[1]), last[1][:0], *(a[:0] for a in last[2:])]
+        handed = max(0, min(len(last[1]), self.step - last[0] + 1))
+        if handed < len(last[1]):  # the chunk being handed over: its later batches wait for the next commit
+            n = int(last[1][:handed].sum())
+            kept = [last[0] + handed, last[1][handed:], *(a[n:] for a in last[2:])]
+            self._chunks[-1] = [last[0], last[1][:handed], *(a[:n] for a in last[2:])]
+        chunks, self._chunks = self._chunks, ([kept] if len(kept[1]) else [])
+        sizes = np.concatenate([c[1] for c in chunks])
+        steps = np.concatenate([c[0] + np.arange(len(c[1]), dtype=np.int64) for c in chunks])
         n = int(sizes.sum())
+        if n:
+            self._write(steps, sizes, n, *(np.concatenate([np.asarray(c[k]) for c in chunks]) for k in range(2, 6)))
+        else:  # only batches left with no rows: their skipped blocks wait for the next row
+            self._gone_carry += [self._gone.pop(s) for s in steps.tolist() if s in self._gone]
+        self._losses, self._skipped = {}, []
+
+    def _write(self, steps: np.ndarray, sizes: np.ndarray, n: int, ids: np.ndarray, crcs: np.ndarray,
+               source: np.ndarray, epoch: np.ndarray) -> None:
         starts = np.cumsum(sizes) - sizes
-        rows = np.zeros(n, ROW)
-        rows["step"] = np.repeat(np.array([b[0] for b in batches], np.uint64), sizes)
+        rows = np.empty(n, ROW)
+        rows["step"] = np.repeat(steps.astype(np.uint64), sizes)
         rows["row"] = np.arange(n) - np.repeat(starts, sizes)
-        rows["crc"] = np.concatenate([b[2] for b in batches])
-        rows["loss"] = np.concatenate([b[5][: len(b[1])] if b[5] is not None and len(b[5]) >= len(b[1])
-                                       else np.full(len(b[1]), np.nan, np.float32) for b in batches])
+        rows["crc"] = crcs
+        rows["loss"] = np.nan
+        at = {step: (start, size) for step, start, size in zip(steps.tolist(), starts.tolist(), sizes.tolist())}
+        for step, losses in self._losses.items():  # only steps whose loss was set (checkpoint.ledger_loss)
+            start, size = at.get(step, (0, len(losses) + 1))
+            if len(losses) >= size:
+                rows["loss"][start:start + size] = losses[:size]
         pieces = np.zeros(n, PIECE)
         pieces["row_ref"] = np.arange(n)
-        pieces["source"] = np.concatenate([b[3] for b in batches])
-        pieces["epoch"] = np.concatenate([b[4] for b in batches])
+        pieces["source"], pieces["epoch"], pieces["item"] = source, epoch, ids
         pieces["name"], pieces["end"] = -1, self.block
-        pieces["item"] = np.concatenate([b[1] for b in batches])
-        self.writer.record_many(rows, self._with_gone(batches, starts, sizes, pieces))
-        for b in batches:
-            if b[6] and len(b[1]):  # a batch left with no rows (skip_documents) has no step in the segment
-                self.writer.mark_skipped(int(b[0]))
+        self.writer.record_many(rows, self._with_gone(steps, starts, sizes, pieces), owned=True)
+        for step in self._skipped:
+            if at.get(step, (0, 0))[1]:  # a batch left with no rows (skip_documents) has no step in the segment
+                self.writer.mark_skipped(step)
 
-    def _with_gone(self, batches: list[list[Any]], starts: np.ndarray, sizes: np.ndarray, pieces: np.ndarray
-                   ) -> np.ndarray:
+    def _with_gone(self, steps: np.ndarray, starts: np.ndarray, sizes: np.ndarray, pieces: np.ndarray) -> np.ndarray:
         """The pieces plus one SKIPPED piece per block skipped by id, on its batch's first row (a batch left with no
         row: the next batch's, else the last row of this commit), so it is committed with the cursor past it."""
         extra, rows = [], int(sizes.sum())
-        for b, at, size in zip(batches, starts.tolist(), sizes.tolist()):
-            if b[7] is not None and len(b[7][0]):
-                self._gone.append(np.stack([np.asarray(a, np.int64) for a in b[7]], axis=1))
-            if size and self._gone:
-                extra.append((at, np.concatenate(self._gone)))
-                self._gone = []
-        if self._gone and rows:
-            extra.append((rows - 1, np.concatenate(self._gone)))
-            self._gone = []
+        for step, at, size in zip(steps.tolist(), starts.tolist(), sizes.tolist()):
+            if step in self._gone:
+                self._gone_carry.append(self._gone.pop(step))
+            if size and self._gone_carry:
+                extra.append((at, np.concatenate(self._gone_carry)))
+                self._gone_carry = []
+        if self._gone_carry and rows:
+            extra.append((rows - 1, np.concatenate(self._gone_carry)))
+            self._gone_carry = []
         if not extra:
             return pieces
         more = np.zeros(sum(len(g) for _, g in extra), PIECE)

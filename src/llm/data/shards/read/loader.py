@@ -235,7 +235,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
                                **({"mixture": mix} if (mix := self.dataset.ledger_mixture()) else {})})
         it = ReadPlan(epoch, schedule, self._chunk_batches, self._collate,
                       profile=profile.batches if profile else 0, t0=profile.t0 if profile else 0,
-                      ledger=self._ledger is not None)
+                      ledger=self._ledger.writer.checksum if self._ledger is not None else "")
         return self._batches(token, it, profile)
 
     def _batches(self, token: object, it: ReadPlan, profile: LoaderProfile | None) -> Iterator[Any]:
@@ -274,21 +274,16 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
-                pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
                 left_out = self._left_out(chunk)  # blocks of documents skipped by id (read/skips.py)
-                if ids is not None:  # once a chunk, not once a batch: slices of arrays are views
-                    pos, ids, crcs = np.asarray(pos), np.asarray(ids), np.asarray(crcs)
+                ledger = self._ledger_chunk(chunk, it.epoch, left_out)
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
-                row = 0
                 try:
-                    for k, (batch, size) in enumerate(zip(_split_chunk(chunk, sizes, boundaries), sizes)):
+                    for batch in _split_chunk(chunk, sizes, boundaries):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
-                        if ids is not None:  # recorded like the count: a state saved now includes this batch
-                            self._record(pos[row:row + size], ids[row:row + size], crcs[row:row + size], it.epoch,
-                                         left_out, k)
-                            row += size
+                        if ledger is not None:  # counted like it: a state saved now includes this batch's rows
+                            ledger.step += 1
                         log_wait(clock() - asked)
                         if profile is not None:
                             profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
@@ -302,13 +297,20 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         if self._active is token and self._yielded == len(it.schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
 
-    def _record(self, positions: np.ndarray, ids: np.ndarray, crcs: np.ndarray, epoch: int,
-                left_out: tuple[np.ndarray, ...] | None = None, k: int = 0) -> None:
-        source, source_epoch, item = self.dataset.ledger_rows(epoch, positions, ids)
-        gone = None if left_out is None else self.dataset.ledger_rows(  # this batch's blocks skipped by id
-            epoch, left_out[0][left_out[2] == k], left_out[1][left_out[2] == k])
-        if self._ledger is not None:
-            self._ledger.record(item, crcs, source, source_epoch, self.dataset.block_size or 0, gone)
+    def _ledger_chunk(self, chunk: dict[str, Any], epoch: int,
+                      left_out: tuple[np.ndarray, ...] | None = None) -> LoaderLedger | None:
+        """The ledger, given this chunk's rows once (per batch handed over it then only counts a step), with the
+        blocks skipped by id that each of its batches lacks (`left_out`: positions, sample ids, batch of the chunk)."""
+        pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
+        if ids is None or self._ledger is None:
+            return None
+        source, source_epoch, item = self.dataset.ledger_rows(epoch, np.asarray(pos), np.asarray(ids))
+        gone = None
+        if left_out is not None and len(left_out[0]):
+            gone = (*self.dataset.ledger_rows(epoch, left_out[0], left_out[1]), left_out[2])
+        self._ledger.add_chunk(item, np.asarray(crcs), source, source_epoch, chunk["sizes"], self.dataset.block_size or 0,
+                               gone)
+        return self._ledger
 
     def _remote_now(self) -> dict[str, int]:
         return remote_sum([self.dataset.remote_counters(), self._worker_remote.snapshot()])

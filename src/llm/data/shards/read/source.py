@@ -81,7 +81,7 @@ class ReadPlan:
     batched: bool = True  # False: yield single samples (the dataset iterated without the loader)
     profile: int = 0  # chunks holding one of the first `profile` batches record spans (profiling.py)
     t0: int = 0  # the profile's time origin (perf_counter_ns)
-    ledger: bool = False  # chunks carry each row's sample id and token checksum (read/ledger.py)
+    ledger: str = ""  # a checksum rule: chunks carry each row's sample id and token checksum (read/ledger.py)
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ class SampleSource(SampleAccess, RemoteReads, MixtureHooks, LedgerRows, Iterable
                     chunk = self._chunk(samples, sizes, plan.collate)
                 chunk = {**chunk, "trace": rec.events}
             # the ledger's identities come from what this worker read, not from the loader's cursor
-            return {**chunk, **chunk_identities(chunk, positions, samples), **left_out} if plan.ledger else chunk
+            return {**chunk, **chunk_identities(chunk, positions, samples, plan.ledger), **left_out} if plan.ledger else chunk
         finally:
             self.release()  # this thread's pin: an idle reader must not hold cache room
 
