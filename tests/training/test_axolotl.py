@@ -257,7 +257,10 @@ def test_ignore_unsupported_runs_with_a_warning(tmp_path, monkeypatch, capsys):
     assert warned == ["config: ignoring Axolotl keys llm-train does not support: base_model, model_type, "
                       "tokenizer_type, load_in_8bit, pad_to_sequence_len, adapter, lora_r, lora_alpha, lora_dropout, "
                       "lora_target_linear, lora_target_modules, wandb_project, gradient_checkpointing, flash_attention, "
-                      "evals_per_epoch, saves_per_epoch, special_tokens"]
+                      "evals_per_epoch, saves_per_epoch, special_tokens; without base_model this run trains a new "
+                      "model from scratch with the byte tokenizer (data.tokenizer_type: simple), not base_model's; "
+                      "set tokenizer_config: PATH (data.tokenizer_path: a tokenizer.json or its folder) to use that "
+                      "tokenizer"]
     tc = config.training
     assert (tc.lr, tc.amp_dtype, tc.seed, tc.epochs, tc.warmup_steps, tc.weight_decay) == (2e-4, "bf16", 7, 1, 1, 0.0)
     assert (tc.log_interval_steps, config.data.max_seq_len, tc.batch_size, tc.max_steps) == (1, 512, 2, None)

@@ -107,5 +107,19 @@ def check_top_level(
         rest = {k: v for k, v in tree.items() if k in readable}
         raise KeysError(f"{source}: {'; '.join(parts)}{fix}", rest)
     if unsupported:
-        warn(f"{source}: ignoring Axolotl keys llm-train does not support: {', '.join(unsupported)}")
+        warn(f"{source}: ignoring Axolotl keys llm-train does not support: {', '.join(unsupported)}"
+             + _without_base_model(tree, unsupported))
     return {k: v for k, v in tree.items() if k in readable}
+
+
+def _without_base_model(tree: dict[str, Any], ignored: list[str]) -> str:
+    """What an ignored base_model leaves: a new model, tokenized by the byte tokenizer unless one is set."""
+    if "base_model" not in ignored:
+        return ""
+    data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+    tokenizer = tree.get("tokenizer_config") or data.get("tokenizer_path")
+    if tokenizer:
+        return f"; without base_model this run trains a new model from scratch, with the tokenizer {tokenizer}"
+    return ("; without base_model this run trains a new model from scratch with the byte tokenizer "
+            "(data.tokenizer_type: simple), not base_model's; set tokenizer_config: PATH (data.tokenizer_path: a "
+            "tokenizer.json or its folder) to use that tokenizer")
