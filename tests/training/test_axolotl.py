@@ -68,7 +68,7 @@ def test_llm_train_runs_an_axolotl_yaml_without_task(tmp_path, monkeypatch, caps
     assert (tmp_path / "out" / "step_4").is_dir()
     # an explicit --task still wins: lm reads the same local file
     assert main(["--task", "sft", "--config-path", str(cfg), "--overwrite"]) == 2
-    assert "sft needs datasets" in capsys.readouterr().err
+    assert "holds a text stream (data.data_source: local), not fine-tuning records" in capsys.readouterr().err
     plain = tmp_path / "plain.yaml"
     plain.write_text(yaml.safe_dump({"data": {"dataset_path": "x.txt"}}))
     assert main(["--config-path", str(plain)]) == 2
@@ -324,7 +324,7 @@ def test_max_steps_is_the_total_on_resume(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "out" / "step_6").exists()
     cfg.write_text(yaml.safe_dump({**tree, "max_steps": 5, "resume_from_checkpoint": str(tmp_path / "out" / "latest")}))
     assert main(["--config-path", str(cfg)]) == 0
-    assert "training to step 5" in capsys.readouterr().out
+    assert "training 2 more steps, to step 5" in capsys.readouterr().out
     assert (tmp_path / "out" / "step_5").is_dir() and not (tmp_path / "out" / "step_8").exists()
 
 

@@ -167,6 +167,7 @@ def _trained_after(metrics: Path, step: int) -> list[dict]:
     return [r for r in records if "loss" in r and r["step"] > step]
 
 
+@pytest.mark.slow  # two llm-train runs; test_a_resume_plan_names_what_the_trainer_trains is the quick one
 def test_a_resume_to_a_higher_max_steps_says_the_steps_it_trains(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "c.txt")
     tree = tiny_tree(corpus, data={"steps_per_epoch": 25}, model={"n_layers": 1},
@@ -186,6 +187,30 @@ def test_a_resume_to_a_higher_max_steps_says_the_steps_it_trains(tmp_path: Path)
     assert summary and (int(summary[1]), int(summary[2])) == (len(trained), trained[-1]["step"]) == (5, 25)
     assert int(summary[3]) == trained[-1]["epoch"]  # the epochs metrics.jsonl records as done
     assert f"{trained[-1]['step'] - 20} of 25 steps into epoch {trained[-1]['epoch'] + 1}" in again.stdout
+
+
+def test_a_resume_plan_names_what_the_trainer_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llm.training.trainer import Trainer
+
+    monkeypatch.chdir(tmp_path)
+    tree = tiny_tree(write_corpus(tmp_path / "c.txt"), data={"steps_per_epoch": 4}, model={"n_layers": 1},
+                     training={"max_steps": 3, "device": "cpu"}, checkpoint={"checkpoint_dir": "ck"})
+    first = Trainer(build_config(tree), "stream_lm", log=lambda line: None)
+    first.fit()
+    first.close()
+    for max_steps, expected in [
+        (5, "checkpoint ck/step_3 had finished its schedule; training 2 more steps, to step 5: max_steps 5 is the "
+            "total (as in Axolotl and Hugging Face)"),
+        (None, "checkpoint ck/step_3 had finished its schedule; training 4 more steps, to step 7 (1 epoch)"),
+    ]:
+        lines: list[str] = []
+        again = build_config(tree, {"training.max_steps": max_steps, "checkpoint.resume_from_checkpoint": "ck/step_3",
+                                    "checkpoint.checkpoint_dir": f"ck{max_steps}"})
+        trainer = Trainer(again, "stream_lm", log=lines.append)
+        result = trainer.fit()
+        trainer.close()
+        assert expected in lines, lines
+        assert result.steps == int(re.search(r"training (\d+) more", expected)[1])  # what it said is what it did
 
 
 def test_a_loader_state_from_another_block_size_names_block_size(tmp_path: Path) -> None:

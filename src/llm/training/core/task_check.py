@@ -15,14 +15,19 @@ from llm.training.core.errors import ConfigError
 SFT, STREAM, SHARDS = "fine-tuning records", "a text stream", "token shards"
 
 
+def _fine_tuning(entry: Any) -> bool:
+    """An entry with fine-tuning keys; a bare `{path}` (and its accounting `name`) is text for stream_lm too."""
+    return not isinstance(entry, SourceEntry) and not entry.model_fields_set <= {"path", "name"}
+
+
 def config_kind(data: Any) -> tuple[str, str]:
-    """(kind, the keys that say so) of a `DataConfig`: SFT, STREAM or SHARDS."""
+    """(kind, the keys that say so) of a `DataConfig`: SFT, STREAM or SHARDS (bare `{path}` entries: STREAM)."""
     entries = list(data.datasets or ())
-    if entries and not all(isinstance(e, SourceEntry) for e in entries):
-        types = sorted({str(getattr(e, "type", "")) for e in entries if not isinstance(e, SourceEntry)})
-        return SFT, f"datasets: entries of type {', '.join(types)}"
+    tuned = [e for e in entries if _fine_tuning(e)]
+    if tuned:
+        return SFT, f"datasets: entries of type {', '.join(sorted({str(e.type) for e in tuned}))}"
     if entries:
-        return STREAM, "datasets: entries with data_source (a text mixture)"
+        return STREAM, "datasets: text entries (a mixture)"
     if data.data_source == "optimized":
         return SHARDS, "data.data_source: optimized"
     return STREAM, f"data.data_source: {data.data_source}"
@@ -32,7 +37,9 @@ def check_task(config: Any, task: str, source: str = "config") -> None:
     """A ConfigError naming the task that fits, when `task` does not fit the config's kind; then the task's keys."""
     data = config.data
     kind, why = config_kind(data)
-    if task == "sft" and kind != SFT:
+    # bare {path} entries are completion records to --task sft as much as text to stream_lm
+    bare = bool(data.datasets) and not any(isinstance(e, SourceEntry) or _fine_tuning(e) for e in data.datasets)
+    if task == "sft" and kind != SFT and not bare:
         fits = "--task stream_lm or lm" if kind == SHARDS else "--task stream_lm"
         raise ConfigError(f"{source} holds {kind} ({why}), not fine-tuning records: use {fits}, or give "
                           "--task sft datasets: [{path, type}] entries")
