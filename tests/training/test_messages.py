@@ -102,15 +102,17 @@ def test_a_top_level_typo_is_one_sentence_naming_key_place_and_suggestion(tmp_pa
 
 
 def _llm_train_modules() -> list[str]:
-    """The llm modules a training run imports: where the messages llm-train prints come from."""
-    import llm.training.train  # noqa: F401
-    import llm.training.trainer  # noqa: F401
-    from llm.training.tasks import TASKS
-
-    for target in TASKS.values():
-        importlib.import_module(target.split(":")[0])
-    # the subcommands (plot, audit/why/spikes) have parsers of their own
-    return sorted(m for m in sys.modules if m.startswith("llm.") and m not in ("llm.training.plot", "llm.training.ledger_cli"))
+    """The llm modules a training run imports (read in a fresh interpreter): where llm-train's messages come from."""
+    probe = ("import importlib, sys, llm.training.train, llm.training.trainer; from llm.training.tasks import TASKS; "
+             "[importlib.import_module(t.split(':')[0]) for t in TASKS.values()]; "
+             "print('\\n'.join(m for m in sys.modules if m.startswith('llm.')))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(proc.stdout.split())
+    assert "llm.data.inputs.records" in names and "llm.training.generate" not in names  # llm-generate's own
+    for name in names:
+        importlib.import_module(name)
+    return names
 
 
 def _strings(path: str) -> list[tuple[int, str]]:
