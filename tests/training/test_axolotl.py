@@ -68,7 +68,7 @@ def test_llm_train_runs_an_axolotl_yaml_without_task(tmp_path, monkeypatch, caps
     assert (tmp_path / "out" / "step_4").is_dir()
     # an explicit --task still wins: lm reads the same local file
     assert main(["--task", "sft", "--config-path", str(cfg), "--overwrite"]) == 2
-    assert "sft needs datasets" in capsys.readouterr().err
+    assert "holds a text stream (data.data_source: local), not fine-tuning records" in capsys.readouterr().err
     plain = tmp_path / "plain.yaml"
     plain.write_text(yaml.safe_dump({"data": {"dataset_path": "x.txt"}}))
     assert main(["--config-path", str(plain)]) == 2
@@ -227,7 +227,7 @@ def test_every_key_llm_train_lacks_is_named_in_one_run(tmp_path):
             "pad_to_sequence_len, adapter, lora_r, lora_alpha, lora_dropout, lora_target_linear, "
             "lora_target_modules, wandb_project, gradient_checkpointing, flash_attention, evals_per_epoch, "
             "saves_per_epoch, special_tokens)") in message
-    assert "unknown key 'learning_rat' in the top level" in message and "did you mean 'learning_rate'?" in message
+    assert "unknown key 'learning_rat' (did you mean 'learning_rate'?) at the top level" in message
     assert "--ignore-unsupported" in message and "\n" not in message
     assert "field_instructoin" not in message  # the entries are fine here: see the next test
     # load_in_4bit: false, lora_model_dir: null, tf32: false ask for nothing: not named
@@ -257,7 +257,10 @@ def test_ignore_unsupported_runs_with_a_warning(tmp_path, monkeypatch, capsys):
     assert warned == ["config: ignoring Axolotl keys llm-train does not support: base_model, model_type, "
                       "tokenizer_type, load_in_8bit, pad_to_sequence_len, adapter, lora_r, lora_alpha, lora_dropout, "
                       "lora_target_linear, lora_target_modules, wandb_project, gradient_checkpointing, flash_attention, "
-                      "evals_per_epoch, saves_per_epoch, special_tokens"]
+                      "evals_per_epoch, saves_per_epoch, special_tokens; without base_model this run trains a new "
+                      "model from scratch with the byte tokenizer (data.tokenizer_type: simple), not base_model's; "
+                      "set tokenizer_config: PATH (data.tokenizer_path: a tokenizer.json or its folder) to use that "
+                      "tokenizer"]
     tc = config.training
     assert (tc.lr, tc.amp_dtype, tc.seed, tc.epochs, tc.warmup_steps, tc.weight_decay) == (2e-4, "bf16", 7, 1, 1, 0.0)
     assert (tc.log_interval_steps, config.data.max_seq_len, tc.batch_size, tc.max_steps) == (1, 512, 2, None)
@@ -295,7 +298,8 @@ def test_trainer_key_values_without_an_equivalent_are_named_together(tmp_path):
     ({"type": "alpaca", "field_instructoin": "q"},
      "unknown key 'data.datasets[0].field_instructoin' in entry 'data.datasets[0]'; valid keys are: path, type"),
     ({"data_source": "local", "dataset_pth": "x"},
-     "unknown key 'data.datasets[1].dataset_pth' in entry 'data.datasets[1]'; valid keys are: data_source, "),
+     "unknown key 'data.datasets[1].dataset_pth' (did you mean 'dataset_path'?) in entry 'data.datasets[1]'; "
+     "valid keys are: data_source, "),
 ])
 def test_a_typo_inside_a_datasets_entry_names_the_entry_and_key(tmp_path, entry, message):
     data = str(write_alpaca(tmp_path / "a.jsonl", 20))
@@ -320,7 +324,7 @@ def test_max_steps_is_the_total_on_resume(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "out" / "step_6").exists()
     cfg.write_text(yaml.safe_dump({**tree, "max_steps": 5, "resume_from_checkpoint": str(tmp_path / "out" / "latest")}))
     assert main(["--config-path", str(cfg)]) == 0
-    assert "training to step 5" in capsys.readouterr().out
+    assert "training 2 more steps, to step 5" in capsys.readouterr().out
     assert (tmp_path / "out" / "step_5").is_dir() and not (tmp_path / "out" / "step_8").exists()
 
 

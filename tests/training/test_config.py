@@ -37,9 +37,10 @@ GOOD = {"data": {"data_source": "local", "dataset_path": "demo.txt", "steps_per_
         ({"data": {"data_source": "local"}}, "dataset_path is required when data_source='local'"),
         ({"data": {"data_source": "hf"}}, "dataset_name is required when data_source='hf'"),
         ({"data": {"data_source": "optimized"}}, "dataset_path is required when data_source='optimized'"),
-        ({**GOOD, "training": {"lrr": 0.1}}, "unknown key 'training.lrr' in section 'training'; valid keys are: batch_size"),
+        ({**GOOD, "training": {"lrr": 0.1}}, "unknown key 'training.lrr' (did you mean 'lr'?) in section 'training'; valid keys are: batch_size"),
         ({**GOOD, "checkpoint": {"keep_last": 2}}, "unknown key 'checkpoint.keep_last'"),
-        ({**GOOD, "optimiser": {}}, "unknown key 'optimiser' in the top level; valid keys are: data, model, training, checkpoint"),
+        ({**GOOD, "optimiser": {}}, "unknown key 'optimiser' (did you mean 'optimizer'?) at the top level; valid keys are: data, model, training, "
+         "checkpoint"),
         ({"data": {**GOOD["data"], "bucket": "b"}}, "unknown data key 'bucket'"),
         ({**GOOD, "training": {"lr": "fast"}}, "training.lr = 'fast' is invalid"),
         ({**GOOD, "training": {"batch_size": 0}}, "training.batch_size = 0 is invalid"),
@@ -98,9 +99,9 @@ TWO = [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}]
                             streaming_mixing_schedule=[{"step": 0, "weights": [1.0]}]),
          "streaming_mixing_schedule[0].weights has 1 weight but there are 2 datasets; give one weight per dataset"),
         (lambda: DataConfig(datasets=[{"path": "a.jsonl", "typo": 1}]),
-         "unknown key 'datasets[0].typo' in entry 'datasets[0]'; valid keys are: path, type, split, data_files, name, "
-         "chat_template, field_messages, message_property_mappings, message_field_role, message_field_content, "
-         "roles_to_train, train_on_eos; did you mean 'type'?"),
+         "unknown key 'datasets[0].typo' (did you mean 'type'?) in entry 'datasets[0]'; valid keys are: path, type, split, "
+         "data_files, name, chat_template, field_messages, message_property_mappings, message_field_role, message_field_content, "
+         "roles_to_train, train_on_eos"),
         (lambda: TrainConfig(training={"batch_size": 0}), "training.batch_size = 0 is invalid (Input should be greater than 0)"),
         (lambda: TrainConfig.model_validate({"data": {"max_seq_len": -1}}),
          "data.max_seq_len = -1 is invalid (Input should be greater than 0)"),

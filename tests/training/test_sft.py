@@ -82,7 +82,7 @@ def test_config_mistakes_are_one_sentence(tmp_path, capsys):
     cases = [
         ({"max_steps": None}, "max_steps must be set when using streaming datasets"),
         ({"datasets": [{"path": str(data), "type": "sharegpt"}]}, "dataset type 'sharegpt' is not known"),
-        ({"micro_bach_size": 2}, "unknown key 'micro_bach_size' in the top level"),
+        ({"micro_bach_size": 2}, "unknown key 'micro_bach_size' (did you mean 'micro_batch_size'?) at the top level"),
     ]
     for change, message in cases:
         tree = {**axolotl_tree(data, tmp_path / "out"), **change}

@@ -50,8 +50,11 @@ def summary_line(trainer: Any, result: FitResult, run_tokens: int) -> str:
     final = f", final loss {result.losses[-1]:.4f}" if result.losses else ""
     saved = f", checkpoint {trainer.last_checkpoint}" if trainer.last_checkpoint else ""
     metrics = f", metrics {trainer.metrics_path}" if trainer.metrics_path else ""
+    done = f"{trainer.epoch} {'epoch' if trainer.epoch == 1 else 'epochs'} done"
+    if trainer.step_in_epoch:  # the step lines' epoch: the one in progress
+        done += f", {trainer.step_in_epoch} of {trainer.steps_per_epoch} steps into epoch {trainer.epoch + 1}"
     return (
-        f"trained {result.steps} steps to step {trainer.step} ({trainer.epoch} {'epoch' if trainer.epoch == 1 else 'epochs'} done), "
+        f"trained {result.steps} steps to step {trainer.step} ({done}), "
         f"{run_tokens:,} tokens in {clock(result.seconds)} ({result.seconds:.1f} s, "
         f"{run_tokens / max(result.seconds, 1e-9):,.0f} tokens/s){final}{saved}{metrics}"
     )

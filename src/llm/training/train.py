@@ -7,12 +7,14 @@ import os
 import sys
 from collections.abc import Sequence
 
+from llm.data.inputs.errors import InputError
 from llm.data.inputs.hub_reach import HubUnreachable
-from llm.data.inputs.readers import InputError
 from llm.training.cli_help import HelpFormatter, add_version
+from llm.training.cli_hints import for_llm_train
 from llm.training.core.axolotl import axolotl_task
 from llm.training.core.config import TrainConfig
 from llm.training.core.loading import ConfigError, build_config, parse_override, read_yaml
+from llm.training.core.task_check import check_task
 from llm.training.run_folder import with_run_folder
 from llm.training.user_modules import import_user_modules, modules_to_import
 
@@ -110,7 +112,7 @@ def _fail(message: str, code: int = 2) -> int:
     """
     rank = os.environ.get("RANK")
     prefix = f"llm-train (rank {rank})" if rank not in (None, "0") else "llm-train"
-    print(f"{prefix}: error: {message}", file=sys.stderr)
+    print(f"{prefix}: error: {for_llm_train(message)}", file=sys.stderr)
     if _distributed():
         sys.stdout.flush()
         sys.stderr.flush()
@@ -183,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         task = args.task or _task_of(tree, args.config_path)
         config = build_config(tree, overrides, args.config_path, args.ignore_unsupported, _warn)
         config = with_run_folder(config, args.config_path)  # no checkpoint_dir: checkpoints/<config name>
+        check_task(config, task, args.config_path)  # the task before its keys; still no torch imported
         done = finished_line(config)
         if done:
             print(done)

@@ -22,11 +22,11 @@ from llm.training.checkpoint import (
     save_checkpoint,
 )
 from llm.training.core.loading import ConfigError
-from llm.training.elastic import after_batch_change
 from llm.training.ledger import RunLedger
 from llm.training.metrics import METRICS_FILE, RunMeter
 from llm.training.model import TransformerLM
 from llm.training.progress import FitResult, start_line, step_line, summary_line
+from llm.training.resume_plan import restore_schedule
 from llm.training.runtime import (
     autocast,
     gather,
@@ -241,42 +241,8 @@ class Trainer:
             set_rng_state(rng[self.env.rank])
         else:  # another world size: no saved stream for this rank, derive a fresh one
             seed_all(self.config.training.seed + 1 + self.env.rank + self.step)
-        self._restore_schedule(ckpt)
+        restore_schedule(self, ckpt)  # resume_plan.py: the schedule and the line saying what it trains
         self.log(f"resumed from {where} at step {self.step} (epoch {self.epoch})")
-
-    def _restore_schedule(self, ckpt: dict[str, Any]) -> None:
-        cycle_start = int(ckpt.get("cycle_start", 0))
-        self.cycle_epoch = int(ckpt.get("cycle_epoch", 0))
-        if self.step >= int(ckpt.get("total_steps", 0)):
-            # The checkpoint finished its schedule: the same command trains `epochs` more.
-            cycle_start = self.step
-            self.cycle_epoch = self.epoch
-            self.step_in_epoch = 0
-            self.scheduler.base_lrs = [self.config.training.lr for _ in self.optimizer.param_groups]
-            for group in self.optimizer.param_groups:
-                group["initial_lr"] = self.config.training.lr
-            epochs = self.config.training.epochs
-            self.log(f"checkpoint {ckpt.get('path', '(in memory)')} had finished its schedule; training "
-                     f"{self.planned_steps} more steps ({epochs} {'epoch' if epochs == 1 else 'epochs'})")
-        self.schedule.cycle_start = cycle_start
-        self.schedule.total = cycle_start + self.planned_steps
-        max_steps = self.config.training.max_steps
-        if max_steps is not None and self.schedule.total > max_steps:
-            # max_steps is the total, as in Axolotl and Hugging Face (the guide's epochs count from the resume).
-            self.schedule.total = max(max_steps, self.step)
-            self.log(f"max_steps {max_steps} is the total (as in Axolotl and Hugging Face): training to step "
-                     f"{self.schedule.total}" + (" (nothing to train)" if self.step >= max_steps else ""))
-        tc = self.config.training  # another global batch: the pass ends where its data ends (elastic.py)
-        change = after_batch_change(ckpt, tc.batch_size * self.env.world_size, self.data.batches_left_in_pass(),
-                                    self.steps_per_epoch, self.step, self.epoch - self.cycle_epoch, tc.epochs, max_steps)
-        if change is not None:
-            self.step_in_epoch, self.schedule.total, message = change
-            self.log(message)
-        self.schedule.warmup = self.config.training.warmup_steps
-        self.schedule.min_ratio = self.config.training.min_lr_ratio
-        for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
-            group["lr"] = base * self.schedule(self.step)
-        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
     # ----- training -----------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ def test_defaults():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"dataset_path": "x", "datset_split": "train"}, "unknown data key 'datset_split'; valid keys are: data_source"),
+        ({"dataset_path": "x", "datset_split": "train"}, r"unknown data key 'datset_split' \(did you mean 'dataset_split'\?\); valid keys are: data_source"),
         ({"dataset_path": "x", "data_source": "s4"}, "data_source 's4' is not known; use one of: local, hf"),
         ({"dataset_path": "x", "hash_algo": "md7"}, "hash_algo 'md7' is unsupported"),
         ({"dataset_path": "x", "tokenizer_type": "hf"}, "tokenizer_path is required when tokenizer_type='hf'"),

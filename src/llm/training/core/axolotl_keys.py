@@ -61,16 +61,20 @@ def asks_for_nothing(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, str | list | dict) and not value)
 
 
+def close_key(name: str, valid: Iterable[str]) -> str | None:
+    """The valid key `name` is most likely a misspelling of (difflib's closest match), if any."""
+    close = difflib.get_close_matches(name, sorted(set(valid)), n=1)
+    return close[0] if close else None
+
+
 def did_you_mean(shown: list[str], names: list[str], valid: Iterable[str], where: str, listed: str) -> str:
-    """'unknown key 'x' in WHERE; valid keys are: LISTED; did you mean 'y'?' (several keys: a hint after each)."""
-    hints = []
-    for name in names:
-        close = difflib.get_close_matches(name, sorted(set(valid)), n=1)
-        hints.append(f"did you mean {close[0]!r}?" if close else "")
-    if len(shown) == 1:
-        return f"unknown key {shown[0]!r} in {where}; valid keys are: {listed}" + (f"; {hints[0]}" if hints[0] else "")
-    keys = ", ".join(f"{key!r} ({hint})" if hint else repr(key) for key, hint in zip(shown, hints))
-    return f"unknown keys {keys} in {where}; valid keys are: {listed}"
+    """'unknown key 'x' in WHERE (did you mean 'y'?); valid keys are: LISTED' (several keys: a hint after each).
+
+    The hint stands right after the key it corrects, before the (long) list of valid keys.
+    """
+    hints = [close_key(name, valid) for name in names]
+    keys = ", ".join(f"{key!r} (did you mean {hint!r}?)" if hint else repr(key) for key, hint in zip(shown, hints))
+    return f"unknown key{'s' if len(shown) > 1 else ''} {keys} {where}; valid keys are: {listed}"
 
 
 def check_top_level(
@@ -95,12 +99,27 @@ def check_top_level(
         parts.append(f"Axolotl keys llm-train does not support ({', '.join(unsupported)})")
     if unknown:
         listed = f"{', '.join(SECTIONS)} (sections) or Axolotl's keys (docs/sft.md)"
-        parts.append(did_you_mean(unknown, unknown, readable | UNSUPPORTED, "the top level", listed))
+        parts.append(did_you_mean(unknown, unknown, readable | UNSUPPORTED, "at the top level", listed))
     if parts:
-        fix = "remove them" + ("" if ignore_unsupported or not unsupported else
-                               ", or pass --ignore-unsupported to run without the Axolotl ones")
+        # an unknown key's fix is its hint (or the listing); the Axolotl keys are removed or ignored
+        fix = "" if ignore_unsupported or not unsupported else \
+            "; remove them, or pass --ignore-unsupported to run without the Axolotl ones"
         rest = {k: v for k, v in tree.items() if k in readable}
-        raise KeysError(f"{source}: {'; '.join(parts)}; {fix}", rest)
+        raise KeysError(f"{source}: {'; '.join(parts)}{fix}", rest)
     if unsupported:
-        warn(f"{source}: ignoring Axolotl keys llm-train does not support: {', '.join(unsupported)}")
+        warn(f"{source}: ignoring Axolotl keys llm-train does not support: {', '.join(unsupported)}"
+             + _without_base_model(tree, unsupported))
     return {k: v for k, v in tree.items() if k in readable}
+
+
+def _without_base_model(tree: dict[str, Any], ignored: list[str]) -> str:
+    """What an ignored base_model leaves: a new model, tokenized by the byte tokenizer unless one is set."""
+    if "base_model" not in ignored:
+        return ""
+    data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+    tokenizer = tree.get("tokenizer_config") or data.get("tokenizer_path")
+    if tokenizer:
+        return f"; without base_model this run trains a new model from scratch, with the tokenizer {tokenizer}"
+    return ("; without base_model this run trains a new model from scratch with the byte tokenizer "
+            "(data.tokenizer_type: simple), not base_model's; set tokenizer_config: PATH (data.tokenizer_path: a "
+            "tokenizer.json or its folder) to use that tokenizer")

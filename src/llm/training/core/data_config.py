@@ -18,6 +18,7 @@ from llm.data.inputs.entries import SOURCE_KEYS, SourceEntry, entry_name, path_s
 from llm.data.sft.settings import SFT_TYPES, DatasetEntry, SftStreamConfig
 from llm.data.text.changes import check_mixture_changes
 from llm.data.text.settings import DEFAULT_SEED, MixtureConfig, TextStreamConfig, packing_keys
+from llm.training.core.axolotl_keys import close_key
 from llm.training.core.errors import ConfigError
 from llm.training.core.sections import ConfigModel
 
@@ -150,8 +151,10 @@ class DataConfig(ConfigModel):
             return
         unknown = [k for k in extra if k not in allowed]
         if unknown:
-            valid = ", ".join([*type(self).model_fields, *sorted(allowed)])
-            raise ValueError(f"unknown data key {unknown[0]!r}; valid keys are: {valid}")
+            valid = [*type(self).model_fields, *sorted(allowed)]
+            close = close_key(unknown[0], valid)
+            hint = f" (did you mean {close!r}?)" if close else ""
+            raise ValueError(f"unknown data key {unknown[0]!r}{hint}; valid keys are: {', '.join(valid)}")
 
     def check_source(self) -> DataConfig:
         """Raise the guide's sentence when the source lacks its dataset (`dataset_path is required when ...`)."""

@@ -90,7 +90,7 @@ def _unknown_keys(extra: list[dict[str, Any]], root: type[BaseModel]) -> str:
     model = extra[0].get("model") or _section_model(root, where_loc)
     valid = list(model.model_fields) if model is not None else []
     kind = "entry" if where_loc and isinstance(where_loc[-1], int) else "section"
-    where = f"{kind} {dotted(where_loc)!r}" if where_loc else "the top level"
+    where = f"in {kind} {dotted(where_loc)!r}" if where_loc else "at the top level"
     return did_you_mean([dotted(loc) for loc in keys], [str(loc[-1]) for loc in keys], valid, where, ", ".join(valid))
 
 

@@ -76,5 +76,8 @@ def build_task_data(task: str, config: Any, rank: int, world_size: int) -> Train
     """The TrainData of `task` for this rank; an unknown task names the valid ones."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; use one of: {', '.join(TASKS)}")
+    from llm.training.core.task_check import check_task
+
+    check_task(config, task)  # the kind of data before the task's details (llm-train checked it already)
     module, func = TASKS[task].split(":")
     return getattr(importlib.import_module(module), func)(config, rank, world_size)

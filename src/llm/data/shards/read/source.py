@@ -157,7 +157,12 @@ class SampleSource(SampleAccess, RemoteReads, MixtureHooks, LedgerRows, Iterable
         if restart:  # another mixture: its size and position no longer apply
             expected.pop("num_samples")
             state = {**state, "epoch": 0, "samples_consumed": 0}
-        check_identity(state, self.input_dir, expected)
+        # a token dataset (not a mixture) names block_size on a num_samples mismatch; read whole, also
+        # the block_size its token total implies
+        reader = getattr(self, "reader", None)
+        block = self.block_size if reader is not None else None
+        tokens = reader.total if block and getattr(self, "view", None) is None else None
+        check_identity(state, self.input_dir, expected, block, tokens)
         epoch = check_int(state, "epoch", 0, MAX_EPOCH, "epochs finished")
         consumed = check_int(state, "samples_consumed", 0, self.num_samples, "samples of the epoch already handed out")
         return Resume(epoch, consumed, state["version"] == 1, anchor=anchor, legacy_window=state["version"] < 3,

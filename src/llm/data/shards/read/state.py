@@ -48,14 +48,32 @@ def check_header(state: Any, keys: tuple[str, ...] = STATE_KEYS) -> dict[str, An
     return state
 
 
-def check_identity(state: dict, input_dir: object, expected: dict[str, Any]) -> None:
+def _other_block_size(saved: Any, here: int, block_size: int, tokens: int | None) -> str:
+    """A num_samples mismatch on token blocks, said as what it most likely is: another block_size."""
+    fits = ""
+    if tokens and isinstance(saved, int) and not isinstance(saved, bool) and saved > 0:
+        # a block size that cuts these tokens into the saved count (dropping or padding the last block)
+        sizes = [k for k in (tokens // saved, -(-tokens // saved))
+                 if k > 0 and saved in (tokens // k, -(-tokens // k)) and k != block_size]
+        fits = f" (its {saved} samples are these {tokens} tokens in blocks of block_size {sizes[0]})" if sizes else ""
+    return (f"num_samples is {saved!r} in the state but {here} here, where TokensLoader(block_size={block_size}) cuts "
+            f"the data into {here} blocks: the state was saved with another block_size{fits} or on other data; "
+            "resume with the block_size it was saved with")
+
+
+def check_identity(state: dict, input_dir: object, expected: dict[str, Any], block_size: int | None = None,
+                   tokens: int | None = None) -> None:
     """Refuse a state saved on another dataset or with other settings: it would resume somewhere else.
 
-    `expected` holds this dataset's fingerprint, seed, shuffle, subsample, split, num_samples and shuffle_window.
+    `expected` holds this dataset's fingerprint, seed, shuffle, subsample, split, num_samples and shuffle_window;
+    `block_size` (token blocks) and `tokens` (their total) let a num_samples mismatch name the block size.
     """
     for key, value in expected.items():
         if state[key] == value and isinstance(state[key], bool) == isinstance(value, bool):
             continue
+        if key == "num_samples" and block_size is not None:
+            raise StateError(f"loader state does not match {input_dir}: "
+                             + _other_block_size(state[key], value, block_size, tokens))
         if key in ("shuffle_window", "subsample") and not isinstance(value, list) and not isinstance(state[key], list):
             saved = "'global'" if state[key] is None else repr(state[key])
             raise StateError(
