@@ -281,7 +281,10 @@ class StreamingDataLoader(DataLoader, Stage):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
                         if ids is not None:  # recorded like the count: a state saved now includes this batch
-                            self._record(pos[row:row + size], ids[row:row + size], crcs[row:row + size], it.epoch)
+                            # a rank's padding row (a short last global batch, fewer samples than ranks) repeats
+                            # an early sample to keep the ranks in step: the step is recorded without it
+                            keep = row + (0 if it.schedule.pads(self._yielded - 1) else size)
+                            self._record(pos[row:keep], ids[row:keep], crcs[row:keep], it.epoch)
                             row += size
                         log_wait(clock() - asked)
                         if profile is not None:
