@@ -179,14 +179,24 @@ def check_refused_state_changes_nothing(stage: Any, bad_state: Any, run: Callabl
     assert_same_steps(run(stage), run(fresh), "after a refused state")
 
 
-def loaded(modules: list, state: dict | None) -> list:
-    """The data modules of one simulated topology (one per rank), each given `state` when there is one.
+def attach(module: Any, config: dict) -> Any:
+    """`module` with the ledger folder the resume helpers gave `config`, attached (before its state is loaded)."""
+    if config.get("ledger"):
+        module.attach_ledger(config["ledger"])
+    return module
+
+
+def loaded(modules: list, state: dict | None, ledger: str | None = None) -> list:
+    """The data modules of one simulated topology (one per rank), each given `state` when there is one, and
+    `ledger` (the folder `config["ledger"]` the resume helpers pass) attached first.
 
     A process made by the spawn start method (the fresh processes above, mp.spawn) hands "spawn" on to
     its DataLoader workers too; torchrun / plain python use "fork" on Linux, as set here.
     """
     multiprocessing.set_start_method("fork", force=True)
     for m in modules:
+        if ledger:
+            m.attach_ledger(ledger)
         if state is not None:
             m.load_state_dict(state)
     return modules
