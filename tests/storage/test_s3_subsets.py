@@ -38,7 +38,7 @@ def run_split(config: dict, state: dict | None, steps: int | None) -> tuple[list
                           cache_dir=config["cache"], max_cache_size="48KB", storage_options=config["options"],
                           subsample=0.7)
     loader = StreamingDataLoader(train_test_split(ds, [0.5, 0.5], seed=4)[1], batch_size=4,
-                                 num_workers=config.get("workers", 0))
+                                 num_workers=config.get("workers", 0), ledger=config.get("ledger"))
     if state is not None:
         loader.load_state_dict(state)
     out: list[np.ndarray] = []

@@ -88,6 +88,8 @@ class LoaderLedger(StageLedger):
 
     def commit(self) -> dict[str, Any]:
         if not self.opened:
-            return self.pending or self.writer.state()
+            # before the first batch: the position a load brought, else none yet (None, not a run id of None,
+            # which no resume could load: a fresh run starts when the state is loaded)
+            return self.pending or (self.writer.state() if self.writer.run else None)
         self._flush()
         return self.writer.commit()
