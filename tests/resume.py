@@ -136,7 +136,7 @@ def check_resume(
 
         reference, _ = call(run, with_ledger(config, "straight"), None, None)
         assert reference, "the reference run produced no steps"
-        straight = audited(folders / "straight", reference, "the straight run", verify)[1] if ledger else None
+        straight = audited(folders / "straight", reference, "the straight run", verify) if ledger else None
         for stop in stops:
             assert 0 <= stop <= len(reference), f"stop {stop} outside 0..{len(reference)}"
             head, state = call(run, with_ledger(config, f"stop{stop}-0"), None, stop)
@@ -158,7 +158,7 @@ def check_resume(
                         f"{what}: {sum(lost.values())} records lost, {sum(repeated.values())} repeated"
                     )
                 if ledger:
-                    _, chain = audited(folders / f"stop{stop}-{i}", head + tail, what, verify)
+                    chain = audited(folders / f"stop{stop}-{i}", head + tail, what, verify)
                     assert straight is not None
                     assert_same_identities(straight, chain, exact or i == 0, what)
     return reference
@@ -254,8 +254,8 @@ def check_resume_chain(
 
         want, consumed = _chain_rows(run, call, chain, rows, exact, source_of, with_ledger)
         if ledger:
-            straight = audited(folders / "straight", [np.empty(consumed[0])], "the straight run", verify)[1]
-            _, resumed = audited(folders / "chain", [np.empty(consumed[1])], f"chain {list(chain)}", verify)
+            straight = audited(folders / "straight", [np.empty(consumed[0])], "the straight run", verify)
+            resumed = audited(folders / "chain", [np.empty(consumed[1])], f"chain {list(chain)}", verify)
             assert_same_identities(straight, resumed, exact, f"chain {list(chain)}")
     return want
 

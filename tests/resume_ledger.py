@@ -85,9 +85,14 @@ def identities(ledger: Ledger) -> tuple[Counter, list[tuple]]:
     return multiset, [tuple(held[i]) for i in order if trained[i]]
 
 
-def assert_same_identities(straight: Ledger, chain: Ledger, ordered: bool, what: str) -> None:
-    """The chain trained the straight run's samples: the same multiset per epoch, and with `ordered` (the
-    topology unchanged, or a token-for-token resume) in the same order."""
+def assert_same_identities(straight: tuple[AuditReport, Ledger], chain: tuple[AuditReport, Ledger], ordered: bool,
+                           what: str) -> None:
+    """The chain trained the straight run's samples: as many exactly once (samples, or a text stream's documents),
+    the same multiset per epoch, and with `ordered` (the topology unchanged, or a token-for-token resume) in the
+    same order."""
+    assert chain[0].once == straight[0].once, (
+        f"{what}: {chain[0].once} {chain[0].unit} trained exactly once, the straight run {straight[0].once}")
+    straight, chain = straight[1], chain[1]
     want, want_order = identities(straight)
     got, got_order = identities(chain)
     lost, repeated = want - got, got - want
