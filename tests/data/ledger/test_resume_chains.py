@@ -178,3 +178,30 @@ def test_one_rank_resumed_on_two_real_ranks_audits_clean(dataset: Path, tmp_path
     assert code == 0 and f"{n:,} samples trained exactly once" in text and "audit: OK" in text, text
     read = read_ledger(ledger)
     assert sorted(set(read.ranks.tolist())) == [0, 1] and read.markers[1]["topology"]["world_size"] == 2
+
+
+def _run_edited(config: dict, state: dict | None, steps: int | None) -> tuple[list, dict]:
+    """run_loader, whose resume hands the ledger an older position than the cursor's (a state edited by hand; the
+    resume drops the segment past it, as after a kill -9):
+    the tokens are the straight run's, only the ledger can tell."""
+    from tests.data.shards.helpers import run_loader
+
+    if state is not None and state.get("ledger"):
+        state = {**state, "ledger": {**state["ledger"], "step": state["ledger"]["step"] - 2}}
+    return run_loader(config, state, steps)
+
+
+def _run_without_ledger(config: dict, state: dict | None, steps: int | None) -> tuple[list, dict]:
+    from tests.data.shards.helpers import run_loader
+
+    return run_loader({k: v for k, v in config.items() if k != "ledger"}, state, steps)
+
+
+def test_the_resume_helper_fails_on_a_fault_only_the_ledger_shows(dataset: Path) -> None:
+    from tests.resume import check_resume
+
+    config = {"path": str(dataset), "block": BLOCK, "batch": 8}
+    with pytest.raises(AssertionError, match="the ledger audit failed: .*was never trained"):
+        check_resume(_run_edited, config, stops=[5], fresh_process=False)
+    with pytest.raises(AssertionError, match="0 ledgers under .*must pass config\\['ledger'\\]"):
+        check_resume(_run_without_ledger, config, stops=[5], fresh_process=False)
