@@ -29,7 +29,9 @@ Streams that cannot take a ledger pass ``ledger=False`` and are listed here with
 * none.
 
 ``verify=False`` audits the counts without re-reading the data (``llm-data audit --no-verify``), for
-data the audit cannot open by itself: an encrypted dataset (the audit takes no key).
+data the audit cannot open by itself: an encrypted dataset (the audit takes no key), a shard dataset on an
+object store reached through ``storage_options`` (the test servers' endpoint; the ledger header keeps no
+credentials, so the audit's reader asks the default endpoint).
 """
 
 from __future__ import annotations
