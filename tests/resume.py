@@ -13,18 +13,41 @@ point takes ``stop`` steps in one fresh process, saves the state, and
 continues in another fresh process under each resume config, comparing the
 result with the reference either token for token (``exact=True``) or as a
 multiset of records (``exact=False``: nothing lost, nothing repeated).
+
+Both helpers end with the run ledger's audit (`tests/resume_ledger.py`): every run they drive gets
+``config["ledger"]``, a folder of its own (the straight run's, and one per resumed chain; a stop's
+head is copied for each continuation), which ``run`` must hand to its stream
+(``StreamingDataLoader(ledger=)``, ``StreamingTextDataModule(ledger=)``, the SFT module's, or a
+trainer's ``checkpoint.checkpoint_dir``), and every rank's ``state_dict()`` commits it. At the end
+each ledger must audit OK (``llm-data audit``'s check, the data re-read), hold exactly the rows the
+run consumed (a shard ledger: that many samples trained exactly once), and the chain's sample
+identities must be the straight run's: the same multiset per epoch, and the same order where the
+topology is unchanged or the resume is token for token.
+
+Streams that cannot take a ledger pass ``ledger=False`` and are listed here with the reason:
+
+* none.
+
+``verify=False`` audits the counts without re-reading the data (``llm-data audit --no-verify``), for
+data the audit cannot open by itself: an encrypted dataset (the audit takes no key), a shard dataset on an
+object store reached through ``storage_options`` (the test servers' endpoint; the ledger header keeps no
+credentials, so the audit's reader asks the default endpoint).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import pickle
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tests.resume_ledger import assert_same_identities, audited, copy_ledger, rows_in
 
 RunFn = Callable[[dict, dict | None, int | None], tuple[list[Any], dict]]
 
@@ -95,35 +118,51 @@ def check_resume(
     exact: bool = True,
     split_records: Callable[[Any], list[bytes]] | None = None,
     fresh_process: bool = True,
+    ledger: bool = True,
+    verify: bool = True,
 ) -> list[Any]:
     """Stop at each of ``stops``, resume under ``config`` and every ``resume_configs``.
 
     With ``exact=False`` the continuation is compared as a multiset of records
     (``split_records(step)`` turns one step into hashable records) so another
-    topology may reorder but never lose or repeat a record. Returns the
-    reference steps.
+    topology may reorder but never lose or repeat a record. Each run's ledger
+    is audited and compared with the straight run's (module docstring).
+    Returns the reference steps.
     """
     call = in_fresh_process if fresh_process else (lambda fn, *a: fn(*a))
-    reference, _ = call(run, config, None, None)
-    assert reference, "the reference run produced no steps"
-    for stop in stops:
-        assert 0 <= stop <= len(reference), f"stop {stop} outside 0..{len(reference)}"
-        head, state = call(run, config, None, stop)
-        assert_same_steps(head, reference[:stop], f"first {stop} steps")
-        state = pickle.loads(pickle.dumps(state))  # the state must survive serialisation
-        for cfg in (config, *resume_configs):
-            tail, _ = call(run, cfg, state, None)
-            what = f"resume at step {stop} with {cfg}"
-            if exact or cfg is config:
-                assert_same_steps(head + tail, reference, what)
-            else:
-                assert split_records is not None, "exact=False needs split_records"
-                got = _records(head + tail, split_records)
-                want = _records(reference, split_records)
-                lost, repeated = want - got, got - want
-                assert not lost and not repeated, (
-                    f"{what}: {sum(lost.values())} records lost, {sum(repeated.values())} repeated"
-                )
+    with tempfile.TemporaryDirectory(prefix="resume-ledger-") as tmp:
+        folders = Path(tmp)
+
+        def with_ledger(cfg: dict, name: str) -> dict:
+            return {**cfg, "ledger": str(folders / name)} if ledger else cfg
+
+        reference, _ = call(run, with_ledger(config, "straight"), None, None)
+        assert reference, "the reference run produced no steps"
+        straight = audited(folders / "straight", reference, "the straight run", verify) if ledger else None
+        for stop in stops:
+            assert 0 <= stop <= len(reference), f"stop {stop} outside 0..{len(reference)}"
+            head, state = call(run, with_ledger(config, f"stop{stop}-0"), None, stop)
+            assert_same_steps(head, reference[:stop], f"first {stop} steps")
+            state = pickle.loads(pickle.dumps(state))  # the state must survive serialisation
+            for i in range(1, len(resume_configs) + 1):  # the head's ledger, before any continuation adds to it
+                copy_ledger(folders / f"stop{stop}-0", folders / f"stop{stop}-{i}")
+            for i, cfg in enumerate((config, *resume_configs)):
+                tail, _ = call(run, with_ledger(cfg, f"stop{stop}-{i}"), state, None)
+                what = f"resume at step {stop} with {cfg}"
+                if exact or i == 0:
+                    assert_same_steps(head + tail, reference, what)
+                else:
+                    assert split_records is not None, "exact=False needs split_records"
+                    got = _records(head + tail, split_records)
+                    want = _records(reference, split_records)
+                    lost, repeated = want - got, got - want
+                    assert not lost and not repeated, (
+                        f"{what}: {sum(lost.values())} records lost, {sum(repeated.values())} repeated"
+                    )
+                if ledger:
+                    chain = audited(folders / f"stop{stop}-{i}", head + tail, what, verify)
+                    assert straight is not None
+                    assert_same_identities(straight, chain, exact or i == 0, what)
     return reference
 
 
@@ -142,14 +181,24 @@ def check_refused_state_changes_nothing(stage: Any, bad_state: Any, run: Callabl
     assert_same_steps(run(stage), run(fresh), "after a refused state")
 
 
-def loaded(modules: list, state: dict | None) -> list:
-    """The data modules of one simulated topology (one per rank), each given `state` when there is one.
+def attach(module: Any, config: dict) -> Any:
+    """`module` with the ledger folder the resume helpers gave `config`, attached (before its state is loaded)."""
+    if config.get("ledger"):
+        module.attach_ledger(config["ledger"])
+    return module
+
+
+def loaded(modules: list, state: dict | None, ledger: str | None = None) -> list:
+    """The data modules of one simulated topology (one per rank), each given `state` when there is one, and
+    `ledger` (the folder `config["ledger"]` the resume helpers pass) attached first.
 
     A process made by the spawn start method (the fresh processes above, mp.spawn) hands "spawn" on to
     its DataLoader workers too; torchrun / plain python use "fork" on Linux, as set here.
     """
     multiprocessing.set_start_method("fork", force=True)
     for m in modules:
+        if ledger:
+            m.attach_ledger(ledger)
         if state is not None:
             m.load_state_dict(state)
     return modules
@@ -181,6 +230,8 @@ def check_resume_chain(
     rows: Callable[[Any], list[bytes]] = step_rows,
     source_of: Callable[[bytes], Any] | None = None,
     fresh_process: bool = True,
+    ledger: bool = True,
+    verify: bool = True,
 ) -> list[bytes]:
     """Run a chain of topologies, each resumed from the state the previous one saved, and compare rows.
 
@@ -193,17 +244,39 @@ def check_resume_chain(
     * ``exact=False``: the same multiset of rows (nothing lost, nothing repeated), and with
       ``source_of(row)`` each source's rows in the straight run's order.
 
-    Returns the reference rows.
+    Then both ledgers are audited and their sample identities compared (module docstring; in order
+    with ``exact=True``). Returns the reference rows.
     """
     call = in_fresh_process if fresh_process else (lambda fn, *a: fn(*a))
+    with tempfile.TemporaryDirectory(prefix="resume-ledger-") as tmp:
+        folders = Path(tmp)
+
+        def with_ledger(cfg: dict, name: str) -> dict:
+            return {**cfg, "ledger": str(folders / name)} if ledger else cfg
+
+        want, consumed = _chain_rows(run, call, chain, rows, exact, source_of, with_ledger)
+        if ledger:
+            straight = audited(folders / "straight", [np.empty(consumed[0])], "the straight run", verify)
+            resumed = audited(folders / "chain", [np.empty(consumed[1])], f"chain {list(chain)}", verify)
+            assert_same_identities(straight, resumed, exact, f"chain {list(chain)}")
+    return want
+
+
+def _chain_rows(run: RunFn, call: Callable, chain: Sequence[tuple[dict, int | None]], rows: Callable[[Any], list[bytes]],
+                exact: bool, source_of: Callable[[bytes], Any] | None, with_ledger: Callable[[dict, str], dict]
+                ) -> tuple[list[bytes], tuple[int, int]]:
+    """check_resume_chain's runs and row comparisons; returns the reference rows, and the rows (samples) the
+    straight run and the chain consumed."""
     first = chain[0][0]
-    reference_steps, _ = call(run, first, None, None)
+    reference_steps, _ = call(run, with_ledger(first, "straight"), None, None)
     want = [r for step in reference_steps for r in rows(step)]
     assert want, "the reference run produced no rows"
     got: list[bytes] = []
     state: dict | None = None
+    consumed = (sum(rows_in(s) for s in reference_steps), 0)
     for i, (cfg, steps) in enumerate(chain):
-        out, state = call(run, cfg, state, steps)
+        out, state = call(run, with_ledger(cfg, "chain"), state, steps)
+        consumed = (consumed[0], consumed[1] + sum(rows_in(s) for s in out))
         state = pickle.loads(pickle.dumps(state))  # the state must survive serialisation
         got += [r for step in out for r in rows(step)]
         assert len(got) <= len(want) + 64, f"chain link {i} ({cfg}): {len(got)} rows, more than the epoch's {len(want)}"
@@ -212,7 +285,7 @@ def check_resume_chain(
         assert len(got) == len(want), f"{what}: {len(got)} rows, expected {len(want)}"
         first_diff = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), None)
         assert first_diff is None, f"{what}: row {first_diff} differs from the straight run's"
-        return want
+        return want, consumed
     got_c, want_c = Counter(got), Counter(want)
     lost, repeated = want_c - got_c, got_c - want_c
     assert not lost and not repeated, f"{what}: {sum(lost.values())} rows lost, {sum(repeated.values())} repeated"
@@ -221,4 +294,4 @@ def check_resume_chain(
             mine = [r for r in got if source_of(r) == source]
             straight = [r for r in want if source_of(r) == source]
             assert mine == straight, f"{what}: source {source!r}'s rows are not in the straight run's order"
-    return want
+    return want, consumed

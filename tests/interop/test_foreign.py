@@ -196,10 +196,11 @@ def run_foreign(config: dict, state: dict | None, steps: int | None):
 
     if config["kind"] == "tokens":
         ds = StreamingDataset(config["folder"], item_loader=TokensLoader(block_size=48), shuffle=True, seed=3)
-        loader = StreamingDataLoader(ds, batch_size=4, num_workers=config["workers"])
+        loader = StreamingDataLoader(ds, batch_size=4, num_workers=config["workers"], ledger=config.get("ledger"))
     else:
         ds = StreamingDataset(config["folder"], shuffle=True, seed=5)
-        loader = StreamingDataLoader(ds, batch_size=3, num_workers=config["workers"], collate_fn=_ids)
+        loader = StreamingDataLoader(ds, batch_size=3, num_workers=config["workers"], collate_fn=_ids,
+                                     ledger=config.get("ledger"))
     if state is not None:
         loader.load_state_dict(state)
     out = take_steps(({"input_ids": b} if config["kind"] == "tokens" else b for b in loader), steps)

@@ -40,7 +40,7 @@ def run_remote(config: dict, state: dict | None, steps: int | None) -> tuple[lis
                           cache_dir=config["cache"], max_cache_size=config.get("max_cache"),
                           storage_options=config["options"])
     loader = StreamingDataLoader(ds, batch_size=config["batch"], num_workers=config.get("workers", 0),
-                                 worker_backend=config.get("backend", "auto"))
+                                 worker_backend=config.get("backend", "auto"), ledger=config.get("ledger"))
     if state is not None:
         loader.load_state_dict(state)
     out: list[np.ndarray] = []

@@ -28,7 +28,7 @@ from llm.data.storage.objects import open_objects
 from llm.data.storage.s3 import StorageError
 from llm.data.text.stream import FINGERPRINT_MISMATCH, StreamingTextDataModule
 from llm.training.core.data_config import DataConfig
-from tests.resume import assert_same_steps, check_resume, take_steps
+from tests.resume import assert_same_steps, attach, check_resume, take_steps
 from tests.storage.conftest import QUICK_ON_S3, STORES
 from tests.storage.faultproxy import FaultProxy
 
@@ -98,7 +98,7 @@ def make_module(config: dict) -> StreamingTextDataModule:
 
 def run_stream(config: dict, state: dict | None, steps: int | None) -> tuple[list, dict]:
     """`tests/resume.py` protocol over one rank."""
-    module = make_module(config)
+    module = attach(make_module(config), config)
     if state is not None:
         module.load_state_dict(state)
     return take_steps(module.train_dataloader(), steps), module.state_dict()

@@ -182,7 +182,10 @@ def test_val_set_size_draws_by_the_seed_a_fraction_or_a_count(tmp_path):
 def run_held_out(config: dict, state: dict | None, steps: int | None) -> tuple[list, dict]:
     """tests/resume.py's pipeline: the training side of a val_set_size split, two epochs in all (as the trainer,
     the state carries the steps taken)."""
-    data = SftData(build_config(config), rank=0, world_size=1)
+    tree = {k: v for k, v in config.items() if k != "ledger"}
+    data = SftData(build_config(tree), rank=0, world_size=1)
+    if config.get("ledger"):
+        data.attach_ledger(config["ledger"], "held-out")  # as llm-train does, before the state
     taken = 0
     if state is not None:
         data.load_state_dict(state["data"])

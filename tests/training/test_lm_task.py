@@ -129,8 +129,10 @@ def run_order(config: dict, state: dict | None, steps: int | None) -> tuple[list
         "checkpoint": {"checkpoint_dir": None},
     })
     ranks = [LocalTextData(cfg, r, world) for r in range(world)]
-    if state is not None:
-        for r in ranks:
+    for r in ranks:
+        if config.get("ledger"):  # as llm-train does: one run id on every rank, attached before the state
+            r.attach_ledger(config["ledger"], "lm-order")
+        if state is not None:
             r.load_state_dict(state)
     iters = [r.batches() for r in ranks]
     per_pass = ranks[0].steps_per_pass
@@ -138,7 +140,7 @@ def run_order(config: dict, state: dict | None, steps: int | None) -> tuple[list
     n = 2 * per_pass - (done["epoch"] * per_pass + done["samples_consumed"] // config["global_batch"])
     n = n if steps is None else steps
     out = [np.concatenate([_next_as(r, world, it)["input_ids"].numpy() for r, it in enumerate(iters)]) for _ in range(n)]
-    return out, ranks[0].state_dict()
+    return out, [r.state_dict() for r in ranks][0]  # every rank commits its ledger
 
 
 def test_order_resumes_exactly_on_any_world_size(tmp_path: Path) -> None:

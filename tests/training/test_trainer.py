@@ -55,7 +55,11 @@ def run_trainer(config: dict, state: dict | None, steps: int | None) -> tuple[li
             "weights": np.float64(weights),
         })
 
-    trainer = Trainer(build_config(config["tree"]), config["task"], callbacks=[record], log=lambda _: None)
+    tree = config["tree"]
+    if config.get("ledger"):  # llm-train writes RUN_DIR/ledger/<run>; a resume continues the one its state names
+        folder = Path(config["ledger"]) / ("resumed" if state is not None else "")
+        tree = {**tree, "checkpoint": {**tree.get("checkpoint", {}), "checkpoint_dir": str(folder)}}
+    trainer = Trainer(build_config(tree), config["task"], callbacks=[record], log=lambda _: None)
     if state is not None:
         trainer.load_payload(state)
     trainer.fit(stop_after=steps)

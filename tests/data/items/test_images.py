@@ -64,7 +64,7 @@ def test_an_image_made_in_memory_is_stored_losslessly_as_png(tmp_path: Path) -> 
 def run_images(config: dict, state: dict | None, steps: int | None) -> tuple[list, dict]:
     """The resume helper's pipeline: batches of 5 decoded images (padded to 12x12) and labels."""
     ds = StreamingDataset(config["folder"], shuffle=True, seed=3)
-    loader = StreamingDataLoader(ds, batch_size=5, num_workers=config["workers"])
+    loader = StreamingDataLoader(ds, batch_size=5, num_workers=config["workers"], ledger=config.get("ledger"))
     if state is not None:
         loader.load_state_dict(state)
     out: list = []

@@ -23,7 +23,7 @@ def make(config: dict) -> StreamingSFTDataModule:
 
 
 def run_sft(config: dict, state: dict | None, steps: int | None):
-    (module,) = loaded([make(config)], state)
+    (module,) = loaded([make(config)], state, config.get("ledger"))
     steps_out = take_steps(module.train_dataloader(), steps)
     return [{k: v for k, v in s.items() if k != "cu_seqlens"} for s in steps_out], module.state_dict()
 

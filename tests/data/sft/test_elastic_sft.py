@@ -68,7 +68,7 @@ def run_sft(config: dict, state: dict | None, steps: int | None):
     world = config.get("world", 1)
     keys = ("input_ids", "attention_mask", "labels") + (("position_ids",) if config.get("best_fit") else ())
     modules = loaded([StreamingSFTDataModule(sft_config(config), config["batch"] // world, rank=r, world_size=world,
-                                             loop=False) for r in range(world)], state)
+                                             loop=False) for r in range(world)], state, config.get("ledger"))
     iters, out = [iter(m.train_dataloader()) for m in modules], []
     while steps is None or len(out) < steps:
         live = [b for b in (next(it, None) for it in iters) if b is not None]

@@ -13,7 +13,7 @@ import pytest
 from llm.data.sft.stream import StreamingSFTDataModule
 from llm.training.core.axolotl import AXOLOTL_KEYS
 from llm.training.core.data_config import DataConfig
-from tests.resume import check_resume, take_steps
+from tests.resume import attach, check_resume, take_steps
 
 
 def write_entries(folder: Path) -> list[str]:
@@ -62,7 +62,7 @@ def test_sft_token_shares_follow_the_weights_and_are_counted_exactly(tmp_path, w
 
 def run_sft(config: dict, state: dict | None, steps: int | None):
     multiprocessing.set_start_method("fork", force=True)
-    module = make({**config, "steps": 30})
+    module = attach(make({**config, "steps": 30}), config)
     if state is not None:
         module.load_state_dict(state)
     left = 30 - module.progress.step  # the run ends at step 30, resumed or not

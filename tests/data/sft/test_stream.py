@@ -10,7 +10,7 @@ import pytest
 
 from llm.data.sft.stream import StreamingSFTDataModule, record_source
 from llm.training.core.data_config import DataConfig, DatasetEntry
-from tests.resume import check_resume, loaded, take_steps
+from tests.resume import attach, check_resume, loaded, take_steps
 
 
 def write_alpaca(path: Path, n: int = 120) -> Path:
@@ -27,7 +27,7 @@ def make(config: dict) -> StreamingSFTDataModule:
 
 
 def run_sft(config: dict, state: dict | None, steps: int | None):
-    (module,) = loaded([make(config)], state)
+    (module,) = loaded([make(config)], state, config.get("ledger"))
     return take_steps(module.train_dataloader(), steps), module.state_dict()
 
 
@@ -77,7 +77,7 @@ def run_mixed(config: dict, state: dict | None, steps: int | None):
                                 DatasetEntry(path=config["chat"], type="chat")],
                       max_seq_len=256, num_workers=config["workers"],
                       streaming_dataset_mixing_strategy="weighted", streaming_mixing_weights=[0.7, 0.3])
-    module = StreamingSFTDataModule(data, batch_size=3, loop=False)
+    module = attach(StreamingSFTDataModule(data, batch_size=3, loop=False), config)
     if state is not None:
         module.load_state_dict(state)
     return take_steps(module.train_dataloader(), steps), module.state_dict()

@@ -64,7 +64,8 @@ def run_loader(config: dict, state: dict | None, steps: int | None) -> tuple[lis
         ds.legacy_window = True
     world, workers = config.get("world", 1), config.get("workers", 0)
     loaders = [
-        StreamingDataLoader(ds, batch_size=config["batch"], num_workers=workers, worker_backend=config.get("backend", "auto"))
+        StreamingDataLoader(ds, batch_size=config["batch"], num_workers=workers, worker_backend=config.get("backend", "auto"),
+                            ledger=config.get("ledger"))
         for _ in range(world)
     ]
     if state is not None:
@@ -83,6 +84,11 @@ def run_loader(config: dict, state: dict | None, steps: int | None) -> tuple[lis
         while firsts[0] is not None:
             out.append(np.concatenate([b.numpy() for b in firsts]))
             if steps is not None and len(out) >= steps:
-                return out, loaders[0].state_dict()
+                return out, every_rank_state(loaders)
             firsts = [next(it, None) for it, _ in iters]
-    return out, loaders[0].state_dict()
+    return out, every_rank_state(loaders)
+
+
+def every_rank_state(loaders: list) -> dict:
+    """Rank 0's state after every rank's state_dict(), as each rank saves its checkpoint: each commits its ledger."""
+    return [loader.state_dict() for loader in loaders][0]

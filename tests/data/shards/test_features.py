@@ -253,7 +253,7 @@ def make_dataset(config: dict) -> StreamingDataset:
 def run_subset(config: dict, state: dict | None, steps: int | None) -> tuple[list, dict]:
     """check_resume's `run`: a subsampled or split dataset, any workers and backend."""
     loader = StreamingDataLoader(make_dataset(config), batch_size=config["batch"], num_workers=config.get("workers", 0),
-                                 worker_backend=config.get("backend", "auto"))
+                                 worker_backend=config.get("backend", "auto"), ledger=config.get("ledger"))
     if state is not None:
         loader.load_state_dict(state)
     out: list = []

@@ -79,7 +79,7 @@ def run_chain(config: dict, state: dict | None, steps: int | None):
     for r in range(world):
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(r), str(world)
         loader = StreamingDataLoader(ds, batch_size=config["batch"] // world, num_workers=config["workers"],
-                                     collate_fn=list if items else None)
+                                     collate_fn=list if items else None, ledger=config.get("ledger"))
         if state is not None:
             loader.load_state_dict(state)
         loaders.append(loader)
@@ -102,7 +102,7 @@ def run_chain(config: dict, state: dict | None, steps: int | None):
         out.append(np.concatenate(rows))
         position += size
     os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", str(world)
-    saved = loaders[0].state_dict()
+    saved = [lo.state_dict() for lo in loaders][0]  # every rank commits its ledger
     os.environ.pop("RANK"), os.environ.pop("WORLD_SIZE")
     return out, saved
 

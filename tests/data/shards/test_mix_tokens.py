@@ -94,7 +94,8 @@ def run_tokens(config: dict, state: dict | None, steps: int | None):
                for i, p in enumerate(config["paths"])]
     mix = CombinedStreamingDataset(sources, weights=config.get("weights"), schedule=config.get("schedule"),
                                    unit="tokens", seed=4)
-    loader = StreamingDataLoader(mix, batch_size=4, num_workers=config["workers"], collate_fn=as_list)
+    loader = StreamingDataLoader(mix, batch_size=4, num_workers=config["workers"], collate_fn=as_list,
+                                 ledger=config.get("ledger"))
     if state is not None:
         loader.load_state_dict(state)
     out, it = [], iter(loader)
@@ -126,7 +127,7 @@ def run_schedule(config: dict, state: dict | None, steps: int | None):
             break
         out.append(np.concatenate([p.numpy() for p in parts]))
     os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", "1"
-    return out, loaders[0][1].state_dict()
+    return out, [lo.state_dict() for _, lo, _ in loaders][0]  # every rank commits its ledger
 
 
 @pytest.fixture(scope="module")

@@ -98,7 +98,8 @@ def rank_loaders(ds, config: dict, batch: int, state: dict | None) -> list[tuple
     loaders = []
     for r in range(world):
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(r), str(world)
-        loader = StreamingDataLoader(ds, batch_size=batch // world, num_workers=config.get("workers", 0))
+        loader = StreamingDataLoader(ds, batch_size=batch // world, num_workers=config.get("workers", 0),
+                                     ledger=config.get("ledger"))
         if state is not None:
             loader.load_state_dict(state)
         loaders.append((r, loader, iter(loader)))
@@ -136,7 +137,7 @@ def run_combined(config: dict, state: dict | None, steps: int | None):
             continue
         out.append(np.concatenate([p.numpy() for p in parts]))
     os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", str(world)
-    state_out = loaders[0][1].state_dict()
+    state_out = [lo.state_dict() for _, lo, _ in loaders][0]  # every rank commits its ledger
     os.environ.pop("RANK"), os.environ.pop("WORLD_SIZE")
     return out, state_out
 

@@ -38,7 +38,7 @@ KEYS = ("input_ids", "labels", "position_ids")
 def run_best_fit(config: dict, state: dict | None, steps: int | None):
     """`tests/resume.py` protocol: global steps = every rank's batch at that step, stacked."""
     world = config.get("world", 1)
-    modules = loaded([make_module(config, r, world) for r in range(world)], state)
+    modules = loaded([make_module(config, r, world) for r in range(world)], state, config.get("ledger"))
     return step_ranks(modules, steps, KEYS), merge_stream_states([m.state_dict() for m in modules])
 
 

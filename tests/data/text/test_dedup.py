@@ -26,7 +26,7 @@ from llm.data.inputs.seen_file import read_seen_file
 from llm.data.sources import LocalLineTextSource
 from llm.data.text.stream import StreamingTextDataModule
 from llm.training.core.config import DataConfig
-from tests.resume import assert_same_steps, check_resume, take_steps
+from tests.resume import assert_same_steps, attach, check_resume, take_steps
 
 EOS = 256
 
@@ -193,7 +193,7 @@ def run_dedup(config: dict, state: dict | None, steps: int | None):
     seen = Path(config["dir"]) / f"seen-{uuid.uuid4().hex}.bin"
     if state is not None and Path(state["seen_hashes"]["path"]).exists():  # no file: nothing committed
         shutil.copy(state["seen_hashes"]["path"], seen)
-    module = module_for(config["path"], seen, workers=config["workers"])
+    module = attach(module_for(config["path"], seen, workers=config["workers"]), config)
     if state is not None:
         module.load_state_dict(state)
     out = take(module, steps)

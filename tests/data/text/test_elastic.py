@@ -80,7 +80,7 @@ def run(config: dict, state: dict | None, steps: int | None):
     data = data_config(config)
     keys = ("input_ids", "labels", "position_ids") if config.get("packing") == "best_fit" else ("input_ids", "labels")
     modules = loaded([StreamingTextDataModule(data, config["batch"] // world, rank=r, world_size=world, loop=False)
-                      for r in range(world)], state)
+                      for r in range(world)], state, config.get("ledger"))
     out = step_ranks(modules, steps, keys)
     return out, merge_stream_states([m.state_dict() for m in modules])
 

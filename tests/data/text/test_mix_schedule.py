@@ -15,6 +15,7 @@ from llm.training.core.data_config import DataConfig
 from tests.data.text.test_token_mixing import count_by_source, write_corpora
 from tests.resume import (
     assert_same_steps,
+    attach,
     check_refused_state_changes_nothing,
     check_resume,
     take_steps,
@@ -34,7 +35,7 @@ def make(config: dict, rank: int | None = None, world: int | None = None) -> Str
 def run_schedule(config: dict, state: dict | None, steps: int | None):
     """resume.py protocol (one rank)."""
     multiprocessing.set_start_method("fork", force=True)
-    m = make(config)
+    m = attach(make(config), config)
     if state is not None:
         m.load_state_dict(state)
     out, left = [], config.get("steps", 50) - m.progress.step  # the run ends at step 50, resumed or not

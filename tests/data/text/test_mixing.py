@@ -17,7 +17,7 @@ from llm.data.mix.choosers import check_weights, choose
 from llm.data.text.stream import StreamingTextDataModule, merge_stream_states
 from llm.training.core.data_config import DataConfig
 from llm.training.core.errors import ConfigError
-from tests.resume import assert_same_steps, check_resume, loaded, step_ranks
+from tests.resume import assert_same_steps, attach, check_resume, loaded, step_ranks
 
 
 @settings(max_examples=60, deadline=None)
@@ -91,7 +91,7 @@ def make(config: dict, rank: int | None = None, world: int | None = None) -> Str
 def run_mix(config: dict, state: dict | None, steps: int | None):
     """resume.py protocol; `world` ranks simulated in one process, their batches stacked per step."""
     world = config.get("world", 1)
-    modules = loaded([make(config, r, world) for r in range(world)], state)
+    modules = loaded([make(config, r, world) for r in range(world)], state, config.get("ledger"))
     return step_ranks(modules, steps), merge_stream_states([m.state_dict() for m in modules])
 
 
@@ -176,7 +176,7 @@ def run_dedup_mix(config: dict, state: dict | None, steps: int | None):
     seen = Path(config["dir"]) / f"seen-{uuid.uuid4().hex}.bin"
     if state is not None and Path(state["seen_hashes"]["path"]).exists():
         shutil.copy(state["seen_hashes"]["path"], seen)
-    module = dedup_module(config, seen)
+    module = attach(dedup_module(config, seen), config)
     if state is not None:
         module.load_state_dict(state)
     out, batches = [], iter(module.train_dataloader())

@@ -21,7 +21,7 @@ from llm.data.sources import SOURCE_REGISTRY, LocalLineTextSource, TextSource
 from llm.data.text.stream import FINGERPRINT_MISMATCH, StreamingTextDataModule, merge_stream_states
 from llm.data.tokenize.tokenizers import SimpleTokenizer
 from llm.training.core.config import DataConfig
-from tests.resume import assert_same_steps, check_resume, loaded, step_ranks, take_steps
+from tests.resume import assert_same_steps, attach, check_resume, loaded, step_ranks, take_steps
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 
@@ -80,7 +80,7 @@ def _fork_workers() -> None:
 def run_stream(config: dict, state: dict | None, steps: int | None):
     """`tests/resume.py` protocol: global steps = the batches of every rank at that step, stacked."""
     world = config.get("world", 1)
-    modules = loaded([make_module(config, r, world) for r in range(world)], state)
+    modules = loaded([make_module(config, r, world) for r in range(world)], state, config.get("ledger"))
     return step_ranks(modules, steps), merge_stream_states([m.state_dict() for m in modules])
 
 
@@ -314,7 +314,7 @@ def run_custom(config: dict, state: dict | None, steps: int | None):
 
     SOURCE_REGISTRY.register("s3", lambda cfg: ListSource(cfg.dataset_bucket, cfg.dataset_key))
     data = DataConfig(**yaml.safe_load(config["yaml"]))
-    module = StreamingTextDataModule(data, 2, loop=False)
+    module = attach(StreamingTextDataModule(data, 2, loop=False), config)
     if state is not None:
         module.load_state_dict(state)
     return take_steps(module.train_dataloader(), steps), module.state_dict()
@@ -382,7 +382,7 @@ def test_two_gloo_processes(tmp_path):
 def run_bpe(config: dict, state: dict | None, steps: int | None):
     data = DataConfig(data_source="dedup_local", dataset_path=config["path"], max_seq_len=16, num_workers=2,
                       tokenizer_type="hf", tokenizer_path=config["tokenizer"], hash_algo="xxh3_128")
-    module = StreamingTextDataModule(data, batch_size=3, loop=False)
+    module = attach(StreamingTextDataModule(data, batch_size=3, loop=False), config)
     if state is not None:
         module.load_state_dict(state)
     return take_steps(module.train_dataloader(), steps), module.state_dict()
@@ -459,7 +459,7 @@ def run_epochs(config: dict, state: dict | None, steps: int | None):
     """Epochs of `steps_per_epoch` batches over a tiny file: the stream wraps into new passes."""
     _fork_workers()
     data = DataConfig(dataset_path=config["path"], max_seq_len=16, steps_per_epoch=7, num_workers=config["workers"])
-    module = StreamingTextDataModule(data, batch_size=3)
+    module = attach(StreamingTextDataModule(data, batch_size=3), config)
     done = 0
     if state is not None:
         module.load_state_dict(state)

@@ -101,7 +101,7 @@ def make(config: dict, rank: int | None = None, world: int | None = None) -> Str
 def run_tokens(config: dict, state: dict | None, steps: int | None):
     """resume.py protocol: `world` ranks in one process, their batches stacked per step; the counts checked."""
     world = config.get("world", 1)
-    modules = loaded([make(config, r, world) for r in range(world)], state)
+    modules = loaded([make(config, r, world) for r in range(world)], state, config.get("ledger"))
     before = [m.source_counts() for m in modules]
     out = step_ranks(modules, steps)
     # what each run handed over is what its counts grew by, source by source

@@ -96,6 +96,11 @@ def phases(ledger: Ledger, amounts: np.ndarray, specs: dict[int, dict[str, Any]]
         schedule = spec_schedule(spec, n) if spec else None
         if schedule is None:
             continue
+        if spec.get("shares_of") == "tokens" and not spec.get("tokens_per_sample"):
+            note = "shares are not compared: the weights are shares of tokens, and its items differ in length"
+            if note not in notes:
+                notes.append(note)
+            continue
         per_sample = 1
         if schedule.unit == "tokens":
             per_sample = int(spec.get("tokens_per_sample") or 0)

@@ -48,7 +48,7 @@ class MixReads:
     def ledger_mixture(self) -> dict[str, Any] | None:
         """What the mixture's shares follow (ledger/shares.py): its weights now, schedule, batching, tokens a sample."""
         return {"weights": list(self.weights), "schedule": self.schedule.as_list() if self.schedule else None,
-                "batching": self.batching, "tokens_per_sample": self.block_size}
+                "batching": self.batching, "tokens_per_sample": self.block_size, "shares_of": self.unit}
 
     def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, the source's own epoch, its sample): a source's epoch is how many passes it gave before."""

@@ -129,6 +129,13 @@ class BatchSchedule:
         """Global positions consumed once every rank has taken `batches` batches."""
         return min(self.start + batches * self.global_batch, self.end)
 
+    def pads(self, k: int) -> bool:
+        """Whether this rank's batch k only repeats an early sample (`positions`: a short final global batch
+        of fewer samples than ranks): a row read to keep the ranks in step, not one of the epoch's samples."""
+        lo = self.start + k * self.global_batch
+        return min(lo + self.global_batch, self.end) - lo < self.world_size and \
+            self.rank >= min(lo + self.global_batch, self.end) - lo
+
     def positions(self, k: int) -> np.ndarray:
         """Epoch positions of this rank's batch k.
 

@@ -160,6 +160,31 @@ class LoaderLedger(StageLedger):
 
     def commit(self) -> dict[str, Any]:
         if not self.opened:
-            return self.pending or self.writer.state()
+            # before the first batch: the position a load brought, else none yet (None, not a run id of None,
+            # which no resume could load: a fresh run starts when the state is loaded)
+            return self.pending or (self.writer.state() if self.writer.run else None)
         self._flush()
         return self.writer.commit()
+
+
+def add_chunk_rows(ledger: LoaderLedger | None, dataset: Any, chunk: dict[str, Any], epoch: int, pads_last: bool,
+                   left_out: tuple[np.ndarray, ...] | None) -> LoaderLedger | None:
+    """Give `ledger` a chunk's rows once (per batch handed over it then only counts a step), with the blocks
+    skipped by id that each of its batches lacks (`left_out`: positions, sample ids, batch of the chunk).
+
+    `pads_last`: the chunk's last batch is this rank's padding row (an epoch's short last global batch of fewer
+    samples than ranks repeats an early sample to keep the ranks in step); its step is recorded without it, so it
+    is not counted as a second training. Pops the ledger keys from `chunk` either way."""
+    pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
+    if ids is None or ledger is None:
+        return None
+    pos, ids, crcs, sizes = np.asarray(pos), np.asarray(ids), np.asarray(crcs), np.asarray(chunk["sizes"], np.int64)
+    if pads_last:
+        keep = int(sizes[:-1].sum())
+        pos, ids, crcs, sizes = pos[:keep], ids[:keep], crcs[:keep], np.r_[sizes[:-1], 0]
+    source, source_epoch, item = dataset.ledger_rows(epoch, pos, ids)
+    gone = None
+    if left_out is not None and len(left_out[0]):
+        gone = (*dataset.ledger_rows(epoch, left_out[0], left_out[1]), left_out[2])
+    ledger.add_chunk(item, crcs, source, source_epoch, sizes, dataset.block_size or 0, gone)
+    return ledger

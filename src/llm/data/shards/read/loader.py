@@ -24,7 +24,7 @@ from llm.data.ingest_stats import (
     remote_sum,
 )
 from llm.data.shards.plan.schedule import BatchSchedule
-from llm.data.shards.read.ledger import LoaderLedger, run_id
+from llm.data.shards.read.ledger import LoaderLedger, add_chunk_rows, run_id
 from llm.data.shards.read.profiling import LoaderProfile
 from llm.data.shards.read.skips import LoaderSkips
 from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
@@ -275,7 +275,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
                 left_out = self._left_out(chunk)  # blocks of documents skipped by id (read/skips.py)
-                ledger = self._ledger_chunk(chunk, it.epoch, left_out)
+                ledger = self._ledger_chunk(chunk, it, left_out)
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
                 try:
@@ -297,20 +297,12 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         if self._active is token and self._yielded == len(it.schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
 
-    def _ledger_chunk(self, chunk: dict[str, Any], epoch: int,
-                      left_out: tuple[np.ndarray, ...] | None = None) -> LoaderLedger | None:
-        """The ledger, given this chunk's rows once (per batch handed over it then only counts a step), with the
-        blocks skipped by id that each of its batches lacks (`left_out`: positions, sample ids, batch of the chunk)."""
-        pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
-        if ids is None or self._ledger is None:
-            return None
-        source, source_epoch, item = self.dataset.ledger_rows(epoch, np.asarray(pos), np.asarray(ids))
-        gone = None
-        if left_out is not None and len(left_out[0]):
-            gone = (*self.dataset.ledger_rows(epoch, left_out[0], left_out[1]), left_out[2])
-        self._ledger.add_chunk(item, np.asarray(crcs), source, source_epoch, chunk["sizes"], self.dataset.block_size or 0,
-                               gone)
-        return self._ledger
+    def _ledger_chunk(self, chunk: dict[str, Any], it: Any, left_out: tuple[np.ndarray, ...] | None
+                      ) -> LoaderLedger | None:
+        """The ledger given this chunk's rows once (read/ledger.py `add_chunk_rows`); None without a ledger."""
+        n = len(chunk["sizes"])
+        pads = bool(n) and it.schedule.pads(self._yielded + n - 1)  # only an epoch's last batch can pad
+        return add_chunk_rows(self._ledger, self.dataset, chunk, it.epoch, pads, left_out)
 
     def _remote_now(self) -> dict[str, int]:
         return remote_sum([self.dataset.remote_counters(), self._worker_remote.snapshot()])
