@@ -27,4 +27,5 @@ def test_demo_runs_and_checks_exactly_once(tmp_path):
     if (run / "metrics.png").exists():
         assert str(run / "metrics.png") in summary
     next_steps = summary[summary.index("demo: try next:"):].splitlines()[1:]
-    assert len(next_steps) == 3 and "--checkpoint" in next_steps[2] and "llm-generate" in next_steps[2]
+    assert len(next_steps) == 4 and "--checkpoint" in next_steps[3] and "llm-generate" in next_steps[3]
+    assert "llm-train" in next_steps[2] and f"why {run} --step 7" in next_steps[2]  # the walk in proving-a-run.md

@@ -168,6 +168,7 @@ def summary(dataset: Path, tokenizer: Path, trained: dict[str, Path]) -> str:
     if trained:
         run = next(iter(trained.values()))
         lines.append(f"   {_tool('llm-train')} plot {run}")
+        lines.append(f"   {_tool('llm-train')} why {run} --step 7   (what a step trained on: docs/proving-a-run.md)")
         lines.append(f'   {_tool("llm-generate")} --checkpoint {run / "latest"} --prompt "sample line" --max-new-tokens 60')
     else:
         lines.append(f"   {_tool('llm-data')} verify {dataset}")
