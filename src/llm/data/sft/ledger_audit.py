@@ -1,6 +1,6 @@
 """Audit's view of an SFT source: its records made into samples again, the way the stream made them.
 
-The SFT module records in the ledger header, per source, how a record became a sample (`sft_ledger_info`):
+The SFT module records in the ledger header, per source, how a record became a sample (`sft_ledger_info`, sft/stream.py):
 the datasets entry (its type, chat template keys), the top-level chat template, `train_on_inputs`,
 the pad id and the sample length. The audit rebuilds the prompter and collator from that and the run's
 tokenizer (the stream's `tokenizer`), encodes each record it reads again, and rebuilds every row from
@@ -16,19 +16,10 @@ import warnings
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
 from llm.data.sft.collator import StreamingDataCollator, UntrainableSampleWarning
 from llm.data.sft.prompts import RecordError, prompter_for
 from llm.data.sft.settings import DatasetEntry
-
-
-def sft_ledger_info(entries: list[Any], collators: list[StreamingDataCollator], chat_template: str | None,
-                    names: list[str]) -> list[dict[str, Any]]:
-    """Per source, what the header keeps for the audit to make its records into samples again."""
-    return [{"entry": e.model_dump() if isinstance(e, BaseModel) else dict(e), "chat_template": chat_template,
-             "train_on_inputs": c.train_on_inputs, "pad_id": c.pad_id, "max_length": c.max_length, "where": name}
-            for e, c, name in zip(entries, collators, names)]
 
 
 class SampleRebuild:
@@ -54,15 +45,3 @@ class SampleRebuild:
                 out.append(None if sample is None else np.asarray(sample[0], np.int64))
         return out
 
-
-def pad_batches(rows: dict[int, np.ndarray], batch_of: np.ndarray, pad_id: int) -> dict[int, np.ndarray]:
-    """Each row padded with `pad_id` to the longest row of its batch (`batch_of`: per ledger row, its batch key)."""
-    width: dict[int, int] = {}
-    for r, ids in rows.items():
-        width[int(batch_of[r])] = max(width.get(int(batch_of[r]), 0), len(ids))
-    out = {}
-    for r, ids in rows.items():
-        row = np.full(width[int(batch_of[r])], pad_id, np.int64)
-        row[: len(ids)] = ids
-        out[r] = row
-    return out

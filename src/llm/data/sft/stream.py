@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from llm.data.inputs.entries import entry_name
 from llm.data.inputs.errors import InputError
 from llm.data.inputs.hf import HFStreamTextSource
@@ -21,7 +23,6 @@ from llm.data.inputs.records import json_problem
 from llm.data.inputs.source import TextSource
 from llm.data.pack.best_fit import BestFitPacker, sample_slots
 from llm.data.sft.collator import BatchRecordError, StreamingDataCollator
-from llm.data.sft.ledger_audit import sft_ledger_info
 from llm.data.sft.prompts import prompter_for
 from llm.data.text.stream import StreamingTextDataModule
 
@@ -263,3 +264,10 @@ class StreamingSFTDataModule(StreamingTextDataModule):
             "sft": {"types": [e.type for e in self.entries], "train_on_inputs": self.collator.train_on_inputs,
                     "sample_packing": self.collator.sample_packing},
         }
+
+def sft_ledger_info(entries: list[Any], collators: list[StreamingDataCollator], chat_template: str | None,
+                    names: list[str]) -> list[dict[str, Any]]:
+    """Per source, what the header keeps for the audit to make its records into samples again."""
+    return [{"entry": e.model_dump() if isinstance(e, BaseModel) else dict(e), "chat_template": chat_template,
+             "train_on_inputs": c.train_on_inputs, "pad_id": c.pad_id, "max_length": c.max_length, "where": name}
+            for e, c, name in zip(entries, collators, names)]

@@ -39,8 +39,9 @@ _DOC = ["source", "epoch", "name", "item"]
 class TextAuditor:
     """The text sources a ledger header names, read again: each partition's records in the order read."""
 
-    def __init__(self, sources: list[dict[str, Any]], read: bool = True):
+    def __init__(self, sources: list[dict[str, Any]], read: bool = True, sample_rebuild: Any = None):
         self.sources = sources
+        self.sample_rebuild = sample_rebuild  # SFT records -> samples again (sft/ledger_audit.py; None: not rebuilt)
         self.read = read  # False (--no-verify): the counts alone, no file is read
         self.problems: list[str] = []
         self._parts: dict[int, list[tuple[str, str, np.ndarray]] | None] = {}

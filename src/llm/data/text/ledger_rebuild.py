@@ -20,14 +20,13 @@ import numpy as np
 from llm.data.ledger.audit import SHOW, AuditReport
 from llm.data.ledger.format import checksum_rule
 from llm.data.ledger.reader import Ledger
-from llm.data.sft.ledger_audit import SampleRebuild, pad_batches
 from llm.data.tokenize.documents import encode_each
 from llm.data.tokenize.tokenizers import load_tokenizer
 
 Encode = Callable[[list[str]], list[Any]]
 
 
-def _encoder(info: dict[str, Any], report: AuditReport) -> tuple[Encode, int] | None:
+def _encoder(info: dict[str, Any], report: AuditReport, sample_rebuild: Any) -> tuple[Encode, int] | None:
     """How source `info` made its records into ids, and the id its rows are padded with; None (said why) if not."""
     stream = info.get("stream") or {}
     try:
@@ -43,9 +42,9 @@ def _encoder(info: dict[str, Any], report: AuditReport) -> tuple[Encode, int] | 
     if stream.get("rows") == "tokens":
         eos = int(stream["eos_id"])
         return (lambda texts: [np.append(ids, eos) for ids in encode_each(tokenizer, texts)]), eos
-    if isinstance(info.get("sft"), dict):
+    if isinstance(info.get("sft"), dict) and sample_rebuild is not None:  # sft/ledger_audit.py SampleRebuild
         try:
-            rebuild = SampleRebuild(info["sft"], tokenizer)
+            rebuild = sample_rebuild(info["sft"], tokenizer)
         except (OSError, ValueError) as e:
             report.unchecked.append(f"{info['name']}: its samples are not rebuilt, its prompt format cannot be made "
                                     f"again ({e})")
@@ -66,7 +65,7 @@ def verify_rows(ledger: Ledger, auditor: Any, trained: np.ndarray, flight: np.nd
         mine = trained[trained["source"] == s]
         if not auditor.readable(s) or not len(mine):
             continue
-        made = _encoder(info, report)
+        made = _encoder(info, report, getattr(auditor, "sample_rebuild", None))
         if made is None:
             continue
         encode, pad = made
@@ -175,3 +174,15 @@ def _compare(ledger: Ledger, trained: np.ndarray, docs: dict, usable: dict[int, 
 def _ids(doc: Any) -> np.ndarray:
     """A rebuilt document's ids; none when it is gone or makes no sample (its row then cannot match)."""
     return np.zeros(0, np.int64) if doc is None else np.asarray(doc, np.int64)
+
+def pad_batches(rows: dict[int, np.ndarray], batch_of: np.ndarray, pad_id: int) -> dict[int, np.ndarray]:
+    """Each row padded with `pad_id` to the longest row of its batch (`batch_of`: per ledger row, its batch key)."""
+    width: dict[int, int] = {}
+    for r, ids in rows.items():
+        width[int(batch_of[r])] = max(width.get(int(batch_of[r]), 0), len(ids))
+    out = {}
+    for r, ids in rows.items():
+        row = np.full(width[int(batch_of[r])], pad_id, np.int64)
+        row[: len(ids)] = ids
+        out[r] = row
+    return out
