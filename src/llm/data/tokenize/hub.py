@@ -59,6 +59,6 @@ def missing_sentence(spec: str) -> str:
     return (
         f"tokenizer {spec!r} is neither a file here nor a Hugging Face tokenizer in the local hub cache "
         f"{hub_cache_dir()} (nothing is downloaded): on a machine with network run `hf download {spec} "
-        "tokenizer.json` (older huggingface_hub: `huggingface-cli download`), copy the file it prints here and pass "
-        "its path (--tokenizer path/to/tokenizer.json, or data.tokenizer_path), or set $HF_HUB_CACHE to a copied hub cache"
+        "tokenizer.json` (older huggingface_hub: `huggingface-cli download`), copy the file it prints here and give "
+        "its path where you gave the name, or set $HF_HUB_CACHE to a copied hub cache"
     )
