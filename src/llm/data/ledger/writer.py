@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,30 @@ from llm.data.ledger.format import (
 )
 from llm.data.stage import StateError
 from llm.data.storage.local import atomic_write, fsync_dir
+from llm.data.storage.lock import FolderLock, LockHeld, _describe
 
 STATE_KEYS = ("run", "generation", "step")
+# (folder, rank) -> (its lock, the token of the writer of this process that holds it)
+_HOLDERS: dict[tuple[str, int], tuple[FolderLock, object]] = {}
+
+
+def lock_name(rank: int) -> str:
+    return f".r{rank:05d}.lock"
+
+
+def _holder(path: Path) -> str:
+    try:
+        return _describe(json.loads(path.read_bytes() or b"{}"), path)
+    except (OSError, ValueError):
+        return f"another process (lock file {path})"
+
+
+def _release(key: tuple[str, int], token: object) -> None:
+    """A writer is gone (garbage collected): its lock goes, unless a later writer of this process took it over."""
+    held = _HOLDERS.get(key)
+    if held is not None and held[1] is token:
+        del _HOLDERS[key]
+        held[0].release()
 
 
 def marker_name(generation: int) -> str:
@@ -94,6 +117,44 @@ class LedgerWriter:
         self._first_step: int | None = None
         self._last_step = 0
         self._skipped: list[int] = []  # steps recorded (read) but not trained: data.skip_batches
+        self._token = object()  # this writer's claim on its rank's lock (_HOLDERS)
+        self._key: tuple[str, int] | None = None
+
+    # -- the one-writer lock -----------------------------------------------------------------------
+    def _lock(self) -> None:
+        """Hold this rank's lock in the folder for as long as this writer lives (the kernel drops it at a kill -9).
+
+        Two writers of one rank would each name their segments alike and replace each other's, which audits
+        "OK" over steps that were lost: a second process is refused. A later writer of this same process (a
+        loader built again to resume) takes the lock over, and the earlier writer's next commit is refused."""
+        key = (os.path.realpath(self.folder), self.rank)
+        if self._key == key:
+            return
+        if self._key is not None:
+            _release(self._key, self._token)
+        held = _HOLDERS.get(key)
+        if held is None:
+            lock = FolderLock(self.folder, what="a ledger", name=lock_name(self.rank))
+            try:
+                lock.acquire()
+            except LockHeld:
+                raise LedgerError(f"{self.folder} is being written as rank {self.rank} by {_holder(lock.path)}; two "
+                                  "writers would replace each other's steps: wait for that run to end, or give this "
+                                  "one another ledger folder") from None
+            except OSError as e:
+                raise LedgerError(f"cannot write the ledger folder {self.folder} ({e.strerror or e}); give the run "
+                                  "a ledger folder it can write") from None
+            held = (lock, self._token)
+        _HOLDERS[key] = (held[0], self._token)
+        self._key = key
+        weakref.finalize(self, _release, key, self._token)
+
+    def _check_lock(self) -> None:
+        held = _HOLDERS.get(self._key) if self._key is not None else None
+        if held is None or held[1] is not self._token:
+            raise LedgerError(f"{self.folder} rank {self.rank} was opened by a later ledger writer of this process "
+                              "(a second loader with the same ledger= folder); this one's steps are not written: "
+                              "use one loader per ledger folder and rank")
 
     # -- start and resume ------------------------------------------------------------------------
     def open(self, state: dict[str, Any] | None, topology: dict[str, Any] | None = None, run: str | None = None) -> None:
@@ -102,7 +163,15 @@ class LedgerWriter:
         `run`: the new run's id, the same on every rank (a random one when None on a single rank).
         A fresh start needs a folder without a ledger: rank 0 refuses one that holds another run's.
         """
-        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise LedgerError(f"ledger folder {self.folder} is a file, not a folder; pass a folder (a new or empty "
+                              "one starts a ledger)")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LedgerError(f"cannot create the ledger folder {self.folder} ({e.strerror or e}); give the run a "
+                              "ledger folder it can write") from None
+        self._lock()
         self.topology = dict(topology or {})
         if state is None:
             if run is None and int(self.topology.get("world_size", 1)) > 1:
@@ -196,6 +265,7 @@ class LedgerWriter:
         stream's packer holds them); the segment's header keeps them, so audit does not call them missing."""
         if self.run is None:
             raise RuntimeError("LedgerWriter.commit() before open()")
+        self._check_lock()
         if self._header_due:
             atomic_write(self.folder / HEADER_NAME, json.dumps(
                 {"version": VERSION, "run": self.run, "sources": self.sources}, indent=1).encode())
