@@ -48,6 +48,21 @@ STATE_KEYS = ("run", "generation", "step")
 _HOLDERS: dict[tuple[str, int], tuple[FolderLock, object]] = {}
 
 
+# files that make a folder another writer's: a ledger written in there would mix with (or be wiped with) them
+_FOREIGN = (("index.json", "a dataset folder"), ("checkpoint.pt", "a checkpoint folder"),
+            ("latest", "an llm-train checkpoint folder"))
+
+
+def ledger_path(folder: Any) -> Path:
+    """`ledger=` checked: a folder path (str, bytes or os.PathLike), or a TypeError naming the argument."""
+    if isinstance(folder, (str, bytes, os.PathLike)):
+        path = os.fsdecode(os.fspath(folder))
+        if path.strip():
+            return Path(path)
+    raise TypeError(f"ledger= is {folder!r} ({type(folder).__name__}); pass the path of a folder for the run's "
+                    "ledger (a str or os.PathLike; a new or empty folder starts one)")
+
+
 def lock_name(rank: int) -> str:
     return f".r{rank:05d}.lock"
 
@@ -100,7 +115,7 @@ class LedgerWriter:
     """One rank's ledger: `open`, then `record` per step handed over, `commit` with every checkpoint."""
 
     def __init__(self, folder: str | os.PathLike, rank: int = 0, sources: list[dict[str, Any]] | None = None):
-        self.folder = Path(folder)
+        self.folder = ledger_path(folder)
         self.rank = rank
         self.sources = list(sources or [])
         self.run: str | None = None
@@ -166,6 +181,10 @@ class LedgerWriter:
         if self.folder.exists() and not self.folder.is_dir():
             raise LedgerError(f"ledger folder {self.folder} is a file, not a folder; pass a folder (a new or empty "
                               "one starts a ledger)")
+        for name, what in _FOREIGN:
+            if (self.folder / name).exists():
+                raise LedgerError(f"ledger folder {self.folder} is {what} (it holds {name}); give the ledger a "
+                                  "folder of its own, e.g. a `ledger` folder beside it")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:

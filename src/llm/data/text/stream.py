@@ -24,7 +24,7 @@ from llm.data.inputs.source import (
     TextSource,
     validate_source_fingerprint,
 )
-from llm.data.ledger.writer import check_ledger_state
+from llm.data.ledger.writer import check_ledger_state, ledger_path
 from llm.data.mix.progress import MixProgress
 from llm.data.pack.best_fit import check_open_blocks, window_slots
 from llm.data.pack.window import new_cursor
@@ -117,6 +117,7 @@ class StreamingTextDataModule(LedgerHooks, Stage):
     def attach_ledger(self, folder: str | os.PathLike, run: str | None = None) -> None:
         """Record what each row handed over holds in the run ledger at `folder` (text/ledger.py), committed by
         `state_dict()`; `run`: one id on every rank (from the data, seed and folder when None)."""
+        folder = ledger_path(folder)  # a wrong type is named here, not deep in os.path
         mixture = as_mixture(self.source)
         stream = stream_info(self.tokenizer, self.max_seq_len, tokens=self.batch_format() is None)
         sources = ledger_sources(self.source, self._source_names(), mixture.weights if mixture else [1.0], stream)
