@@ -52,3 +52,39 @@ def test_llm_data_audit_names_what_it_was_given_instead_of_a_ledger(tmp_path: Pa
     assert code == 2 and "holds the ledgers of runs 6d28c9318f405ab3, 7a7af54a33cc17fc, not one ledger" in out, out
     code, out = _audit(tmp_path, capsys)  # a folder with nothing of a ledger: the reader's own sentence
     assert code == 2 and "holds no ledger (ledger.json is missing)" in out, out
+
+
+def test_a_fresh_run_keeps_the_ledger_another_live_run_still_writes(tmp_path: Path) -> None:
+    # before: a second fresh run in one checkpoint_dir, started before the first's first checkpoint, took the
+    # first's ledger for stale and removed it at its own first checkpoint, under the first run's feet
+    import os
+    import socket
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from llm.data.ledger.writer import lock_name
+    from llm.training.ledger import RunLedger
+
+    root = tmp_path / "ckpt" / "ledger"
+    live, stale = root / "aaaa", root / "bbbb"
+    stale.mkdir(parents=True)
+    (stale / lock_name(0)).write_text(json.dumps({"pid": 2 ** 22 + 7, "host": socket.gethostname(), "since": 0}))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from llm.data.storage.lock import FolderLock; "
+         f"FolderLock(sys.argv[1], name={lock_name(0)!r}).acquire(); print('held', flush=True); time.sleep(60)",
+         str(live)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        config = SimpleNamespace(checkpoint=SimpleNamespace(checkpoint_dir=str(tmp_path / "ckpt"), ledger=True,
+                                                            ledger_loss=False))
+        ledger = RunLedger(config, SimpleNamespace(writes_ledger=True), None, said.append)
+        ledger._replaced = [live, stale]
+        ledger.replaced_gone()
+        assert live.is_dir() and not stale.exists()
+        assert len(said) == 1 and said[0].startswith(f"ledger {live} is kept: it is being written by pid {holder.pid}")
+        assert str(live / lock_name(0)) in said[0]
+    finally:
+        holder.kill()
+        holder.wait()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import weakref
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from llm.data.ledger.format import (
     segment_name,
 )
 from llm.data.stage import StateError
-from llm.data.storage.local import atomic_write, fsync_dir
+from llm.data.storage.local import atomic_write, fsync_dir, pid_alive
 from llm.data.storage.lock import FolderLock, LockHeld, _describe
 
 STATE_KEYS = ("run", "generation", "step")
@@ -65,6 +66,21 @@ def ledger_path(folder: Any) -> Path:
 
 def lock_name(rank: int) -> str:
     return f".r{rank:05d}.lock"
+
+
+def written_elsewhere(folder: Path) -> str | None:
+    """The holder of a rank's lock in this ledger folder when it is another live process of this host (a run
+    still writing it), else None. Read from the lock files, never locked: a writer starting now is not refused."""
+    for path in sorted(folder.glob(".r*.lock")):
+        try:
+            holder = json.loads(path.read_bytes() or b"{}")
+        except (OSError, ValueError):
+            continue
+        pid = holder.get("pid") if isinstance(holder, dict) else None
+        if isinstance(pid, int) and pid != os.getpid() and holder.get("host") == socket.gethostname() \
+                and pid_alive(pid):
+            return _describe(holder, path)
+    return None
 
 
 def _holder(path: Path) -> str:
