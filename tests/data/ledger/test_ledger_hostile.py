@@ -138,3 +138,34 @@ def test_a_ledger_header_that_is_a_folder_or_has_bad_sources_is_named(dataset: P
     header.mkdir()
     code, out = audit(ledger, capsys)
     assert code == 2 and f"{header} is not a file" in out, out  # before: "ledger.json is missing"
+
+
+def test_a_forked_child_dropping_its_copy_of_the_loader_leaves_the_lock_to_the_parent(dataset: Path,
+                                                                                     tmp_path: Path) -> None:
+    # before: the child's garbage-collected writer released the parent's lock: it unlinked the lock file
+    import gc
+
+    ledger = tmp_path / "ledger"
+    parent = loader(dataset, ledger)
+    next(iter(parent))
+    pid = os.fork()
+    if pid == 0:  # the child: drop every reference to the loader, as a worker exiting does
+        code = 0
+        try:
+            del parent
+            gc.collect()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert (ledger / lock_name(0)).is_file()
+    assert json.loads((ledger / lock_name(0)).read_text())["pid"] == os.getpid()
+    assert parent.state_dict()["ledger"]["step"] == 1
+
+
+def test_a_ledger_folder_whose_lock_cannot_be_written_is_named_before_training(dataset: Path,
+                                                                              tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    (ledger / lock_name(0)).mkdir(parents=True)  # as unwritable as a read-only folder, even for root
+    with pytest.raises(LedgerError, match=f"^cannot write the ledger folder {ledger} "):
+        train(dataset, ledger, 1)

@@ -46,7 +46,7 @@ from llm.data.storage.lock import FolderLock, LockHeld, _describe
 
 STATE_KEYS = ("run", "generation", "step")
 # (folder, rank) -> (its lock, the token of the writer of this process that holds it)
-_HOLDERS: dict[tuple[str, int], tuple[FolderLock, object]] = {}
+_HOLDERS: dict[tuple[str, int], tuple[FolderLock, object, int]] = {}  # ..., and the pid that took it
 
 
 # files that make a folder another writer's: a ledger written in there would mix with (or be wiped with) them
@@ -95,7 +95,8 @@ def _release(key: tuple[str, int], token: object) -> None:
     held = _HOLDERS.get(key)
     if held is not None and held[1] is token:
         del _HOLDERS[key]
-        held[0].release()
+        if held[2] == os.getpid():  # a forked worker's copy is not the lock: its holder's file stays
+            held[0].release()
 
 
 def marker_name(generation: int) -> str:
@@ -175,8 +176,8 @@ class LedgerWriter:
             except OSError as e:
                 raise LedgerError(f"cannot write the ledger folder {self.folder} ({e.strerror or e}); give the run "
                                   "a ledger folder it can write") from None
-            held = (lock, self._token)
-        _HOLDERS[key] = (held[0], self._token)
+            held = (lock, self._token, os.getpid())
+        _HOLDERS[key] = (held[0], self._token, held[2])
         self._key = key
         weakref.finalize(self, _release, key, self._token)
 
