@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+from llm.data.ledger.format import HEADER_NAME, LedgerError
 
 AUDIT_EPILOG = """examples:
   llm-data audit runs/x/ledger          # the folder given to StreamingDataLoader(..., ledger=...)
@@ -22,10 +25,27 @@ def add_audit_command(add: Any) -> None:
     cmd.add_argument("--no-verify", action="store_true", help="do not re-read the data to compare checksums")
 
 
+def check_ledger_folder(folder: Path) -> None:
+    """A path that is no ledger folder, named for what it is: missing, an llm-train run or checkpoint, the
+    `ledger` folder above a run's ledgers (a folder that holds no ledger at all is read_ledger's to name)."""
+    if not folder.exists():
+        raise LedgerError(f"ledger folder {folder} does not exist; pass the folder given to ledger=")
+    if not folder.is_dir() or (folder / HEADER_NAME).exists():
+        return
+    if any((folder / name).exists() for name in ("latest", "checkpoint.pt", "meta.json")) or any(folder.glob("step_*")):
+        raise LedgerError(f"{folder} is an llm-train run or checkpoint folder, not a ledger; audit it with "
+                          f"`llm-train audit {folder}`")
+    runs = sorted(p.name for p in folder.iterdir() if (p / HEADER_NAME).is_file())
+    if runs:
+        raise LedgerError(f"{folder} holds the ledgers of runs {', '.join(runs)}, not one ledger; pass one of them "
+                          f"({folder / runs[-1]}), or audit the run with `llm-train audit RUN_DIR`")
+
+
 def run_audit(args: argparse.Namespace) -> int:
     from llm.data.audit import audit_ledger
     from llm.data.ledger.reader import read_ledger
 
+    check_ledger_folder(Path(args.ledger))
     report = audit_ledger(read_ledger(args.ledger), verify=not args.no_verify)
     for line in report.lines():
         print(line)

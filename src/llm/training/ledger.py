@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from llm.data.ledger.writer import written_elsewhere
 from llm.training.checkpoint import run_step
 from llm.training.runtime import DistEnv, gather
 
@@ -109,6 +110,10 @@ class RunLedger:
     def replaced_gone(self) -> None:
         """This run's checkpoint is on disk: the ledgers of the run it replaced, and stale ones, go."""
         for folder in self._replaced:
+            holder = written_elsewhere(folder)
+            if holder:  # another run started in this checkpoint_dir and writes it still: not stale, kept
+                self.log(f"ledger {folder} is kept: it is being written by {holder}")
+                continue
             shutil.rmtree(folder, ignore_errors=True)
         self._replaced = []
 

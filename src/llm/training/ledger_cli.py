@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from llm.data.ledger.format import LedgerError
 from llm.training.cli_help import HelpFormatter
@@ -20,6 +21,19 @@ RUN_DIR is the run's checkpoint.checkpoint_dir: the ledger is the one its latest
 (RUN_DIR/ledger/<run>). docs/proving-a-run.md walks through a run."""
 
 
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `low` (a --top of -3 printed "no spike" instead of an error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llm-train", description="prove and explain a run from its ledger",
                                      epilog=EPILOG, formatter_class=HelpFormatter)
@@ -31,12 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("run_dir", metavar="RUN_DIR")
     cmd.add_argument("--step", type=int, required=True, help="the training step (as the log counts it)")
     cmd.add_argument("--rank", type=int, help="only this rank's rows (default: every rank)")
-    cmd.add_argument("--preview", type=int, default=80, help="characters of decoded text per document (0: none)")
+    cmd.add_argument("--preview", type=at_least(0), default=80, help="characters of decoded text per document (0: none)")
     cmd = sub.add_parser("spikes", help="the steps whose loss jumps most above its moving median, with their documents")
     cmd.add_argument("run_dir", metavar="RUN_DIR")
-    cmd.add_argument("--top", type=int, default=5, help="how many steps (default 5)")
-    cmd.add_argument("--window", type=int, default=20, help="steps in the moving median (default 20)")
-    cmd.add_argument("--preview", type=int, default=60, help="characters of decoded text per document (0: none)")
+    cmd.add_argument("--top", type=at_least(1), default=5, help="how many steps (default 5)")
+    # the median needs 3 steps before a step (ledger_why.py): a smaller window never finds a spike
+    cmd.add_argument("--window", type=at_least(3), default=20, help="steps in the moving median (default 20, at least 3)")
+    cmd.add_argument("--preview", type=at_least(0), default=60, help="characters of decoded text per document (0: none)")
     return parser
 
 

@@ -147,6 +147,8 @@ def read_header(folder: Path) -> dict[str, Any] | None:
     """The folder's `ledger.json` checked (None when there is none), or a LedgerError naming it."""
     path = folder / HEADER_NAME
     if not path.is_file():
+        if path.exists():
+            raise LedgerError(f"{path} is not a file; restore the run's ledger header or start an empty ledger folder")
         return None
     try:
         header = json.loads(path.read_bytes())
@@ -158,6 +160,10 @@ def read_header(folder: Path) -> dict[str, Any] | None:
         raise LedgerError(f"{path} was written by ledger version {header.get('version')!r}; this llm reads "
                           f"versions {', '.join(map(str, READS))}; read it with the llm release that wrote it")
     checksum_rule(header, str(path))  # a rule this llm does not know is named now, not as mismatched rows
+    sources = header.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(x, dict) for x in sources):
+        raise LedgerError(f"{path} key 'sources' is {str(sources)[:60]!r}, not the list of sources the run wrote; "
+                          "restore the header")
     return header
 
 

@@ -77,6 +77,12 @@ def _standing(markers: dict[int, dict[str, Any]], generations: list[int], tip: i
     return keep
 
 
+def _marker_ok(marker: Any) -> bool:
+    back = marker.get("resumed_from") if isinstance(marker, dict) else None
+    return isinstance(back, dict) and all(isinstance(back.get(k), int) and not isinstance(back.get(k), bool)
+                                          for k in ("generation", "step"))
+
+
 def read_ledger(folder: str | os.PathLike, run: str | None = None, tip: int | None = None) -> Ledger:
     """Read and check a ledger folder; damaged segments are named in `damaged`, the rest is read.
 
@@ -99,9 +105,15 @@ def read_ledger(folder: str | os.PathLike, run: str | None = None, tip: int | No
             segments.append((parsed, entry))
         elif entry.startswith("g") and entry.endswith(".json") and entry[1:-5].isdigit():
             try:
-                markers[int(entry[1:-5])] = json.loads((folder / entry).read_bytes())
+                marker = json.loads((folder / entry).read_bytes())
             except ValueError:
                 damaged.append(f"{folder / entry} is not valid JSON; the resume it records cannot be followed")
+                continue
+            if _marker_ok(marker):
+                markers[int(entry[1:-5])] = marker
+            else:
+                damaged.append(f"{folder / entry} is not a resume marker (no resumed_from {{generation, step}} as "
+                               "integers); the resume it records cannot be followed")
     keep = _standing(markers, sorted({p[1] for p, _ in segments} | set(markers)), tip)
     out = _Collect()
     abandoned: list[tuple[int, int, int, int]] = []
@@ -117,6 +129,11 @@ def read_ledger(folder: str | os.PathLike, run: str | None = None, tip: int | No
             segment = decode_segment((folder / entry).read_bytes(), str(folder / entry))
         except LedgerError as e:
             damaged.append(str(e))
+            continue
+        said = tuple(segment.header.get(k) for k in ("rank", "generation", "first_step", "last_step"))
+        if said != parsed:  # renamed by hand: its name would place its steps where they were not trained
+            damaged.append(f"{folder / entry} holds rank {said[0]} generation {said[1]} steps {said[2]}-{said[3]} "
+                           "but is named otherwise; it was renamed, so its steps are not counted")
             continue
         if segment.header.get("run") != header.get("run"):
             damaged.append(f"{folder / entry} belongs to run {segment.header.get('run')}, not to this ledger's run "

@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +44,62 @@ from llm.data.ledger.format import (
     segment_name,
 )
 from llm.data.stage import StateError
-from llm.data.storage.local import atomic_write, fsync_dir
+from llm.data.storage.local import atomic_write, fsync_dir, pid_alive
+from llm.data.storage.lock import FolderLock, LockHeld, _describe
 
 STATE_KEYS = ("run", "generation", "step")
+# (folder, rank) -> (its lock, the token of the writer of this process that holds it)
+_HOLDERS: dict[tuple[str, int], tuple[FolderLock, object, int]] = {}  # ..., and the pid that took it
+
+
+# files that make a folder another writer's: a ledger written in there would mix with (or be wiped with) them
+_FOREIGN = (("index.json", "a dataset folder"), ("checkpoint.pt", "a checkpoint folder"),
+            ("latest", "an llm-train checkpoint folder"))
+
+
+def ledger_path(folder: Any) -> Path:
+    """`ledger=` checked: a folder path (str, bytes or os.PathLike), or a TypeError naming the argument."""
+    if isinstance(folder, (str, bytes, os.PathLike)):
+        path = os.fsdecode(os.fspath(folder))
+        if path.strip():
+            return Path(path)
+    raise TypeError(f"ledger= is {folder!r} ({type(folder).__name__}); pass the path of a folder for the run's "
+                    "ledger (a str or os.PathLike; a new or empty folder starts one)")
+
+
+def lock_name(rank: int) -> str:
+    return f".r{rank:05d}.lock"
+
+
+def written_elsewhere(folder: Path) -> str | None:
+    """The holder of a rank's lock in this ledger folder when it is another live process of this host (a run
+    still writing it), else None. Read from the lock files, never locked: a writer starting now is not refused."""
+    for path in sorted(folder.glob(".r*.lock")):
+        try:
+            holder = json.loads(path.read_bytes() or b"{}")
+        except (OSError, ValueError):
+            continue
+        pid = holder.get("pid") if isinstance(holder, dict) else None
+        if isinstance(pid, int) and pid != os.getpid() and holder.get("host") == socket.gethostname() \
+                and pid_alive(pid):
+            return _describe(holder, path)
+    return None
+
+
+def _holder(path: Path) -> str:
+    try:
+        return _describe(json.loads(path.read_bytes() or b"{}"), path)
+    except (OSError, ValueError):
+        return f"another process (lock file {path})"
+
+
+def _release(key: tuple[str, int], token: object) -> None:
+    """A writer is gone (garbage collected): its lock goes, unless a later writer of this process took it over."""
+    held = _HOLDERS.get(key)
+    if held is not None and held[1] is token:
+        del _HOLDERS[key]
+        if held[2] == os.getpid():  # a forked worker's copy is not the lock: its holder's file stays
+            held[0].release()
 
 
 def marker_name(generation: int) -> str:
@@ -80,7 +135,7 @@ class LedgerWriter:
     """One rank's ledger: `open`, then `record` per step handed over, `commit` with every checkpoint."""
 
     def __init__(self, folder: str | os.PathLike, rank: int = 0, sources: list[dict[str, Any]] | None = None):
-        self.folder = Path(folder)
+        self.folder = ledger_path(folder)
         self.rank = rank
         self.sources = list(sources or [])
         self.run: str | None = None
@@ -98,6 +153,44 @@ class LedgerWriter:
         self._last_step = 0
         self._skipped: list[int] = []  # steps recorded (read) but not trained: data.skip_batches
         self.checksum = CHECKSUM  # the rows' checksum rule: a resumed ledger keeps the one its header names
+        self._token = object()  # this writer's claim on its rank's lock (_HOLDERS)
+        self._key: tuple[str, int] | None = None
+
+    # -- the one-writer lock -----------------------------------------------------------------------
+    def _lock(self) -> None:
+        """Hold this rank's lock in the folder for as long as this writer lives (the kernel drops it at a kill -9).
+
+        Two writers of one rank would each name their segments alike and replace each other's, which audits
+        "OK" over steps that were lost: a second process is refused. A later writer of this same process (a
+        loader built again to resume) takes the lock over, and the earlier writer's next commit is refused."""
+        key = (os.path.realpath(self.folder), self.rank)
+        if self._key == key:
+            return
+        if self._key is not None:
+            _release(self._key, self._token)
+        held = _HOLDERS.get(key)
+        if held is None:
+            lock = FolderLock(self.folder, what="a ledger", name=lock_name(self.rank))
+            try:
+                lock.acquire()
+            except LockHeld:
+                raise LedgerError(f"{self.folder} is being written as rank {self.rank} by {_holder(lock.path)}; two "
+                                  "writers would replace each other's steps: wait for that run to end, or give this "
+                                  "one another ledger folder") from None
+            except OSError as e:
+                raise LedgerError(f"cannot write the ledger folder {self.folder} ({e.strerror or e}); give the run "
+                                  "a ledger folder it can write") from None
+            held = (lock, self._token, os.getpid())
+        _HOLDERS[key] = (held[0], self._token, held[2])
+        self._key = key
+        weakref.finalize(self, _release, key, self._token)
+
+    def _check_lock(self) -> None:
+        held = _HOLDERS.get(self._key) if self._key is not None else None
+        if held is None or held[1] is not self._token:
+            raise LedgerError(f"{self.folder} rank {self.rank} was opened by a later ledger writer of this process "
+                              "(a second loader with the same ledger= folder); this one's steps are not written: "
+                              "use one loader per ledger folder and rank")
 
     # -- start and resume ------------------------------------------------------------------------
     def open(self, state: dict[str, Any] | None, topology: dict[str, Any] | None = None, run: str | None = None) -> None:
@@ -106,7 +199,19 @@ class LedgerWriter:
         `run`: the new run's id, the same on every rank (a random one when None on a single rank).
         A fresh start needs a folder without a ledger: rank 0 refuses one that holds another run's.
         """
-        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise LedgerError(f"ledger folder {self.folder} is a file, not a folder; pass a folder (a new or empty "
+                              "one starts a ledger)")
+        for name, what in _FOREIGN:
+            if (self.folder / name).exists():
+                raise LedgerError(f"ledger folder {self.folder} is {what} (it holds {name}); give the ledger a "
+                                  "folder of its own, e.g. a `ledger` folder beside it")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LedgerError(f"cannot create the ledger folder {self.folder} ({e.strerror or e}); give the run a "
+                              "ledger folder it can write") from None
+        self._lock()
         self.topology = dict(topology or {})
         if state is None:
             if run is None and int(self.topology.get("world_size", 1)) > 1:
@@ -203,6 +308,7 @@ class LedgerWriter:
         stream's packer holds them); the segment's header keeps them, so audit does not call them missing."""
         if self.run is None:
             raise RuntimeError("LedgerWriter.commit() before open()")
+        self._check_lock()
         if self._header_due:
             atomic_write(self.folder / HEADER_NAME, json.dumps(
                 {"version": VERSION, "run": self.run, "checksum": self.checksum, "sources": self.sources},

@@ -57,9 +57,10 @@ class FolderLock:
     have opened the old file meanwhile, a taker checks that the path still is the file it locked.
     """
 
-    def __init__(self, folder: str | Path, wait: bool = False, what: str = "a writer"):
+    def __init__(self, folder: str | Path, wait: bool = False, what: str = "a writer", name: str = LOCK_NAME):
+        # `name`: several writers that each own a part of one folder (a ledger's ranks) lock one file each
         self.folder, self.wait, self.what = Path(folder), wait, what
-        self.path = self.folder / LOCK_NAME
+        self.path = self.folder / name
         self._fd: int | None = None
 
     def acquire(self) -> None:

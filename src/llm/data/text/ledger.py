@@ -25,7 +25,7 @@ from llm.data.inputs.local import LocalLineTextSource
 from llm.data.inputs.mixture import DedupMixture, as_mixture
 from llm.data.inputs.source import Partition, TextSource
 from llm.data.ledger.format import PIECE, ROW
-from llm.data.ledger.writer import StageLedger
+from llm.data.ledger.writer import StageLedger, ledger_path
 
 
 def ledger_sources(source: TextSource, names: list[str], weights: list[float] | None,
@@ -172,9 +172,19 @@ def in_flight(cursors: dict[str, dict], own: list[Partition]) -> list[list[Any]]
 
 
 class LedgerHooks:
-    """What a trainer tells a text module's ledger about the batch it handed over last."""
+    """A text module's ledger: attached to it, and told by a trainer about the batch it handed over last."""
 
     _ledger: TextLedger | None
+
+    def attach_ledger(self, folder: str | os.PathLike, run: str | None = None) -> None:
+        """Record what each row handed over holds in the run ledger at `folder` (text/ledger.py), committed by
+        `state_dict()`; `run`: one id on every rank (from the data, seed and folder when None)."""
+        folder = ledger_path(folder)  # a wrong type is named here, not deep in os.path
+        mixture = as_mixture(self.source)
+        stream = stream_info(self.tokenizer, self.max_seq_len, tokens=self.batch_format() is None)
+        sources = ledger_sources(self.source, self._source_names(), mixture.weights if mixture else [1.0], stream)
+        self._ledger = TextLedger(folder, sources, run or run_id(self.source_fingerprint(), self.seed, folder))
+        self._ledger.resume_from(self._ledger_state)  # a state loaded before this call resumes it
 
     def ledger_set_loss(self, losses: Any) -> None:
         """Per-row losses of the batch just trained (`checkpoint.ledger_loss`)."""

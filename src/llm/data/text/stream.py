@@ -32,7 +32,7 @@ from llm.data.seeds import check_seed
 from llm.data.stage import Stage
 from llm.data.text.changes import SourceChange, source_change
 from llm.data.text.dataset import StreamingTextDataset
-from llm.data.text.ledger import LedgerHooks, TextLedger, ledger_sources, run_id, stream_info
+from llm.data.text.ledger import LedgerHooks, TextLedger
 from llm.data.text.loaders import StreamingTextLoader, batches_as_they_are, val_loader
 from llm.data.text.skips import SkipHooks
 from llm.data.text.state import (
@@ -117,15 +117,6 @@ class StreamingTextDataModule(SkipHooks, LedgerHooks, Stage):
         self._set_skips(skip_documents)
         if ledger is not None:
             self.attach_ledger(ledger)
-
-    def attach_ledger(self, folder: str | os.PathLike, run: str | None = None) -> None:
-        """Record what each row handed over holds in the run ledger at `folder` (text/ledger.py), committed by
-        `state_dict()`; `run`: one id on every rank (from the data, seed and folder when None)."""
-        mixture = as_mixture(self.source)
-        stream = stream_info(self.tokenizer, self.max_seq_len, tokens=self.batch_format() is None)
-        sources = ledger_sources(self.source, self._source_names(), mixture.weights if mixture else [1.0], stream)
-        self._ledger = TextLedger(folder, sources, run or run_id(self.source_fingerprint(), self.seed, folder))
-        self._ledger.resume_from(self._ledger_state)  # a state loaded before this call resumes it
 
     def _ledger_topology(self) -> tuple[int, dict]:
         rank, world = current_topology(self.rank, self.world_size)

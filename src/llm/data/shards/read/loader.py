@@ -23,6 +23,7 @@ from llm.data.ingest_stats import (
     figures,
     remote_sum,
 )
+from llm.data.ledger.writer import ledger_path
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.ledger import LoaderLedger, add_chunk_rows, run_id
 from llm.data.shards.read.profiling import LoaderProfile
@@ -180,6 +181,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         """
         if self._active is not None:
             raise RuntimeError("attach_ledger() after iteration started; attach the ledger before the first batch")
+        folder = ledger_path(folder)  # a wrong type is named here, not deep in os.path
         # the loader's drop of an epoch's short last batch: audit must not call those samples missing
         sources = [{**s, "drop_short_batch": self.drop_short_batch} for s in self.dataset.ledger_sources()]
         self._ledger = LoaderLedger(folder, sources,
