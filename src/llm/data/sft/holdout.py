@@ -117,3 +117,10 @@ class HeldOutSource(TextSource):
     def iter_texts(self, skip: int = 0) -> Iterator[str]:
         kept = (text for part in self.partitions() for text, _, _ in self.iter_partition(part))
         yield from islice(kept, skip, None)
+
+
+def redraw_held_out(sources: Sequence[TextSource], spec: dict) -> tuple[frozenset[RecordId], ...] | None:
+    """The held-out records of each entry drawn again for the audit from the sources as stored now and the split a
+    source's fingerprint records (`held_out`); None when the draw no longer gives the run's split (its ids differ)."""
+    split = HeldOutSplit.draw(sources, float(spec["val_set_size"]), int(spec["seed"]), "the ledger's sources")
+    return split.held if split.digest() == spec.get("ids") else None

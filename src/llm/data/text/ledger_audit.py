@@ -39,9 +39,12 @@ _DOC = ["source", "epoch", "name", "item"]
 class TextAuditor:
     """The text sources a ledger header names, read again: each partition's records in the order read."""
 
-    def __init__(self, sources: list[dict[str, Any]], read: bool = True, sample_rebuild: Any = None):
+    def __init__(self, sources: list[dict[str, Any]], read: bool = True, sample_rebuild: Any = None,
+                 held_out: Any = None):
         self.sources = sources
         self.sample_rebuild = sample_rebuild  # SFT records -> samples again (sft/ledger_audit.py; None: not rebuilt)
+        self.held_out = held_out  # SFT's val_set_size split drawn again (sft/holdout.py; None: not drawn)
+        self._held: tuple[frozenset, ...] | None = None
         self.read = read  # False (--no-verify): the counts alone, no file is read
         self.problems: list[str] = []
         self._parts: dict[int, list[tuple[str, str, np.ndarray]] | None] = {}
@@ -119,6 +122,20 @@ class TextAuditor:
                                   "records are not re-checked")
             return None
 
+    def _held_out(self, s: int) -> frozenset:
+        """The (partition key, offset) of source s's records held out for validation (SFT's `val_set_size`)."""
+        spec = (self.sources[s].get("fingerprint") or {}).get("held_out")
+        if not spec or spec.get("side") != "training" or self.held_out is None:
+            return frozenset()
+        if self._held is None:
+            opened = [self._open(i) for i in range(len(self.sources))]
+            drawn = self.held_out(opened, spec) if all(o is not None for o in opened) else None
+            if drawn is None:
+                self.problems.append("the val_set_size split of the sources cannot be drawn again as the run drew it "
+                                     "(the records changed); held-out records may be named missing")
+            self._held = drawn or tuple(frozenset() for _ in self.sources)
+        return self._held[s] if s < len(self._held) else frozenset()
+
     def _offsets(self, s: int, src: TextSource) -> list[tuple[str, str, np.ndarray]]:
         info = self.sources[s]
         self._sources[s] = src
@@ -128,7 +145,9 @@ class TextAuditor:
             base = group[0]
             if base.base is not None:
                 base = replace(base, key=base.base, stripe=None, stripes=1, base=None)
-            offsets = np.array([after for _, after, _ in src.iter_partition(base, 0)], np.int64)
+            held = self._held_out(s)  # records held out for validation are never trained: not missing
+            offsets = np.array([after for _, after, _ in src.iter_partition(base, 0) if (base.key, after) not in held],
+                               np.int64)
             name = record_name(replace(base, path=recorded.get(base.path or "", base.path)))
             if base.seekable and base.path is not None and "://" not in base.path:
                 self._lines.setdefault(name, _newlines(base.path))
