@@ -47,6 +47,17 @@ def test_save_layout_latest_and_roundtrip(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
 
 
+def test_a_kill_between_the_step_rename_and_latest_resumes_from_the_newest_step(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path, 2, _payload(2))
+    save_checkpoint(tmp_path, 4, _payload(4))
+    (tmp_path / "latest").unlink()  # killed after step_4 was renamed into place, before `latest` was written
+    for spelling in (tmp_path / "latest", tmp_path):  # what the refusal of a fresh run over it tells the user
+        assert resolve_checkpoint(spelling) == tmp_path / "step_4"
+        assert load_checkpoint(spelling)["step"] == 4
+    (tmp_path / "step_4" / "checkpoint.pt").unlink()  # a step folder without its file is not a checkpoint
+    assert resolve_checkpoint(tmp_path / "latest") == tmp_path / "step_2"
+
+
 def test_keep_last_n_prunes_oldest(tmp_path: Path) -> None:
     for step in (1, 2, 3, 10, 11):
         save_checkpoint(tmp_path, step, _payload(step), keep_last_n=2)

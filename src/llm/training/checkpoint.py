@@ -296,6 +296,11 @@ def resolve_checkpoint(path: str | Path, setting: str = "checkpoint.resume_from_
         return p
     if p.is_dir() and (p / LATEST).is_file():
         p = p / LATEST
+    # a run killed after its step_<N> was renamed into place but before `latest` was written: its newest step
+    folder = p if p.is_dir() else p.parent if p.name == LATEST and not p.exists() else None
+    newest = list_checkpoints(folder) if folder is not None else []
+    if newest:
+        return newest[-1][1]
     if p.is_file() and p.name == CHECKPOINT_FILE:
         return p.parent
     if p.is_file():
