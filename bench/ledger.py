@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.results import newest, spread
+from bench.results import newest, save, spread
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BLOCK, BLOCKS, BATCH, WORKERS, EVERY = 256, 100_000, 32, 2, 1000
@@ -190,11 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     res = run(args.repeat)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
-    out = REPO_ROOT / "bench" / "results" / f"ledger-{time.strftime('%Y%m%d-%H%M', time.gmtime())}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
-    print("\n".join(markdown(res)))
-    print(f"raw results: {out} ({res['wall_s']} s)")
+    save("ledger", res, markdown(res))
     return 0
 
 

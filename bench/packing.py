@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.results import newest, spread
+from bench.results import newest, save, spread
 
 MAX_SEQ_LEN, BATCH, BUFFER = 2048, 8, 64
 IGNORE = -100
@@ -177,11 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     corpora = {"documents": str(Path(meta["dir"]) / "part-*.jsonl"),
                "paragraphs": paragraphs(files, args.cache_dir / f"paragraphs-{args.corpus_mb:g}mb")}
     rows = compare(corpora, tokenizer, args.repeat)
-    out = REPO_ROOT / "bench" / "results" / f"packing-{time.strftime('%Y%m%d-%H%M', time.gmtime())}.json"
-    out.write_text(json.dumps({"corpus_mb": args.corpus_mb, "documents": meta["documents"],
-                               "tokenizer": Path(tokenizer).name, "rows": rows}, indent=1))
-    print("\n".join(markdown(rows)))
-    print(f"raw results: {out}")
+    save("packing", {"corpus_mb": args.corpus_mb, "documents": meta["documents"], "tokenizer": Path(tokenizer).name,
+                      "rows": rows}, markdown(rows))
     return 0
 
 

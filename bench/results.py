@@ -1,8 +1,9 @@
-"""Saved bench results: the newest one of a scenario, and a `median [min-max]` cell, for every section writer."""
+"""Saved bench results: one written per run, the newest one of a scenario, and a `median [min-max]` cell."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,3 +19,14 @@ def newest(prefix: str) -> Any | None:
 def spread(s: dict[str, float], scale: float = 1.0, digits: int = 2) -> str:
     """A statistic as `median [min-max]`, each divided by `scale`."""
     return f"{s['median'] / scale:.{digits}f} [{s['min'] / scale:.{digits}f}-{s['max'] / scale:.{digits}f}]"
+
+
+def save(prefix: str, result: Any, lines: list[str]) -> Path:
+    """Write `results/<prefix>-<UTC time>.json`, print the scenario's markdown `lines` and where the file went."""
+    out = RESULTS / f"{prefix}-{time.strftime('%Y%m%d-%H%M', time.gmtime())}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print("\n".join(lines))
+    took = f" ({result['wall_s']} s)" if isinstance(result, dict) and "wall_s" in result else ""
+    print(f"raw results: {out}{took}")
+    return out
