@@ -230,3 +230,11 @@ def test_a_loader_state_from_another_block_size_names_block_size(tmp_path: Path)
     message = str(info.value)
     assert "TokensLoader(block_size=32)" in message and "blocks of block_size 16" in message
     assert message.endswith("resume with the block_size it was saved with")
+
+
+def test_an_unreachable_hub_dataset_is_said_before_torch_and_the_model(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = Path(__file__).resolve().parents[2] / "configs" / "streaming_c4.yaml"
+    error = error_of(llm_train(["--task", "stream_lm", "--config-path", str(config)], tmp_path))
+    assert error.startswith("allenai/c4 is a Hugging Face hub dataset and the hub cannot be reached (HF_HUB_OFFLINE")
+    assert "data_source: dedup_local" in error and "configs/streaming_c4_local.yaml" in error

@@ -14,7 +14,7 @@ from llm.training.cli_hints import for_llm_train
 from llm.training.core.axolotl import axolotl_task
 from llm.training.core.config import TrainConfig
 from llm.training.core.loading import ConfigError, build_config, parse_override, read_yaml
-from llm.training.core.task_check import check_task
+from llm.training.core.task_check import check_hub_first, check_task
 from llm.training.run_folder import with_run_folder
 from llm.training.user_modules import import_user_modules, modules_to_import
 
@@ -186,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = build_config(tree, overrides, args.config_path, args.ignore_unsupported, _warn)
         config = with_run_folder(config, args.config_path)  # no checkpoint_dir: checkpoints/<config name>
         check_task(config, task, args.config_path)  # the task before its keys; still no torch imported
+        check_hub_first(config)  # an unreachable hub dataset is said before the model is built
         done = finished_line(config)
         if done:
             print(done)

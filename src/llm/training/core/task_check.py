@@ -55,3 +55,13 @@ def check_task(config: Any, task: str, source: str = "config") -> None:
         )
     if task == "sft" and data.streaming and not config.training.max_steps:
         raise ConfigError(f"{source}: max_steps must be set when using streaming datasets")
+
+
+def check_hub_first(config: Any) -> None:
+    """A `data_source: hf`/`dedup_hf` run whose hub dataset cannot be reached fails here, before torch is imported
+    and the model built (HubUnreachable, naming the local twin); the stream checks again when it opens it."""
+    data = config.data
+    if data.data_source in ("hf", "dedup_hf") and data.dataset_name and not data.datasets:
+        from llm.data.inputs.hub_reach import check_hub_reachable
+
+        check_hub_reachable(data.dataset_name, "dedup_local" if data.data_source == "dedup_hf" else "local")
