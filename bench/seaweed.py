@@ -7,9 +7,12 @@ the same command on the same data folder and port, so the objects written before
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,6 +62,18 @@ def keep_on_loopback() -> None:
 TELEMETRY_OFF = ("-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/off")
 
 
+# Listeners newer `weed` releases add, each on a fixed default port (4.48: Iceberg REST on 8181, Lance on 9101), so
+# two servers on one machine (pytest-xdist workers) collide on them: turned off where the binary knows the flag.
+LISTENERS_OFF = ("s3.port.iceberg", "s3.port.lance")
+
+
+@functools.cache
+def known_flags(weed: str) -> frozenset[str]:
+    """The flags this `weed` binary's `mini` command accepts (older releases lack the newer listeners' flags)."""
+    shown = subprocess.run([weed, "mini", "-h"], capture_output=True, text=True, timeout=60)
+    return frozenset(re.findall(r"^\s+-([\w.]+)", shown.stdout + shown.stderr, re.M))
+
+
 def weed_command(weed: str, data: Path, s3_port: int, ports: dict[str, int] | None = None) -> list[str]:
     """The one `weed mini` command line (docs/storage.md): loopback only, both telemetry flags
     (`-master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/off`), every port given.
@@ -66,6 +81,7 @@ def weed_command(weed: str, data: Path, s3_port: int, ports: dict[str, int] | No
     ports = ports if ports is not None else free_ports()
     return [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}",
             *(f"-{name}={port}" for name, port in ports.items()),
+            *(f"-{name}=0" for name in LISTENERS_OFF if name in known_flags(weed)),
             "-webdav=false", "-admin.ui=false", *TELEMETRY_OFF]
 
 
