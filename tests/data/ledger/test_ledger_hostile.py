@@ -186,3 +186,16 @@ def test_a_segment_deleted_from_the_middle_of_a_generation_is_named(dataset: Pat
     segments[1].unlink()
     code, out = audit(ledger, capsys)
     assert code == 1 and "rank 0 generation 0 steps 3-4 have no segment file" in out, out
+
+
+def test_a_source_entry_edited_out_of_the_header_is_named_not_a_traceback(dataset: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    ledger = tmp_path / "ledger"
+    train(dataset, ledger, 2)
+    header = json.loads((ledger / "ledger.json").read_text())
+    del header["sources"][0]["path"]
+    header["sources"][0]["block_size"] = "64"
+    (ledger / "ledger.json").write_text(json.dumps(header))
+    code, out = audit(ledger, capsys)
+    assert code == 1 and "the ledger header's entry of source 0" in out and "is damaged" in out, out
+    assert "Traceback" not in out

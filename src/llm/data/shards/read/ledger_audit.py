@@ -34,7 +34,10 @@ class ShardAuditor:
                                   # the short last block dropped or not: it changes the count, so the order
                                   drop_partial_block=bool(info.get("drop_partial_block", False)))
         except (OSError, ValueError) as e:
-            self.problems.append(f"{info['name']} ({info['path']}) cannot be opened to check it: {e}")
+            self.problems.append(f"{info.get('name')} ({info.get('path')}) cannot be opened to check it: {e}")
+        except (KeyError, TypeError) as e:  # a header edited by hand: a key gone, or a value of another type
+            self.problems.append(f"the ledger header's entry of source {s} ({info.get('name')!r}) is damaged "
+                                 f"({type(e).__name__}: {e}); restore ledger.json, its source is not checked")
         if ds is not None and ds.fingerprint != info.get("fingerprint"):
             self.problems.append(f"{info['name']} ({info['path']}) changed since the run: its fingerprint is "
                                  f"{ds.fingerprint[:12]}, the run trained on {str(info.get('fingerprint'))[:12]}")
