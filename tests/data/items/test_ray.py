@@ -38,10 +38,12 @@ def test_the_cluster_has_two_raylets_and_tasks_run_on_both() -> None:
 
 
 @pytest.mark.parametrize("kind", ["tokens", "items"])
-def test_ray_writes_the_same_dataset_as_local(tmp_path: Path, kind: str) -> None:
+def test_ray_writes_the_same_dataset_as_local(tmp_path: Path, kind: str, ray_cluster) -> None:
     fn, loader = (_doc, TokensLoader()) if kind == "tokens" else (_item, None)
     kwargs = dict(num_workers=2, chunk_bytes="1KB", item_loader=loader, progress=False)  # tasks not far below it: not joined
+    ray.shutdown()  # the local engine forks its workers: not from a process holding Ray's gRPC threads
     optimize(fn, list(range(60)), tmp_path / "local", **kwargs)
+    ray.init(address=ray_cluster.address, logging_level="ERROR", log_to_driver=False)
     optimize(fn, list(range(60)), tmp_path / "ray", engine="ray", **kwargs)
     a, b = Manifest.load(tmp_path / "local"), Manifest.load(tmp_path / "ray")
     assert len(a.shards) > 4 and a.fingerprint() == b.fingerprint()
