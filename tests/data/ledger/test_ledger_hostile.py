@@ -199,20 +199,3 @@ def test_a_source_entry_edited_out_of_the_header_is_named_not_a_traceback(datase
     code, out = audit(ledger, capsys)
     assert code == 1 and "the ledger header's entry of source 0" in out and "is damaged" in out, out
     assert "Traceback" not in out
-
-
-def test_a_full_disk_at_a_commit_is_one_sentence_naming_the_file(dataset: Path, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import errno
-
-    import llm.data.ledger.writer as writer
-
-    def full(path: Path, data: bytes) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".tmp")
-
-    one = loader(dataset, tmp_path / "ledger")
-    it = iter(one)
-    next(it)
-    monkeypatch.setattr(writer, "atomic_write", full)
-    with pytest.raises(LedgerError, match=r"cannot write the ledger file .*ledger\.json \(No space left on device\)"):
-        one.state_dict()

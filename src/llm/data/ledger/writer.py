@@ -310,12 +310,12 @@ class LedgerWriter:
             raise RuntimeError("LedgerWriter.commit() before open()")
         self._check_lock()
         if self._header_due:
-            _write(self.folder / HEADER_NAME, json.dumps(
+            atomic_write(self.folder / HEADER_NAME, json.dumps(
                 {"version": VERSION, "run": self.run, "checksum": self.checksum, "sources": self.sources},
                 indent=1).encode())
             self._header_due = False
         if self.rank == 0 and not self._marker_written and self.generation > 0:
-            _write(self.folder / marker_name(self.generation), json.dumps(
+            atomic_write(self.folder / marker_name(self.generation), json.dumps(
                 {"generation": self.generation, "resumed_from": self.resumed_from, "topology": self.topology}).encode())
             self._marker_written = True
         if self._first_step is not None:
@@ -328,7 +328,7 @@ class LedgerWriter:
             data = encode_segment(header, self._rows[0] if one else np.concatenate(self._rows),
                                   self._pieces[0] if one else np.concatenate(self._pieces))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
-            _write(path, data)
+            atomic_write(path, data)
             self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
             self._n_rows, self._skipped = 0, []
         self.committed_step = self._last_step
@@ -336,16 +336,6 @@ class LedgerWriter:
 
     def state(self) -> dict[str, Any]:
         return {"run": self.run, "generation": self.generation, "step": self.committed_step}
-
-
-def _write(path: Path, data: bytes) -> None:
-    """One ledger file written atomically, or one sentence naming it (disk full, quota, read-only): the steps
-    since the last commit are then not committed, and the checkpoint that asked for them is not written either."""
-    try:
-        atomic_write(path, data)
-    except OSError as e:
-        raise LedgerError(f"cannot write the ledger file {path} ({e.strerror or e}); nothing of this checkpoint "
-                          "was committed: free space or give the run a ledger folder it can write") from None
 
 
 class StageLedger:
