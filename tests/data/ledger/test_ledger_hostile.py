@@ -171,23 +171,6 @@ def test_a_ledger_folder_whose_lock_cannot_be_written_is_named_before_training(d
         train(dataset, ledger, 1)
 
 
-def test_a_segment_deleted_from_the_middle_of_a_generation_is_named(dataset: Path, tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture) -> None:
-    ledger = tmp_path / "ledger"
-    one = loader(dataset, ledger)
-    it = iter(one)
-    for _ in range(3):  # three commits of one generation: steps 1-2, 3-4, 5-6
-        next(it), next(it)
-        one.state_dict()
-    segments = sorted(p for p in ledger.iterdir() if p.suffix == ".seg")
-    assert len(segments) == 3
-    code, out = audit(ledger, capsys)
-    assert code == 0 and "have no segment" not in out, out
-    segments[1].unlink()
-    code, out = audit(ledger, capsys)
-    assert code == 1 and "rank 0 generation 0 steps 3-4 have no segment file" in out, out
-
-
 def test_a_source_entry_edited_out_of_the_header_is_named_not_a_traceback(dataset: Path, tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture) -> None:
     ledger = tmp_path / "ledger"

@@ -151,27 +151,9 @@ def read_ledger(folder: str | os.PathLike, run: str | None = None, tip: int | No
         if limit is None and (generation, last) > latest.get(rank, (-1, -1)):  # the last generation's newest
             latest[rank] = (generation, last)
             last_headers[rank] = segment.header
-    damaged += _gaps(folder, [p for p, _ in segments if p not in abandoned], keep)
     rows, ranks, gens, pieces, names = out.tables()
     return Ledger(folder, header, rows, ranks, gens, pieces, names, markers, abandoned, damaged,
                   last_headers=last_headers, skipped=np.concatenate(out.skipped) if out.skipped else np.zeros(0, bool))
-
-
-def _gaps(folder: Path, spans: list[tuple[int, int, int, int]], keep: dict[int, int | None]) -> list[str]:
-    """Steps of a rank's generation that no segment file covers, between two that do: a segment deleted by hand
-    (one damaged or foreign is named as such; its name still covers its steps here)."""
-    by_run: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for rank, generation, first, last in spans:
-        if keep.get(generation, -1) != -1:
-            by_run.setdefault((rank, generation), []).append((first, last))
-    out = []
-    for (rank, generation), steps in sorted(by_run.items()):
-        steps.sort()
-        for (_, end), (start, _) in zip(steps, steps[1:]):
-            if start > end + 1:
-                out.append(f"{folder}: rank {rank} generation {generation} steps {end + 1}-{start - 1} have no segment "
-                           "file (one was deleted or lost), so the samples of those steps are not counted")
-    return out
 
 
 class _Collect:
