@@ -14,13 +14,10 @@ import yaml
 
 pytest.importorskip("datasets")
 
-import datasets  # noqa: E402
-import datasets.config  # noqa: E402
 import huggingface_hub.constants  # noqa: E402
 
 from llm.cli.train import main  # noqa: E402
-from llm.data.inputs import hub_reach  # noqa: E402
-from tests.data.text.test_hub_reach import closed_port  # noqa: E402
+from tests.hub import closed_port, watch_hub  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -48,21 +45,7 @@ def _argv(example: str, tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize("cut", ["offline", "refused"])
 @pytest.mark.parametrize("example", list(TWIN_KEYS))
 def test_a_hub_example_fails_at_once_naming_its_twin(tmp_path, monkeypatch, capsys, cut, example):
-    calls = {"probe": 0, "load_dataset": 0}
-    real_probe = hub_reach._probe
-
-    def probe(endpoint: str, timeout: float) -> str | None:
-        calls["probe"] += 1
-        return real_probe(endpoint, timeout)
-
-    def load_dataset(*args: object, **kwargs: object) -> None:
-        calls["load_dataset"] += 1
-        raise AssertionError("load_dataset must not run")
-
-    monkeypatch.setattr(hub_reach, "_probe", probe)
-    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", cut == "offline")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", cut == "offline")
+    calls = watch_hub(monkeypatch, offline=cut == "offline")
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{closed_port()}")
     monkeypatch.chdir(tmp_path)
     assert main(_argv(example, tmp_path)) == 2

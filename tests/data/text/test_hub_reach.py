@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -11,7 +10,6 @@ import pytest
 
 pytest.importorskip("datasets")
 
-import datasets  # noqa: E402
 import datasets.config  # noqa: E402
 import huggingface_hub.constants  # noqa: E402
 
@@ -19,35 +17,13 @@ from llm.data.inputs import hub_reach  # noqa: E402
 from llm.data.inputs.hub_reach import HubUnreachable, is_hub_dataset  # noqa: E402
 from llm.data.sources import HFStreamTextSource, build_text_source  # noqa: E402
 from llm.training.core.config import DataConfig  # noqa: E402
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on: bound, then released."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.hub import closed_port, watch_hub  # noqa: E402
 
 
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> dict:
-    """The hub switches as the libraries read them, and counters of probes and load_dataset calls."""
-    calls = {"probe": 0, "load_dataset": 0}
-    real_probe = hub_reach._probe
-
-    def probe(endpoint: str, timeout: float) -> str | None:
-        calls["probe"] += 1
-        return real_probe(endpoint, timeout)
-
-    def load_dataset(*args: object, **kwargs: object) -> None:
-        calls["load_dataset"] += 1
-        raise AssertionError("load_dataset must not run when the hub cannot be reached")
-
-    monkeypatch.setattr(hub_reach, "_probe", probe)
-    monkeypatch.setattr(hub_reach, "_answered", set())
-    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    for module, name in ((datasets.config, "HF_HUB_OFFLINE"), (huggingface_hub.constants, "HF_HUB_OFFLINE")):
-        monkeypatch.setattr(module, name, False)
-    return calls
+    """Counters of hub probes and load_dataset calls (tests/hub.py)."""
+    return watch_hub(monkeypatch)
 
 
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
