@@ -31,7 +31,7 @@ from llm.data.shards.interop.flat import (
 )
 
 PREFIX = "olmo:"
-DTYPES = ("uint8", "uint16", "uint32", "uint64")  # OLMo-core's NumpyDatasetDType
+DTYPES = ("uint8", "uint16", "uint32", "uint64")  # OLMo-core's NumpyDatasetDType (uint64 is refused at open)
 _NPY_MAGIC = b"\x93NUMPY"
 _SAMPLE = 1 << 16  # bytes of each file's head and tail in the fingerprint (its name and size are in too)
 _HELP = "expected olmo:DTYPE[:eos=ID]:PATH[,PATH...] with DTYPE one of " + ", ".join(DTYPES)
@@ -127,6 +127,8 @@ def open_olmo(value: str | OlmoSpec, local: list[Path] | None = None) -> FlatTok
     """The files of an `olmo:` spec, each checked (`local`: where a remote spec's files were copied)."""
     parsed = parse_spec(value) if isinstance(value, str) else value
     dtype = np.dtype(parsed.dtype)
+    if dtype == np.uint64:  # batches are torch int64, which cannot hold every uint64 id
+        raise ValueError(f"{parsed}: uint64 token files are not read (batches are int64); rewrite them as uint32")
     paths = local if local is not None else _files(parsed)
     if not paths:
         raise ManifestError(f"{parsed} names no files")
