@@ -106,7 +106,7 @@ def inspect(dataset: str, plot: str | None = None, max_shards: int | None = None
 
     if max_shards is not None and max_shards < 1:
         raise ValueError(f"--shards must be at least 1, got {max_shards}")
-    if max_shards is None and parse_location(dataset).is_object_store:
+    if max_shards is None and not dataset.startswith("olmo:") and parse_location(dataset).is_object_store:
         max_shards = 16  # every measured shard is downloaded
     stats = collect_stats(dataset, max_shards=max_shards)
     data = {"dataset": dataset, **summary_json(stats)}
@@ -189,9 +189,10 @@ def peer_info_lines(source, folder: str) -> list[str]:
     m = source.manifest
     totals = m.totals()
     stored, raw = totals["bytes"], sum(s.raw_bytes or s.bytes for s in m.shards)
-    name = {"litdata": "LitData", "mds": "MosaicML MDS"}.get(m.foreign_format, m.foreign_format)
-    unit = "chunk" if m.foreign_format == "litdata" else "shard"
-    rows = [("format", f"{name} folder (read in place; `llm-data convert` rewrites it as ours)"),
+    name = {"litdata": "LitData folder", "mds": "MosaicML MDS folder", "megatron": "Megatron indexed dataset (.bin/.idx)",
+            "olmo": "OLMo-core token files"}.get(m.foreign_format, m.foreign_format)
+    unit = {"litdata": "chunk", "megatron": ".bin file", "olmo": "file"}.get(m.foreign_format, "shard")
+    rows = [("format", f"{name} (read in place; `llm-data convert` rewrites it as ours)"),
             ("kind", m.kind), (f"{unit}s", f"{totals['shards']:,}")]
     if m.kind == "tokens":
         rows += [("documents", f"{totals['documents']:,}"), ("tokens", f"{totals['tokens']:,}"), ("dtype", str(m.dtype))]
@@ -227,8 +228,10 @@ def peer_verify(source: Any, dataset: str) -> None:
     """`llm-data verify` of a LitData / MDS folder: every file read and checked (raises ShardError)."""
     source.verify()
     m = source.manifest
-    unit = "chunk" if m.foreign_format == "litdata" else "shard"
-    checked = "sizes, counts, offsets" + (", hashes" if unit == "shard" else "")
+    unit = {"litdata": "chunk", "megatron": ".bin file", "olmo": "file"}.get(m.foreign_format, "shard")
+    checked = {"megatron": "the .idx's counts, lengths, pointers and document indices against each .bin",
+               "olmo": "sizes against the dtype"}.get(m.foreign_format, "sizes, counts, offsets")
+    checked += ", hashes" if m.foreign_format == "mds" else ""
     checked += ", every item decoded" if m.kind == "items" else ""
     print(f"verify: {plural(len(m.shards), unit)} OK in {dataset} ({m.foreign_format}: {checked})")
 
