@@ -10,6 +10,7 @@ back. Every field is checked against the `.bin` before anything is served.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from dataclasses import dataclass
@@ -43,13 +44,14 @@ class MegatronIndex:
 def read_index(idx: Path) -> MegatronIndex:
     """Parse and check one `.idx` by itself (its counts against its own size); ManifestError naming the field."""
     try:
-        data = idx.read_bytes()
+        size = os.stat(idx).st_size
+        data = np.memmap(idx, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)  # indexes reach GBs
     except FileNotFoundError:
         raise ManifestError(f"{idx} is missing: a Megatron dataset is PREFIX.bin with PREFIX.idx") from None
-    if len(data) < HEADER or data[: len(MAGIC)] != MAGIC:
+    if len(data) < HEADER or bytes(data[: len(MAGIC)]) != MAGIC:
         raise ManifestError(f"{idx} is not a Megatron index: it does not start with the MMIDIDX header "
                             f"({len(data)} bytes)")
-    version, code, sequences, documents = struct.unpack_from("<QBQQ", data, len(MAGIC))
+    version, code, sequences, documents = struct.unpack_from("<QBQQ", bytes(data[len(MAGIC) : HEADER]))
     if version != VERSION:
         raise ManifestError(f"{idx} is MMIDIDX version {version}; only version {VERSION} (Megatron-LM, NeMo) is read")
     if code not in CODES:
@@ -133,11 +135,19 @@ def open_megatron(path: str | Path) -> FlatTokenSource:
         index = read_index(idx)
         ends = check_against_bin(idx, bin_path, index)
         files.append(FlatFile(bin_path.name, index.dtype, ends, int(index.lengths.astype(np.int64).sum()) * index.dtype.itemsize))
-        parts += [idx.name.encode(), idx.read_bytes()]
+        parts += [idx.name.encode(), _sha256(idx)]
         codes.append(index.dtype.name)
         sequences += len(index.lengths)
     details = {"prefixes": [p.name for p in found], "dtypes": sorted(set(codes)), "sequences": sequences}
     return FlatTokenSource(folder, files, "megatron", digest_of(parts), details)
+
+
+def _sha256(path: Path) -> bytes:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            h.update(block)
+    return h.digest()
 
 
 def megatron_code(dtype: np.dtype, largest: int) -> tuple[int, np.dtype]:
