@@ -139,13 +139,22 @@ def test_resume_is_exact_on_another_topology(prefix):
     ])
 
 
-def test_a_megatron_prefix_mixes_with_our_dataset(prefix, tmp_path):
-    main(["convert", str(prefix), "--output", str(tmp_path / "ours"), "--no-progress"])
-    mega = StreamingDataset(str(prefix), item_loader=TokensLoader(block_size=BLOCK))
-    ours = StreamingDataset(tmp_path / "ours", item_loader=TokensLoader(block_size=BLOCK))
-    mix = CombinedStreamingDataset([mega, ours], weights=[0.5, 0.5], seed=1)
-    rows = np.concatenate([b.numpy() for b in StreamingDataLoader(mix, batch_size=4)])
-    assert len(rows) > 0 and rows.shape[1] == BLOCK
+def test_a_megatron_prefix_mixes_with_olmo_files_and_our_dataset(prefix, tmp_path):
+    from llm.data.shards.interop.olmo import spec
+
+    rng = np.random.default_rng(9)
+    rng.integers(1000, 2000, 700).astype(np.uint16).tofile(tmp_path / "olmo.npy")  # ids no Megatron block holds
+    megatron_ref.write(tmp_path / "third", documents(30, seed=5, high=100), code=8)
+    main(["convert", str(tmp_path / "third"), "--output", str(tmp_path / "ours"), "--no-progress"])
+    sources = [StreamingDataset(str(prefix), item_loader=TokensLoader(block_size=BLOCK)),
+               StreamingDataset(spec([tmp_path / "olmo.npy"], "uint16", 0), item_loader=TokensLoader(block_size=BLOCK)),
+               StreamingDataset(tmp_path / "ours", item_loader=TokensLoader(block_size=BLOCK))]
+    blocks = [{ds[i].numpy().astype(np.int64).tobytes() for i in range(len(ds))} for ds in sources]
+    mix = CombinedStreamingDataset(sources, weights=[0.5, 0.3, 0.2], seed=1)
+    rows = np.concatenate([b.numpy() for b in StreamingDataLoader(mix, batch_size=4)]).astype(np.int64)
+    owners = [[k for k, b in enumerate(blocks) if row.tobytes() in b] for row in rows]
+    assert all(len(o) >= 1 for o in owners), "every mixed row is a block of one of its sources"
+    assert {o[0] for o in owners if len(o) == 1} == {0, 1, 2}, "each source is drawn"
 
 
 def test_convert_to_ours_keeps_every_document_and_token(prefix, tmp_path):
@@ -184,3 +193,15 @@ def test_wide_ids_are_written_as_int32(tmp_path):
     assert main(["convert", str(tmp_path / "wide"), "--output", str(tmp_path / "back"), "--format", "megatron"]) == 0
     dtype, seqs, _ = megatron_ref.read(tmp_path / "back")
     assert dtype == np.int32 and np.array_equal(np.concatenate(seqs), flat(documents(10, seed=4, high=100_000)))
+
+
+def test_text_sequence_modes_are_read_and_other_modes_refused(tmp_path):
+    docs = documents(10, seed=6)
+    megatron_ref.write(tmp_path / "mm", docs, code=8)
+    idx = Path(f"{tmp_path / 'mm'}.idx")
+    idx.write_bytes(idx.read_bytes() + bytes(10))  # newer Megatron's multimodal index: one int8 mode per sequence, 0 = text
+    ds = StreamingDataset(str(tmp_path / "mm"), item_loader=TokensLoader(block_size=BLOCK))
+    assert np.array_equal(np.concatenate([ds[i].numpy() for i in range(len(ds))])[: len(flat(docs))], flat(docs))
+    idx.write_bytes(idx.read_bytes()[:-1] + b"\x01")
+    with pytest.raises(ValueError, match=r"sequence_modes\[9\] is 1"):
+        StreamingDataset(str(tmp_path / "mm"), item_loader=TokensLoader(block_size=BLOCK))
