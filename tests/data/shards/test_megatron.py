@@ -75,6 +75,9 @@ def test_a_folder_of_prefixes_is_read_in_name_order_with_mixed_dtypes(tmp_path):
     got = np.concatenate([ds[i].numpy() for i in range(len(ds))])
     assert len(ds) == -(-len(tokens) // BLOCK) and np.array_equal(got[: len(tokens)], tokens)
     assert ds[0].dtype.itemsize >= 4  # int32 ids above 65535 are kept
+    for workers in (0, 2):  # the loader's batched reads (pread of each file) give the same tokens
+        epoch = np.concatenate([b.numpy() for b in StreamingDataLoader(ds, batch_size=4, num_workers=workers)])
+        assert np.array_equal(epoch.reshape(-1)[: len(tokens)], tokens)
 
 
 def _damage(prefix: Path, what: str) -> None:

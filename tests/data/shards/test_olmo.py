@@ -56,6 +56,8 @@ def test_blocks_are_olmo_cores_instances_and_documents_end_at_eos(tmp_path, dtyp
     expected = fsl_instances(arrays, BLOCK)
     assert len(ds) == len(expected)
     assert np.array_equal(np.stack([ds[i]["input_ids"].numpy() for i in range(len(ds))]), expected)
+    epoch = np.concatenate([b["input_ids"].numpy() for b in StreamingDataLoader(ds, batch_size=4)])
+    assert np.array_equal(epoch, expected)  # the loader's batched reads too
     row = ds[0]
     first_eos = int(np.flatnonzero(expected[0] == EOS)[0]) if EOS in expected[0] else BLOCK
     if first_eos + 1 < BLOCK:  # a new document starts right after the EOS: its position is 0

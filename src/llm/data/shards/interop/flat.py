@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from llm.data.shards.format.manifest import ShardInfo
+from llm.data.shards.format.reader import _ShardBytes
 from llm.data.shards.interop.base import (
     ForeignManifest,
     ForeignShardBytes,
@@ -45,6 +46,12 @@ def document_ends(ends: np.ndarray, tokens: int) -> np.ndarray:
     return ends.astype(np.uint64)
 
 
+class FlatShardBytes(ForeignShardBytes):
+    """A peer's token files whose tokens start at byte 0: rows are read with our pread path, as our shards' are."""
+
+    pinned_descriptors = _ShardBytes.pinned_descriptors
+
+
 class FlatTokenSource(ForeignSource):
     """Token files as shards; `per_file_blocks`: each file's tail shorter than a block is not served
     (OLMo-core's fixed-length instances never cross files), else blocks run across files (Megatron)."""
@@ -61,7 +68,7 @@ class FlatTokenSource(ForeignSource):
         super().__init__(manifest, folder)
 
     def shard_files(self, verify: bool) -> ForeignShardBytes:
-        return ForeignShardBytes(self.folder, self.manifest, verify)
+        return FlatShardBytes(self.folder, self.manifest, verify)
 
     def token_layout(self, raw: np.ndarray, shard: int) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, document ends) of one file: the whole file is tokens, little-endian."""
