@@ -34,6 +34,12 @@ def docs(n: int, seed: int, high: int = 1000) -> list[np.ndarray]:
     return [rng.integers(1, high, int(rng.integers(1, 40))) for _ in range(n)]
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    """Document ends are kept in the user cache dir: a private one per test."""
+    monkeypatch.setenv("LLM_CACHE_DIR", str(tmp_path / "user-cache"))
+
+
 @pytest.fixture
 def files(tmp_path) -> tuple[list[Path], list[np.ndarray]]:
     folder = tmp_path / "olmo"
@@ -149,3 +155,15 @@ def test_convert_megatron_to_olmo_adds_eos_between_documents(tmp_path):
     (written,) = sorted((tmp_path / "o").glob("part-*.npy"))
     assert np.fromfile(written, dtype=np.uint16).tolist() == [5, 6, 7, 1, 8, 1, 9, 10, 1]
     assert main(["convert", str(tmp_path / "m"), "--output", str(tmp_path / "o2"), "--format", "olmo"]) == 2  # no EOS id
+
+
+def test_document_ends_are_kept_and_a_rewritten_file_is_scanned_again(tmp_path):
+    path = tmp_path / "one.npy"
+    write_olmo(path, [np.array([5, 6]), np.array([7])], "uint16")  # 5 6 EOS 7 EOS
+    ds = StreamingDataset(spec([path], "uint16", EOS), item_loader=TokensLoader(block_size=5))
+    assert ds.manifest.total_documents == 2
+    assert len(list((tmp_path / "user-cache").rglob("*.npy"))) == 1
+    write_olmo(path, [np.array([5]), np.array([6]), np.array([7])], "uint16")  # same size: 5 EOS 6 EOS 7 EOS is longer
+    write_olmo(path, [np.array([5]), np.array([6, 7])], "uint16")  # 5 EOS 6 7 EOS: same size, other documents
+    ds = StreamingDataset(spec([path], "uint16", EOS), item_loader=TokensLoader(block_size=5, document_boundaries=True))
+    assert ds.manifest.total_documents == 2 and ds[0]["position_ids"].tolist() == [0, 1, 0, 1, 2]

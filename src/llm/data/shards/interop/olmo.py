@@ -14,6 +14,8 @@ Without `eos=` each file is one document.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,15 +114,43 @@ def _sample(path: Path, size: int) -> bytes:
         return head + f.read(_SAMPLE)
 
 
-def _ends(path: Path, dtype: np.dtype, eos: int | None, tokens: int) -> np.ndarray:
+def _ends_cache(path: Path, dtype: np.dtype, eos: int, sample: bytes) -> Path:
+    """Where this file's document ends are kept: keyed by its path, size, mtime, head and tail, dtype and EOS id."""
+    from llm.data.storage.cache import default_cache_root
+
+    st = os.stat(path)
+    key = f"{path.absolute()}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{dtype.name}:{eos}:{hashlib.sha256(sample).hexdigest()}"
+    return default_cache_root() / "olmo-ends" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npy"
+
+
+def _ends(path: Path, dtype: np.dtype, eos: int | None, tokens: int, sample: bytes) -> np.ndarray:
+    """Document ends (after each EOS): a scan of the whole file, so kept in the user cache dir, as
+    OLMo-core keeps its document indices; a file changed in place gets a new key (size, mtime, inode)."""
     if eos is None or tokens == 0:
         return document_ends(np.zeros(0, np.int64), tokens)
+    cache = _ends_cache(path, dtype, eos, sample)
+    try:
+        ends = np.load(cache)
+        if len(ends) and int(ends[-1]) == tokens:
+            return ends.astype(np.uint64)
+    except (OSError, ValueError):
+        pass  # not cached yet, or a torn file: scan again
     arr = np.memmap(path, dtype=dtype.newbyteorder("<"), mode="r")
-    ends = []
+    parts = []
     for at in range(0, tokens, 1 << 24):  # bounded memory for multi-GB files
-        ends.append(np.flatnonzero(arr[at : at + (1 << 24)] == eos) + at + 1)
+        parts.append(np.flatnonzero(arr[at : at + (1 << 24)] == eos) + at + 1)
     del arr
-    return document_ends(np.concatenate(ends), tokens)
+    ends = document_ends(np.concatenate(parts), tokens)
+    try:
+        from llm.data.storage.local import atomic_write
+
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
+        np.save(buffer, ends)
+        atomic_write(cache, buffer.getvalue())
+    except OSError:
+        pass  # a read-only cache dir costs a scan next time, nothing else
+    return ends
 
 
 def open_olmo(value: str | OlmoSpec, local: list[Path] | None = None) -> FlatTokenSource:
@@ -136,7 +166,8 @@ def open_olmo(value: str | OlmoSpec, local: list[Path] | None = None) -> FlatTok
     files, parts = [], [str(parsed.dtype).encode(), str(parsed.eos_id).encode()]
     for path, name in zip(paths, names):
         size = _check(path, dtype)
-        files.append(FlatFile(name, dtype, _ends(path, dtype, parsed.eos_id, size // dtype.itemsize), size))
-        parts += [path.name.encode(), str(size).encode(), _sample(path, size)]
+        sample = _sample(path, size)
+        files.append(FlatFile(name, dtype, _ends(path, dtype, parsed.eos_id, size // dtype.itemsize, sample), size))
+        parts += [path.name.encode(), str(size).encode(), sample]
     details = {"dtype": dtype.name, "eos_id": parsed.eos_id, "files": len(files)}
     return FlatTokenSource(folder, files, "olmo", digest_of(parts), details, per_file_blocks=True, eos_id=parsed.eos_id)
