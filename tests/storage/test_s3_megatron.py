@@ -85,3 +85,19 @@ def test_remote_olmo_files_read_as_the_local_ones(s3_env, tmp_path):
     here = StreamingDataset(spec(sorted(local.iterdir()), "uint16", 0), item_loader=loader)
     assert remote.fingerprint == here.fingerprint == by_folder.fingerprint
     assert np.array_equal(_epoch(remote), _epoch(here)) and len(here) == 2 * (500 // BLOCK)
+
+
+def test_convert_reads_a_remote_prefix(s3_env, tmp_path):
+    from llm.cli.data import main
+
+    local = tmp_path / "local"
+    local.mkdir()
+    docs = _documents(25, 5)
+    megatron_ref.write(local / "d", docs, code=8)
+    url = s3_env.url()
+    _upload(url, sorted(local.iterdir()))
+    assert main(["convert", f"{url}/d", "--output", str(tmp_path / "ours"), "--no-progress"]) == 0
+    ours = StreamingDataset(tmp_path / "ours", item_loader=TokensLoader(block_size=1))
+    expected = np.concatenate([s for d in docs for s in d])
+    assert ours.manifest.total_documents == len(docs)
+    assert np.array_equal(np.concatenate([ours[i].numpy() for i in range(len(ours))]), expected)

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.shards.interop import open_foreign, open_in_place
+from llm.data.shards.interop import open_foreign, open_in_place, open_remote_peer
+from llm.data.storage.paths import parse_location
 
 
 def _plain(value: Any) -> Any:
@@ -91,7 +92,12 @@ def convert(src: str | Path, dst: str | Path, *, num_workers: int | None = None,
     from llm.data.shards.prepare.optimize import optimize
 
     folder = str(src)
-    source = open_in_place(folder) or open_foreign(Path(folder))
+    source = open_in_place(folder)
+    if source is None and parse_location(folder).is_remote:  # a Megatron prefix or folder in a bucket
+        source = open_remote_peer(parse_location(folder))
+        folder = str(source.folder) if source is not None else folder  # its local copy, what the workers open
+    elif source is None:
+        source = open_foreign(Path(folder))
     if source is None:
         raise ValueError(f"{src} is not a LitData or MosaicML MDS folder (no index.json with 'chunks' or 'shards'), "
                          "a Megatron prefix (PREFIX.bin + PREFIX.idx) or an olmo: spec")

@@ -21,6 +21,14 @@ from llm.data.shards.interop.megatron import index_bytes, megatron_code
 FORMATS = ("megatron", "olmo")
 
 
+def _local_output(where: str | Path, what: str) -> Path:
+    from llm.data.storage.paths import parse_location
+
+    if parse_location(str(where)).is_remote:
+        raise ValueError(f"--format {what} writes local files, not {where}; write them here and upload the files")
+    return Path(where)
+
+
 def _open(src: str | Path, storage_options: dict | None) -> object:
     from llm.data.shards.format.loaders import TokensLoader
     from llm.data.shards.read.dataset import StreamingDataset
@@ -57,8 +65,8 @@ def _largest(ds: object) -> int:
 def to_megatron(src: str | Path, prefix: str | Path, *, overwrite: bool = False,
                 storage_options: dict | None = None) -> dict:
     """Write `src` as `prefix.bin` / `prefix.idx`; returns {'documents', 'tokens', 'dtype', 'bin', 'idx'}."""
+    prefix = _local_output(prefix, "megatron")
     ds = _open(src, storage_options)
-    prefix = Path(prefix)
     bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
     _refuse_existing([bin_path, idx_path], overwrite)
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +108,7 @@ def to_olmo(src: str | Path, folder: str | Path, *, eos_id: int | None = None, o
         raise ValueError(f"{src} records no EOS id and OLMo separates documents by EOS: pass --eos-id")
     largest = max(_largest(ds), eos)
     dtype = np.dtype("uint16" if largest <= np.iinfo(np.uint16).max else "uint32")
-    folder = Path(folder)
+    folder = _local_output(folder, "olmo")
     if folder.exists() and any(folder.glob("part-*.npy")) and not overwrite:
         raise FileExistsError(f"{folder} already holds part-*.npy files; pass --mode overwrite (overwrite=True) to replace them")
     folder.mkdir(parents=True, exist_ok=True)
