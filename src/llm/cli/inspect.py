@@ -17,8 +17,12 @@ _INSPECT_EPILOG = """examples:
 _CONVERT_EPILOG = """examples:
   llm-data convert litdata_out/ data/ds         # a LitData folder -> ours
   llm-data convert mds_out/ data/ds --compression zstd
+  llm-data convert megatron/corpus_text_document --output data/ds        # a Megatron prefix (or folder) -> ours
+  llm-data convert olmo:uint32:eos=50279:/data/olmo/ --output data/ds     # OLMo-core token files -> ours
+  llm-data convert data/ds --output out/corpus --format megatron        # -> out/corpus.bin + .idx
+  llm-data convert data/ds --output out/olmo --format olmo --eos-id 0   # -> out/olmo/part-*.npy
 
-Not needed to stream a LitData / MDS folder (StreamingDataset reads them in place); use it
+Not needed to stream a LitData / MDS / Megatron folder or OLMo files (StreamingDataset reads them in place); use it
 for folders with formats read only by the peer (docs/interop.md), or to get our checksums
 and our block layout (blocks across shards, no per-chunk tail dropped)."""
 
@@ -43,9 +47,16 @@ def add_commands(add: Callable[[str, str, str], argparse.ArgumentParser]) -> Non
     ins.add_argument("--shards", type=int, default=None,
                      help="measure lengths in the first N shards only (default: all; 16 in object storage)")
     ins.add_argument("--json", action="store_true", help="print the summary as JSON")
-    conv = add("convert", "rewrite a LitData or MosaicML MDS folder as an llm dataset", _CONVERT_EPILOG)
-    conv.add_argument("src", metavar="SRC", help="a LitData or MDS folder")
-    conv.add_argument("dst", metavar="DST", help="dataset folder, or s3://, gs:// or az://bucket/prefix, to write")
+    conv = add("convert", "rewrite a LitData, MDS or Megatron folder or OLMo token files as an llm dataset, "
+               "or a token dataset as Megatron .bin/.idx or OLMo token files", _CONVERT_EPILOG)
+    conv.add_argument("src", metavar="SRC", help="a LitData, MDS or Megatron folder, a Megatron prefix, an olmo: spec; "
+                      "with --format megatron/olmo any token dataset")
+    conv.add_argument("dst", metavar="DST", nargs="?", default=None,
+                      help="dataset folder, or s3://, gs:// or az://bucket/prefix, to write (or --output)")
+    conv.add_argument("--output", metavar="OUT", default=None, help="where to write (the same as DST)")
+    conv.add_argument("--format", choices=("llm", "megatron", "olmo"), default="llm",
+                      help="what to write: our shards (default), a Megatron PREFIX.bin/.idx, or OLMo token files in a folder")
+    conv.add_argument("--eos-id", type=int, default=None, help="--format olmo: the EOS id (default: the dataset's)")
     conv.add_argument("--num-workers", type=int, default=None, help="worker processes (default: all cores)")
     conv.add_argument("--chunk-bytes", default="64MB", help="target shard size")
     conv.add_argument("--compression", choices=("zstd",), default=None, help="compress shards (default: none)")
@@ -59,12 +70,33 @@ def run(args: argparse.Namespace) -> None:
     if args.command == "convert":
         from llm.data.shards.interop.convert import convert
 
-        summary = convert(args.src, args.dst, num_workers=args.num_workers, chunk_bytes=args.chunk_bytes,
+        if (args.dst is None) == (args.output is None):
+            raise ValueError("convert: give where to write once, as DST or --output")
+        dst = args.dst if args.dst is not None else args.output
+        if args.format != "llm":
+            _export(args, dst)
+            return
+        summary = convert(args.src, dst, num_workers=args.num_workers, chunk_bytes=args.chunk_bytes,
                           compression=args.compression, mode=args.mode, progress=not args.no_progress)
         if args.no_progress:  # with progress on, optimize() has printed this summary already
             print(f"convert: {args.src}: {summary.line()}", file=sys.stderr)
         return
     inspect(args.dataset, plot=args.plot, max_shards=args.shards, as_json=args.json)
+
+
+def _export(args: argparse.Namespace, dst: str) -> None:
+    """`convert --format megatron|olmo`: a token dataset written for Megatron / NeMo or OLMo-core."""
+    from llm.data.shards.interop.export import to_megatron, to_olmo
+
+    overwrite = args.mode == "overwrite"
+    if args.format == "megatron":
+        done = to_megatron(args.src, dst, overwrite=overwrite)
+        print(f"convert: {args.src} -> {done['bin']} + {done['idx']}: {plural(done['documents'], 'document')}, "
+              f"{done['tokens']:,} tokens ({done['dtype']})", file=sys.stderr)
+        return
+    done = to_olmo(args.src, dst, eos_id=args.eos_id, overwrite=overwrite)
+    print(f"convert: {args.src} -> {plural(done['files'], 'file')} in {dst}: {plural(done['documents'], 'document')}, "
+          f"{done['tokens']:,} tokens ({done['dtype']}); read them as {done['spec']}", file=sys.stderr)
 
 
 def inspect(dataset: str, plot: str | None = None, max_shards: int | None = None, as_json: bool = False) -> dict[str, Any]:
@@ -74,7 +106,7 @@ def inspect(dataset: str, plot: str | None = None, max_shards: int | None = None
 
     if max_shards is not None and max_shards < 1:
         raise ValueError(f"--shards must be at least 1, got {max_shards}")
-    if max_shards is None and parse_location(dataset).is_object_store:
+    if max_shards is None and not dataset.startswith("olmo:") and parse_location(dataset).is_object_store:
         max_shards = 16  # every measured shard is downloaded
     stats = collect_stats(dataset, max_shards=max_shards)
     data = {"dataset": dataset, **summary_json(stats)}
@@ -157,9 +189,10 @@ def peer_info_lines(source, folder: str) -> list[str]:
     m = source.manifest
     totals = m.totals()
     stored, raw = totals["bytes"], sum(s.raw_bytes or s.bytes for s in m.shards)
-    name = {"litdata": "LitData", "mds": "MosaicML MDS"}.get(m.foreign_format, m.foreign_format)
-    unit = "chunk" if m.foreign_format == "litdata" else "shard"
-    rows = [("format", f"{name} folder (read in place; `llm-data convert` rewrites it as ours)"),
+    name = {"litdata": "LitData folder", "mds": "MosaicML MDS folder", "megatron": "Megatron indexed dataset (.bin/.idx)",
+            "olmo": "OLMo-core token files"}.get(m.foreign_format, m.foreign_format)
+    unit = {"litdata": "chunk", "megatron": ".bin file", "olmo": "file"}.get(m.foreign_format, "shard")
+    rows = [("format", f"{name} (read in place; `llm-data convert` rewrites it as ours)"),
             ("kind", m.kind), (f"{unit}s", f"{totals['shards']:,}")]
     if m.kind == "tokens":
         rows += [("documents", f"{totals['documents']:,}"), ("tokens", f"{totals['tokens']:,}"), ("dtype", str(m.dtype))]
@@ -195,8 +228,10 @@ def peer_verify(source: Any, dataset: str) -> None:
     """`llm-data verify` of a LitData / MDS folder: every file read and checked (raises ShardError)."""
     source.verify()
     m = source.manifest
-    unit = "chunk" if m.foreign_format == "litdata" else "shard"
-    checked = "sizes, counts, offsets" + (", hashes" if unit == "shard" else "")
+    unit = {"litdata": "chunk", "megatron": ".bin file", "olmo": "file"}.get(m.foreign_format, "shard")
+    checked = {"megatron": "the .idx's counts, lengths, pointers and document indices against each .bin",
+               "olmo": "sizes against the dtype"}.get(m.foreign_format, "sizes, counts, offsets")
+    checked += ", hashes" if m.foreign_format == "mds" else ""
     checked += ", every item decoded" if m.kind == "items" else ""
     print(f"verify: {plural(len(m.shards), unit)} OK in {dataset} ({m.foreign_format}: {checked})")
 

@@ -1,4 +1,4 @@
-"""Peers' dataset folders (LitData, MosaicML MDS) opened read-only by StreamingDataset, no re-preparing."""
+"""Peers' datasets (LitData, MosaicML MDS folders, Megatron prefixes, OLMo token files) opened read-only, no re-preparing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 from llm.data.shards.interop.base import ForeignManifest, ForeignSource
 
-__all__ = ["ForeignManifest", "ForeignSource", "detect_format", "open_foreign", "open_peer"]
+__all__ = ["ForeignManifest", "ForeignSource", "detect_format", "open_foreign", "open_in_place", "open_peer",
+           "open_remote_peer"]
 
 
 _TAIL = 64 << 10  # bytes of index.json read to recognise our own manifest without reading 10^5 shard entries
@@ -25,7 +26,11 @@ def _read_index(folder: Path) -> dict | None:
 
 
 def detect_format(folder: str | Path) -> str | None:
-    """'litdata', 'mds', or None (our own format, or no dataset at all)."""
+    """'litdata', 'mds', 'megatron', or None (our own format, or no dataset at all)."""
+    from llm.data.shards.interop.megatron import is_megatron
+
+    if is_megatron(folder):  # PREFIX.idx, or a folder of .idx files without an index.json
+        return "megatron"
     path = Path(folder) / "index.json"
     try:
         with open(path, "rb") as f:  # ours ends with format_version and a few small keys: the tail says
@@ -55,6 +60,10 @@ def open_foreign(folder: str | Path) -> ForeignSource | None:
     kind = detect_format(folder)
     if kind is None:
         return None
+    if kind == "megatron":
+        from llm.data.shards.interop.megatron import open_megatron
+
+        return open_megatron(folder)
     data = _read_index(folder)
     if kind == "litdata":
         from llm.data.shards.interop.litdata import open_litdata
@@ -65,9 +74,33 @@ def open_foreign(folder: str | Path) -> ForeignSource | None:
     return open_mds(folder, data)
 
 
+def open_in_place(dataset: object, storage_options: dict | None = None, cache_dir: str | Path | None = None) -> ForeignSource | None:
+    """An `olmo:` spec (interop/olmo.py) opened, its remote files copied first; None for anything else."""
+    from llm.data.shards.interop.olmo import is_olmo_spec, open_olmo
+
+    if not is_olmo_spec(dataset):
+        return None
+    from llm.data.shards.interop.fetch import is_remote_olmo, open_remote_olmo
+
+    if is_remote_olmo(dataset):
+        return open_remote_olmo(str(dataset), storage_options, cache_dir)
+    return open_olmo(str(dataset))
+
+
+def open_remote_peer(location: object, storage_options: dict | None = None,
+                     cache_dir: str | Path | None = None) -> ForeignSource | None:
+    """A remote location without our index.json that is a Megatron prefix or folder (copied, then opened), or None."""
+    from llm.data.shards.interop.fetch import open_remote_megatron
+
+    return open_remote_megatron(location, storage_options, cache_dir)  # type: ignore[arg-type]
+
+
 def open_peer(dataset: str | Path) -> ForeignSource | None:
-    """The peer folder a CLI argument names, or None: ours, remote (s3://, local:) or not a dataset."""
+    """The peer dataset a CLI argument names, or None: ours, remote (s3://, local:) or not a dataset."""
     from llm.data.storage.paths import parse_location
 
+    source = open_in_place(str(dataset))
+    if source is not None:
+        return source
     location = parse_location(str(dataset))
     return None if location.is_remote else open_foreign(location.local_path())

@@ -1,4 +1,4 @@
-"""`llm-data convert SRC DST`: a LitData or MDS folder rewritten in our format (checksums, our block layout).
+"""`llm-data convert SRC DST`: a LitData, MDS or Megatron folder or an OLMo spec rewritten in our format.
 
 Token folders keep their documents (LitData TokensLoader items) and every token, including
 the chunk tails LitData's own reader never serves. Item folders keep every item as the
@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.shards.interop import open_foreign
+from llm.data.shards.interop import open_foreign, open_in_place, open_remote_peer
+from llm.data.storage.paths import parse_location
 
 
 def _plain(value: Any) -> Any:
@@ -30,15 +31,31 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _identity(folder: str) -> tuple:
+    """(name, mtime, size) of the files that say what `folder` holds: a rewritten one is opened (checked) again."""
+    from llm.data.shards.interop.olmo import is_olmo_spec, parse_spec
+
+    if is_olmo_spec(folder):
+        candidates = [Path(p) for p in parse_spec(folder).paths]
+    else:
+        path = Path(folder)
+        candidates = [path / "index.json", Path(f"{folder}.idx")] + (sorted(path.glob("*.idx")) if path.is_dir() else [])
+    out = []
+    for p in candidates:
+        if p.exists():
+            st = os.stat(p)
+            out.append((str(p), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
 def _opened(folder: str) -> Any:
-    """The folder opened (its index checked against every file) once per worker process, not once per shard."""
-    index = os.stat(Path(folder) / "index.json")
-    return _open_cached(folder, index.st_mtime_ns, index.st_size)  # a rewritten index is opened (checked) again
+    """The source opened (its index checked against every file) once per worker process, not once per shard."""
+    return _open_cached(folder, _identity(folder))
 
 
 @functools.lru_cache(maxsize=4)
-def _open_cached(folder: str, mtime_ns: int, size: int) -> Any:
-    return open_foreign(folder)
+def _open_cached(folder: str, identity: tuple) -> Any:
+    return open_in_place(folder) or open_foreign(folder)
 
 
 def _documents(job: tuple[str, int]) -> Iterator[np.ndarray]:
@@ -74,10 +91,16 @@ def convert(src: str | Path, dst: str | Path, *, num_workers: int | None = None,
     from llm.data.shards.format.loaders import TokensLoader
     from llm.data.shards.prepare.optimize import optimize
 
-    folder = Path(src)
-    source = open_foreign(folder)
+    folder = str(src)
+    source = open_in_place(folder)
+    if source is None and parse_location(folder).is_remote:  # a Megatron prefix or folder in a bucket
+        source = open_remote_peer(parse_location(folder))
+        folder = str(source.folder) if source is not None else folder  # its local copy, what the workers open
+    elif source is None:
+        source = open_foreign(Path(folder))
     if source is None:
-        raise ValueError(f"{src} is not a LitData or MosaicML MDS folder (no index.json with 'chunks' or 'shards')")
+        raise ValueError(f"{src} is not a LitData or MosaicML MDS folder (no index.json with 'chunks' or 'shards'), "
+                         "a Megatron prefix (PREFIX.bin + PREFIX.idx) or an olmo: spec")
     shards = range(len(source.manifest.shards))
     if source.manifest.kind == "tokens":
         jobs: list = [(str(folder), i) for i in shards]

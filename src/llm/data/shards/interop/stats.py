@@ -64,9 +64,13 @@ def _remote_raw(objects: object, manifest: Manifest, i: int) -> np.ndarray:
 
 def collect_stats(dataset: str | Path, storage_options: dict | None = None, max_shards: int | None = None) -> DatasetStats:
     """Totals and document lengths of a dataset; lengths from its first `max_shards` shards (all: None)."""
-    location = parse_location(dataset)
-    foreign_source = None
-    if location.is_remote:
+    from llm.data.shards.interop import open_in_place
+
+    foreign_source = open_in_place(str(dataset))  # an olmo: spec is no path
+    location = parse_location(dataset) if foreign_source is None else None
+    if foreign_source is not None:
+        manifest = foreign_source.manifest
+    elif location.is_remote:
         from llm.data.shards.format.remote import load_manifest
 
         manifest, objects = load_manifest(location, storage_options)

@@ -18,9 +18,9 @@ from llm.data.ingest_stats import zero_remote
 from llm.data.shards.format.encryption import Encryption, for_reading
 from llm.data.shards.format.items_reader import ItemReader
 from llm.data.shards.format.loaders import ItemsLoader, TokensLoader
-from llm.data.shards.format.manifest import Manifest
+from llm.data.shards.format.manifest import Manifest, ManifestError
 from llm.data.shards.format.reader import TokenReader, _ShardBytes
-from llm.data.shards.interop import open_foreign
+from llm.data.shards.interop import open_foreign, open_in_place, open_remote_peer
 from llm.data.shards.plan.schedule import epoch_order
 from llm.data.shards.plan.shuffle.windowed import shard_sample_starts, straddling_blocks
 from llm.data.shards.plan.subset import ComposedView, SampleView, check_subsample, subsample_view
@@ -71,16 +71,27 @@ class StreamingDataset(SampleSource):
         if item_loader is not None and not isinstance(item_loader, (TokensLoader, ItemsLoader)):
             raise TypeError(f"item_loader must be TokensLoader(block_size=...) or ItemsLoader(), got {item_loader!r}")
         self.subsample, self.transform, self.split = check_subsample(subsample), as_transform(transform), None
-        location = parse_location(input_dir)
         self.cache = None
         self.edges = None  # remote token shards' kept edges (edges.py)
-        self.foreign = None  # a LitData / MDS folder read in place (shards/interop/)
-        if location.is_remote:
+        # A peer's data read in place (shards/interop/): LitData / MDS / Megatron folders, `olmo:` specs.
+        self.foreign = open_in_place(input_dir, storage_options, cache_dir)
+        location = parse_location(input_dir) if self.foreign is None else None
+        if self.foreign is not None:
+            self.input_dir: Path | str = str(input_dir)
+            self.manifest = self.foreign.manifest
+        elif location.is_remote:
             from llm.data.shards.format.remote import load_manifest, open_cache
 
-            self.input_dir: Path | str = location.url()
-            self.manifest, objects = load_manifest(location, storage_options)
-            self.cache = open_cache(location, self.manifest, objects, cache_dir, max_cache_size)
+            self.input_dir = location.url()
+            try:
+                self.manifest, objects = load_manifest(location, storage_options)
+            except ManifestError:  # no index.json: a Megatron prefix or folder is copied and read in place
+                self.foreign = open_remote_peer(location, storage_options, cache_dir)
+                if self.foreign is None:
+                    raise
+                self.manifest = self.foreign.manifest
+            else:
+                self.cache = open_cache(location, self.manifest, objects, cache_dir, max_cache_size)
         else:
             self.input_dir = location.local_path()
             self.foreign = open_foreign(self.input_dir)
