@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader
 
 from llm.data.ingest_stats import (
     FLUSH_EVERY,
@@ -25,6 +25,7 @@ from llm.data.ingest_stats import (
 )
 from llm.data.ledger.writer import ledger_path
 from llm.data.shards.plan.schedule import BatchSchedule
+from llm.data.shards.read.handoff import SendsErrors, split_chunk
 from llm.data.shards.read.ledger import LoaderLedger, add_chunk_rows, run_id
 from llm.data.shards.read.profiling import LoaderProfile
 from llm.data.shards.read.skips import LoaderSkips
@@ -32,41 +33,9 @@ from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
 from llm.data.shards.read.state import OPTIONAL_KEYS, STATE_KEYS, check_header, check_int
 from llm.data.stage import Stage, StateError
 from llm.data.topology import current_topology
-from llm.data.worker_errors import SentError, reraise, send
+from llm.data.worker_errors import SentError, reraise
 
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
-
-
-def _split_chunk(chunk: dict[str, Any], sizes: list[int], document_boundaries: bool) -> Iterator[Any]:
-    """The batches of one chunk, `sizes` samples each (a worker's last chunk may hold counts only, no batch)."""
-    if "batches" in chunk:
-        yield from chunk["batches"]
-        return
-    row = 0
-    for size in sizes:
-        if document_boundaries:
-            yield {"input_ids": chunk["input_ids"][row : row + size], "position_ids": chunk["position_ids"][row : row + size]}
-        else:
-            yield chunk["input_ids"][row : row + size]
-        row += size
-
-
-class _SendsErrors(IterableDataset):
-    """The dataset as DataLoader worker processes iterate it: an error travels to the loader as
-    itself, in the place of the worker's next chunk (worker_errors.py), not in torch's wrapper."""
-
-    def __init__(self, source: SampleSource):
-        self.source = source
-
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            yield from self.source
-        except Exception as e:
-            info = get_worker_info()
-            sent = send(e, f"DataLoader worker process {info.id if info else 0}")
-            if sent is None:
-                raise
-            yield {"error": sent}
 
 
 class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
@@ -248,7 +217,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
             ds = self.dataset
             ds._plan = it
             # the workers iterate the wrapper (torch's attribute, set only while they start)
-            object.__setattr__(self, "dataset", _SendsErrors(ds) if self.num_workers else ds)
+            object.__setattr__(self, "dataset", SendsErrors(ds) if self.num_workers else ds)
             try:
                 chunks = super().__iter__()
             finally:
@@ -281,7 +250,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
                 try:
-                    for batch in _split_chunk(chunk, sizes, boundaries):
+                    for batch in split_chunk(chunk, sizes, boundaries):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
                         if ledger is not None:  # counted like it: a state saved now includes this batch's rows
