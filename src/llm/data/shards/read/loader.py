@@ -33,6 +33,8 @@ from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
 from llm.data.shards.read.state import OPTIONAL_KEYS, STATE_KEYS, check_header, check_int
 from llm.data.stage import Stage, StateError
 from llm.data.topology import current_topology
+from llm.data.waiting import WorkerSlots
+from llm.data.watchdog import DEFAULT_WATCHDOG_S, Watchdog
 from llm.data.worker_errors import SentError, reraise
 
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
@@ -62,13 +64,17 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         drop_last: bool | None = None,
         ledger: str | os.PathLike | None = None,
         skip_documents: list[str] | str | os.PathLike | None = None,
+        watchdog_s: float = DEFAULT_WATCHDOG_S,
+        watchdog: str = "log",
         **kwargs: Any,
     ):
         """`drop_short_batch`: drop an epoch's short final global batch (`drop_last`, torch's name, is
         accepted; the dataset's `drop_partial_block` is the other meaning). `profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
         (profiling.py). `ledger`: a folder where this rank records what every batch held, committed by
         each `state_dict()` (docs/proving-a-run.md; `llm-data audit FOLDER` checks it). `skip_documents`: ids
-        `SOURCE@TOKEN` (a list or a file) whose blocks leave their batches (read/skips.py); other kwargs: torch's."""
+        `SOURCE@TOKEN` (a list or a file) whose blocks leave their batches (read/skips.py). `watchdog_s`: after that many
+        seconds without a batch, name the worker, shard and request it waits for (0: off); `watchdog="raise"` raises
+        DataStallError then instead of only logging (llm/data/watchdog.py). Other kwargs: torch's."""
         if not isinstance(dataset, SampleSource):
             raise TypeError(f"StreamingDataLoader needs a StreamingDataset or CombinedStreamingDataset (a SampleSource), "
                             f"got {type(dataset).__name__}")
@@ -102,6 +108,12 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
             # The object-store client's runtime does not survive fork(): remote datasets start
             # their worker processes from a fresh forkserver instead.
             kwargs.setdefault("multiprocessing_context", "forkserver")
+        processes = worker_backend == "processes" and num_workers > 0  # each worker reports into its slot (waiting.py)
+        slots = WorkerSlots(num_workers) if processes else None
+        self._watch = Watchdog(f"StreamingDataLoader({dataset.input_dir})", watchdog_s, watchdog, slots)
+        if slots is not None:
+            kwargs["worker_init_fn"] = slots.hook(kwargs.get("worker_init_fn"))
+            self._watch.loader_kwargs(kwargs, processes)
         prefetch = kwargs.get("prefetch_factor")
         if worker_backend == "threads":
             kwargs.pop("prefetch_factor", None)  # DataLoader refuses it without worker processes
@@ -231,7 +243,8 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         # stats(): per batch, one clock read and one append (binned every few thousand batches);
         # tokens are counted per chunk, for the batches of it that were handed out
         log_wait = window.pending_waits.append
-        asked = clock()
+        watch = self._watch.start()  # `since`: when the caller asked (0 while it holds a batch)
+        asked = watch.since
         try:
             for chunk in chunks:
                 if isinstance(chunk.get("error"), SentError):
@@ -258,11 +271,18 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
                         log_wait(clock() - asked)
                         if profile is not None:
                             profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
+                        watch.since = 0
                         yield batch
-                        asked = clock()
+                        asked = watch.since = clock()
                 finally:
                     window.close_chunk()
+        except Exception as e:
+            stall = watch.failed(e)  # a hang in raise mode, or notes on workers that exited (watchdog.py)
+            if stall is None:
+                raise
+            raise stall from e
         finally:
+            watch.stop()
             if profile is not None:
                 profile.write()  # an iteration shorter than profile_batches, or left early
         if self._active is token and self._yielded == len(it.schedule):
@@ -310,9 +330,9 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
             for c in range(len(bounds) - 1):
                 pending.append(pool.submit(ds.read_chunk, it, order, bounds[c], bounds[c + 1]))
                 if len(pending) >= self.read_ahead:
-                    yield self._to_tensors(pending.popleft().result())
+                    yield self._to_tensors(self._watch.result(pending.popleft()))
             while pending:
-                yield self._to_tensors(pending.popleft().result())
+                yield self._to_tensors(self._watch.result(pending.popleft()))
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
