@@ -148,3 +148,41 @@ def test_a_killed_worker_is_named_with_what_it_was_reading(s3_server, dataset, t
     notes = "\n".join(getattr(caught.value, "__notes__", []))
     assert f"worker {worker} (pid {pid}) has exited while reading shard {stall.shard}" in notes, notes
     assert "in flight for" in notes, notes
+
+
+def test_a_text_stream_names_the_partition_and_request_of_its_worker(s3_server, tmp_path):
+    """The text (and SFT) stream's workers report the partition they read and the ranged GET in flight."""
+    from llm.data.storage.objects import open_objects
+    from llm.data.text.stream import StreamingTextDataModule
+    from llm.training.core.data_config import DataConfig
+
+    url = s3_server.url()
+    lines = "".join(f'{{"text": "record {i} alpha beta gamma delta"}}\n' for i in range(300)).encode()
+    open_objects(url, s3_server.options()).put("part.jsonl", lines)
+    stalled: list[str] = []
+    armed = threading.Event()  # once the main process has listed and cut the partitions: the worker's first GET
+
+    def plan(method: str, path: str, attempt: int) -> str:
+        if armed.is_set() and method == "GET" and path.endswith("/part.jsonl") and not stalled:
+            stalled.append(path)
+            return "stall"
+        return "ok"
+
+    proxy = FaultProxy(_upstream(s3_server), plan)
+    try:
+        options = {**s3_server.options(retries=3, backoff=0.01, timeout=4), **s3_server.options_via(proxy.endpoint)}
+        data = DataConfig(dataset_path=f"{url}/part.jsonl", max_seq_len=16, num_workers=1, storage_options=options,
+                          watchdog_s=1)
+        module = StreamingTextDataModule(data, 4, rank=0, world_size=1, loop=False)
+        module.partitions()
+        armed.set()
+        with _Reports() as reports:
+            batches = sum(1 for _ in module.train_dataloader())
+    finally:
+        proxy.close()
+    assert batches > 0 and stalled, "the stream ends after the stalled GET was retried"
+    named = [r for r in reports.seen if "in flight for" in r and "part.jsonl" in r]
+    assert named, reports.seen
+    assert named[0].startswith("data watchdog: rank 0 of 1: StreamingTextDataModule has handed no batch")
+    assert re.search(r"worker 0 \(pid \d+\) reads partition \S*part\.jsonl", named[0]), named[0]
+    assert re.search(rf"in flight for \d+\.\d s: reading {re.escape(url)}/part\.jsonl", named[0]), named[0]

@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -107,6 +107,22 @@ class Watchdog:
             except FutureTimeout:
                 if watch.error is not None:
                     raise watch.error from None
+
+    def watched(self, items: Iterable[Any]) -> Iterator[Any]:
+        """`items` (a DataLoader) watched: the wait for each item counts, not what the caller does with it."""
+        watch = self.start()
+        try:
+            for item in items:
+                watch.since = 0
+                yield item
+                watch.since = time.perf_counter_ns()
+        except Exception as e:
+            stall = watch.failed(e)
+            if stall is None:
+                raise
+            raise stall from e
+        finally:
+            watch.stop()
 
     def loader_kwargs(self, kwargs: dict, processes: bool) -> None:
         """In raise mode with worker processes, DataLoader's own `timeout` ends the wait (unless the user set one)."""
