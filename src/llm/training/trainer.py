@@ -25,6 +25,7 @@ from llm.training.core.loading import ConfigError
 from llm.training.ledger import RunLedger
 from llm.training.metrics import METRICS_FILE, RunMeter
 from llm.training.model import TransformerLM
+from llm.training.peer_watch import PeerWatch
 from llm.training.progress import FitResult, start_line, step_line, summary_line
 from llm.training.resume_plan import restore_schedule
 from llm.training.runtime import (
@@ -305,12 +306,16 @@ class Trainer:
             self._batches = self.skips.filter(self.data.batches(), on_skip=self.ledger.skipped)
         batches = self._batches
         meter = RunMeter(cc.checkpoint_dir, self.step, self.total_steps, self.env.is_main, lambda s: gather(s, self.env))
+        # a rank stuck on its data is named by the ranks waiting for it (peer_watch.py)
+        peers = PeerWatch(self.env.rank, self.env.world_size, self.config.data.watchdog_s, self._log)
         end = self.total_steps if stop_after is None else min(self.total_steps, self.step + stop_after)
         while self.step < end:
             # Data loading must not consume the training RNG: a DataLoader draws its base seed
             # from torch's global generator whenever it starts, at points that move with resumes.
             rng, waiting = torch.get_rng_state(), time.perf_counter()
+            peers.waiting(self.step + 1)
             batch = next(batches)
+            peers.training()
             meter.waited(time.perf_counter() - waiting, batch["input_ids"].numel())
             torch.set_rng_state(rng)
             loss = self.train_step(batch)
@@ -346,6 +351,7 @@ class Trainer:
         result = FitResult(self.step - start_step, self.epoch, self.tokens_seen, meter.elapsed,
                            losses, val_losses, self.last_checkpoint)
         meter.close()
+        peers.close()
         self.log(summary_line(self, result, meter.tokens))
         return result
 
