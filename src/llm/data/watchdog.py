@@ -74,12 +74,15 @@ class Watchdog:
     def on(self) -> bool:
         return self.watchdog_s > 0
 
+    def clear(self) -> None:
+        """New worker processes are about to start: forget the previous ones' slots (call it before they start)."""
+        if self.slots is not None:
+            self.slots.clear()
+
     def start(self) -> Watch:
         """An iteration starts, its caller waiting from now; an earlier iteration's watch ends."""
         if self._current is not None:
             self._current.stop()
-        if self.slots is not None:
-            self.slots.clear()
         watch = self._current = Watch(self)
         return watch
 
@@ -110,6 +113,7 @@ class Watchdog:
 
     def watched(self, items: Iterable[Any]) -> Iterator[Any]:
         """`items` (a DataLoader) watched: the wait for each item counts, not what the caller does with it."""
+        self.clear()
         watch = self.start()
         try:
             for item in items:

@@ -230,6 +230,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
             ds._plan = it
             # the workers iterate the wrapper (torch's attribute, set only while they start)
             object.__setattr__(self, "dataset", SendsErrors(ds) if self.num_workers else ds)
+            self._watch.clear()  # before the workers start and take their slots
             try:
                 chunks = super().__iter__()
             finally:
