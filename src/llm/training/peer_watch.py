@@ -3,11 +3,11 @@
 Each rank's data watchdog (`llm.data.watchdog`) reports what its loader waits for after `data.watchdog_s`
 seconds without a batch. `PeerWatch` shares those reports through the process group's key-value
 store, and watches this rank's own steps: when it has waited `data.watchdog_s` seconds inside a step
-(its batch in hand, so in the step's collectives), it prints the reports the other ranks made for
-the same step, e.g. `rank 0 of 2 has waited 12.0 s in step 3 for the other ranks: data watchdog:
+(its batch in hand, so in the step's collectives) and other ranks reported a data stall for the
+same step, it prints their reports, e.g. `rank 0 of 2 has waited 12.0 s in step 3 for the other ranks: data watchdog:
 rank 1 of 2: ... reads partition ... its request in flight for 11.8 s: reading s3://...`. The
-collective's own timeout (10 minutes for NCCL, 30 for gloo by default) is longer than the default
-`data.watchdog_s` (600 s only equals NCCL's: lower it for NCCL jobs to be told first).
+collective's own timeout is 10 minutes for NCCL and 30 for gloo by default; the default `data.watchdog_s`
+(600 s) equals NCCL's, so lower it for NCCL jobs to be told first.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ class PeerWatch:
                 reports = self.peers(step)
             except Exception:  # the store is gone (another rank ended the job)
                 return
+            if not reports:  # a long step of its own (a checkpoint save) or a wait that is not in the data
+                continue
             reported = (step, waited)
-            named = (": " + " | ".join(reports)) if reports else \
-                "; no other rank has reported a data stall for this step (the wait is not in the data)"
             self.say(f"data watchdog: rank {self.rank} of {self.world} has waited {waited:.1f} s in step {step} "
-                     f"for the other ranks{named}")
+                     f"for the other ranks: {' | '.join(reports)}")
