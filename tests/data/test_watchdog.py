@@ -125,3 +125,19 @@ def test_off_and_bad_settings() -> None:
 
     with pytest.raises(ValueError, match=r"^data\.watchdog_s must be"):
         TextStreamConfig(watchdog_s=-5)
+
+
+def test_a_network_folder_read_is_marked_in_flight(tmp_path) -> None:
+    """`local:` datasets (network drives) are copied into the cache by LocalObjects.get_into: a read in flight."""
+    from llm.data.storage.objects import LocalObjects
+
+    (tmp_path / "shard.bin").write_bytes(b"x" * 100)
+    seen: list[list[str]] = []
+
+    def sink(_attempt: int):
+        return lambda chunk: seen.append(local_lines())
+
+    LocalObjects(tmp_path).get_into("shard.bin", sink)
+    assert seen and any(re.search(rf"request in flight for \d+\.\d s: reading local:{re.escape(str(tmp_path))}/shard\.bin",
+                                  line) for line in seen[0]), seen
+    assert not [line for line in local_lines() if "shard.bin" in line]
