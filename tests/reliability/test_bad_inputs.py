@@ -340,6 +340,10 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
      "key 'samples_consumed' is 'x'"),
     ("loader-state-not-a-dict", lambda c: _loader(c).load_state_dict([1]), StateError, "loader state is a list"),
     ("loader-state-unknown-key", lambda c: _state_edited(c, bogus=1), StateError, "'bogus'"),
+    ("loader-watchdog-negative", lambda c: _loader(c, watchdog_s=-1), ValueError,
+     "watchdog_s must be a number of seconds >= 0 (0 turns the watchdog off), got -1"),
+    ("loader-watchdog-unknown-action", lambda c: _loader(c, watchdog="loud"), ValueError,
+     "watchdog must be 'log' or 'raise', got 'loud'"),
     # map
     ("map-fn-not-callable", lambda c: map_items("upper", [1], c.fresh("m1"), progress=False), TypeError,
      "fn must be callable as fn(input, folder), got str"),
@@ -352,6 +356,8 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
         "datasets": [{"dataset_path": "a.txt"}, {"dataset_path": "b.txt"}],
         "streaming_mixing_weights": [float("nan"), 1.0]}})), ConfigError,
      "{root}/t2.yaml: streaming_mixing_weights[0] (datasets[0]) is nan"),
+    ("text-watchdog-negative", lambda c: load_config(_text_yaml(c, "tw.yaml", watchdog_s=-1)), ConfigError,
+     "{root}/tw.yaml: data.watchdog_s = -1 is invalid (Input should be greater than or equal to 0)"),
     ("text-unknown-packing-mode", lambda c: load_config(_text_yaml(c, "t3.yaml", packing="bestfit")), ConfigError,
      "{root}/t3.yaml: data: packing 'bestfit' is not a packing mode"),
     ("train-skip-range-reversed", lambda c: train_main(["--task", "stream_lm", "--config-path", _text_yaml(

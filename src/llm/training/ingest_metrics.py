@@ -5,7 +5,8 @@ task (optimized shards, stream_lm, sft). At each log step `IngestMeter.window()`
 interval into the metrics.jsonl keys below; under DDP every rank's interval is gathered
 (at log steps only) and merged: percentiles over the waits of all ranks, counts and rates
 summed over ranks, and `data_wait_p99_ms_slowest_rank`, the highest p99 of any one rank (a
-step under DDP waits for the slowest rank's batch). Remote counts are this process's shard-cache counts
+step under DDP waits for the slowest rank's batch), with `data_wait_slowest_rank`, which rank that is
+(the step line names it; `peer_watch.py` names a rank that is stuck, not only slow). Remote counts are this process's shard-cache counts
 (`llm.data.ingest_stats.PROCESS_REMOTE`, worker processes' included); their keys appear
 once this meter (one `fit()` call) has seen remote reads.
 """
@@ -27,6 +28,7 @@ from llm.data.ingest_stats import (
 WAIT_KEYS = tuple(f"data_wait_p{q}_ms" for q in PERCENTILES)
 RATE_KEYS = ("data_batches_per_s", "data_tokens_per_s")
 SLOWEST_RANK_KEY = "data_wait_p99_ms_slowest_rank"  # under DDP only
+SLOWEST_RANK_ID_KEY = "data_wait_slowest_rank"  # which rank that is (under DDP only): the log line names it
 
 Gather = Callable[[dict], list[dict]]
 
@@ -59,6 +61,9 @@ class IngestMeter:
         if len(summaries) > 1:
             per_rank = [WaitHistogram.from_dict(s["waits"]).percentile_ms(99) for s in summaries]
             out[SLOWEST_RANK_KEY] = max((p for p in per_rank if p is not None), default=0.0)
+            # summaries come in rank order (all_gather); a rank that waited longest in all is the tie-breaker
+            out[SLOWEST_RANK_ID_KEY] = max(range(len(summaries)), key=lambda r: (per_rank[r] or 0.0,
+                                                                                 summaries[r]["waits"]["total_ns"]))
         out["data_batches_per_s"] = merged["batches_per_s"]  # type: ignore[assignment]
         out["data_tokens_per_s"] = merged["tokens_per_s"]  # type: ignore[assignment]
         if any(s["remote_seen"] for s in summaries):

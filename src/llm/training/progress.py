@@ -42,6 +42,8 @@ def step_line(trainer: Any, mean_loss: float, epoch_end: bool, stats: dict[str, 
         f"loss {mean_loss:.4f} | lr {trainer.scheduler.get_last_lr()[0]:.2e} | "
         f"tokens/s {stats['tokens_per_s']:,.0f} | data wait {stats['data_wait']:.0%} | "
         f"elapsed {clock(stats['elapsed_s'])} | eta {clock(stats['eta_s'])}"
+        + (f" | slowest data rank {stats['data_wait_slowest_rank']:.0f} (wait p99 "
+           f"{stats['data_wait_p99_ms_slowest_rank']:.1f} ms)" if "data_wait_slowest_rank" in stats else "")
     )
 
 

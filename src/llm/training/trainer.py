@@ -25,6 +25,7 @@ from llm.training.core.loading import ConfigError
 from llm.training.ledger import RunLedger
 from llm.training.metrics import METRICS_FILE, RunMeter
 from llm.training.model import TransformerLM
+from llm.training.peer_watch import PeerWatch
 from llm.training.progress import FitResult, start_line, step_line, summary_line
 from llm.training.resume_plan import restore_schedule
 from llm.training.runtime import (
@@ -305,44 +306,51 @@ class Trainer:
             self._batches = self.skips.filter(self.data.batches(), on_skip=self.ledger.skipped)
         batches = self._batches
         meter = RunMeter(cc.checkpoint_dir, self.step, self.total_steps, self.env.is_main, lambda s: gather(s, self.env))
+        # a rank stuck on its data is named by the ranks waiting for it (peer_watch.py)
+        peers = PeerWatch(self.env.rank, self.env.world_size, self.config.data.watchdog_s, self._log)
         end = self.total_steps if stop_after is None else min(self.total_steps, self.step + stop_after)
-        while self.step < end:
-            # Data loading must not consume the training RNG: a DataLoader draws its base seed
-            # from torch's global generator whenever it starts, at points that move with resumes.
-            rng, waiting = torch.get_rng_state(), time.perf_counter()
-            batch = next(batches)
-            meter.waited(time.perf_counter() - waiting, batch["input_ids"].numel())
-            torch.set_rng_state(rng)
-            loss = self.train_step(batch)
-            tokens = batch["input_ids"].numel() * self.env.world_size
-            self.step += 1
-            self.step_in_epoch += 1
-            self.tokens_seen += tokens
-            meter.add_tokens(tokens)
-            epoch_end = self.step_in_epoch >= self.steps_per_epoch
-            if epoch_end:
-                self.epoch, self.step_in_epoch = self.epoch + 1, 0
-            if self.step % tc.log_interval_steps == 0 or epoch_end or self.step == self.total_steps:
-                mean_loss = self._mean_over_ranks(loss)
-                losses.append(mean_loss)
-                stats = meter.window(self.step)
-                self.log(step_line(self, mean_loss, epoch_end, stats))
-                lr = self.scheduler.get_last_lr()[0]
-                meter.record(self.step, epoch=self.epoch, loss=mean_loss, lr=lr, tokens=self.tokens_seen,
-                             **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"},
-                             **tokens_by_source(self.data), **self.skips.metrics())  # a mixture's per-source counts (collective)
-            if self.val is not None and (
-                epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
-            ):
-                val = self.validate()
-                val_losses.append(val)
-                self.log(f"step {self.step} | val_loss {val:.4f}")
-                meter.record(self.step, val_loss=val)
-            interval = cc.save_interval_steps and self.step % cc.save_interval_steps == 0
-            if interval or epoch_end or self.step == self.total_steps:
-                self.save()
-            for callback in self.callbacks:
-                callback(self, batch, float(loss))
+        try:
+            while self.step < end:
+                # Data loading must not consume the training RNG: a DataLoader draws its base seed
+                # from torch's global generator whenever it starts, at points that move with resumes.
+                rng, waiting = torch.get_rng_state(), time.perf_counter()
+                peers.waiting(self.step + 1)
+                batch = next(batches)
+                peers.training()
+                meter.waited(time.perf_counter() - waiting, batch["input_ids"].numel())
+                torch.set_rng_state(rng)
+                loss = self.train_step(batch)
+                tokens = batch["input_ids"].numel() * self.env.world_size
+                self.step += 1
+                self.step_in_epoch += 1
+                self.tokens_seen += tokens
+                meter.add_tokens(tokens)
+                epoch_end = self.step_in_epoch >= self.steps_per_epoch
+                if epoch_end:
+                    self.epoch, self.step_in_epoch = self.epoch + 1, 0
+                if self.step % tc.log_interval_steps == 0 or epoch_end or self.step == self.total_steps:
+                    mean_loss = self._mean_over_ranks(loss)
+                    losses.append(mean_loss)
+                    stats = meter.window(self.step)
+                    self.log(step_line(self, mean_loss, epoch_end, stats))
+                    lr = self.scheduler.get_last_lr()[0]
+                    meter.record(self.step, epoch=self.epoch, loss=mean_loss, lr=lr, tokens=self.tokens_seen,
+                                 **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"},
+                                 **tokens_by_source(self.data), **self.skips.metrics())  # a mixture's per-source counts (collective)
+                if self.val is not None and (
+                    epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
+                ):
+                    val = self.validate()
+                    val_losses.append(val)
+                    self.log(f"step {self.step} | val_loss {val:.4f}")
+                    meter.record(self.step, val_loss=val)
+                interval = cc.save_interval_steps and self.step % cc.save_interval_steps == 0
+                if interval or epoch_end or self.step == self.total_steps:
+                    self.save()
+                for callback in self.callbacks:
+                    callback(self, batch, float(loss))
+        finally:
+            peers.close()  # also when a step raises: a later fit() starts its own
         result = FitResult(self.step - start_step, self.epoch, self.tokens_seen, meter.elapsed,
                            losses, val_losses, self.last_checkpoint)
         meter.close()

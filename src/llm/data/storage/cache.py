@@ -33,6 +33,7 @@ import xxhash
 from llm.data.ingest_stats import PROCESS_REMOTE, RemoteCounters
 from llm.data.storage.local import cache_home, pid_alive, same_file
 from llm.data.storage.s3 import StorageError
+from llm.data.waiting import reading
 
 LOCK = ".lock"
 _COUNTER = itertools.count()
@@ -115,6 +116,10 @@ class ShardCache:
     def open(self, i: int) -> Pin:
         """Shard i, present and verified in the cache, pinned until the Pin is closed."""
         self._check_fork()
+        with reading(f"shard {self.shards[i].file} of {self.objects.url()}"):  # named by the data watchdog
+            return self._open(i)
+
+    def _open(self, i: int) -> Pin:
         info = self.shards[i]
         path = self.folder / info.file
         waited = False  # a hit: the shard was there, verified, when asked; a miss: the reader waited for a download

@@ -14,6 +14,7 @@ from typing import Any
 
 from llm.data.storage.paths import Location, parse_location
 from llm.data.storage.s3 import ObjectNotFound, S3Objects, resolve_config
+from llm.data.waiting import in_flight
 
 _BLOCK = 8 << 20
 
@@ -37,8 +38,8 @@ class LocalObjects:
             raise self._missing(name) from None
 
     def get_into(self, name: str, sink: Callable[[int], Any]) -> None:
-        try:
-            with open(self.folder / name, "rb") as f:
+        try:  # a network drive that stops answering is named by the data watchdog (llm/data/waiting.py)
+            with in_flight(f"reading {self.url(name)}"), open(self.folder / name, "rb") as f:
                 write = sink(1)
                 while block := f.read(_BLOCK):
                     write(memoryview(block))

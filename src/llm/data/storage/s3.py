@@ -34,6 +34,7 @@ from llm.data.storage.clouds import (
     gcs_settings,
     normalize_options,
 )
+from llm.data.waiting import in_flight
 
 T = TypeVar("T")
 
@@ -287,7 +288,8 @@ def call(config: S3Config, key: str, action: str, fn: Callable[[], T]) -> T:
     """Run `fn` (obstore retries transient failures inside it); a failure becomes one StorageError sentence."""
     start = time.monotonic()
     try:
-        result = fn()
+        with in_flight(f"{action} {config.url(key)}"):  # what the data watchdog names (llm/data/waiting.py)
+            result = fn()
     except (StorageError, FileExistsError):
         raise
     except Exception as e:  # obstore raises its own exception types

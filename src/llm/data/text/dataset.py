@@ -32,6 +32,7 @@ from llm.data.text.wire import as_tensors, packed_windows
 from llm.data.tokenize.documents import encode_each
 from llm.data.tokenize.protocol import Tokenizer
 from llm.data.topology import current_topology
+from llm.data.waiting import mark_reading
 from llm.data.worker_errors import send
 
 
@@ -352,6 +353,7 @@ class StreamingTextDataset(IterableDataset):
             base = live[0][0]
             if base.base is not None:
                 base = replace(base, key=base.base, stripe=None, stripes=1, base=None)
+            mark_reading(f"partition {base.key}")  # what the data watchdog names (llm/data/waiting.py)
             records = self.source.iter_partition(base, start, lambda row, r=route: r(row) is not None)
             drop = self.skips.get((source, record_name(live[0][0]))) if self.skips else None
             for record in records:

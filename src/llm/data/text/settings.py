@@ -66,13 +66,17 @@ class TextStreamConfig:
     packing: str = "greedy"  # or "best_fit" (text/best_fit.py): whole documents into the block they fill best
     packing_buffer: int = DEFAULT_PACKING_BUFFER  # best fit's open blocks
     mixture_changes: str = "refuse"  # or "allow": a resume may add or remove sources of a mixture (text/changes.py)
+    watchdog_s: float = 600.0  # no batch for this long: name what the workers wait for (0: off; llm/data/watchdog.py)
+    watchdog: str = "log"  # or "raise": DataStallError instead of a log line
 
     def __post_init__(self) -> None:
         from llm.data.pack.best_fit import check_packing
         from llm.data.text.changes import check_mixture_changes
+        from llm.data.watchdog import check_watchdog
 
         check_packing(self.packing, self.packing_buffer)
         check_mixture_changes(self.mixture_changes)
+        check_watchdog(self.watchdog_s, self.watchdog, "data.")
 
     def best_fit_buffer(self) -> int | None:
         """Best fit's open blocks, or None for greedy packing."""

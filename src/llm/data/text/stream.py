@@ -48,6 +48,8 @@ from llm.data.text.state import (
 from llm.data.text.wire import unpack
 from llm.data.text.workers import text_loader
 from llm.data.topology import current_topology
+from llm.data.waiting import WorkerSlots
+from llm.data.watchdog import Watchdog
 from llm.data.worker_errors import reraise
 
 __all__ = ["FINGERPRINT_MISMATCH", "StreamingTextDataModule", "StreamingTextLoader", "merge_stream_states"]
@@ -117,6 +119,8 @@ class StreamingTextDataModule(SkipHooks, LedgerHooks, Stage):
         self._set_skips(skip_documents)
         if ledger is not None:
             self.attach_ledger(ledger)
+        self._watch = Watchdog(type(self).__name__, settings.watchdog_s, settings.watchdog,  # llm/data/watchdog.py
+                               WorkerSlots(self.num_workers) if self.num_workers else None)
 
     def _ledger_topology(self) -> tuple[int, dict]:
         rank, world = current_topology(self.rank, self.world_size)
@@ -225,9 +229,9 @@ class StreamingTextDataModule(SkipHooks, LedgerHooks, Stage):
         if self.num_workers:  # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # workers of a source in object storage start from a forkserver (text/workers.py)
-        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, batches_as_they_are)
+        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, batches_as_they_are, self._watch)
         done: set[int] = set()
-        for item in loader:
+        for item in self._watch.watched(loader):
             st = item.pop("_state")
             if st.get("error"):  # a worker's error, sent as itself
                 reraise(st["error"])

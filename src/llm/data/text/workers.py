@@ -16,6 +16,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
+from llm.data.watchdog import Watchdog
+
 
 class MainGuardError(SystemExit):
     """The main script starts object-store workers from unguarded top-level code.
@@ -84,10 +86,17 @@ def require_main_guard() -> None:
     )
 
 
-def text_loader(ds: Dataset, num_workers: int, object_store: bool, collate_fn: Any) -> DataLoader:
-    """The DataLoader over whole batches; object-store workers start from a forkserver (checked first)."""
+def text_loader(ds: Dataset, num_workers: int, object_store: bool, collate_fn: Any, watch: Watchdog | None = None
+                ) -> DataLoader:
+    """The DataLoader over whole batches; object-store workers start from a forkserver (checked first).
+
+    `watch`: the module's data watchdog; its workers report what they read into its slots (llm/data/waiting.py)."""
     fresh = num_workers > 0 and object_store
     if fresh:
         require_main_guard()
+    kwargs: dict[str, Any] = {}
+    if watch is not None and watch.slots is not None and num_workers > 0:
+        kwargs["worker_init_fn"] = watch.slots.hook(None)
+        watch.loader_kwargs(kwargs, processes=True)
     return DataLoader(ds, batch_size=None, num_workers=num_workers, collate_fn=collate_fn,
-                      multiprocessing_context="forkserver" if fresh else None)
+                      multiprocessing_context="forkserver" if fresh else None, **kwargs)

@@ -93,6 +93,10 @@ class DataConfig(ConfigModel):
     # ids of documents dropped wherever they would be read, as `llm-train why` prints them: a list, or the
     # path of a file of them (llm.data.skip_documents, docs/proving-a-run.md); kept in every checkpoint
     skip_documents: list[str] | str | None = None
+    # the data watchdog (llm.data.watchdog, docs/reliability.md): no batch for this many seconds names what the
+    # loader waits for (rank, worker, shard or object, the request in flight); 0: off. "raise": DataStallError
+    watchdog_s: float = Field(default=600.0, ge=0)
+    watchdog: Literal["log", "raise"] = "log"
 
     @model_validator(mode="before")
     @classmethod
@@ -186,6 +190,7 @@ class DataConfig(ConfigModel):
             "steps_per_epoch": self.steps_per_epoch, "num_workers": self.num_workers, "text_column": self.text_column,
             "val_dataset_path": self.val_dataset_path, "storage_options": self.storage_options, "seed": seed,
             "mixture_changes": self.mixture_changes, **packing_keys(self.packing, self.packing_buffer),
+            "watchdog_s": self.watchdog_s, "watchdog": self.watchdog,
         }
 
     def text_stream(self, seed: int = DEFAULT_SEED) -> TextStreamConfig:

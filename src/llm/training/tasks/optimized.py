@@ -59,7 +59,8 @@ class OptimizedData:
         self.dataset = open_blocks(path, self.tokenizer, data.max_seq_len, True, config.training.seed, self.what)
         batch_size = config.training.batch_size
         self.loader = StreamingDataLoader(self.dataset, batch_size=batch_size, num_workers=data.num_workers, drop_last=True,
-                                          skip_documents=data.skip_documents)
+                                          skip_documents=data.skip_documents, watchdog_s=data.watchdog_s,
+                                          watchdog=data.watchdog)
         per_pass = len(self.dataset) // (batch_size * world_size)
         if per_pass == 0:
             raise ValueError(

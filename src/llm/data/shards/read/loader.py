@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader
 
 from llm.data.ingest_stats import (
     FLUSH_EVERY,
@@ -25,6 +25,7 @@ from llm.data.ingest_stats import (
 )
 from llm.data.ledger.writer import ledger_path
 from llm.data.shards.plan.schedule import BatchSchedule
+from llm.data.shards.read.handoff import SendsErrors, split_chunk
 from llm.data.shards.read.ledger import LoaderLedger, add_chunk_rows, run_id
 from llm.data.shards.read.profiling import LoaderProfile
 from llm.data.shards.read.skips import LoaderSkips
@@ -32,41 +33,11 @@ from llm.data.shards.read.source import ReadPlan, Resume, SampleSource, renamed
 from llm.data.shards.read.state import OPTIONAL_KEYS, STATE_KEYS, check_header, check_int
 from llm.data.stage import Stage, StateError
 from llm.data.topology import current_topology
-from llm.data.worker_errors import SentError, reraise, send
+from llm.data.waiting import WorkerSlots
+from llm.data.watchdog import DEFAULT_WATCHDOG_S, Watchdog
+from llm.data.worker_errors import SentError, reraise
 
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
-
-
-def _split_chunk(chunk: dict[str, Any], sizes: list[int], document_boundaries: bool) -> Iterator[Any]:
-    """The batches of one chunk, `sizes` samples each (a worker's last chunk may hold counts only, no batch)."""
-    if "batches" in chunk:
-        yield from chunk["batches"]
-        return
-    row = 0
-    for size in sizes:
-        if document_boundaries:
-            yield {"input_ids": chunk["input_ids"][row : row + size], "position_ids": chunk["position_ids"][row : row + size]}
-        else:
-            yield chunk["input_ids"][row : row + size]
-        row += size
-
-
-class _SendsErrors(IterableDataset):
-    """The dataset as DataLoader worker processes iterate it: an error travels to the loader as
-    itself, in the place of the worker's next chunk (worker_errors.py), not in torch's wrapper."""
-
-    def __init__(self, source: SampleSource):
-        self.source = source
-
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            yield from self.source
-        except Exception as e:
-            info = get_worker_info()
-            sent = send(e, f"DataLoader worker process {info.id if info else 0}")
-            if sent is None:
-                raise
-            yield {"error": sent}
 
 
 class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
@@ -93,13 +64,17 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         drop_last: bool | None = None,
         ledger: str | os.PathLike | None = None,
         skip_documents: list[str] | str | os.PathLike | None = None,
+        watchdog_s: float = DEFAULT_WATCHDOG_S,
+        watchdog: str = "log",
         **kwargs: Any,
     ):
         """`drop_short_batch`: drop an epoch's short final global batch (`drop_last`, torch's name, is
         accepted; the dataset's `drop_partial_block` is the other meaning). `profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
         (profiling.py). `ledger`: a folder where this rank records what every batch held, committed by
         each `state_dict()` (docs/proving-a-run.md; `llm-data audit FOLDER` checks it). `skip_documents`: ids
-        `SOURCE@TOKEN` (a list or a file) whose blocks leave their batches (read/skips.py); other kwargs: torch's."""
+        `SOURCE@TOKEN` (a list or a file) whose blocks leave their batches (read/skips.py). `watchdog_s`: after that many
+        seconds without a batch, name the worker, shard and request it waits for (0: off); `watchdog="raise"` raises
+        DataStallError then instead of only logging (llm/data/watchdog.py). Other kwargs: torch's."""
         if not isinstance(dataset, SampleSource):
             raise TypeError(f"StreamingDataLoader needs a StreamingDataset or CombinedStreamingDataset (a SampleSource), "
                             f"got {type(dataset).__name__}")
@@ -133,6 +108,12 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
             # The object-store client's runtime does not survive fork(): remote datasets start
             # their worker processes from a fresh forkserver instead.
             kwargs.setdefault("multiprocessing_context", "forkserver")
+        processes = worker_backend == "processes" and num_workers > 0  # each worker reports into its slot (waiting.py)
+        slots = WorkerSlots(num_workers) if processes else None
+        self._watch = Watchdog(f"StreamingDataLoader({dataset.input_dir})", watchdog_s, watchdog, slots)
+        if slots is not None:
+            kwargs["worker_init_fn"] = slots.hook(kwargs.get("worker_init_fn"))
+            self._watch.loader_kwargs(kwargs, processes)
         prefetch = kwargs.get("prefetch_factor")
         if worker_backend == "threads":
             kwargs.pop("prefetch_factor", None)  # DataLoader refuses it without worker processes
@@ -248,7 +229,8 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
             ds = self.dataset
             ds._plan = it
             # the workers iterate the wrapper (torch's attribute, set only while they start)
-            object.__setattr__(self, "dataset", _SendsErrors(ds) if self.num_workers else ds)
+            object.__setattr__(self, "dataset", SendsErrors(ds) if self.num_workers else ds)
+            self._watch.clear()  # before the workers start and take their slots
             try:
                 chunks = super().__iter__()
             finally:
@@ -262,7 +244,8 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         # stats(): per batch, one clock read and one append (binned every few thousand batches);
         # tokens are counted per chunk, for the batches of it that were handed out
         log_wait = window.pending_waits.append
-        asked = clock()
+        watch = self._watch.start()  # `since`: when the caller asked (0 while it holds a batch)
+        asked = watch.since
         try:
             for chunk in chunks:
                 if isinstance(chunk.get("error"), SentError):
@@ -281,7 +264,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
                 sizes = chunk["sizes"].tolist()
                 window.open_chunk(sizes, block)
                 try:
-                    for batch in _split_chunk(chunk, sizes, boundaries):
+                    for batch in split_chunk(chunk, sizes, boundaries):
                         self._check_live(token)
                         self._yielded += 1  # counted before the caller sees it: a state saved now includes it
                         if ledger is not None:  # counted like it: a state saved now includes this batch's rows
@@ -289,11 +272,18 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
                         log_wait(clock() - asked)
                         if profile is not None:
                             profile.handed(self._yielded - 1, asked)  # the consumer waited since `asked`
+                        watch.since = 0
                         yield batch
-                        asked = clock()
+                        asked = watch.since = clock()
                 finally:
                     window.close_chunk()
+        except Exception as e:
+            stall = watch.failed(e)  # a hang in raise mode, or notes on workers that exited (watchdog.py)
+            if stall is None:
+                raise
+            raise stall from e
         finally:
+            watch.stop()
             if profile is not None:
                 profile.write()  # an iteration shorter than profile_batches, or left early
         if self._active is token and self._yielded == len(it.schedule):
@@ -341,9 +331,9 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
             for c in range(len(bounds) - 1):
                 pending.append(pool.submit(ds.read_chunk, it, order, bounds[c], bounds[c + 1]))
                 if len(pending) >= self.read_ahead:
-                    yield self._to_tensors(pending.popleft().result())
+                    yield self._to_tensors(self._watch.result(pending.popleft()))
             while pending:
-                yield self._to_tensors(pending.popleft().result())
+                yield self._to_tensors(self._watch.result(pending.popleft()))
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
