@@ -139,6 +139,7 @@ class IngestWindow:
 
     def __init__(self) -> None:
         self.pending_waits: array = array("q")
+        self._flushing = threading.Lock()  # a metrics scrape (metrics_export.py) flushes from its own thread
         self._chunk: tuple[list[int], int, int] | None = None  # no chunk open yet: reset keeps none
         self.reset(zero_remote())
 
@@ -187,11 +188,11 @@ class IngestWindow:
 
     def flush(self) -> None:
         """Bin the pending waits; only what was appended before this call (a reader may still append)."""
-        n = len(self.pending_waits)
-        if not n:
-            return
-        self.waits.add_many(np.frombuffer(self.pending_waits, dtype=np.int64, count=n).copy())
-        del self.pending_waits[:n]
+        with self._flushing:
+            n = len(self.pending_waits)
+            if n:
+                self.waits.add_many(np.frombuffer(self.pending_waits, dtype=np.int64, count=n).copy())
+                del self.pending_waits[:n]
 
     def summary(self, remote_now: Mapping[str, int]) -> dict:
         """This window as plain numbers (what ranks exchange under DDP), see `figures`."""

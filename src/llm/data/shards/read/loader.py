@@ -24,6 +24,7 @@ from llm.data.ingest_stats import (
     remote_sum,
 )
 from llm.data.ledger.writer import ledger_path
+from llm.data.metrics_export import DEFAULT_HOST, LoaderMetrics
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.ledger import LoaderLedger, add_chunk_rows, run_id
 from llm.data.shards.read.profiling import LoaderProfile
@@ -69,7 +70,7 @@ class _SendsErrors(IterableDataset):
             yield {"error": sent}
 
 
-class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
+class StreamingDataLoader(LoaderSkips, LoaderMetrics, DataLoader, Stage):
     """A DataLoader over a StreamingDataset or a mixture with an exact, tiny, topology-free `state_dict()`.
 
     Iterating it again starts the next epoch (reshuffled by a seed derived from the epoch); iterating
@@ -93,13 +94,13 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         drop_last: bool | None = None,
         ledger: str | os.PathLike | None = None,
         skip_documents: list[str] | str | os.PathLike | None = None,
-        **kwargs: Any,
+        metrics_port: int | None = None, metrics_host: str = DEFAULT_HOST, **kwargs: Any,
     ):
         """`drop_short_batch`: drop an epoch's short final global batch (`drop_last`, torch's name, is
         accepted; the dataset's `drop_partial_block` is the other meaning). `profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
         (profiling.py). `ledger`: a folder where this rank records what every batch held, committed by
         each `state_dict()` (docs/proving-a-run.md; `llm-data audit FOLDER` checks it). `skip_documents`: ids
-        `SOURCE@TOKEN` (a list or a file) whose blocks leave their batches (read/skips.py); other kwargs: torch's."""
+        `SOURCE@TOKEN` (a list or a file) whose blocks leave their batches (read/skips.py). `metrics_port`: `stats()` served for Prometheus (metrics_export.py); other kwargs: torch's."""
         if not isinstance(dataset, SampleSource):
             raise TypeError(f"StreamingDataLoader needs a StreamingDataset or CombinedStreamingDataset (a SampleSource), "
                             f"got {type(dataset).__name__}")
@@ -165,6 +166,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         self._set_skips(skip_documents)
         if ledger is not None:
             self.attach_ledger(ledger)
+        self.serve_metrics(metrics_port, metrics_host)  # last: a port in use fails before anything is served
 
     @staticmethod
     def _pick_chunk_batches(dataset: SampleSource, batch_size: int) -> int:
