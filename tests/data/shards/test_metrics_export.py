@@ -27,6 +27,7 @@ def token_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _listening(port: int = 0) -> socket.socket:
     sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server binds: scraped connections linger
     sock.bind((LOOPBACK, port))
     sock.listen()
     return sock
