@@ -7,8 +7,8 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 
-def scrape(url: str) -> dict[tuple[str, frozenset], float]:
-    """{(sample name, its labels but `rank`): value} of one scrape; every sample must carry a `rank` label."""
+def scrape(url: str, rank: str | None = None) -> dict[tuple[str, frozenset], float]:
+    """{(sample name, its labels but `rank`): value} of one scrape; every sample carries a `rank` label (`rank`: this one)."""
     with urllib.request.urlopen(url, timeout=30) as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/plain")
@@ -17,7 +17,7 @@ def scrape(url: str) -> dict[tuple[str, frozenset], float]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = dict(sample.labels)
-            assert "rank" in labels, sample
+            assert "rank" in labels and rank in (None, labels["rank"]), sample
             del labels["rank"]
             out[sample.name, frozenset(labels.items())] = sample.value
     return out

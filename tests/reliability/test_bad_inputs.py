@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from llm.data import (
     train_test_split,
 )
 from llm.data.inputs.errors import InputError
+from llm.data.metrics_export import MetricsPortError
 from llm.data.sft.prompts import ChatTemplateError
 from llm.data.sft.stream import StreamingSFTDataModule
 from llm.data.shards.format.encryption import EncryptionError
@@ -133,6 +135,14 @@ def _axolotl(c: Ctx, name: str, entry: dict | None = None, **extra: Any) -> str:
 
 def _loader(c: Ctx, dataset: StreamingDataset | None = None, **kw: Any) -> StreamingDataLoader:
     return StreamingDataLoader(dataset or c.dataset(), **{"batch_size": 2, **kw})
+
+
+def _metrics_port_in_use(c: Ctx) -> None:
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        _loader(c, metrics_port=taken.getsockname()[1], metrics_host="127.0.0.1")
+    finally:
+        taken.close()
 
 
 def _mixture_state(c: Ctx, **kw: Any) -> dict:
@@ -340,6 +350,8 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
      "key 'samples_consumed' is 'x'"),
     ("loader-state-not-a-dict", lambda c: _loader(c).load_state_dict([1]), StateError, "loader state is a list"),
     ("loader-state-unknown-key", lambda c: _state_edited(c, bogus=1), StateError, "'bogus'"),
+    ("loader-metrics-port-in-use", _metrics_port_in_use, MetricsPortError,
+     ("metrics_port ", " is in use on 127.0.0.1 (something already listens there); pick another port")),
     # map
     ("map-fn-not-callable", lambda c: map_items("upper", [1], c.fresh("m1"), progress=False), TypeError,
      "fn must be callable as fn(input, folder), got str"),

@@ -4,7 +4,9 @@ a port in use is one line on stderr before any data is read."""
 
 from __future__ import annotations
 
+import json
 import socket
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,59 @@ def test_the_section_is_checked_like_every_other(tmp_path: Path, capsys: pytest.
     err = capsys.readouterr().err
     assert err.startswith("llm-train: error: cfg.yaml: logging.prometheus_port = 70000 is invalid (") and err.count("\n") == 1
     assert build_config(tiny_tree(corpus)).logging.prometheus_port is None, "not served unless asked"
+
+
+# Trains like `llm-train` on 2 torchrun ranks; each rank scrapes itself, and rank 0 rank 1 too, at step 2 (rank 1
+# cannot finish before rank 0's step 3 all-reduce, so its endpoint is still up).
+_RUN = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[4])  # the repository, for tests.scrape
+    import torch
+    torch.set_num_threads(1)
+    from llm.training.core.loading import load_config
+    from llm.training.trainer import Trainer
+    from tests.scrape import scrape
+
+    cfg_path, out_dir, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    rank = int(os.environ["RANK"])
+
+    def at_step(trainer, batch, loss):
+        if trainer.step == 2:
+            seen = {str(r): [[name, sorted(labels), v] for (name, labels), v in scrape(
+                f"http://127.0.0.1:{port + r}/metrics", rank=str(r)).items()] for r in ([0, 1] if rank == 0 else [1])}
+            with open(f"{out_dir}/rank{rank}.json", "w") as f:
+                json.dump({"url": trainer.prometheus.url, "seen": seen}, f)
+
+    trainer = Trainer(load_config(cfg_path), "stream_lm", callbacks=[at_step])
+    trainer.fit()
+    trainer.close()
+    """
+)
+
+
+@pytest.mark.slow  # two torchrun ranks training: `make test-all` / CI
+@pytest.mark.timeout(400)
+def test_under_ddp_each_rank_serves_on_port_plus_its_local_rank(tmp_path: Path) -> None:
+    from tests.training.test_ddp import _torchrun
+
+    probe = socket.create_server((LOOPBACK, 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    tree = tiny_tree(write_corpus(tmp_path / "demo.txt", 200), data={"steps_per_epoch": 4},
+                     logging={"prometheus_port": port, "prometheus_host": LOOPBACK})
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(tree))
+    (tmp_path / "run.py").write_text(_RUN)
+    out = tmp_path / "out"
+    out.mkdir()
+    repo = Path(__file__).resolve().parents[2]
+    _torchrun([str(tmp_path / "run.py"), str(tmp_path / "cfg.yaml"), str(out), str(port), str(repo)], tmp_path)
+    for rank in range(2):
+        got = json.loads((out / f"rank{rank}.json").read_text())
+        assert got["url"] == f"http://{LOOPBACK}:{port + rank}/metrics"
+        assert set(got["seen"]) == ({"0", "1"} if rank == 0 else {"1"})  # rank 0 read rank 1's endpoint too
+        for samples in got["seen"].values():  # each labelled with the rank that served it (scrape checks)
+            batches = [v for name, labels, v in samples if name == "llm_data_batches_total"]
+            assert batches and batches[0] >= 2
+        seen = {n: v for n, labels, v in got["seen"][str(rank)] if not labels}
+        assert seen["llm_data_batches_total"] == 2 and seen["llm_data_tokens_total"] == 2 * 4 * 32
