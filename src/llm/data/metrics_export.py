@@ -214,9 +214,6 @@ class LoaderMetrics:
         counts = {name: dict(c) for name, c in self.source_counts().items()}  # type: ignore[attr-defined]
         if self.num_workers:  # type: ignore[attr-defined]
             return counts  # worker processes' remote counts arrive summed over sources: only the totals have them
-        ds = self.dataset  # type: ignore[attr-defined]
-        parts = zip(ds.names, ds.datasets) if hasattr(ds, "datasets") else [(next(iter(counts)), ds)]
-        for name, source in parts:
-            if source.reads_remote():
-                counts.setdefault(name, {}).update(source.remote_counters())
+        for name, remote in self.dataset.remote_counters_by_source().items():  # type: ignore[attr-defined]
+            counts.setdefault(name, {}).update(remote)
         return counts
