@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
+from llm.training.core.config import LoggingConfig
+from llm.training.core.errors import ConfigError
 from llm.training.core.loading import build_config
 from llm.training.metrics import read_metrics
+from llm.training.prometheus import serve_training_metrics
 from llm.training.train import main as train_main
 from llm.training.trainer import Trainer
 from tests.data.text.test_token_mixing import count_by_source
@@ -79,6 +83,15 @@ def test_a_port_in_use_stops_llm_train_in_one_line_before_any_data_is_read(
     assert capsys.readouterr().err == (f"llm-train: error: logging.prometheus_port {port} is in use on {LOOPBACK} "
                                        "(something already listens there); pick another port, or 0 for a free one\n")
     assert not (tmp_path / "ck").exists(), "nothing was prepared or written"
+
+
+def test_without_prometheus_client_llm_train_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # what an import of a missing library raises
+    section = LoggingConfig(prometheus_port=0, prometheus_host=LOOPBACK)
+    with pytest.raises(ConfigError, match=r"^logging\.prometheus_port needs the prometheus_client library: pip install "
+                                          r"'llm-stream-data\[metrics\]' \(or pip install prometheus_client\), or remove "):
+        serve_training_metrics(section, 0)
+    assert serve_training_metrics(LoggingConfig(), 0) is None, "nothing to serve, nothing imported"
 
 
 def test_the_section_is_checked_like_every_other(tmp_path: Path, capsys: pytest.CaptureFixture[str],

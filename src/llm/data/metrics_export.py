@@ -59,7 +59,10 @@ def port_for_process(port: int, key: str = "metrics_port") -> tuple[int, str]:
     one; how an error names it)."""
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"{key} must be an integer from 0 to 65535 (0: a free port), got {port!r}")
-    local = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    raw = os.environ.get("LOCAL_RANK", "0") or "0"
+    if not raw.isdigit():
+        raise ValueError(f"LOCAL_RANK is {raw!r}, not a whole number >= 0; {key} is offset by it under torchrun")
+    local = int(raw)
     if not port or not local:
         return port, f"{key} {port}"
     if port + local > 65535:

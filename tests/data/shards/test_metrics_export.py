@@ -163,6 +163,13 @@ def test_a_bad_port_is_one_sentence(token_dir: Path, port: object) -> None:
         StreamingDataLoader(ds, batch_size=4, metrics_port=port, metrics_host=LOOPBACK)
 
 
+def test_a_local_rank_that_is_no_number_is_one_sentence(token_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LOCAL_RANK", "one")
+    ds = StreamingDataset(token_dir, item_loader=TokensLoader(block_size=33))
+    with pytest.raises(ValueError, match=r"^LOCAL_RANK is 'one', not a whole number >= 0; metrics_port is offset by it"):
+        StreamingDataLoader(ds, batch_size=4, metrics_port=9400, metrics_host=LOOPBACK)
+
+
 def test_a_host_not_of_this_machine_is_one_sentence(token_dir: Path) -> None:
     ds = StreamingDataset(token_dir, item_loader=TokensLoader(block_size=33))
     with pytest.raises(MetricsPortError, match=r"^metrics_port 0: host '192\.0\.2\.1' is not an address of this machine"):
