@@ -214,7 +214,13 @@ class LoaderMetrics:
         return self.stats()  # type: ignore[attr-defined]
 
     def _metrics_sources(self) -> dict[str, dict[str, int]]:
-        counts = {name: dict(c) for name, c in self.source_counts().items()}  # type: ignore[attr-defined]
+        counts = self.source_counts()  # type: ignore[attr-defined]
+        for _ in range(3):  # the loop moves its cursor in several steps (an epoch's end): read until two reads agree
+            again = self.source_counts()  # type: ignore[attr-defined]
+            if again == counts:
+                break
+            counts = again
+        counts = {name: dict(c) for name, c in counts.items()}
         if self.num_workers:  # type: ignore[attr-defined]
             return counts  # worker processes' remote counts arrive summed over sources: only the totals have them
         for name, remote in self.dataset.remote_counters_by_source().items():  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,40 @@ def test_without_prometheus_client_the_error_names_the_extra(token_dir: Path, mo
         StreamingDataLoader(ds, batch_size=4, metrics_port=0)
     loader = StreamingDataLoader(ds, batch_size=4)  # without metrics_port nothing needs it
     assert loader.metrics_url is None and sum(1 for _ in loader) == len(loader)
+
+
+def test_scrapes_during_iteration_never_break_the_loop_nor_count_backwards(tmp_path: Path) -> None:
+    """A scrape bins the waits from its own thread while the loop appends (and bins) them, and reads the tokens
+    while chunks close: the loop must never fail (a NumPy view of the live array made appends raise BufferError),
+    and no counter may read lower than an earlier scrape (Prometheus would take it for a restart)."""
+    ds = StreamingDataset(make_token_dataset(tmp_path, n_lines=1500), item_loader=TokensLoader(block_size=5))
+    loader = StreamingDataLoader(ds, batch_size=1, num_workers=2, metrics_port=0, metrics_host=LOOPBACK)
+    seen: list[tuple[float, float, float]] = []
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def scraper() -> None:
+        try:
+            while not done.is_set():
+                s = scrape(loader.metrics_url)
+                seen.append((value(s, "llm_data_batches_total"), value(s, "llm_data_tokens_total"),
+                             value(s, "llm_data_wait_seconds_count")))
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            failed.append(e)
+
+    thread = threading.Thread(target=scraper)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns far more often: a race shows within the run
+    thread.start()
+    try:
+        batches = sum(sum(1 for _ in loader) for _ in range(3))  # three epochs: several flushes of 4,096 waits
+    finally:
+        done.set()
+        thread.join()
+        sys.setswitchinterval(switch)
+        loader.close_metrics()
+    assert not failed, failed
+    assert batches == 3 * len(loader) > 2 * 4096 and len(seen) > 10
+    for earlier, later in zip(seen, seen[1:]):
+        assert all(a <= b for a, b in zip(earlier, later)), (earlier, later)
+    assert all(tokens == 5 * batches_ for batches_, tokens, _ in seen), "each batch counted with its tokens"
