@@ -132,6 +132,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # themselves, the ids of documents skipped by id (the ledger marks them); `llm` holds the version
     ("llm", "llm.data.stage", "llm.data.seeds", "llm.data.topology", "llm.data.ingest_stats", "llm.data.worker_errors",
      "llm.data.skip_documents"),
+    ("llm.data.metrics_export",),  # the base's ingest figures served for Prometheus (an HTTP thread)
     # Pure algorithms: no I/O, nothing read, they are handed weights, counts and arrays. They sit
     # here, not above the wings as issue 34 drew them in the order data flows, because everything
     # above uses them: the inputs' MixedTextSource chooses through mix/choosers.py, and text,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from llm.data import (
     train_test_split,
 )
 from llm.data.inputs.errors import InputError
+from llm.data.metrics_export import MetricsPortError
 from llm.data.sft.prompts import ChatTemplateError
 from llm.data.sft.stream import StreamingSFTDataModule
 from llm.data.shards.format.encryption import EncryptionError
@@ -133,6 +135,14 @@ def _axolotl(c: Ctx, name: str, entry: dict | None = None, **extra: Any) -> str:
 
 def _loader(c: Ctx, dataset: StreamingDataset | None = None, **kw: Any) -> StreamingDataLoader:
     return StreamingDataLoader(dataset or c.dataset(), **{"batch_size": 2, **kw})
+
+
+def _metrics_port_in_use(c: Ctx) -> None:
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        _loader(c, metrics_port=taken.getsockname()[1], metrics_host="127.0.0.1")
+    finally:
+        taken.close()
 
 
 def _mixture_state(c: Ctx, **kw: Any) -> dict:
@@ -344,6 +354,8 @@ CASES: list[tuple[str, Callable[[Ctx], Any], type[BaseException] | Exit, Named]]
      "watchdog_s must be a number of seconds >= 0 (0 turns the watchdog off), got -1"),
     ("loader-watchdog-unknown-action", lambda c: _loader(c, watchdog="loud"), ValueError,
      "watchdog must be 'log' or 'raise', got 'loud'"),
+    ("loader-metrics-port-in-use", _metrics_port_in_use, MetricsPortError,
+     ("metrics_port ", " is in use on 127.0.0.1 (something already listens there); pick another port")),
     # map
     ("map-fn-not-callable", lambda c: map_items("upper", [1], c.fresh("m1"), progress=False), TypeError,
      "fn must be callable as fn(input, folder), got str"),

@@ -98,7 +98,7 @@ def test_a_top_level_typo_is_one_sentence_naming_key_place_and_suggestion(tmp_pa
     # was: "... in the top level; valid keys are: ...; did you mean 'sequence_len'?; remove them"
     assert error_of(llm_train(["--config-path", cfg], tmp_path)) == (
         f"{cfg}: unknown key 'sequence_lenght' (did you mean 'sequence_len'?) at the top level; valid keys are: "
-        "data, model, training, checkpoint (sections) or Axolotl's keys (docs/sft.md)")
+        "data, model, training, checkpoint, logging (sections) or Axolotl's keys (docs/sft.md)")
 
 
 def _llm_train_modules() -> list[str]:

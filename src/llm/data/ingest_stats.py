@@ -139,20 +139,24 @@ class IngestWindow:
 
     def __init__(self) -> None:
         self.pending_waits: array = array("q")
+        # a metrics scrape (metrics_export.py) reads the window from its own thread: binning, a chunk's close and a
+        # summary take turns, so a scrape never sees a batch or a token twice, or not at all, for a moment
+        self._lock = threading.Lock()
         self._chunk: tuple[list[int], int, int] | None = None  # no chunk open yet: reset keeps none
         self.reset(zero_remote())
 
     def reset(self, remote_now: Mapping[str, int]) -> None:
-        chunk = self._chunk
-        if chunk is not None:  # the open chunk's rest belongs to the next window
-            sizes, mark, per_sample = chunk
-            chunk = (sizes[self.batches - mark :], 0, per_sample)
-        self._chunk = chunk
-        del self.pending_waits[:]
-        self.waits = WaitHistogram()
-        self.tokens = 0
-        self.started = time.perf_counter()
-        self._remote_base = dict(remote_now)
+        with self._lock:
+            chunk = self._chunk
+            if chunk is not None:  # the open chunk's rest belongs to the next window
+                sizes, mark, per_sample = chunk
+                chunk = (sizes[self.batches - mark :], 0, per_sample)
+            self._chunk = chunk
+            del self.pending_waits[:]
+            self.waits = WaitHistogram()
+            self.tokens = 0
+            self.started = time.perf_counter()
+            self._remote_base = dict(remote_now)
 
     @property
     def batches(self) -> int:
@@ -165,18 +169,20 @@ class IngestWindow:
 
     def open_chunk(self, sizes: list[int], tokens_per_sample: int) -> None:
         """A chunk of batches of `sizes` samples starts going out."""
-        self._chunk = (sizes, self.batches, tokens_per_sample)
+        with self._lock:  # `batches` is read whole: a scrape's flush moves waits from pending to binned
+            self._chunk = (sizes, self.batches, tokens_per_sample)
 
     def close_chunk(self) -> None:
         """The chunk is done (or left): its batches handed out count their tokens."""
-        self.tokens += self._open_tokens()
-        self._chunk = None
+        with self._lock:
+            self.tokens += self._open_tokens()
+            self._chunk = None
 
-    def _open_tokens(self) -> int:
+    def _open_tokens(self, batches: int | None = None) -> int:
         if self._chunk is None:
             return 0
         sizes, mark, per_sample = self._chunk
-        return sum(sizes[: self.batches - mark]) * per_sample
+        return sum(sizes[: (self.batches if batches is None else batches) - mark]) * per_sample
 
     def record(self, wait_ns: int, tokens: int) -> None:
         """One batch handed over after the consumer waited `wait_ns` for it."""
@@ -187,16 +193,25 @@ class IngestWindow:
 
     def flush(self) -> None:
         """Bin the pending waits; only what was appended before this call (a reader may still append)."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
         n = len(self.pending_waits)
-        if not n:
-            return
-        self.waits.add_many(np.frombuffer(self.pending_waits, dtype=np.int64, count=n).copy())
-        del self.pending_waits[:n]
+        if n:
+            # a copy taken in one step: a NumPy view of the live array would make the loop's next append
+            # raise BufferError while a scrape's flush (another thread) holds it
+            taken = self.pending_waits[:n]
+            del self.pending_waits[:n]
+            self.waits.add_many(np.frombuffer(taken, dtype=np.int64))
 
     def summary(self, remote_now: Mapping[str, int]) -> dict:
         """This window as plain numbers (what ranks exchange under DDP), see `figures`."""
-        self.flush()
-        return {"waits": self.waits.to_dict(), "batches": self.batches, "tokens": self.tokens + self._open_tokens(),
+        with self._lock:
+            self._flush()
+            batches = self.batches  # once: the loop may hand out another batch meanwhile
+            waits, tokens = self.waits.to_dict(), self.tokens + self._open_tokens(batches)
+        return {"waits": waits, "batches": batches, "tokens": tokens,
                 "seconds": time.perf_counter() - self.started, "remote": remote_diff(remote_now, self._remote_base)}
 
 

@@ -148,6 +148,7 @@ RESUMABLE_KEYS = (
     "data.skip_documents",  # a union with the checkpoint's: the data state keeps them (skip_documents.py)
     "data.streaming_mixing_schedule",  # for steps not trained yet: the data state refuses a change to the past
     "data.mixture_changes", "data.watchdog_s", "data.watchdog",  # the data watchdog only reports
+    "logging.prometheus_port", "logging.prometheus_host",  # where the figures are served, not what is trained
 )
 # With `data.mixture_changes: allow`, a mixture's sources and their weights may change too: the data
 # state matches sources by name and fingerprint and refuses an ambiguous change (text/changes.py).

@@ -27,6 +27,7 @@ from llm.training.metrics import METRICS_FILE, RunMeter
 from llm.training.model import TransformerLM
 from llm.training.peer_watch import PeerWatch
 from llm.training.progress import FitResult, start_line, step_line, summary_line
+from llm.training.prometheus import serve_training_metrics
 from llm.training.resume_plan import restore_schedule
 from llm.training.runtime import (
     autocast,
@@ -76,6 +77,8 @@ class Trainer:
         # Checkpoints of an earlier run in checkpoint_dir that this run replaces (--overwrite).
         self._replaced = check_run_folder(cc.checkpoint_dir, cc.resume_from_checkpoint, overwrite)
         self.env = init_distributed(device_hint)
+        # logging.prometheus_port, before the data: a port in use is said before anything is read
+        self.prometheus = serve_training_metrics(config.logging, self.env.rank)
         self.device = resolve_device(tc.device, self.env.local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -317,7 +320,10 @@ class Trainer:
                 peers.waiting(self.step + 1)
                 batch = next(batches)
                 peers.training()
-                meter.waited(time.perf_counter() - waiting, batch["input_ids"].numel())
+                waited, rows = time.perf_counter() - waiting, batch["input_ids"].numel()
+                meter.waited(waited, rows)
+                if self.prometheus is not None:
+                    self.prometheus.batch(waited, rows)
                 torch.set_rng_state(rng)
                 loss = self.train_step(batch)
                 tokens = batch["input_ids"].numel() * self.env.world_size
@@ -334,9 +340,12 @@ class Trainer:
                     stats = meter.window(self.step)
                     self.log(step_line(self, mean_loss, epoch_end, stats))
                     lr = self.scheduler.get_last_lr()[0]
+                    by_source = tokens_by_source(self.data)  # a mixture's per-source counts (collective)
+                    if self.prometheus is not None:
+                        self.prometheus.logged(by_source)
                     meter.record(self.step, epoch=self.epoch, loss=mean_loss, lr=lr, tokens=self.tokens_seen,
-                                 **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"},
-                                 **tokens_by_source(self.data), **self.skips.metrics())  # a mixture's per-source counts (collective)
+                                 **{k: round(v, 4) for k, v in stats.items() if k != "eta_s"}, **by_source,
+                                 **self.skips.metrics())
                 if self.val is not None and (
                     epoch_end or (tc.val_interval_steps and self.step % tc.val_interval_steps == 0)
                 ):
@@ -365,7 +374,9 @@ class Trainer:
         return evaluate(self.raw_model, self.val, tc.batch_size, tc.val_batches, self.env, self.device, self._autocast)
 
     def close(self) -> None:
-        """Stop the data loader's workers and leave the process group this trainer joined."""
+        """Stop the data loader's workers, stop serving metrics and leave the process group this trainer joined."""
+        if self.prometheus is not None:
+            self.prometheus.close()
         if self._batches is not None:
             self._batches.close()  # shuts DataLoader workers down now, not at interpreter exit
             self._batches = None

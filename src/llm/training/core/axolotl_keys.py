@@ -8,7 +8,7 @@ from typing import Any
 
 from llm.training.core.errors import KeysError
 
-SECTIONS = ("data", "model", "training", "checkpoint")
+SECTIONS = ("data", "model", "training", "checkpoint", "logging")
 
 # Axolotl's documented keys (docs/config-reference) that have no equivalent here: a run that sets one
 # to a value that asks for something fails, naming them all at once, unless --ignore-unsupported.

@@ -9,7 +9,8 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from llm.training.core.data_config import BUILTIN_SOURCES, DataConfig
 from llm.training.core.sections import ConfigModel
 
-__all__ = ["BUILTIN_SOURCES", "CheckpointConfig", "Config", "DataConfig", "ModelConfig", "TrainConfig", "TrainingConfig"]
+__all__ = ["BUILTIN_SOURCES", "CheckpointConfig", "Config", "DataConfig", "LoggingConfig", "ModelConfig", "TrainConfig",
+           "TrainingConfig"]
 
 class ModelConfig(ConfigModel):
     """The `model:` section: the decoder-only transformer's shape (vocabulary from the tokenizer)."""
@@ -73,8 +74,19 @@ class CheckpointConfig(ConfigModel):
     ledger_loss: bool = True  # each row's mean token loss in the ledger, so a spike maps to documents
 
 
+class LoggingConfig(ConfigModel):
+    """The `logging:` section: what a run serves besides metrics.jsonl (docs/training.md, "Metrics for Prometheus")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # the ingest figures for Prometheus on this port + LOCAL_RANK (null: not served; 0: a free port each)
+    prometheus_port: int | None = Field(default=None, ge=0, le=65535)
+    # all interfaces: a cluster's scraper runs on another machine; 127.0.0.1 keeps the port to this one
+    prometheus_host: str = Field(default="0.0.0.0", min_length=1)
+
+
 class TrainConfig(ConfigModel):
-    """A whole `llm-train` YAML file: sections data, model, training, checkpoint."""
+    """A whole `llm-train` YAML file: sections data, model, training, checkpoint, logging."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -82,6 +94,7 @@ class TrainConfig(ConfigModel):
     model: ModelConfig = Field(default_factory=ModelConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
 
 # The guide's framework calls the whole run's config `Config`.

@@ -64,6 +64,9 @@ class MixReads:
     def remote_counters(self, wait: bool = False) -> dict[str, int]:
         return remote_sum(d.remote_counters(wait) for d in self.datasets)
 
+    def remote_counters_by_source(self) -> dict[str, dict[str, int]]:
+        return {name: d.remote_counters() for name, d in zip(self.names, self.datasets) if d.reads_remote()}
+
     def release(self) -> None:
         for d in self.datasets:  # a remote source's pin must not outlive the chunk that read it
             d.release()

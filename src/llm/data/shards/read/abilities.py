@@ -28,6 +28,8 @@ def folder_name(input_dir: Any) -> str:
 class RemoteReads:
     """Object storage: a local dataset reads no remote bytes, hints nothing and pins nothing."""
 
+    input_dir: Any
+
     def reads_remote(self) -> bool:
         """Whether samples come from object storage (its client does not survive fork())."""
         return False
@@ -42,6 +44,10 @@ class RemoteReads:
         """This process's remote counts for this source's shard caches (`ingest_stats.REMOTE_KEYS`);
         `wait`: let prefetches in flight finish first, so their downloads are counted."""
         return zero_remote()
+
+    def remote_counters_by_source(self) -> dict[str, dict[str, int]]:
+        """`remote_counters()` per source name (as `source_counts` names them) of the sources that read remotely."""
+        return {folder_name(self.input_dir): self.remote_counters()} if self.reads_remote() else {}
 
 
 class MixtureHooks:

@@ -24,6 +24,7 @@ from llm.data.ingest_stats import (
     remote_sum,
 )
 from llm.data.ledger.writer import ledger_path
+from llm.data.metrics_export import DEFAULT_HOST, LoaderMetrics
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.handoff import SendsErrors, split_chunk
 from llm.data.shards.read.ledger import LoaderLedger, add_chunk_rows, run_id
@@ -40,7 +41,7 @@ from llm.data.worker_errors import SentError, reraise
 _CHUNK_TOKENS = 1 << 20  # tokens per worker hand-off: big enough to amortise IPC, small enough to start fast
 
 
-class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
+class StreamingDataLoader(LoaderSkips, LoaderMetrics, DataLoader, Stage):
     """A DataLoader over a StreamingDataset or a mixture with an exact, tiny, topology-free `state_dict()`.
 
     Iterating it again starts the next epoch (reshuffled by a seed derived from the epoch); iterating
@@ -66,7 +67,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         skip_documents: list[str] | str | os.PathLike | None = None,
         watchdog_s: float = DEFAULT_WATCHDOG_S,
         watchdog: str = "log",
-        **kwargs: Any,
+        metrics_port: int | None = None, metrics_host: str = DEFAULT_HOST, **kwargs: Any,
     ):
         """`drop_short_batch`: drop an epoch's short final global batch (`drop_last`, torch's name, is
         accepted; the dataset's `drop_partial_block` is the other meaning). `profile_batches=N`: write a Chrome trace of the first N batches to `profile_dir/result.json`
@@ -74,7 +75,8 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         each `state_dict()` (docs/proving-a-run.md; `llm-data audit FOLDER` checks it). `skip_documents`: ids
         `SOURCE@TOKEN` (a list or a file) whose blocks leave their batches (read/skips.py). `watchdog_s`: after that many
         seconds without a batch, name the worker, shard and request it waits for (0: off); `watchdog="raise"` raises
-        DataStallError then instead of only logging (llm/data/watchdog.py). Other kwargs: torch's."""
+        DataStallError then instead of only logging (llm/data/watchdog.py). `metrics_port`: `stats()` served for
+        Prometheus (metrics_export.py). Other kwargs: torch's."""
         if not isinstance(dataset, SampleSource):
             raise TypeError(f"StreamingDataLoader needs a StreamingDataset or CombinedStreamingDataset (a SampleSource), "
                             f"got {type(dataset).__name__}")
@@ -146,6 +148,7 @@ class StreamingDataLoader(LoaderSkips, DataLoader, Stage):
         self._set_skips(skip_documents)
         if ledger is not None:
             self.attach_ledger(ledger)
+        self.serve_metrics(metrics_port, metrics_host)  # last: a port in use fails before anything is served
 
     @staticmethod
     def _pick_chunk_batches(dataset: SampleSource, batch_size: int) -> int:
