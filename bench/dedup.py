@@ -57,6 +57,32 @@ def _tailed(text: str, rng: random.Random, share: float, donor: str) -> str:
     return text + " " + " ".join(tail)
 
 
+def recut(texts: list[str], doc_bytes: int) -> list[str]:
+    """The corpus re-cut into documents of about `doc_bytes` bytes (whole lines, in order; 0: as is).
+
+    The bench corpus holds long files (median ~6 KB, some of hundreds of KB): web corpora hold
+    many short documents, and per-document costs only show on many documents.
+    """
+    if not doc_bytes:
+        return texts
+    out: list[str] = []
+    pending: list[str] = []
+    size = 0
+    for text in texts:
+        for line in (text + "\n\n").splitlines(keepends=True):
+            pending.append(line)
+            size += len(line.encode("utf-8"))
+            if size >= doc_bytes:
+                piece = "".join(pending).strip()
+                if piece:
+                    out.append(piece)
+                pending, size = [], 0
+    piece = "".join(pending).strip()
+    if piece:
+        out.append(piece)
+    return out
+
+
 def plant(texts: list[str], folder: Path, seed: int = 0) -> dict:
     """Write the corpus with planted copies as JSONL files; returns who is a copy of whom and how."""
     rng = random.Random(seed)

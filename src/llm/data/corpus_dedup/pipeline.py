@@ -29,6 +29,7 @@ from llm.data.corpus_dedup.bands import BandTask, band_file
 from llm.data.corpus_dedup.clusters import REMOVED_ROW, ClusterTask
 from llm.data.corpus_dedup.commit import kill_point, write_json
 from llm.data.corpus_dedup.exact import ExactTask
+from llm.data.corpus_dedup.minhash import ENGINES, resolve_engine
 from llm.data.corpus_dedup.output import (
     REMOVED_NAME,
     REPORT_NAME,
@@ -70,6 +71,7 @@ def dedup_corpus(
     num_perm: int = 128,
     seed: int = 1,
     chunk_records: int = 50_000,
+    minhash: str = "auto",
     ray_address: str | None = None,
     storage_options: dict | None = None,
     progress: bool = True,
@@ -80,9 +82,13 @@ def dedup_corpus(
     `inputs`: files, globs, folders or `s3://` URLs (what `optimize` reads). `output`: a
     local folder, empty unless `overwrite` (or holding this same run, killed: it resumes).
     `keep_work` leaves `OUTPUT/.dedup-work` (signatures, candidate pairs) for inspection.
+    `minhash`: the signing engine, `auto` (rensa when installed), `rensa` or `numpy` (minhash.py); the
+    one used is recorded in the plan and the report, and a rerun must use the same one.
     """
+    # exact only: no signatures, so an engine that is not installed does not matter (a bad name still does)
+    engine_name = resolve_engine(minhash) if near is not None or minhash not in ENGINES else "numpy"
     params = DedupParams(near=near, text_column=text_column, hash_algo=hash_algo, ngram=ngram,
-                         num_perm=num_perm, seed=seed, chunk_records=chunk_records)
+                         num_perm=num_perm, seed=seed, chunk_records=chunk_records, minhash=engine_name)
     check_engine(engine, ray_address)
     if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0):
         raise ValueError(f"num_workers must be a whole number >= 0, got {num_workers!r}")

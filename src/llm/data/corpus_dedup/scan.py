@@ -18,7 +18,7 @@ import numpy as np
 
 from llm.data.corpus_dedup.commit import commit_dir, kill_point, remove_leftovers, tmp_name
 from llm.data.corpus_dedup.exact import digest_rows
-from llm.data.corpus_dedup.lsh import band_keys
+from llm.data.corpus_dedup.lsh import all_band_keys
 from llm.data.corpus_dedup.minhash import MinHasher
 from llm.data.corpus_dedup.params import DedupParams
 from llm.data.corpus_dedup.records import iter_input_records
@@ -52,7 +52,7 @@ class ScanTask:
 
 def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, report) -> int:
     """Write one input's scan files into `folder`; returns its record count."""
-    hasher = MinHasher(params.num_perm, params.ngram, params.seed) if params.near is not None else None
+    hasher = MinHasher(params.num_perm, params.ngram, params.seed, params.minhash) if params.near is not None else None
     chunks: list[int] = []
     done = 0
     lines: list[int] = []
@@ -68,11 +68,12 @@ def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, 
             if hasher is not None:
                 signatures = hasher.signatures(texts)
                 sig_file.write(signatures.tobytes())
+                # every band's run sorted by (key, id): ids rise in input order, so a stable sort by key is enough
+                keys = all_band_keys(signatures, params.bands, params.rows)
+                order = np.argsort(keys, axis=1, kind="stable")
                 runs = np.empty((params.bands, len(texts)), dtype=BAND_ROW)
-                for band in range(params.bands):
-                    rows = runs[band]
-                    rows["key"], rows["id"] = band_keys(signatures, band, params.rows), ids
-                    runs[band] = sort_rows(rows)
+                runs["key"] = np.take_along_axis(keys, order, axis=1)
+                runs["id"] = ids[order]
                 (folder / f"bands-{c:05d}.run").write_bytes(runs.tobytes())
             chunks.append(len(texts))
             done += len(texts)
