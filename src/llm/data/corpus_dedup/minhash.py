@@ -1,7 +1,6 @@
 """MinHash signatures over word n-grams, vectorised over a whole chunk of records with numpy.
 
-A record's text is lower-cased and split into words where str.split() splits (Unicode
-whitespace); every run
+A record's text is lower-cased and split on ASCII whitespace into words; every run
 of `ngram` consecutive words is a shingle (a record with fewer words is one
 shingle). Each shingle hashes to 64 bits; permutation p maps a shingle hash x to
 `a_p * x + b_p mod 2**64` (multiply-add, a_p odd) and the signature's entry p is
@@ -9,11 +8,11 @@ the high 32 bits of the minimum over the record's shingles. `a_p, b_p` come from
 a numpy generator seeded with `seed`: the same seed gives the same signatures on
 every machine, process and engine.
 
-Everything runs on arrays covering a batch of texts: Arrow splits and dictionary-encodes
-the words, the distinct words' hashes are a polynomial hash of their bytes (one prefix
-sum), n-gram hashes a weighted sum of word hashes, and the minimum per record
-`np.minimum.reduceat` over blocks of permutations (so the shingles x permutations
-matrix stays a few MB), or rensa's R-MinHash of the same shingle hashes.
+Everything runs on arrays covering a batch of texts' bytes: word hashes are a polynomial
+hash of their bytes (read off one prefix sum), n-gram hashes a weighted sum of word
+hashes, and the minimum per record `np.minimum.reduceat` over blocks of permutations
+(so the shingles x permutations matrix stays a few MB), or rensa's R-MinHash of the
+same shingle hashes.
 """
 
 from __future__ import annotations
@@ -24,6 +23,8 @@ import numpy as np
 
 from llm.data.corpus_dedup.lsh import mix64
 
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # what bytes.split() splits on, plus str's separators
 _BYTE_BASE = np.uint64(0x100000001B3)  # FNV's prime: an odd multiplier for the polynomial word hash
 _BYTE_BASE_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))  # its inverse mod 2**64
 _SHINGLE_BLOCK = 1 << 16  # shingles x permutations per block: 64 Ki x 16 x 8 bytes = 8 MB
@@ -93,51 +94,37 @@ class MinHasher:
     def word_hashes(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(hash per word of all texts, number of words per text): the chunk's words, in order.
 
-        Arrow splits the lower-cased texts where str.split() would (its utf8 whitespace is the same
-        set) and dictionary-encodes the words, in C++; only the distinct words (a few % of the bytes)
-        are hashed here. A word's hash is the polynomial sum of (byte + 1) * base**i over its UTF-8
-        bytes (i from 0 at its first byte), mixed with its length. The dictionary's words lie back
-        to back, so every sum is read off one prefix sum: prefix[end] - prefix[start] is the word's
-        sum times base**start, which base**-start undoes.
+        A word's hash is the polynomial sum of (byte + 1) * base**i over its bytes (i from 0 at
+        its first byte), mixed with its length. It is read off one prefix sum over the whole
+        buffer: prefix[end] - prefix[start] is the word's sum times base**start, which
+        base**-start undoes. Three passes over the bytes instead of one per step of a per-word
+        position count; the same hashes, so the same signatures as before.
         """
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        lowered = [t.lower() for t in texts]
-        try:
-            array = pa.array(lowered, type=pa.string())
-        except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate (half a pair, JSON-escaped): U+FFFD
-            array = pa.array([t.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for t in lowered],
-                             type=pa.string())
-        words = pc.utf8_split_whitespace(array)
-        counts = words.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
-        flat = words.flatten()
-        encoded = pc.dictionary_encode(flat)
-        index = encoded.indices.to_numpy(zero_copy_only=False)
-        # leading or trailing whitespace splits off an empty word (str.split() has none): drop them
-        empty = pc.binary_length(flat).to_numpy(zero_copy_only=False) == 0
-        if empty.any():
-            owner = np.repeat(np.arange(len(texts)), counts)
-            counts = counts - np.bincount(owner[empty], minlength=len(texts))
-            index = index[~empty]
-        vocab = encoded.dictionary
-        if not len(index):
-            return np.zeros(0, np.uint64), counts
-        _, offsets_buffer, data_buffer = vocab.buffers()
-        offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=len(vocab) + 1, offset=4 * vocab.offset)
-        starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
-        data = np.frombuffer(data_buffer, dtype=np.uint8)[: int(ends[-1])] if data_buffer else np.zeros(0, np.uint8)
+        encoded = [t.lower().encode("utf-8", "surrogatepass") for t in texts]
+        data = np.frombuffer(b" ".join(encoded) + b" ", dtype=np.uint8)
+        # texts are joined by one space, so a text boundary is a word boundary too
+        space = _WHITESPACE[data]
+        edge = np.flatnonzero(space[1:] != space[:-1]) + 1  # where a run of word or space bytes begins
+        starts = edge[~space[edge]]
+        if len(data) and not space[0]:
+            starts = np.concatenate(([0], starts))
+        ends = edge[space[edge]]  # the buffer ends with a space: every word ends before some space
         n = len(data)
         powers, inverse = _power_tables(n + 1)
         with np.errstate(over="ignore"):
-            prefix = np.zeros(n + 1, dtype=np.uint64)
+            prefix = np.empty(n + 1, dtype=np.uint64)
+            prefix[0] = 0
             terms = data.astype(np.uint64)
             terms += _U64(1)
             terms *= powers[:n]
             np.cumsum(terms, out=prefix[1:])
+            del terms
             sums = (prefix[ends] - prefix[starts]) * inverse[starts]
-            vocab_hashes = mix64(sums ^ ((ends - starts).astype(np.uint64) * _U64(0xC2B2AE3D27D4EB4F)))
-        return vocab_hashes[index], counts
+            hashes = mix64(sums ^ ((ends - starts).astype(np.uint64) * _U64(0xC2B2AE3D27D4EB4F)))
+        # words per text: text boundaries in byte offsets of the joined buffer
+        text_ends = np.cumsum([len(e) + 1 for e in encoded]) - 1  # offset of each separator space
+        words_per_text = np.diff(np.concatenate(([0], np.searchsorted(starts, text_ends))))
+        return hashes, words_per_text
 
     def shingles(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(hash per shingle, number of shingles per text): every text gets at least one shingle.
