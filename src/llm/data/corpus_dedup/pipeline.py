@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -313,17 +314,41 @@ def _listing(names: list[str]) -> str:
 
 
 def _remove_tree(folder: Path, point: str | None = None) -> None:
-    """Delete a folder; `point`: the kill point after its first entry went (a deletion cut short)."""
+    """Delete a folder; `point`: the kill point after its first entry went (a deletion cut short).
+
+    The files go from threads at once (unlink releases the GIL, and on a journaling file system
+    each one waits on the disk: ~2 ms here, so a work folder of a few hundred took ~0.5 s one by one).
+    """
     if not folder.is_dir():
         return
-    for i, entry in enumerate(sorted(folder.iterdir())):
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+    entries = sorted(folder.iterdir())
+    for i, entry in enumerate(entries[:1]):
+        _remove_entry(entry)
         if i == 0 and point:
             kill_point(point)
+    files: list[str] = []
+    dirs: list[str] = []
+    for entry in entries[1:]:
+        if entry.is_dir() and not entry.is_symlink():
+            for root, subdirs, names in os.walk(entry):
+                files += [os.path.join(root, n) for n in names]
+                files += [os.path.join(root, d) for d in subdirs if os.path.islink(os.path.join(root, d))]
+                dirs.append(root)
+        else:
+            files.append(str(entry))
+    if files:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(os.unlink, files))
+    for d in reversed(dirs):  # os.walk lists a folder before its subfolders
+        os.rmdir(d)
     folder.rmdir()
+
+
+def _remove_entry(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
 
 
 def _clear(folder: Path) -> None:
