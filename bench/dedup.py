@@ -190,8 +190,9 @@ def _ours_engines() -> list[str]:
 def scale_corpus(texts: list[str], docs: int, folder: Path) -> dict:
     """`docs` distinct documents for the scale run: the planted corpus again and again, each pass's words tagged.
 
-    Pass v appends `~v` to every word, so no two passes share a shingle: each pass holds the planted
-    duplicates of the ratio corpus, and nothing else is near anything. Written as JSONL files of ~64 MB.
+    Pass v > 0 appends `~v` to every word (whitespace runs become one space, as in a planted copy), so
+    no two passes share a shingle and every pass holds the planted duplicates of the ratio corpus at
+    the same similarity. Written as JSONL files of ~64 MB.
     """
     folder.mkdir(parents=True, exist_ok=True)
     files, n, size, out, v = [], 0, 0, None, 0
@@ -205,7 +206,7 @@ def scale_corpus(texts: list[str], docs: int, folder: Path) -> dict:
                     out.close()
                 files.append(str(folder / f"part-{len(files):05d}.jsonl"))
                 out, size = open(files[-1], "w", encoding="utf-8"), 0
-            body = text if v == 0 else text.replace(" ", tag + " ").replace("\n", tag + "\n")
+            body = text if v == 0 else " ".join(w + tag for w in text.split())  # a copy and its original alike
             line = json.dumps({"id": n, "text": body}, ensure_ascii=False) + "\n"
             out.write(line)
             size += len(line)

@@ -1,6 +1,6 @@
 """The scan stage: one input file to its record lines, MinHash signatures and sorted key runs.
 
-A task reads its input a chunk of `chunk_records` records at a time (the memory bound)
+A task reads its input a chunk of `chunk_records` records (or `CHUNK_CHARS` of text) at a time (the memory bound)
 and appends to a private folder: `lines.u64` (each record's line), `sig.u32` (its
 signature, near dedup only), and per chunk one sorted run of (digest, id) rows and one
 sorted run of (band key, id) rows per band. The folder is committed by one rename as
@@ -27,6 +27,9 @@ from llm.data.corpus_dedup.workdir import record_id, scan_dir
 from llm.data.inputs.listing import Input
 
 BAND_ROW = np.dtype([("key", "<u8"), ("id", "<u8")])
+# A chunk also ends at this much text: `chunk_records` of long records would hold GBs (chunks never
+# change a byte of the result, only how many runs the merges read).
+CHUNK_CHARS = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,14 @@ def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, 
             lines.clear()
             texts.clear()
 
+        chars = 0
         for line, _, text in iter_input_records(path, params.text_column):
             lines.append(line)
             texts.append(text)
-            if len(texts) >= params.chunk_records:
+            chars += len(text)
+            if len(texts) >= params.chunk_records or chars >= CHUNK_CHARS:
                 flush()
+                chars = 0
         if texts:
             flush()
     (folder / "meta.json").write_text(json.dumps({"records": done, "chunks": chunks}))
