@@ -1,14 +1,16 @@
-"""The `dedup` scenario: planted duplicates in real text; recall, originals kept and precision, ours vs datatrove and datasketch.
+"""The `dedup` scenario: planted duplicates in real text; speed, recall, originals kept and precision, ours vs datasketch and datatrove.
 
-`python -m bench.dedup [--corpus-mb 8] [--repeat 2]` (also `python -m bench --only dedup`):
-the bench corpus (real text, bench/corpus.py) gets planted copies after their originals:
+`python -m bench.dedup [--corpus-mb 40] [--doc-bytes 2048] [--repeat 3] [--scale-docs 1000000]`
+(also `python -m bench --only dedup`, smaller and without the scale run): the bench corpus (real
+text, bench/corpus.py), cut into documents of ~2 KB, gets planted copies after their originals:
 exact copies, copies with ~1% of the words changed and copies with a short tail added, each
 kept only when its true Jaccard similarity of word 5-grams to the original is in [0.8, 0.9]
-for the near ones. Ours (`llm.data.dedup_corpus`), datatrove's MinHash pipeline (same 5-grams,
-permutations, bands and rows, whitespace words for both) and datasketch's MinHashLSH (the
-reference, in input order) dedup it at threshold 0.8; each runs in its own subprocess (peak RSS of
-the process tree). Quality: recall on the planted near copies, share of originals kept, and
-the precision of our verified pairs against their exact Jaccard. Scale: ours at 1x and 4x.
+for the near ones. Ours (`llm.data.dedup_corpus`, with each MinHash engine), datatrove's MinHash
+pipeline (same 5-grams, permutations, bands and rows, whitespace words for both) and datasketch's
+MinHashLSH (the reference, one process, in input order, as its users write it) dedup it at
+threshold 0.8; each runs in its own subprocess, timed from launch to exit (peak RSS of the process
+tree). Quality: recall on the planted near copies, share of originals kept, and the precision of
+each engine's verified pairs against their exact Jaccard. Scale: ours on 10^6 documents (time, peak RSS).
 Results in bench/results/dedup-*.json; the table goes in docs/benchmarks.md.
 """
 
@@ -55,6 +57,32 @@ def _changed(text: str, rng: random.Random, share: float) -> str:
 def _tailed(text: str, rng: random.Random, share: float, donor: str) -> str:
     tail = donor.split()[: max(1, round(len(text.split()) * share))]
     return text + " " + " ".join(tail)
+
+
+def recut(texts: list[str], doc_bytes: int) -> list[str]:
+    """The corpus re-cut into documents of about `doc_bytes` bytes (whole lines, in order; 0: as is).
+
+    The bench corpus holds long files (median ~6 KB, some of hundreds of KB): web corpora hold
+    many short documents, and per-document costs only show on many documents.
+    """
+    if not doc_bytes:
+        return texts
+    out: list[str] = []
+    pending: list[str] = []
+    size = 0
+    for text in texts:
+        for line in (text + "\n\n").splitlines(keepends=True):
+            pending.append(line)
+            size += len(line.encode("utf-8"))
+            if size >= doc_bytes:
+                piece = "".join(pending).strip()
+                if piece:
+                    out.append(piece)
+                pending, size = [], 0
+    piece = "".join(pending).strip()
+    if piece:
+        out.append(piece)
+    return out
 
 
 def plant(texts: list[str], folder: Path, seed: int = 0) -> dict:
@@ -149,79 +177,123 @@ def precision(work: Path, corpus: dict) -> dict:
             "estimate_error_mean": float(np.mean(np.abs(np.array(est) - np.array(truth)))) if truth else 0.0}
 
 
-# The scale runs hold a chunk far smaller than either corpus: memory is bounded by a chunk (plus the
-# largest record), so RSS stays flat only once a corpus spans several chunks. With the default chunk
-# (50,000 records) both bench corpora fit in one, and RSS would grow with the corpus by construction.
-SCALE_CHUNK_RECORDS = 256
+CONTESTANTS = ("ours", "ours-numpy", "datasketch", "datatrove")
+DOC_BYTES = 2048  # documents of ~2 KB (about a web page's text): 40 MB of bench text gives ~25,000 records
 
 
-def run(corpus_mb: float, repeat: int, workers: int, cache_dir: Path, scale: bool = True, say=print) -> dict:
+def _ours_engines() -> list[str]:
+    from llm.data.corpus_dedup.minhash import rensa_available
+
+    return ["rensa", "numpy"] if rensa_available() else ["numpy"]
+
+
+def scale_corpus(texts: list[str], docs: int, folder: Path) -> dict:
+    """`docs` distinct documents for the scale run: the planted corpus again and again, each pass's words tagged.
+
+    Pass v > 0 appends `~v` to every word (whitespace runs become one space, as in a planted copy), so
+    no two passes share a shingle and every pass holds the planted duplicates of the ratio corpus at
+    the same similarity. Written as JSONL files of ~64 MB.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    files, n, size, out, v = [], 0, 0, None, 0
+    while n < docs:
+        tag = f"~{v}"
+        for text in texts:
+            if n >= docs:
+                break
+            if out is None or size >= 64 << 20:
+                if out:
+                    out.close()
+                files.append(str(folder / f"part-{len(files):05d}.jsonl"))
+                out, size = open(files[-1], "w", encoding="utf-8"), 0
+            body = text if v == 0 else " ".join(w + tag for w in text.split())  # a copy and its original alike
+            line = json.dumps({"id": n, "text": body}, ensure_ascii=False) + "\n"
+            out.write(line)
+            size += len(line)
+            n += 1
+        v += 1
+    if out:
+        out.close()
+    return {"files": files, "records": n, "text_gb": sum(Path(f).stat().st_size for f in files) / 1e9, "passes": v}
+
+
+def _spread(values: list[float]) -> dict | None:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
+
+
+def run(corpus_mb: float, repeat: int, workers: int, cache_dir: Path, scale_docs: int = 0,
+        doc_bytes: int = DOC_BYTES, contestants: tuple[str, ...] = CONTESTANTS, say=print) -> dict:
     root = Path(tempfile.mkdtemp(prefix="bench-dedup-"))
     try:
+        engines = _ours_engines()
+        contestants = tuple(c for c in contestants if c != "ours-numpy" or "rensa" in engines)
         results: dict = {"threshold": THRESHOLD, "ngram": NGRAM, "num_perm": NUM_PERM, "workers": workers,
-                         "repeat": repeat, "runs": {}, "scale": {}, "scale_chunk_records": SCALE_CHUNK_RECORDS}
-        sizes = [("1x", corpus_mb)] + ([("4x", corpus_mb * 4)] if scale else [])
-        corpora = {}
-        for tag, mb in sizes:
-            meta = build_corpus(cache_dir, mb)
-            texts = [t for p in corpus_paths(meta) for t in iter_texts(p)]
-            corpora[tag] = plant(texts, root / f"in-{tag}")
-            c = corpora[tag]
-            sims = [p["jaccard"] for p in c["planted"].values() if p["kind"] != "exact"]
-            results[f"corpus_{tag}"] = {"records": c["records"], "originals": c["originals"], "text_mb": round(c["text_mb"], 1),
-                                        "largest_record_kb": round(max(len(t.encode()) for t in texts) / 1024),
-                                        "planted": {k: sum(p["kind"] == k for p in c["planted"].values())
-                                                    for k in ("exact", "changed", "tail")},
-                                        "planted_near_jaccard": [round(min(sims), 3), round(statistics.median(sims), 3),
-                                                                 round(max(sims), 3)] if sims else None}
-            say(f"dedup bench: {tag}: {c['records']:,} records, {c['text_mb']:.1f} MB, {len(c['planted'])} planted")
-        c = corpora["1x"]
+                         "repeat": repeat, "doc_bytes": doc_bytes, "runs": {}, "engines": {}, "scale": {}}
+        meta = build_corpus(cache_dir, corpus_mb)
+        texts = recut([t for p in corpus_paths(meta) for t in iter_texts(p)], doc_bytes)
+        c = plant(texts, root / "in-1x")
+        sims = [p["jaccard"] for p in c["planted"].values() if p["kind"] != "exact"]
+        results["corpus_1x"] = {"records": c["records"], "originals": c["originals"], "text_mb": round(c["text_mb"], 1),
+                                "largest_record_kb": round(max(len(t.encode()) for t in texts) / 1024),
+                                "planted": {k: sum(p["kind"] == k for p in c["planted"].values())
+                                            for k in ("exact", "changed", "tail")},
+                                "planted_near_jaccard": [round(min(sims), 3), round(statistics.median(sims), 3),
+                                                         round(max(sims), 3)] if sims else None}
+        say(f"dedup bench: {c['records']:,} records, {c['text_mb']:.1f} MB, {len(c['planted'])} planted")
         ours_spec = {"impl": "dedup", "scenario": "ours", "inputs": c["files"], "threshold": THRESHOLD,
                      "workers": workers, "num_perm": NUM_PERM, "ngram": NGRAM}
-        first = run_worker(sys.executable, {**ours_spec, "output": str(root / "ours-probe"), "keep_work": True})
-        if "error" in first:
-            raise RuntimeError(first["error"])
-        bands, rows = first["bands"], first["rows"]
-        results["bands"], results["rows"] = bands, rows
-        results["precision"] = precision(root / "ours-probe" / ".dedup-work", c)
-        results["ours_probe_quality"] = score(first["kept_ids"], c)
-        shutil.rmtree(root / "ours-probe", ignore_errors=True)
+        # one probe per engine, its work folder kept: the precision of its verified pairs against exact Jaccard
+        for engine in engines:
+            first = run_worker(sys.executable, {**ours_spec, "minhash": engine, "output": str(root / "probe"),
+                                                "keep_work": True})
+            if "error" in first:
+                raise RuntimeError(first["error"])
+            results["bands"], results["rows"] = first["bands"], first["rows"]
+            pr = precision(root / "probe" / ".dedup-work", c)
+            results["engines"][engine] = {"precision": pr, "quality": score(first["kept_ids"], c)}
+            shutil.rmtree(root / "probe", ignore_errors=True)
         peer = {"inputs": c["files"], "input_dir": str(root / "in-1x"), "threshold": THRESHOLD, "num_perm": NUM_PERM,
-                "ngram": NGRAM, "bands": bands, "rows": rows, "workers": workers, "tasks": workers}
-        cases = {"ours": {**ours_spec}, "datatrove": {"impl": "dedup", "scenario": "datatrove", **peer},
+                "ngram": NGRAM, "bands": results["bands"], "rows": results["rows"], "workers": workers, "tasks": workers}
+        cases = {"ours": {**ours_spec, "minhash": engines[0]}, "ours-numpy": {**ours_spec, "minhash": "numpy"},
+                 "datatrove": {"impl": "dedup", "scenario": "datatrove", **peer},
                  "datasketch": {"impl": "dedup", "scenario": "datasketch", **peer}}
         for rep in range(repeat):
-            for who, spec in cases.items():  # A B C A B C
-                if who == "datasketch" and rep:
-                    continue  # single-process Python reference: its quality is what matters, once is enough
+            for who in contestants:  # A B C D A B C D: every repeat pairs ours with datasketch on the same machine state
                 out = root / f"{who}-{rep}"
-                res = run_worker(sys.executable, {**spec, "output": str(out)})
+                res = run_worker(sys.executable, {**cases[who], "output": str(out)})
                 shutil.rmtree(out, ignore_errors=True)
                 if "error" in res:
                     results["runs"].setdefault(who, []).append({"error": res["error"][-1500:]})
                     say(f"dedup bench: {who}: {res['error'][-300:]}")
                     continue
-                row = {"seconds": res["seconds"], "records_per_s": c["records"] / res["seconds"],
+                row = {"seconds": res["seconds"], "wall_s": res["wall_s"],
+                       "records_per_s": c["records"] / res["wall_s"],  # the whole process: start, imports, pools
+                       "records_per_s_inner": c["records"] / res["seconds"],
                        "records_per_cpu_s": c["records"] / res["cpu_s"],
                        "peak_rss_mb": res["peak_rss_mb"], "peak_pss_mb": res["peak_pss_mb"], "cpu_s": res["cpu_s"],
                        **score(res["kept_ids"], c)}
                 results["runs"].setdefault(who, []).append(row)
-                say(f"dedup bench: {who} rep {rep}: {row['records_per_s']:.0f} records/s, RSS {row['peak_rss_mb']:.0f} MB, "
-                    f"near recall {row['near_recall']:.3f}, originals kept {row['originals_kept']:.4f}")
-        if scale:
-            for rep in range(repeat):
-                for tag in ("1x", "4x"):
-                    cc = corpora[tag]
-                    out = root / f"scale-{tag}-{rep}"
-                    res = run_worker(sys.executable, {**ours_spec, "inputs": cc["files"], "output": str(out),
-                                                      "chunk_records": SCALE_CHUNK_RECORDS})
-                    shutil.rmtree(out, ignore_errors=True)
-                    if "error" in res:
-                        results["scale"].setdefault(tag, []).append({"error": res["error"][-1500:]})
-                        continue
-                    results["scale"].setdefault(tag, []).append({
-                        "records_per_s": cc["records"] / res["seconds"], "peak_rss_mb": res["peak_rss_mb"],
-                        "peak_pss_mb": res["peak_pss_mb"], "near_recall": score(res["kept_ids"], cc)["near_recall"]})
+                say(f"dedup bench: {who} rep {rep}: {row['records_per_s']:.0f} records/s (whole process), "
+                    f"RSS {row['peak_rss_mb']:.0f} MB, near recall {row['near_recall']:.3f}, "
+                    f"originals kept {row['originals_kept']:.4f}")
+        if scale_docs:
+            records = [json.loads(line)["text"] for f in c["files"] for line in Path(f).read_text(encoding="utf-8").splitlines()]
+            big = scale_corpus(records, scale_docs, root / "in-scale")
+            del records
+            results["corpus_scale"] = {k: big[k] for k in ("records", "text_gb", "passes")}
+            say(f"dedup bench: scale: {big['records']:,} records, {big['text_gb']:.2f} GB")
+            res = run_worker(sys.executable, {**cases["ours"], "inputs": big["files"], "output": str(root / "scale"),
+                                              "count_only": True}, timeout_s=3600)
+            shutil.rmtree(root / "scale", ignore_errors=True)
+            shutil.rmtree(root / "in-scale", ignore_errors=True)
+            if "error" in res:
+                results["scale"] = {"error": res["error"][-1500:]}
+            else:
+                results["scale"] = {"records": big["records"], "wall_s": res["wall_s"], "seconds": res["seconds"],
+                                    "records_per_s": big["records"] / res["wall_s"], "peak_rss_mb": res["peak_rss_mb"],
+                                    "peak_pss_mb": res["peak_pss_mb"], "cpu_s": res["cpu_s"], "kept": res["kept"],
+                                    "minhash": res["minhash"]}
+            say(f"dedup bench: scale: {results['scale']}")
         results["summary"] = summarize(results)
         return results
     finally:
@@ -233,83 +305,83 @@ def _median(rows: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _paired(runs: dict, a: str, b: str, key: str) -> dict | None:
+    """a / b of `key`, paired per repeat (the same machine state): median, min and max."""
+    return _spread([x[key] / y[key] for x, y in zip(runs.get(a, []), runs.get(b, [])) if key in x and key in y])
+
+
 def summarize(results: dict) -> dict:
     runs = results["runs"]
-    out = {who: {k: _median(rows, k) for k in ("records_per_s", "records_per_cpu_s", "peak_rss_mb", "near_recall", "originals_kept",
-                                               "exact_recall", "unique_originals_kept", "near_pairs_resolved", "seconds")} for who, rows in runs.items()}
-    ours, dt = out.get("ours", {}), out.get("datatrove", {})
-    if ours.get("records_per_s") and dt.get("records_per_s"):
-        # paired per repeat: the same machine state for both
-        pairs = [a["records_per_s"] / b["records_per_s"] for a, b in zip(runs["ours"], runs["datatrove"])
-                 if "records_per_s" in a and "records_per_s" in b]
-        out["ours_over_datatrove_records_per_s"] = statistics.median(pairs) if pairs else None
-        cpu = [a["records_per_cpu_s"] / b["records_per_cpu_s"] for a, b in zip(runs["ours"], runs["datatrove"])
-               if "records_per_cpu_s" in a and "records_per_cpu_s" in b]
-        out["ours_over_datatrove_records_per_cpu_s"] = statistics.median(cpu) if cpu else None
-    for tag in ("1x", "4x"):
-        rows = results["scale"].get(tag, [])
-        out[f"scale_{tag}"] = {k: _median(rows, k) for k in ("records_per_s", "peak_rss_mb", "peak_pss_mb")}
+    keys = ("records_per_s", "records_per_s_inner", "records_per_cpu_s", "peak_rss_mb", "near_recall", "originals_kept",
+            "exact_recall", "unique_originals_kept", "near_pairs_resolved", "wall_s")
+    out: dict = {who: {k: _median(rows, k) for k in keys} for who, rows in runs.items()}
+    for who in ("ours", "ours-numpy", "datatrove"):
+        out[f"{who}_over_datasketch"] = _paired(runs, who, "datasketch", "records_per_s")
+        out[f"{who}_over_datasketch_cpu"] = _paired(runs, who, "datasketch", "records_per_cpu_s")
     return out
 
 
-NAMES = {"ours": "ours (llm.data.dedup_corpus)", "datatrove": "datatrove MinHash pipeline", "datasketch": "datasketch MinHashLSH"}
+NAMES = {"ours": "ours (llm.data.dedup_corpus, rensa)", "ours-numpy": "ours, --minhash numpy",
+         "datatrove": "datatrove MinHash pipeline", "datasketch": "datasketch MinHashLSH"}
+
+
+def _ratio(r: dict | None) -> str:
+    return f"**{r['median']:.2f}x** [{r['min']:.2f}-{r['max']:.2f}]" if r else "n/a"
 
 
 def markdown(results: dict) -> list[str]:
     """The docs/benchmarks.md section."""
+    if "engines" not in results:  # a result of the earlier layout (before --minhash)
+        return []
     s, c = results["summary"], results["corpus_1x"]
-    pr = results["precision"]
     lines = ["", "## Dedup: planted duplicates in real text (MinHash-LSH)", "",
-             f"`python -m bench.dedup`: {c['records']:,} records ({c['text_mb']} MB; {c['originals']:,} originals of the "
-             f"bench corpus plus planted copies after them: {c['planted']['exact']} exact, {c['planted']['changed']} "
-             f"with ~1% of words changed, {c['planted']['tail']} with a short tail; true Jaccard of the near ones "
+             f"`python -m bench.dedup`: {c['records']:,} records ({c['text_mb']} MB; {c['originals']:,} originals: the "
+             f"bench corpus cut into documents of ~{results['doc_bytes']:,} bytes, plus planted copies after them: "
+             f"{c['planted']['exact']:,} exact, {c['planted']['changed']:,} with ~1% of words changed, "
+             f"{c['planted']['tail']:,} with a short tail; true Jaccard of the near ones "
              f"{c['planted_near_jaccard'][0]}-{c['planted_near_jaccard'][2]}, median {c['planted_near_jaccard'][1]}). "
              f"Threshold {results['threshold']}, word {results['ngram']}-grams, {results['num_perm']} permutations, "
-             f"{results['bands']} bands x {results['rows']} rows for all three; {results['workers']} processes "
-             f"(datasketch: one); medians of {results['repeat']} interleaved repeats.", "",
-             "| contestant | records/s | records per CPU s | peak RSS MB (tree) | near-dup recall | exact-copy recall | originals kept | unique originals kept |",
-             "|---|---|---|---|---|---|---|---|"]
-    for who in ("ours", "datatrove", "datasketch"):
+             f"{results['bands']} bands x {results['rows']} rows for all; {results['workers']} processes "
+             f"(datasketch: one, as its users write it); medians of {results['repeat']} interleaved repeats. "
+             "records/s counts each whole process (start, imports, worker pools) from launch to exit.", "",
+             "| contestant | records/s | / datasketch [range] | records per CPU s | peak RSS MB (tree) | near-dup recall "
+             "| exact-copy recall | originals kept | unique originals kept |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for who in ("ours", "ours-numpy", "datatrove", "datasketch"):
         r = s.get(who)
         if not r or r.get("records_per_s") is None:
-            err = next((x["error"] for x in results["runs"].get(who, []) if "error" in x), "not run")
-            lines.append(f"| {NAMES[who]} | error: {err.splitlines()[-1][:120]} | | | | | | |")
+            if results["runs"].get(who):
+                err = next((x["error"] for x in results["runs"][who] if "error" in x), "not run")
+                lines.append(f"| {NAMES[who]} | error: {err.splitlines()[-1][:120]} | | | | | | | |")
             continue
-        cpu = f"{r['records_per_cpu_s']:,.0f}" if r.get("records_per_cpu_s") else "n/a"
-        lines.append(f"| {NAMES[who]} | {r['records_per_s']:,.0f} | {cpu} | {r['peak_rss_mb']:,.0f} | {r['near_recall']:.3f} | "
-                     f"{r['exact_recall']:.3f} | {r['originals_kept']:.4f} | {r['unique_originals_kept']:.4f} |")
-    ratio = s.get("ours_over_datatrove_records_per_s")
-    cpu_ratio = s.get("ours_over_datatrove_records_per_cpu_s")
-    resolved = ", ".join(f"{who} {s[who]['near_pairs_resolved']:.3f}" for who in ("ours", "datatrove", "datasketch")
-                         if s.get(who, {}).get("near_pairs_resolved") is not None)
-    lines += ["",
-              f"- ours / datatrove, paired per repeat: **{ratio:.2f}x** records/s" if ratio else "- ours / datatrove: n/a",
-              f"- ours / datatrove records per CPU second (user + system of the process tree): **{cpu_ratio:.2f}x**"
-              if cpu_ratio else "- ours / datatrove per CPU second: n/a",
-              f"- near-dup recall counts the planted copy removed (it comes after its original). Planted near pairs "
-              f"not both kept, whichever went: {resolved}. datatrove keeps a cluster member other than the first in "
-              "input order (so it often drops the original and keeps the copy) and clusters every candidate pair "
-              "without verifying it",
-              f"- unique originals: the {c['originals'] - pr['natural_near_duplicate_originals']:,} originals without an "
-              f"earlier original at exact Jaccard >= {results['threshold']} (the real text has "
-              f"{pr['natural_near_duplicate_originals']} such natural near duplicates, found among the candidate pairs "
-              "and checked exactly); removing those is right, so `originals kept` counts them against everyone",
-              f"- precision of our verified pairs against exact Jaccard >= {results['threshold']}: "
-              f"{pr['verified_true']:,} of {pr['verified_pairs']:,} ({pr['precision']:.3f}; "
-              f"{pr['verified_true_over_0_7']:.3f} have exact Jaccard >= 0.7); candidates before verification: "
-              f"{pr['candidate_pairs']:,}, of which {pr['candidates_true']:,} truly >= {results['threshold']}; "
-              f"mean |estimate - exact Jaccard| {pr['estimate_error_mean']:.3f}"]
-    if s.get("scale_4x", {}).get("records_per_s"):
-        a, b = s["scale_1x"], s["scale_4x"]
-        c4 = results["corpus_4x"]
-        chunk = results.get("scale_chunk_records")
-        lines += [f"- scale, ours{f' (chunks of {chunk} records)' if chunk else ''}: 1x ({c['records']:,} records) "
-                  f"{a['records_per_s']:,.0f} records/s, peak RSS "
-                  f"{a['peak_rss_mb']:,.0f} MB (PSS {a['peak_pss_mb']:,.0f}); 4x ({c4['records']:,} records) "
-                  f"{b['records_per_s']:,.0f} records/s, peak RSS {b['peak_rss_mb']:,.0f} MB (PSS {b['peak_pss_mb']:,.0f}): "
-                  f"RSS x{b['peak_rss_mb'] / a['peak_rss_mb']:.2f} for 4x the records. Memory follows a scan chunk "
-                  f"and the largest record, not the corpus: the largest record is {c.get('largest_record_kb', '?')} KB "
-                  f"at 1x and {c4.get('largest_record_kb', '?')} KB at 4x (real files)"]
+        ratio = "1" if who == "datasketch" else _ratio(s.get(f"{who}_over_datasketch"))
+        lines.append(f"| {NAMES[who]} | {r['records_per_s']:,.0f} | {ratio} | {r['records_per_cpu_s']:,.0f} | "
+                     f"{r['peak_rss_mb']:,.0f} | {r['near_recall']:.3f} | {r['exact_recall']:.3f} | "
+                     f"{r['originals_kept']:.4f} | {r['unique_originals_kept']:.4f} |")
+    lines.append("")
+    for engine, e in results["engines"].items():
+        pr, q = e["precision"], e["quality"]
+        lines.append(f"- `--minhash {engine}`: precision of the verified pairs against exact Jaccard >= "
+                     f"{results['threshold']}: {pr['verified_true']:,} of {pr['verified_pairs']:,} ({pr['precision']:.3f}; "
+                     f"{pr['verified_true_over_0_7']:.3f} have exact Jaccard >= 0.7); candidates {pr['candidate_pairs']:,}, "
+                     f"of which {pr['candidates_true']:,} truly >= {results['threshold']}; mean |estimate - exact| "
+                     f"{pr['estimate_error_mean']:.3f}; near recall {q['near_recall']:.3f}, originals kept "
+                     f"{q['originals_kept']:.4f}, unique originals kept {q['unique_originals_kept']:.4f}")
+    lines.append(f"- records per CPU second (user + system of the process tree), ours / datasketch: "
+                 f"{_ratio(s.get('ours_over_datasketch_cpu'))}")
+    lines.append("- near-dup recall counts the planted copy removed (it comes after its original); unique originals: "
+                 "those without an earlier original at exact Jaccard >= the threshold (natural near duplicates of the "
+                 "real text, found among the candidate pairs): removing those is right")
+    sc = results.get("scale") or {}
+    if sc.get("records_per_s"):
+        cs = results["corpus_scale"]
+        lines.append(f"- scale: {sc['records']:,} documents ({cs['text_gb']:.2f} GB of JSONL: the corpus above "
+                     f"{cs['passes']} times, each pass's words tagged so that passes share no shingle), "
+                     f"`--minhash {sc['minhash']}`, {results['workers']} workers: {sc['wall_s']:.0f} s "
+                     f"({sc['records_per_s']:,.0f} records/s, whole process), peak RSS of the process tree "
+                     f"{sc['peak_rss_mb']:,.0f} MB (PSS {sc['peak_pss_mb']:,.0f} MB), {sc['kept']:,} kept")
+    elif sc.get("error"):
+        lines.append(f"- scale: error: {sc['error'].splitlines()[-1][:200]}")
     return lines
 
 
@@ -320,15 +392,24 @@ def latest() -> dict | None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.dedup", description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus-mb", type=float, default=8.0, help="MB of real text at 1x (default 8; 4x is also run)")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--corpus-mb", type=float, default=40.0, help="MB of real text (default 40: ~25,000 records)")
+    parser.add_argument("--doc-bytes", type=int, default=DOC_BYTES,
+                        help=f"cut the corpus into documents of about this many bytes (default {DOC_BYTES}; 0: as is)")
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--no-scale", action="store_true", help="skip the 1x / 4x scale runs")
+    parser.add_argument("--scale-docs", type=int, default=1_000_000,
+                        help="documents of the scale run (time and peak RSS; default 10^6; 0: skip it)")
+    parser.add_argument("--no-scale", action="store_true", help="skip the scale run (= --scale-docs 0)")
+    parser.add_argument("--contestants", default=",".join(CONTESTANTS),
+                        help=f"comma-separated, of {', '.join(CONTESTANTS)} (default: all)")
     parser.add_argument("--cache-dir", type=Path, default=REPO_ROOT / ".bench_cache")
     parser.add_argument("--results", default=None)
     args = parser.parse_args(argv)
-    results = run(args.corpus_mb, args.repeat, args.workers, args.cache_dir, scale=not args.no_scale,
-                  say=lambda m: print(m, file=sys.stderr, flush=True))
+    contestants = tuple(x for x in args.contestants.split(",") if x)
+    if bad := [x for x in contestants if x not in CONTESTANTS]:
+        parser.error(f"--contestants: unknown {', '.join(bad)} (choose from {', '.join(CONTESTANTS)})")
+    results = run(args.corpus_mb, args.repeat, args.workers, args.cache_dir, 0 if args.no_scale else args.scale_docs,
+                  args.doc_bytes, contestants, say=lambda m: print(m, file=sys.stderr, flush=True))
     out = Path(args.results or RESULTS / f"dedup-{time.strftime('%Y%m%d-%H%M')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

@@ -39,6 +39,9 @@ def add_dedup_command(add: Any) -> None:
     cmd.add_argument("--num-workers", type=int, default=None, help="worker processes (default: all cores)")
     cmd.add_argument("--ngram", type=int, default=5, help="words per shingle (default: 5)")
     cmd.add_argument("--num-perm", type=int, default=128, help="MinHash permutations (default: 128)")
+    cmd.add_argument("--minhash", choices=("auto", "rensa", "numpy"), default="auto",
+                     help="MinHash engine for --near: rensa (Rust, pip install 'llm-stream-data[dedup-fast]'), "
+                          "numpy, or auto: rensa when installed (default)")
     cmd.add_argument("--hash-algo", default="sha256", help="exact-duplicate hash, as the dedup source takes (default: sha256)")
     cmd.add_argument("--overwrite", action="store_true", help="replace what the output folder holds (default: refuse)")
     cmd.add_argument("--wait", action="store_true", help="if another run is writing the output, wait for it (default: fail at once)")
@@ -77,7 +80,7 @@ def run_dedup(args: argparse.Namespace) -> None:
     report = dedup_corpus(args.inputs, args.output, near=parse_near(args.near), text_column=args.text_column, engine=args.engine,
                           num_workers=args.num_workers, overwrite=args.overwrite, wait=args.wait,
                           hash_algo=args.hash_algo, ngram=args.ngram, num_perm=args.num_perm,
-                          ray_address=args.ray_address, progress=not args.no_progress)
+                          minhash=args.minhash, ray_address=args.ray_address, progress=not args.no_progress)
     print(summary(report, args.output), file=sys.stderr)
 
 

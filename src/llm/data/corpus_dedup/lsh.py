@@ -67,6 +67,15 @@ def mix64(x: np.ndarray) -> np.ndarray:
 _ROW_WEIGHTS = mix64(np.arange(1, 1025, dtype=np.uint64))  # one odd-ish multiplier per row of a band
 
 
+def all_band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """(bands, n) uint64: `band_keys` of every band at once (one pass over the signatures, not one per band)."""
+    part = signatures[:, : bands * rows].reshape(len(signatures), bands, rows).astype(np.uint64)
+    salts = mix64(np.arange(1, bands + 1, dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        acc = (part * _ROW_WEIGHTS[:rows]).sum(axis=2, dtype=np.uint64)
+        return mix64(acc.T ^ salts[:, None])
+
+
 def band_keys(signatures: np.ndarray, band: int, rows: int) -> np.ndarray:
     """The 64-bit key of one band for every signature (n, num_perm uint32) -> (n,) uint64.
 

@@ -8,13 +8,16 @@ the high 32 bits of the minimum over the record's shingles. `a_p, b_p` come from
 a numpy generator seeded with `seed`: the same seed gives the same signatures on
 every machine, process and engine.
 
-Everything runs on arrays covering a chunk's bytes: word hashes are a polynomial
-hash of their bytes computed with `np.add.reduceat`, n-gram hashes a weighted sum
-of word hashes, and the minimum per record `np.minimum.reduceat` over blocks of
-permutations (so the shingles x permutations matrix stays a few MB).
+Everything runs on arrays covering a batch of texts' bytes: word hashes are a polynomial
+hash of their bytes (read off one prefix sum), n-gram hashes a weighted sum of word
+hashes, and the minimum per record `np.minimum.reduceat` over blocks of permutations
+(so the shingles x permutations matrix stays a few MB), or rensa's R-MinHash of the
+same shingle hashes.
 """
 
 from __future__ import annotations
+
+from itertools import chain
 
 import numpy as np
 
@@ -23,83 +26,142 @@ from llm.data.corpus_dedup.lsh import mix64
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # what bytes.split() splits on, plus str's separators
 _BYTE_BASE = np.uint64(0x100000001B3)  # FNV's prime: an odd multiplier for the polynomial word hash
+_BYTE_BASE_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))  # its inverse mod 2**64
 _SHINGLE_BLOCK = 1 << 16  # shingles x permutations per block: 64 Ki x 16 x 8 bytes = 8 MB
 _PERM_BLOCK = 16
-_BATCH_CHARS = 4 << 20  # text hashed together: enough to amortise numpy's per-call cost
+_BATCH_CHARS = 1 << 20  # text hashed together: enough to amortise numpy's per-call cost, ~40 MB of arrays
 _U64 = np.uint64
 
 
-class MinHasher:
-    """Signatures (n_records, num_perm) uint32 for lists of texts; deterministic for (ngram, num_perm, seed)."""
+ENGINES = ("auto", "rensa", "numpy")
+RENSA_EXTRA = "pip install 'llm-stream-data[dedup-fast]' (rensa>=0.5,<0.6)"
 
-    def __init__(self, num_perm: int, ngram: int, seed: int):
+
+def rensa_available() -> bool:
+    try:
+        import rensa  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_engine(name: str) -> str:
+    """The MinHash engine a run uses: `auto` is rensa when it is installed, numpy otherwise."""
+    if name not in ENGINES:
+        raise ValueError(f"minhash engine must be one of {', '.join(ENGINES)}, got {name!r}")
+    if name == "auto":
+        return "rensa" if rensa_available() else "numpy"
+    if name == "rensa" and not rensa_available():
+        raise ValueError(f"minhash engine 'rensa' is not installed: {RENSA_EXTRA}, or pass minhash='numpy'")
+    return name
+
+
+_TABLES = [np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64)]  # base**i, base**-i: per process, grown
+
+
+def _power_tables(length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(base**i, base**-i) mod 2**64 for i < length (the base is odd, so invertible mod 2**64).
+
+    Shared by every hasher of the process (a scan task makes one per input) and grown by doubling,
+    so a process computes them about once.
+    """
+    if len(_TABLES[0]) < length:
+        size = max(length, 2 * len(_TABLES[0]))
+        with np.errstate(over="ignore"):
+            _TABLES[0] = np.cumprod(np.concatenate(([_U64(1)], np.full(size - 1, _BYTE_BASE))), dtype=np.uint64)
+            _TABLES[1] = np.cumprod(np.concatenate(([_U64(1)], np.full(size - 1, _BYTE_BASE_INV))), dtype=np.uint64)
+    return _TABLES[0][:length], _TABLES[1][:length]
+
+
+class MinHasher:
+    """Signatures (n_records, num_perm) uint32 for lists of texts; deterministic for (ngram, num_perm, seed, engine).
+
+    Both engines sign the same shingle hashes (this module's word n-grams). `numpy` applies this
+    module's permutations; `rensa` hands the shingle hashes of a batch to rensa's R-MinHash in one
+    call (Rust, ~10x faster). Their signatures differ (another sketch), and so do their errors:
+    `params.verify_margin` says how far below the threshold a rensa estimate still verifies.
+    """
+
+    def __init__(self, num_perm: int, ngram: int, seed: int, engine: str = "numpy"):
+        if engine not in ("numpy", "rensa"):
+            raise ValueError(f"MinHasher engine must be 'numpy' or 'rensa' (resolve 'auto' first), got {engine!r}")
         rng = np.random.Generator(np.random.PCG64(seed))
-        self.num_perm, self.ngram = num_perm, ngram
+        self.num_perm, self.ngram, self.seed, self.engine = num_perm, ngram, seed, engine
         self.a = rng.integers(0, 2**64, size=num_perm, dtype=np.uint64, endpoint=False) | _U64(1)
         self.b = rng.integers(0, 2**64, size=num_perm, dtype=np.uint64, endpoint=False)
         self.gram_weights = mix64(np.arange(1, ngram + 1, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15)) | _U64(1)
-        self._powers = np.ones(1, dtype=np.uint64)
-
-    def _power_table(self, length: int) -> np.ndarray:
-        """base**i mod 2**64 for i < length (grown, never shrunk)."""
-        if len(self._powers) < length:
-            powers = np.ones(length, dtype=np.uint64)
-            with np.errstate(over="ignore"):
-                powers[1:] = np.cumprod(np.full(length - 1, _BYTE_BASE, dtype=np.uint64), dtype=np.uint64)
-            self._powers = powers
-        return self._powers[:length]
 
     def word_hashes(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(hash per word of all texts, number of words per text): the chunk's words, in order."""
+        """(hash per word of all texts, number of words per text): the chunk's words, in order.
+
+        A word's hash is the polynomial sum of (byte + 1) * base**i over its bytes (i from 0 at
+        its first byte), mixed with its length. It is read off one prefix sum over the whole
+        buffer: prefix[end] - prefix[start] is the word's sum times base**start, which
+        base**-start undoes. Three passes over the bytes instead of one per step of a per-word
+        position count; the same hashes, so the same signatures as before.
+        """
         encoded = [t.lower().encode("utf-8", "surrogatepass") for t in texts]
         data = np.frombuffer(b" ".join(encoded) + b" ", dtype=np.uint8)
         # texts are joined by one space, so a text boundary is a word boundary too
         space = _WHITESPACE[data]
-        starts = np.flatnonzero(~space & np.concatenate(([True], space[:-1])))
-        ends = np.flatnonzero(~space & np.concatenate((space[1:], [True]))) + 1
-        lengths = ends - starts
+        edge = np.flatnonzero(space[1:] != space[:-1]) + 1  # where a run of word or space bytes begins
+        starts = edge[~space[edge]]
+        if len(data) and not space[0]:
+            starts = np.concatenate(([0], starts))
+        ends = edge[space[edge]]  # the buffer ends with a space: every word ends before some space
         n = len(data)
-        # position of each byte inside its word (meaningless on spaces, whose terms are zeroed below)
-        pos = np.arange(n, dtype=np.int64)
-        offset = np.zeros(n, dtype=np.int64)
-        offset[starts] = starts - np.concatenate(([0], starts[:-1]))
-        pos_in_word = pos - np.cumsum(offset)
-        pos_in_word[space] = 0
-        max_len = int(lengths.max()) if len(lengths) else 1
-        powers = self._power_table(max_len)
+        powers, inverse = _power_tables(n + 1)
         with np.errstate(over="ignore"):
-            terms = (data.astype(np.uint64) + _U64(1)) * powers[pos_in_word]
-            terms[space] = 0
-            sums = np.add.reduceat(terms, starts) if len(starts) else np.zeros(0, np.uint64)
-            hashes = mix64(sums ^ (lengths.astype(np.uint64) * _U64(0xC2B2AE3D27D4EB4F)))
+            prefix = np.empty(n + 1, dtype=np.uint64)
+            prefix[0] = 0
+            terms = data.astype(np.uint64)
+            terms += _U64(1)
+            terms *= powers[:n]
+            np.cumsum(terms, out=prefix[1:])
+            del terms
+            sums = (prefix[ends] - prefix[starts]) * inverse[starts]
+            hashes = mix64(sums ^ ((ends - starts).astype(np.uint64) * _U64(0xC2B2AE3D27D4EB4F)))
         # words per text: text boundaries in byte offsets of the joined buffer
         text_ends = np.cumsum([len(e) + 1 for e in encoded]) - 1  # offset of each separator space
         words_per_text = np.diff(np.concatenate(([0], np.searchsorted(starts, text_ends))))
         return hashes, words_per_text
 
     def shingles(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(hash per shingle, number of shingles per text): every text gets at least one shingle."""
+        """(hash per shingle, number of shingles per text): every text gets at least one shingle.
+
+        Shingle j of a text of at least n words is the weighted sum of its words j..j+n-1: n shifted
+        multiply-adds over the chunk's whole word array give every window, and the windows that stay
+        inside one text are kept. A shorter text is one shingle of all its words (summed apart).
+        """
         words, counts = self.word_hashes(texts)
         n = self.ngram
         text_start = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
         text_end = text_start + counts
         per_text = np.maximum(counts - n + 1, 1)
-        # shingle j of text t starts at word text_start[t] + j and takes up to n words (fewer: a short text)
-        owner = np.repeat(np.arange(len(texts)), per_text)
-        first = np.repeat(text_start, per_text) + (np.arange(per_text.sum()) - np.repeat(np.cumsum(per_text) - per_text, per_text))
-        limit = text_end[owner]
         padded = np.concatenate((words, np.zeros(n, dtype=np.uint64)))
-        acc = np.zeros(len(first), dtype=np.uint64)
+        total = len(words)
+        out = np.empty(int(per_text.sum()), dtype=np.uint64)
+        whole = counts >= n
         with np.errstate(over="ignore"):
-            for k in range(n):
-                inside = (first + k) < limit
-                acc += np.where(inside, padded[np.minimum(first + k, len(padded) - 1)], _U64(0)) * self.gram_weights[k]
-            return mix64(acc), per_text
+            windows = padded[:total] * self.gram_weights[0]
+            for k in range(1, n):
+                windows += padded[k : k + total] * self.gram_weights[k]
+            inside = np.arange(total) + n <= np.repeat(text_end, counts)  # the window ends within its text
+            out[np.repeat(whole, per_text)] = windows[inside]
+            short = np.flatnonzero(~whole)
+            if len(short):  # fewer than n words: one shingle of all of them (none: a shingle of nothing)
+                first, limit = text_start[short], text_end[short]
+                acc = np.zeros(len(short), dtype=np.uint64)
+                for k in range(n):
+                    take = (first + k) < limit
+                    acc += np.where(take, padded[np.minimum(first + k, len(padded) - 1)], _U64(0)) * self.gram_weights[k]
+                out[np.repeat(~whole, per_text)] = acc
+            return mix64(out), per_text
 
     def signatures(self, texts: list[str]) -> np.ndarray:
         """(len(texts), num_perm) uint32 MinHash signatures, a batch of about `_BATCH_CHARS` characters at a time.
 
-        The per-byte arrays of a batch take about 50 bytes per byte of text: batches bound them (~200 MB).
+        The per-byte arrays of a batch take about 40 bytes per byte of text: batches bound them (~40 MB).
         """
         out = np.empty((len(texts), self.num_perm), dtype=np.uint32)
         start, size = 0, 0
@@ -111,8 +173,10 @@ class MinHasher:
         return out
 
     def _batch(self, texts: list[str]) -> np.ndarray:
-        out = np.empty((len(texts), self.num_perm), dtype=np.uint32)
         shingles, per_text = self.shingles(texts)
+        if self.engine == "rensa":
+            return self._rensa(shingles, per_text)
+        out = np.empty((len(texts), self.num_perm), dtype=np.uint32)
         bounds = np.concatenate(([0], np.cumsum(per_text)))
         # blocks of whole texts holding about _SHINGLE_BLOCK shingles (one long text: a block of its own)
         cuts = np.unique(np.searchsorted(bounds, np.arange(0, bounds[-1], _SHINGLE_BLOCK), side="right") - 1)
@@ -131,6 +195,17 @@ class MinHasher:
                 out[lo:hi, p0 : p0 + _PERM_BLOCK] = (mins >> _U64(32)).astype(np.uint32)
             lo = hi
         return out
+
+
+    def _rensa(self, shingles: np.ndarray, per_text: np.ndarray) -> np.ndarray:
+        """rensa's R-MinHash of each text's shingle hashes (one flat buffer and its row offsets, one call)."""
+        from rensa import RMinHash
+
+        offsets = np.concatenate(([0], np.cumsum(per_text))).astype(np.uint64)
+        matrix = RMinHash.digest_matrix_from_flat_token_hashes(shingles, offsets, self.num_perm, self.seed)
+        rows = matrix.to_rows()  # its only way out: lists of ints
+        return np.fromiter(chain.from_iterable(rows), dtype=np.uint32,
+                           count=len(rows) * self.num_perm).reshape(len(rows), self.num_perm)
 
 
 def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:

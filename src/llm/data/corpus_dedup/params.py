@@ -26,6 +26,7 @@ class DedupParams:
     rows: int = 0
     seed: int = DEFAULT_SEED
     chunk_records: int = 50_000  # records a scan task holds at once: the memory bound of every stage
+    minhash: str = "numpy"  # the MinHash engine (minhash.resolve_engine): "numpy" or "rensa", never "auto" here
 
     def __post_init__(self) -> None:
         check_hash_algo(self.hash_algo)
@@ -44,6 +45,8 @@ class DedupParams:
             object.__setattr__(self, "rows", rows)
         if self.near is not None and self.bands * self.rows > self.num_perm:
             raise ValueError(f"bands x rows ({self.bands} x {self.rows}) exceeds num_perm {self.num_perm}")
+        if self.minhash not in ("numpy", "rensa"):
+            raise ValueError(f"minhash engine must be 'numpy' or 'rensa' once resolved, got {self.minhash!r}")
         if not self.text_column:
             raise ValueError("text_column must be a non-empty JSON key / parquet column name")
 
@@ -51,6 +54,6 @@ class DedupParams:
         """The parameters as the report and the work folder's plan write them."""
         out = asdict(self)
         if self.near is None:
-            for key in ("ngram", "num_perm", "bands", "rows", "seed"):
+            for key in ("ngram", "num_perm", "bands", "rows", "seed", "minhash"):
                 out.pop(key)
         return out

@@ -1,6 +1,6 @@
 """The scan stage: one input file to its record lines, MinHash signatures and sorted key runs.
 
-A task reads its input a chunk of `chunk_records` records at a time (the memory bound)
+A task reads its input a chunk of `chunk_records` records (or `CHUNK_CHARS` of text) at a time (the memory bound)
 and appends to a private folder: `lines.u64` (each record's line), `sig.u32` (its
 signature, near dedup only), and per chunk one sorted run of (digest, id) rows and one
 sorted run of (band key, id) rows per band. The folder is committed by one rename as
@@ -18,7 +18,7 @@ import numpy as np
 
 from llm.data.corpus_dedup.commit import commit_dir, kill_point, remove_leftovers, tmp_name
 from llm.data.corpus_dedup.exact import digest_rows
-from llm.data.corpus_dedup.lsh import band_keys
+from llm.data.corpus_dedup.lsh import all_band_keys
 from llm.data.corpus_dedup.minhash import MinHasher
 from llm.data.corpus_dedup.params import DedupParams
 from llm.data.corpus_dedup.records import iter_input_records
@@ -27,6 +27,9 @@ from llm.data.corpus_dedup.workdir import record_id, scan_dir
 from llm.data.inputs.listing import Input
 
 BAND_ROW = np.dtype([("key", "<u8"), ("id", "<u8")])
+# A chunk also ends at this much text: `chunk_records` of long records would hold GBs (chunks never
+# change a byte of the result, only how many runs the merges read).
+CHUNK_CHARS = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class ScanTask:
 
 def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, report) -> int:
     """Write one input's scan files into `folder`; returns its record count."""
-    hasher = MinHasher(params.num_perm, params.ngram, params.seed) if params.near is not None else None
+    hasher = MinHasher(params.num_perm, params.ngram, params.seed, params.minhash) if params.near is not None else None
     chunks: list[int] = []
     done = 0
     lines: list[int] = []
@@ -68,11 +71,12 @@ def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, 
             if hasher is not None:
                 signatures = hasher.signatures(texts)
                 sig_file.write(signatures.tobytes())
+                # every band's run sorted by (key, id): ids rise in input order, so a stable sort by key is enough
+                keys = all_band_keys(signatures, params.bands, params.rows)
+                order = np.argsort(keys, axis=1, kind="stable")
                 runs = np.empty((params.bands, len(texts)), dtype=BAND_ROW)
-                for band in range(params.bands):
-                    rows = runs[band]
-                    rows["key"], rows["id"] = band_keys(signatures, band, params.rows), ids
-                    runs[band] = sort_rows(rows)
+                runs["key"] = np.take_along_axis(keys, order, axis=1)
+                runs["id"] = ids[order]
                 (folder / f"bands-{c:05d}.run").write_bytes(runs.tobytes())
             chunks.append(len(texts))
             done += len(texts)
@@ -80,11 +84,14 @@ def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, 
             lines.clear()
             texts.clear()
 
+        chars = 0
         for line, _, text in iter_input_records(path, params.text_column):
             lines.append(line)
             texts.append(text)
-            if len(texts) >= params.chunk_records:
+            chars += len(text)
+            if len(texts) >= params.chunk_records or chars >= CHUNK_CHARS:
                 flush()
+                chars = 0
         if texts:
             flush()
     (folder / "meta.json").write_text(json.dumps({"records": done, "chunks": chunks}))
