@@ -45,8 +45,8 @@ import numpy as np
 import xxhash
 import zstandard
 
-VERSION = 2  # 2: rows' checksums by `row_checksums` (named in the header's "checksum"); 1: `row_checksums_v1`
-READS = (1, 2)
+VERSION = 3  # 3: `row_checksums` over the ids as stored; 2: `row_checksums_v2`; 1: `row_checksums_v1`
+READS = (1, 2, 3)
 MAGIC = b"LLMLEDG1"
 HEADER_NAME = "ledger.json"
 SEGMENT_SUFFIX = ".seg"
@@ -167,8 +167,61 @@ def read_header(folder: Path) -> dict[str, Any] | None:
     return header
 
 
-CHECKSUM = "wsum32"  # the rule new ledgers record (header "checksum"); version 1 ledgers: "xxh3-int64"
+CHECKSUM = "wword64"  # the rule new ledgers record (header "checksum"); version 2: "wsum32", 1: "xxh3-int64"
 _WEIGHTS = np.zeros(0, np.uint32)
+_WORD_WEIGHTS = np.zeros(0, "<u8")
+
+
+def _word_weights(words: int) -> np.ndarray:
+    """W_j = splitmix64(j + 1) | 1 for j < words (splitmix64's finalizer over (j + 1) * golden gamma), grown once."""
+    global _WORD_WEIGHTS
+    w = _WORD_WEIGHTS  # one read: another thread may swap in a longer table meanwhile, never a shorter one
+    if len(w) < words:
+        with np.errstate(over="ignore"):
+            x = np.arange(1, max(words, 2 * len(w), 64) + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            x ^= x >> np.uint64(30)
+            x *= np.uint64(0xBF58476D1CE4E5B9)
+            x ^= x >> np.uint64(27)
+            x *= np.uint64(0x94D049BB133111EB)
+            x ^= x >> np.uint64(31)
+        _WORD_WEIGHTS = w = (x | np.uint64(1)).astype("<u8")
+    return w[:words]
+
+
+def row_checksums(tokens: Any, dtype: Any = None) -> np.ndarray:
+    """The 32-bit checksum of each row's token ids as stored (rule "wword64", ledger version 3).
+
+    The row's ids in `dtype` (the source's stored dtype, which the ledger header records per source as
+    `checksum_dtype`; None: int64, what a text row holds), as little-endian bytes zero-padded to a multiple of 8,
+    read as little-endian uint64 words x_j; s = sum of x_j * W_j modulo 2**64 with W_j = splitmix64(j + 1) | 1;
+    the checksum is (s xor s >> 32) modulo 2**32. Ids in another dtype are cast to `dtype` first (as numpy's
+    `astype` does: a value that does not fit wraps), so the audit, which reads the rows again in the loader's
+    dtype, gets the checksum the reader threads took on the stored rows.
+
+    Odd weights make any single changed token change s (a token is at most 16 bits of a word shifted by at most
+    48: the change is never a multiple of 2**64), and distinct weights make a swap or a shifted run change it too;
+    folded to the 32 bits kept, a change is missed with probability about 2**-32. It is not a keyed hash: it finds
+    data that changed, not data forged to match. Why this rule (version 2 weighted each id, version 1 hashed each
+    row with xxh3 from Python): on a uint16 shard it is one integer matrix-vector product over a quarter as many
+    words as there are ids, on the rows as read, before the loader widens them (bench/ledger.py has the numbers).
+    """
+    rows = np.asarray(tokens)
+    if rows.ndim != 2:
+        rows = rows.reshape(len(rows), -1) if rows.size else rows.reshape(len(rows), 0)
+    stored = np.dtype(np.int64 if dtype is None else dtype).newbyteorder("<")
+    if rows.dtype != stored:
+        rows = rows.astype(stored)  # values cast as numpy casts them (a narrower dtype wraps)
+    rows = np.ascontiguousarray(rows)
+    n, nbytes = len(rows), rows.shape[1] * stored.itemsize
+    if n == 0:
+        return np.zeros(0, np.uint32)
+    if nbytes % 8:  # a row of a width that does not fill whole words: zero bytes after it
+        padded = np.zeros((n, nbytes + 8 - nbytes % 8), np.uint8)
+        padded[:, :nbytes] = rows.view(np.uint8).reshape(n, nbytes)
+        rows = padded
+    words = rows.view("<u8").reshape(n, rows.shape[1] * rows.dtype.itemsize // 8)
+    s = words @ _word_weights(words.shape[1])  # integer matmul wraps modulo 2**64: exact in any order
+    return ((s ^ (s >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
 def _weights(length: int) -> np.ndarray:
@@ -186,18 +239,10 @@ def _weights(length: int) -> np.ndarray:
     return w[:length]
 
 
-def row_checksums(tokens: Any) -> np.ndarray:
-    """The 32-bit checksum of each row's token ids (rule "wsum32", ledger version 2):
-    sum over the row of id_i * w_i modulo 2**32, ids taken modulo 2**32 (their values, whatever dtype
-    holds them: a uint16 shard, a mixture's wider rows and a text row's int64 agree), w_i = fmix32(i + 1) | 1.
-
-    Odd weights make any single changed token change the checksum (always, not just likely); distinct
-    pseudo-random weights make a swap or a shifted run change it too. It is not a keyed hash: it finds
-    data that changed, not data forged to match. Why not xxh3 per row (version 1): one Python call per
-    row plus a widening copy cost more than the loader's own copy of the row; this is one matrix-vector
-    product over 64-bit rows, or three vectorized passes over narrower rows in cache-sized blocks, with no
-    per-row Python (bench/ledger.py has the numbers).
-    """
+def row_checksums_v2(tokens: Any, dtype: Any = None) -> np.ndarray:
+    """Rule "wsum32" (ledger version 2): sum over the row of id_i * w_i modulo 2**32, ids taken modulo 2**32 (their
+    values, whatever dtype holds them; `dtype` is not used), w_i = fmix32(i + 1) | 1. Kept so that a version 2
+    ledger is still audited and resumed with its own rule."""
     rows = np.asarray(tokens)
     if rows.ndim != 2:
         rows = rows.reshape(len(rows), -1) if rows.size else rows.reshape(len(rows), 0)
@@ -207,8 +252,8 @@ def row_checksums(tokens: Any) -> np.ndarray:
         return out
     w = _weights(length)
     if rows.dtype.kind in "iu" and rows.dtype.itemsize == 8 and rows.dtype.isnative:
-        # 64-bit ids (what the loader hands over): one pass, no copy; unsigned wrap-around modulo 2**64 keeps
-        # the low 32 bits exact, and a negative id's two's complement is its value modulo 2**32
+        # 64-bit ids: one pass, no copy; unsigned wrap-around modulo 2**64 keeps the low 32 bits exact, and a
+        # negative id's two's complement is its value modulo 2**32
         return (np.ascontiguousarray(rows).view(np.uint64) @ w.astype(np.uint64)).astype(np.uint32)
     block = max(1, (1 << 16) // max(length, 1))  # 256 KB of uint32: the three passes stay in cache
     buf = np.empty((min(block, n), length), np.uint32)
@@ -221,15 +266,19 @@ def row_checksums(tokens: Any) -> np.ndarray:
     return out
 
 
-def row_checksums_v1(tokens: Any) -> np.ndarray:
+def row_checksums_v1(tokens: Any, dtype: Any = None) -> np.ndarray:
     """Rule "xxh3-int64" (ledger version 1): the low half of xxh3-64 over each row's ids as little-endian int64.
-    Kept so that a version 1 ledger is still audited."""
+    Kept so that a version 1 ledger is still audited (`dtype` is not used: the ids' values decide)."""
     rows = np.ascontiguousarray(np.asarray(tokens), dtype="<i8").reshape(len(tokens), -1)
     digest = xxhash.xxh3_64_intdigest
     return np.fromiter((digest(r) & 0xFFFFFFFF for r in rows), dtype=np.uint32, count=len(rows))
 
 
-RULES: dict[str, Callable[[Any], np.ndarray]] = {CHECKSUM: row_checksums, "xxh3-int64": row_checksums_v1}
+# rule name -> f(rows, dtype): the rows' checksums, dtype the source's `checksum_dtype` (used by "wword64" only)
+RULES: dict[str, Callable[..., np.ndarray]] = {CHECKSUM: row_checksums, "wsum32": row_checksums_v2,
+                                               "xxh3-int64": row_checksums_v1}
+# the rules whose checksum depends on the dtype the ids are stored in (the header names it per source)
+BY_DTYPE = frozenset({CHECKSUM})
 
 
 def checksum_name(header: dict[str, Any] | None) -> str:
@@ -239,7 +288,7 @@ def checksum_name(header: dict[str, Any] | None) -> str:
     return "xxh3-int64" if header.get("version") == 1 else str(header.get("checksum"))
 
 
-def checksum_rule(header: dict[str, Any] | None, where: str = "the ledger header") -> Callable[[Any], np.ndarray]:
+def checksum_rule(header: dict[str, Any] | None, where: str = "the ledger header") -> Callable[..., np.ndarray]:
     """The function that computes the rows' checksums the way the ledger with this header recorded them."""
     name = checksum_name(header)
     if name not in RULES:

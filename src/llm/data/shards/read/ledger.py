@@ -15,19 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.ledger.format import CHECKSUM, PIECE, ROW, RULES
+from llm.data.ledger.format import PIECE, ROW
 from llm.data.ledger.writer import StageLedger
 from llm.data.skip_documents import SKIPPED
 
 
-def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray,
-                     rule: str = CHECKSUM) -> dict[str, np.ndarray]:
-    """What a worker adds to a chunk for the ledger: the positions and sample ids it read, the rows' checksums
-    (by the ledger's `rule`, format.RULES), all rows of the chunk in one vectorized call."""
-    tokens = chunk.get("input_ids")
-    crcs = RULES[rule](tokens) if tokens is not None else np.zeros(len(samples), np.uint32)  # items: no checksum
+def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, np.ndarray]:
+    """What a worker adds to a chunk for the ledger: the positions and sample ids it read, and the rows' checksums
+    its read took on the rows as stored (`read_checksummed`: `ledger_crc`; a chunk of items has none: zeros)."""
+    crcs = chunk.pop("ledger_crc", None)
     return {"ledger_pos": np.asarray(positions, np.int64), "ledger_ids": np.asarray(samples, np.int64),
-            "ledger_crc": crcs}
+            "ledger_crc": np.zeros(len(samples), np.uint32) if crcs is None else crcs}
 
 
 def run_id(fingerprint: str, seed: int, folder: str | os.PathLike) -> str:
