@@ -43,10 +43,11 @@ from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
 path, ledger, BLOCK, BATCH, WORKERS, EVERY, PARTS = json.loads(sys.argv[1])
 spent, lock = collections.Counter(), threading.Lock()
 if PARTS:  # the breakdown run: each part's CPU time in the thread that runs it (not a timed run)
+    from llm.data.ledger import format as F
     from llm.data.ledger.writer import LedgerWriter
     from llm.data.shards.read import ledger as L, loader as LD, source as S
     def wrap(owner, name, label):
-        f = getattr(owner, name)
+        f = owner[name] if isinstance(owner, dict) else getattr(owner, name)
         def timed(*a, **k):
             t = time.thread_time_ns()
             try:
@@ -54,9 +55,13 @@ if PARTS:  # the breakdown run: each part's CPU time in the thread that runs it 
             finally:
                 with lock:
                     spent[label] += time.thread_time_ns() - t
-        setattr(owner, name, timed)
-    wrap(S, "chunk_identities", "checksums (reader threads)")
-    wrap(LD.StreamingDataLoader, "_ledger_chunk", "a chunk's ids and sources (per chunk)")
+        if isinstance(owner, dict):
+            owner[name] = timed
+        else:
+            setattr(owner, name, timed)
+    wrap(F.RULES, F.CHECKSUM, "checksums (reader threads)")
+    wrap(S, "chunk_identities", "a chunk's ids (reader threads)")
+    wrap(LD.StreamingDataLoader, "_ledger_chunk", "a chunk's sources and rows kept (loader, per chunk)")
     wrap(L.LoaderLedger, "_flush", "rows built (at commit)")
     wrap(LedgerWriter, "commit", "segment encoded and written (at commit)")
 ds = StreamingDataset(path, item_loader=TokensLoader(block_size=BLOCK), shuffle=True, seed=7)

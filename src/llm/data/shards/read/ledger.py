@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.ledger.format import PIECE, ROW
+from llm.data.ledger.format import PIECE, ROW, Columns, RunIndex, Runs
 from llm.data.ledger.writer import StageLedger
 from llm.data.skip_documents import SKIPPED
 
@@ -114,30 +114,34 @@ class LoaderLedger(StageLedger):
 
     def _write(self, steps: np.ndarray, sizes: np.ndarray, n: int, ids: np.ndarray, crcs: np.ndarray,
                source: np.ndarray, epoch: np.ndarray) -> None:
-        starts = np.cumsum(sizes) - sizes
-        rows = np.empty(n, ROW)
-        rows["step"] = np.repeat(steps.astype(np.uint64), sizes)
-        rows["row"] = np.arange(n) - np.repeat(starts, sizes)
-        rows["crc"] = crcs
-        rows["loss"] = np.nan
-        at = {step: (start, size) for step, start, size in zip(steps.tolist(), starts.tolist(), sizes.tolist())}
-        for step, losses in self._losses.items():  # only steps whose loss was set (checkpoint.ledger_loss)
-            start, size = at.get(step, (0, len(losses) + 1))
-            if len(losses) >= size:
-                rows["loss"][start:start + size] = losses[:size]
-        pieces = np.zeros(n, PIECE)
-        pieces["row_ref"] = np.arange(n)
-        pieces["source"], pieces["epoch"], pieces["item"] = source, epoch, ids
-        pieces["name"], pieces["end"] = -1, self.block
-        self.writer.record_many(rows, self._with_gone(steps, starts, sizes, pieces), owned=True)
+        # as columns (format.Columns): a batch's step and each row's place in it as runs, the constant columns as
+        # one value each; only the ids, checksums, sources and epochs are arrays (bench/ledger.py: the commit)
+        runs = Runs(steps.astype(np.uint64), sizes)
+        rows = Columns(ROW, n, {"step": runs, "row": RunIndex("step"), "crc": crcs, "loss": np.float32(np.nan)})
+        if self._losses or self._skipped:  # a step's place among the rows: only for the steps that need it
+            starts = np.cumsum(sizes) - sizes
+            at = {step: (start, size) for step, start, size in zip(steps.tolist(), starts.tolist(), sizes.tolist())}
+        if self._losses:  # only steps whose loss was set (checkpoint.ledger_loss)
+            loss = np.full(n, np.nan, np.float32)
+            for step, losses in self._losses.items():
+                start, size = at.get(step, (0, len(losses) + 1))
+                if len(losses) >= size:
+                    loss[start:start + size] = losses[:size]
+            rows["loss"] = loss
+        pieces = Columns(PIECE, n, {"row_ref": range(0, n), "source": source, "epoch": epoch, "name": -1,
+                                    "item": ids, "start": 0, "end": self.block})
+        self.writer.record_many(rows, self._with_gone(steps, sizes, pieces), owned=True)
         for step in self._skipped:
             if at.get(step, (0, 0))[1]:  # a batch left with no rows (skip_documents) has no step in the segment
                 self.writer.mark_skipped(step)
 
-    def _with_gone(self, steps: np.ndarray, starts: np.ndarray, sizes: np.ndarray, pieces: np.ndarray) -> np.ndarray:
+    def _with_gone(self, steps: np.ndarray, sizes: np.ndarray, pieces: Columns) -> Columns | np.ndarray:
         """The pieces plus one SKIPPED piece per block skipped by id, on its batch's first row (a batch left with no
         row: the next batch's, else the last row of this commit), so it is committed with the cursor past it."""
+        if not self._gone and not self._gone_carry:  # no block skipped by id: the columns as they are
+            return pieces
         extra, rows = [], int(sizes.sum())
+        starts = np.cumsum(sizes) - sizes
         for step, at, size in zip(steps.tolist(), starts.tolist(), sizes.tolist()):
             if step in self._gone:
                 self._gone_carry.append(self._gone.pop(step))
@@ -154,7 +158,7 @@ class LoaderLedger(StageLedger):
         gone = np.concatenate([g for _, g in extra])
         more["source"], more["epoch"], more["item"], more["name"] = gone[:, 0], gone[:, 1], gone[:, 2], -1
         more["start"] = more["end"] = SKIPPED
-        return np.concatenate([pieces, more])
+        return np.concatenate([pieces.materialize(), more])
 
     def commit(self) -> dict[str, Any]:
         if not self.opened:
