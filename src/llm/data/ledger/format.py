@@ -3,33 +3,36 @@
 A run's ledger is a folder:
 
 * `ledger.json`: `{version, run, checksum, sources}`, written once by the first run (rank 0); `checksum`
-  names the rule of the rows' checksums (version 1 headers have none: theirs was "xxh3-int64"). `run` is a
-  random id that every segment repeats, so a segment copied in from another run is named;
-  `sources` lists each source's name and fingerprint (and for token shards its path and
-  sample count, so `audit` knows what a complete epoch is).
+  names the rule of the rows' checksums (version 1 headers have none: theirs was "xxh3-int64"; version 2
+  wrote "wsum32", version 3 "wword64"). `run` is a random id that every segment repeats, so a segment copied
+  in from another run is named; `sources` lists each source's name and fingerprint (and for token shards its
+  path, sample count, so `audit` knows what a complete epoch is, and since version 3 `checksum_dtype`, the
+  dtype its shards store the ids in, which rule "wword64" checksums).
 * `r{rank:05d}-g{generation:04d}-{first_step:012d}-{last_step:012d}.seg`: the steps one rank
   trained between two checkpoints, written when the checkpoint is committed (see writer.py).
 
-A segment is `MAGIC`, a little-endian u32 header length, a JSON header (run, rank,
+A segment is `MAGIC2`, a little-endian u32 header length, a JSON header (run, rank,
 generation, steps, topology, the segment's `names` table, the `skipped` steps: read but not
-trained, `data.skip_batches`; `checksum`, the rule its rows' checksums follow), the zstd-compressed row and
-piece tables, and a trailer of the payload's length and xxh3-64 digest. A truncated or
-damaged segment fails its trailer check, so it is named, never half read.
+trained, `data.skip_batches`; `checksum`, the rule its rows' checksums follow; `columns`, how each
+column is stored: `encode_segment`), the zstd-compressed column data, and a trailer of the payload's
+length and xxh3-64 digest. A truncated or damaged segment fails its trailer check, so it is named, never
+half read. Segments of the first layout (`MAGIC`, every column whole: ledger versions 1 and 2) are still read.
 
 Rows are the samples of a batch, pieces the documents (or token blocks) a row holds:
 
 * `ROW`: `step`, `row` (position in this rank's batch), `crc` (a 32-bit checksum of the row's token ids,
-  by the rule the header names: `row_checksums`; version 1 ledgers used `row_checksums_v1`), `loss`
-  (NaN when not recorded).
+  by the rule the header names: `row_checksums`; versions 2 and 1 used `row_checksums_v2`, `row_checksums_v1`),
+  `loss` (NaN when not recorded).
 * `PIECE`: `row_ref` (index into the segment's rows), `source`, `epoch`, `name` (index into
   the segment's names table: a file or object; -1 for a shard sample), `item` (sample index
   for shards, record number for text), `start`, `end` (the token range of the document that
   the row holds; for a shard block, 0 and the block size).
 
-Why this shape: runs of consecutive ids and repeated columns (step, source, epoch) compress
-to almost nothing under zstd once `item` is delta-coded, so a sample costs its checksum plus
-a few bytes (bench/ measures it), and a segment is one atomic file, committed with the
-checkpoint exactly like the cursor.
+Why this shape: most columns are one value (source, epoch, name, start, end, the loss when none is
+recorded), a range (row_ref) or runs (a step and a row's place in it), stored as such; what is left,
+the checksums and the ids (as differences, in the narrowest integer type that holds them), goes to zstd.
+A sample costs its checksum plus a few bytes (bench/ledger.py measures it), and a segment is one atomic
+file, committed with the checkpoint exactly like the cursor.
 """
 
 from __future__ import annotations

@@ -137,6 +137,8 @@ class LedgerRows:
         return None
 
     def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(source, the source's epoch, its sample) of the samples a chunk read at these positions of `epoch`."""
+        """(source, the source's epoch, its sample) of the samples a chunk read at these positions of `epoch`; one
+        dataset's source and epoch are one value for every row: read-only views of it, not arrays of copies (the
+        ledger stores such a column as its one value)."""
         n = len(ids)
-        return np.zeros(n, np.int64), np.full(n, epoch, np.int64), np.asarray(ids, np.int64)
+        return np.broadcast_to(np.int64(0), (n,)), np.broadcast_to(np.int64(epoch), (n,)), np.asarray(ids, np.int64)

@@ -107,7 +107,7 @@ class LoaderLedger(StageLedger):
         steps = np.concatenate([c[0] + np.arange(len(c[1]), dtype=np.int64) for c in chunks])
         n = int(sizes.sum())
         if n:
-            self._write(steps, sizes, n, *(np.concatenate([np.asarray(c[k]) for c in chunks]) for k in range(2, 6)))
+            self._write(steps, sizes, n, *(_joined([c[k] for c in chunks]) for k in range(2, 6)))
         else:  # only batches left with no rows: their skipped blocks wait for the next row
             self._gone_carry += [self._gone.pop(s) for s in steps.tolist() if s in self._gone]
         self._losses, self._skipped = {}, []
@@ -167,6 +167,15 @@ class LoaderLedger(StageLedger):
             return self.pending or (self.writer.state() if self.writer.run else None)
         self._flush()
         return self.writer.commit()
+
+
+def _joined(parts: list[Any]) -> Any:
+    """The chunks' parts of one column joined; one value when every part is a view of one value (ledger_rows)."""
+    parts = [np.asarray(p) for p in parts]
+    held = [p for p in parts if len(p)]
+    if held and all(p.strides == (0,) for p in held) and len({p[0].item() for p in held}) == 1:
+        return held[0][0]
+    return np.concatenate(parts)
 
 
 def add_chunk_rows(ledger: LoaderLedger | None, dataset: Any, chunk: dict[str, Any], epoch: int, pads_last: bool,
