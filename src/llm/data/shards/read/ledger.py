@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,12 +21,23 @@ from llm.data.ledger.writer import StageLedger
 from llm.data.skip_documents import SKIPPED
 
 
-def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, np.ndarray]:
-    """What a worker adds to a chunk for the ledger: the positions and sample ids it read, and the rows' checksums
-    its read took on the rows as stored (`read_checksummed`: `ledger_crc`; a chunk of items has none: zeros)."""
+@dataclass(frozen=True)
+class ChunkIds:
+    """What a worker adds to a chunk for the ledger: the positions and sample ids it read and the rows' checksums.
+    One object, not three arrays in the chunk's dict: torch's `default_convert` turns every array there into a
+    tensor, which the loader would only turn back (bench/ledger.py counted that as the ledger's)."""
+
+    positions: np.ndarray
+    samples: np.ndarray
+    crcs: np.ndarray
+
+
+def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, ChunkIds]:
+    """The chunk's `ChunkIds` under "ledger": its checksums are those its read took on the rows as stored
+    (`read_checksummed`: `ledger_crc`, popped here; a chunk of items has none: zeros)."""
     crcs = chunk.pop("ledger_crc", None)
-    return {"ledger_pos": np.asarray(positions, np.int64), "ledger_ids": np.asarray(samples, np.int64),
-            "ledger_crc": np.zeros(len(samples), np.uint32) if crcs is None else crcs}
+    return {"ledger": ChunkIds(np.asarray(positions, np.int64), np.asarray(samples, np.int64),
+                               np.zeros(len(samples), np.uint32) if crcs is None else np.asarray(crcs))}
 
 
 def run_id(fingerprint: str, seed: int, folder: str | os.PathLike) -> str:
@@ -185,11 +197,11 @@ def add_chunk_rows(ledger: LoaderLedger | None, dataset: Any, chunk: dict[str, A
 
     `pads_last`: the chunk's last batch is this rank's padding row (an epoch's short last global batch of fewer
     samples than ranks repeats an early sample to keep the ranks in step); its step is recorded without it, so it
-    is not counted as a second training. Pops the ledger keys from `chunk` either way."""
-    pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
-    if ids is None or ledger is None:
+    is not counted as a second training. Pops the chunk's `ledger` (`ChunkIds`) either way."""
+    held = chunk.pop("ledger", None)
+    if held is None or ledger is None:
         return None
-    pos, ids, crcs, sizes = np.asarray(pos), np.asarray(ids), np.asarray(crcs), np.asarray(chunk["sizes"], np.int64)
+    pos, ids, crcs, sizes = held.positions, held.samples, held.crcs, np.asarray(chunk["sizes"], np.int64)
     if pads_last:
         keep = int(sizes[:-1].sum())
         pos, ids, crcs, sizes = pos[:keep], ids[:keep], crcs[:keep], np.r_[sizes[:-1], 0]
