@@ -256,3 +256,20 @@ def test_commits_in_the_middle_of_a_chunk_keep_every_row_once(dataset: Path, tmp
     loader.state_dict()
     code, out = audit_cli(ledger, capsys)
     assert code == 0 and "audit: OK" in out and f"{rows} rows read" in out.replace(",", ""), out
+
+
+def test_worker_processes_send_the_checksums_they_took_as_they_read(dataset: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    ledger = tmp_path / "ledger"
+    ds = StreamingDataset(dataset, item_loader=TokensLoader(block_size=64), shuffle=True, seed=3)
+    loader = StreamingDataLoader(ds, batch_size=4, num_workers=2, worker_backend="processes", ledger=ledger)
+    for k, _ in enumerate(loader):  # the chunk's ids and checksums cross the worker pipe as one object
+        if k == 40:
+            break
+    loader.state_dict()
+    read = read_ledger(ledger)
+    assert len(read.rows) == 41 * 4
+    stored = ds.read_blocks(read.pieces["item"].astype(np.int64))["input_ids"]
+    assert np.array_equal(read.rows["crc"], row_checksums(stored, read.sources[0]["checksum_dtype"]))
+    code, out = audit_cli(ledger, capsys)
+    assert code == 0 and "audit: OK" in out, out
