@@ -98,7 +98,7 @@ def _narrowest(values: np.ndarray) -> tuple[Any, np.ndarray | None]:
     for t in _NARROW:
         info = np.iinfo(t)
         if info.min <= lo and hi <= info.max:
-            return t, values.astype(t)
+            return t, values.astype(t, copy=False)  # already that type (a checksum column): no copy
     raise AssertionError("unreachable: every integer fits int64 or uint64")
 
 
