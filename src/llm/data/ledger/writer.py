@@ -283,8 +283,9 @@ class LedgerWriter:
         if first <= self._last_step:
             raise ValueError(f"ledger step {first} recorded after step {self._last_step}; steps only go forward")
         if isinstance(pieces, Columns) and owned:  # the loader's columns: kept as they are (encode_segment)
-            ref = pieces.columns["row_ref"]
-            pieces["row_ref"] = range(ref.start + self._n_rows, ref.start + self._n_rows + len(pieces)) if isinstance(ref, range) else ref + self._n_rows
+            ref, shift = pieces.columns["row_ref"], self._n_rows
+            pieces["row_ref"] = range(ref.start + shift, ref.start + shift + len(pieces)) if isinstance(ref, range) \
+                else np.asarray(ref) + shift
         else:
             pieces = as_table(pieces, PIECE) if owned else as_table(pieces, PIECE).copy()
             pieces["row_ref"] += self._n_rows
