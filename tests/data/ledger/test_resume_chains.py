@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import socket
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def run_node(config: dict, state: dict | None, steps: int | None) -> tuple[int, 
     rows = done = 0
     while steps is None or done < steps:
         got = [next(it, None) for it in iters]
+        if done == 0 and config.get("sync"):  # every rank's ledger is open (at its first batch): now the nodes wait for each other
+            _meet(Path(config["sync"]), config["node"], config["nodes"])
         if got[0] is None:
             break
         rows += sum(len(b) for b in got if b is not None)
@@ -67,10 +70,24 @@ def run_node(config: dict, state: dict | None, steps: int | None) -> tuple[int, 
     return rows, [loader.state_dict() for loader in loaders][0]  # every rank commits at the checkpoint
 
 
+def _meet(folder: Path, node: int, nodes: int, timeout: float = 60.0) -> None:
+    """A barrier of the nodes of one link, as a launcher's rendezvous is: a resume's ranks all open the ledger (and
+    take its next generation) before any of them commits, or a late node would take the generation after it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"node{node}").touch()
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob("node*"))) < nodes:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{folder}: only {len(list(folder.glob('node*')))} of {nodes} nodes met")
+        time.sleep(0.01)
+
+
 def nodes_step(pool: ProcessPoolExecutor, config: dict, nodes: int, state: dict | None, steps: int | None
                ) -> tuple[int, dict]:
     """`nodes` node processes at once, one link of the chain; node 0's rank 0 state is the checkpoint."""
-    futures = [pool.submit(run_node, {**config, "node": n, "nodes": nodes}, state, steps) for n in range(nodes)]
+    sync = Path(config["ledger"]).parent / f"meet-{len(list(Path(config['ledger']).parent.glob('meet-*')))}"
+    futures = [pool.submit(run_node, {**config, "node": n, "nodes": nodes, "sync": str(sync)}, state, steps)
+               for n in range(nodes)]
     results = [f.result() for f in futures]
     return sum(r for r, _ in results), results[0][1]
 

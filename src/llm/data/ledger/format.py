@@ -3,39 +3,43 @@
 A run's ledger is a folder:
 
 * `ledger.json`: `{version, run, checksum, sources}`, written once by the first run (rank 0); `checksum`
-  names the rule of the rows' checksums (version 1 headers have none: theirs was "xxh3-int64"). `run` is a
-  random id that every segment repeats, so a segment copied in from another run is named;
-  `sources` lists each source's name and fingerprint (and for token shards its path and
-  sample count, so `audit` knows what a complete epoch is).
+  names the rule of the rows' checksums (version 1 headers have none: theirs was "xxh3-int64"; version 2
+  wrote "wsum32", version 3 "wword64"). `run` is a random id that every segment repeats, so a segment copied
+  in from another run is named; `sources` lists each source's name and fingerprint (and for token shards its
+  path, sample count, so `audit` knows what a complete epoch is, and since version 3 `checksum_dtype`, the
+  dtype its shards store the ids in, which rule "wword64" checksums).
 * `r{rank:05d}-g{generation:04d}-{first_step:012d}-{last_step:012d}.seg`: the steps one rank
   trained between two checkpoints, written when the checkpoint is committed (see writer.py).
 
-A segment is `MAGIC`, a little-endian u32 header length, a JSON header (run, rank,
+A segment is `MAGIC2`, a little-endian u32 header length, a JSON header (run, rank,
 generation, steps, topology, the segment's `names` table, the `skipped` steps: read but not
-trained, `data.skip_batches`; `checksum`, the rule its rows' checksums follow), the zstd-compressed row and
-piece tables, and a trailer of the payload's length and xxh3-64 digest. A truncated or
-damaged segment fails its trailer check, so it is named, never half read.
+trained, `data.skip_batches`; `checksum`, the rule its rows' checksums follow; `columns`, how each
+column is stored: `encode_segment`), the zstd-compressed column data, and a trailer of the payload's
+length and xxh3-64 digest. A truncated or damaged segment fails its trailer check, so it is named, never
+half read. Segments of the first layout (`MAGIC`, every column whole: ledger versions 1 and 2) are still read.
 
 Rows are the samples of a batch, pieces the documents (or token blocks) a row holds:
 
 * `ROW`: `step`, `row` (position in this rank's batch), `crc` (a 32-bit checksum of the row's token ids,
-  by the rule the header names: `row_checksums`; version 1 ledgers used `row_checksums_v1`), `loss`
-  (NaN when not recorded).
+  by the rule the header names: `row_checksums`; versions 2 and 1 used `row_checksums_v2`, `row_checksums_v1`),
+  `loss` (NaN when not recorded).
 * `PIECE`: `row_ref` (index into the segment's rows), `source`, `epoch`, `name` (index into
   the segment's names table: a file or object; -1 for a shard sample), `item` (sample index
   for shards, record number for text), `start`, `end` (the token range of the document that
   the row holds; for a shard block, 0 and the block size).
 
-Why this shape: runs of consecutive ids and repeated columns (step, source, epoch) compress
-to almost nothing under zstd once `item` is delta-coded, so a sample costs its checksum plus
-a few bytes (bench/ measures it), and a segment is one atomic file, committed with the
-checkpoint exactly like the cursor.
+Why this shape: most columns are one value (source, epoch, name, start, end, the loss when none is
+recorded), a range (row_ref) or runs (a step and a row's place in it), stored as such; what is left,
+the checksums and the ids (as differences, in the narrowest integer type that holds them), goes to zstd.
+A sample costs its checksum plus a few bytes (bench/ledger.py measures it), and a segment is one atomic
+file, committed with the checkpoint exactly like the cursor.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +49,28 @@ import numpy as np
 import xxhash
 import zstandard
 
-VERSION = 2  # 2: rows' checksums by `row_checksums` (named in the header's "checksum"); 1: `row_checksums_v1`
-READS = (1, 2)
-MAGIC = b"LLMLEDG1"
+from llm.data.ledger.checksums import (  # noqa: F401  (re-exported: the ledger's names live here)
+    BY_DTYPE,
+    CHECKSUM,
+    RULES,
+    row_checksums,
+    row_checksums_v1,
+    row_checksums_v2,
+)
+from llm.data.ledger.columns import (  # noqa: F401
+    Columns,
+    RunIndex,
+    Runs,
+    _decode_column,
+    _encode_column,
+    _undelta,
+    as_table,
+)
+
+VERSION = 3  # 3: `row_checksums` over the ids as stored; 2: `row_checksums_v2`; 1: `row_checksums_v1`
+READS = (1, 2, 3)
+MAGIC = b"LLMLEDG1"  # the first segment layout (ledger versions 1 and 2): read, no longer written
+MAGIC2 = b"LLMLEDG2"  # columns stored by codec (encode_segment), since ledger version 3
 HEADER_NAME = "ledger.json"
 SEGMENT_SUFFIX = ".seg"
 
@@ -91,36 +114,45 @@ class Segment:
         return list(self.header.get("names", []))
 
 
-def _delta(items: np.ndarray) -> np.ndarray:
-    out = np.empty(len(items), np.uint64)
-    out[:1] = items[:1]
-    np.subtract(items[1:], items[:-1], out=out[1:])  # wraps modulo 2**64 and back: exact for any order
-    return out
+_LOCAL = threading.local()
 
 
-def _undelta(deltas: np.ndarray) -> np.ndarray:
-    return np.cumsum(deltas, dtype=np.uint64)
+def _compressor() -> zstandard.ZstdCompressor:
+    """This thread's zstd compressor (level 1: the loader's commit is on the training path), made once: a new one
+    costs more than compressing a commit's columns."""
+    c = getattr(_LOCAL, "zstd", None)
+    if c is None:
+        c = _LOCAL.zstd = zstandard.ZstdCompressor(level=1)
+    return c
 
 
-def encode_segment(header: dict[str, Any], rows: np.ndarray, pieces: np.ndarray) -> bytes:
-    """The bytes of one segment file (header, compressed tables, trailer)."""
-    rows, pieces = np.asarray(rows, ROW), np.asarray(pieces, PIECE)
-    # column-major: each column's runs sit together, which is what makes them compress; fed to zstd one
-    # column at a time (no joined copy), the frame still records its size for decode_segment
-    columns = [rows[f] for f in ROW.names] + [_delta(pieces[f]) if f == "item" else pieces[f] for f in PIECE.names]
-    size = len(rows) * ROW.itemsize + len(pieces) * PIECE.itemsize
-    # level 1: the loader's commit is on the training path; level 3 saved half a byte a sample for 1.5x the time
-    stream = zstandard.ZstdCompressor(level=1).compressobj(size=size)
-    body = [stream.compress(np.ascontiguousarray(c).data) for c in columns] + [stream.flush()]
-    head = json.dumps({**header, "rows": len(rows), "pieces": len(pieces)}, sort_keys=True).encode()
+def encode_segment(header: dict[str, Any], rows: Any, pieces: Any) -> bytes:
+    """The bytes of one segment file (header, compressed columns, trailer); `rows` and `pieces` are structured
+    arrays (ROW, PIECE) or `Columns`.
+
+    Each column is stored the cheapest way its values allow, named in the header's `columns`: one value for all
+    rows (a shard's name, start, end, the loss column when none was set), a range or runs (a piece's row, a row's
+    step and its position in the batch), else its values (differences from the previous row for steps and ids)
+    in the narrowest integer type that holds them. Only those reach zstd (level 1): the checksums and the ids,
+    about 8 bytes a sample; zstd spent most of a commit on the other 42 bytes of regular columns."""
+    blobs: list[Any] = []
+    specs = {}
+    for key, table, dtype in (("rows", rows, ROW), ("pieces", pieces, PIECE)):
+        cols = table.columns if isinstance(table, Columns) else {f: np.asarray(table)[f] for f in dtype.names}
+        specs[key] = [_encode_column(f, cols[f], dtype[f], blobs) for f in dtype.names]
+    size = sum(b.nbytes for b in blobs)
+    stream = _compressor().compressobj(size=size)
+    body = [stream.compress(np.ascontiguousarray(b).data) for b in blobs] + [stream.flush()]
+    head = json.dumps({**header, "rows": len(rows), "pieces": len(pieces), "columns": specs}, sort_keys=True).encode()
     payload = b"".join([struct.pack("<I", len(head)), head, *body])
-    return MAGIC + payload + _TRAILER.pack(len(payload), xxhash.xxh3_64_intdigest(payload))
+    return MAGIC2 + payload + _TRAILER.pack(len(payload), xxhash.xxh3_64_intdigest(payload))
 
 
 def decode_segment(data: bytes, where: str) -> Segment:
     """A segment from its bytes, or a LedgerError naming `where` (truncated, damaged, not a segment)."""
-    if not data.startswith(MAGIC):
-        raise LedgerError(f"{where} is not a ledger segment (it does not start with {MAGIC!r}); remove it from the ledger folder")
+    if not data.startswith((MAGIC, MAGIC2)):
+        raise LedgerError(f"{where} is not a ledger segment (it does not start with {MAGIC2!r} or {MAGIC!r}); remove it "
+                          "from the ledger folder")
     if len(data) < len(MAGIC) + _TRAILER.size + 4:
         raise LedgerError(f"{where} is truncated ({len(data)} bytes); it was cut while written, so its steps are not counted")
     payload = data[len(MAGIC):-_TRAILER.size]
@@ -133,13 +165,23 @@ def decode_segment(data: bytes, where: str) -> Segment:
     raw = zstandard.ZstdDecompressor().decompress(payload[4 + head_len:])  # the frame records its size
     n_rows, n_pieces = int(header["rows"]), int(header["pieces"])
     rows, pieces = np.empty(n_rows, ROW), np.empty(n_pieces, PIECE)
-    at = 0
-    for table, n in ((rows, n_rows), (pieces, n_pieces)):
-        for f in table.dtype.names:
-            size = table.dtype[f].itemsize * n
-            table[f] = np.frombuffer(raw, dtype=table.dtype[f], count=n, offset=at)
-            at += size
-    pieces["item"] = _undelta(pieces["item"])
+    if data.startswith(MAGIC):  # the first segment layout: every column whole, ids as differences
+        at = 0
+        for table, n in ((rows, n_rows), (pieces, n_pieces)):
+            for f in table.dtype.names:
+                size = table.dtype[f].itemsize * n
+                table[f] = np.frombuffer(raw, dtype=table.dtype[f], count=n, offset=at)
+                at += size
+        pieces["item"] = _undelta(pieces["item"])
+        return Segment(header, rows, pieces)
+    at, view = 0, memoryview(raw)
+    try:
+        for key, table, n in (("rows", rows, n_rows), ("pieces", pieces, n_pieces)):
+            for f, spec in zip(table.dtype.names, header["columns"][key], strict=True):
+                table[f], at = _decode_column(spec, n, table.dtype[f], view, at, table)
+    except (KeyError, TypeError, ValueError) as e:  # a header that passed its digest but that this llm cannot follow
+        raise LedgerError(f"{where} has columns this llm cannot decode ({type(e).__name__}: {e}); read it with the llm "
+                          "release that wrote it") from None
     return Segment(header, rows, pieces)
 
 
@@ -167,70 +209,6 @@ def read_header(folder: Path) -> dict[str, Any] | None:
     return header
 
 
-CHECKSUM = "wsum32"  # the rule new ledgers record (header "checksum"); version 1 ledgers: "xxh3-int64"
-_WEIGHTS = np.zeros(0, np.uint32)
-
-
-def _weights(length: int) -> np.ndarray:
-    """w_i = fmix32(i + 1) | 1 (MurmurHash3's 32-bit finalizer) for i < length, grown once and shared."""
-    global _WEIGHTS
-    w = _WEIGHTS  # one read: another thread may swap in a longer table meanwhile, never a shorter one
-    if len(w) < length:
-        x = np.arange(1, max(length, 2 * len(w)) + 1, dtype=np.uint64).astype(np.uint32)
-        x ^= x >> np.uint32(16)
-        x *= np.uint32(0x85EBCA6B)
-        x ^= x >> np.uint32(13)
-        x *= np.uint32(0xC2B2AE35)
-        x ^= x >> np.uint32(16)
-        _WEIGHTS = w = x | np.uint32(1)
-    return w[:length]
-
-
-def row_checksums(tokens: Any) -> np.ndarray:
-    """The 32-bit checksum of each row's token ids (rule "wsum32", ledger version 2):
-    sum over the row of id_i * w_i modulo 2**32, ids taken modulo 2**32 (their values, whatever dtype
-    holds them: a uint16 shard, a mixture's wider rows and a text row's int64 agree), w_i = fmix32(i + 1) | 1.
-
-    Odd weights make any single changed token change the checksum (always, not just likely); distinct
-    pseudo-random weights make a swap or a shifted run change it too. It is not a keyed hash: it finds
-    data that changed, not data forged to match. Why not xxh3 per row (version 1): one Python call per
-    row plus a widening copy cost more than the loader's own copy of the row; this is one matrix-vector
-    product over 64-bit rows, or three vectorized passes over narrower rows in cache-sized blocks, with no
-    per-row Python (bench/ledger.py has the numbers).
-    """
-    rows = np.asarray(tokens)
-    if rows.ndim != 2:
-        rows = rows.reshape(len(rows), -1) if rows.size else rows.reshape(len(rows), 0)
-    n, length = rows.shape
-    out = np.empty(n, np.uint32)
-    if n == 0:
-        return out
-    w = _weights(length)
-    if rows.dtype.kind in "iu" and rows.dtype.itemsize == 8 and rows.dtype.isnative:
-        # 64-bit ids (what the loader hands over): one pass, no copy; unsigned wrap-around modulo 2**64 keeps
-        # the low 32 bits exact, and a negative id's two's complement is its value modulo 2**32
-        return (np.ascontiguousarray(rows).view(np.uint64) @ w.astype(np.uint64)).astype(np.uint32)
-    block = max(1, (1 << 16) // max(length, 1))  # 256 KB of uint32: the three passes stay in cache
-    buf = np.empty((min(block, n), length), np.uint32)
-    for lo in range(0, n, block):
-        part = rows[lo:lo + block]
-        b = buf[:len(part)]
-        np.copyto(b, part, casting="unsafe")  # values modulo 2**32 (a negative int64 wraps, as documented)
-        np.multiply(b, w, out=b)
-        np.add.reduce(b, axis=1, out=out[lo:lo + len(part)])
-    return out
-
-
-def row_checksums_v1(tokens: Any) -> np.ndarray:
-    """Rule "xxh3-int64" (ledger version 1): the low half of xxh3-64 over each row's ids as little-endian int64.
-    Kept so that a version 1 ledger is still audited."""
-    rows = np.ascontiguousarray(np.asarray(tokens), dtype="<i8").reshape(len(tokens), -1)
-    digest = xxhash.xxh3_64_intdigest
-    return np.fromiter((digest(r) & 0xFFFFFFFF for r in rows), dtype=np.uint32, count=len(rows))
-
-
-RULES: dict[str, Callable[[Any], np.ndarray]] = {CHECKSUM: row_checksums, "xxh3-int64": row_checksums_v1}
-
 
 def checksum_name(header: dict[str, Any] | None) -> str:
     """The checksum rule a ledger header names (version 1 headers name none: theirs was "xxh3-int64")."""
@@ -239,7 +217,7 @@ def checksum_name(header: dict[str, Any] | None) -> str:
     return "xxh3-int64" if header.get("version") == 1 else str(header.get("checksum"))
 
 
-def checksum_rule(header: dict[str, Any] | None, where: str = "the ledger header") -> Callable[[Any], np.ndarray]:
+def checksum_rule(header: dict[str, Any] | None, where: str = "the ledger header") -> Callable[..., np.ndarray]:
     """The function that computes the rows' checksums the way the ledger with this header recorded them."""
     name = checksum_name(header)
     if name not in RULES:

@@ -36,7 +36,10 @@ from llm.data.ledger.format import (
     ROW,
     RULES,
     VERSION,
+    Columns,
     LedgerError,
+    Runs,
+    as_table,
     checksum_name,
     encode_segment,
     parse_segment_name,
@@ -276,13 +279,19 @@ class LedgerWriter:
         step; none with `owned=True` (tables built for this call alone, kept as they are)."""
         if not len(rows):
             return
-        first, last = int(rows["step"][0]), int(rows["step"][-1])
+        first, last = _step_bounds(rows)
         if first <= self._last_step:
             raise ValueError(f"ledger step {first} recorded after step {self._last_step}; steps only go forward")
-        pieces = np.asarray(pieces, PIECE) if owned else np.asarray(pieces, PIECE).copy()
-        pieces["row_ref"] += self._n_rows
+        if isinstance(pieces, Columns) and owned:  # the loader's columns: kept as they are (encode_segment)
+            ref, shift = pieces.columns["row_ref"], self._n_rows
+            pieces["row_ref"] = range(ref.start + shift, ref.start + shift + len(pieces)) if isinstance(ref, range) \
+                else np.asarray(ref) + shift
+        else:
+            pieces = as_table(pieces, PIECE) if owned else as_table(pieces, PIECE).copy()
+            pieces["row_ref"] += self._n_rows
         self._n_rows += len(rows)
-        self._rows.append(np.asarray(rows, ROW) if owned else np.asarray(rows, ROW).copy())
+        self._rows.append(rows if isinstance(rows, Columns) and owned else
+                          np.asarray(rows, ROW) if owned else as_table(rows, ROW).copy())
         self._pieces.append(pieces)
         self._first_step = first if self._first_step is None else self._first_step
         self._last_step = last
@@ -290,7 +299,7 @@ class LedgerWriter:
     def set_loss(self, step: int, losses: np.ndarray) -> None:
         """Per-row losses of a step recorded since the last commit (`checkpoint.ledger_loss`)."""
         for rows in reversed(self._rows):
-            if len(rows) and int(rows["step"][0]) == step:
+            if len(rows) and _step_bounds(rows)[0] == step:
                 rows["loss"] = np.asarray(losses, np.float32).reshape(-1)[: len(rows)]
                 return
 
@@ -325,8 +334,8 @@ class LedgerWriter:
                       "topology": self.topology, "names": names, "in_flight": in_flight or [],
                       "skipped": self._skipped, "checksum": self.checksum}
             one = len(self._rows) == 1  # the loader's one table a commit: no copy to join it
-            data = encode_segment(header, self._rows[0] if one else np.concatenate(self._rows),
-                                  self._pieces[0] if one else np.concatenate(self._pieces))
+            data = encode_segment(header, self._rows[0] if one else np.concatenate([as_table(t, ROW) for t in self._rows]),
+                                  self._pieces[0] if one else np.concatenate([as_table(t, PIECE) for t in self._pieces]))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
             atomic_write(path, data)
             self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
@@ -336,6 +345,16 @@ class LedgerWriter:
 
     def state(self) -> dict[str, Any]:
         return {"run": self.run, "generation": self.generation, "step": self.committed_step}
+
+
+def _step_bounds(rows: Any) -> tuple[int, int]:
+    """The first and last step of a table's rows (a Columns' runs are read, not expanded)."""
+    steps = rows.columns["step"] if isinstance(rows, Columns) else None
+    if isinstance(steps, Runs):
+        held = steps.values[steps.lengths > 0]
+        return int(held[0]), int(held[-1])
+    steps = rows["step"]
+    return int(steps[0]), int(steps[-1])
 
 
 class StageLedger:

@@ -95,6 +95,26 @@ class MixReads:
             self.datasets[s].fill_blocks(ids[at] - self.offsets[s], out, at)
         return out
 
+    def read_checksummed(self, sample_ids: np.ndarray, rule: Any) -> dict[str, np.ndarray]:
+        """`read_blocks` plus each row's ledger checksum, taken by each source on its rows as it stores them (its own
+        `checksum_dtype`, which the ledger header names per source), before they are widened into the batch."""
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        src = self.sources_of(ids)
+        sources = distinct(src)
+        if len(sources) == 1 and not self.item_loader.document_boundaries:  # one source's chunk: its rows as read
+            return self.datasets[sources[0]].read_checksummed(ids - self.offsets[sources[0]], rule)
+        out = {"input_ids": np.empty((len(ids), self.block_size), dtype=self.token_dtype)}
+        if self.item_loader.document_boundaries:
+            out["position_ids"] = np.empty_like(out["input_ids"])
+        crcs = np.empty(len(ids), np.uint32)
+        for s in sources:
+            at = np.flatnonzero(src == s)  # the stored rows, widened as they are copied into the batch's
+            part = self.datasets[s].read_checksummed(ids[at] - self.offsets[s], rule, widen=False)
+            crcs[at] = part.pop("ledger_crc")
+            for key, rows in part.items():
+                out[key][at] = rows
+        return {**out, "ledger_crc": crcs}
+
     def reads_per_sample(self) -> bool:
         # items come from several readers: gathered sample by sample through each source's own path
         return self.manifest.kind == "items" or any(d.reads_per_sample() for d in self.datasets)

@@ -12,6 +12,7 @@ overriding a declared method, and the loader calls methods rather than probing f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -83,27 +84,73 @@ class MixtureHooks:
         return self.identity()
 
 
+_SAME: dict[int, np.ndarray] = {}
+
+
+def _same(value: int) -> np.ndarray:
+    """A read-only view of `value` repeated (2**40 times, in 8 bytes of memory): sliced per chunk, for the price of a
+    slice, where a fresh broadcast view costs ten times that."""
+    view = _SAME.get(value)
+    if view is None:
+        view = _SAME[value] = np.broadcast_to(np.int64(value), (1 << 40,))
+    return view
+
+
 class LedgerRows:
     """What the run ledger records of each row: one source, the loader's epoch, the sample id."""
 
     input_dir: Any
     block_size: int | None
     drop_partial_block: bool
+    token_dtype: Any
+    pad_id: int
+    item_loader: Any
 
     def identity(self) -> dict[str, Any]:
         raise NotImplementedError  # SampleSource's
 
     def ledger_sources(self) -> list[dict[str, Any]]:
-        """What the ledger header says of each source: enough for `audit` to rebuild it and know its size."""
+        """What the ledger header says of each source: enough for `audit` to rebuild it and know its size, and the
+        dtype its rows' checksums are taken in (ledger/format.py `row_checksums`)."""
         name = folder_name(self.input_dir)
+        dtype = self.checksum_dtype()
         return [{"name": name, "path": str(self.input_dir), "block_size": self.block_size,
-                 "drop_partial_block": self.drop_partial_block, **self.identity()}]
+                 "drop_partial_block": self.drop_partial_block, **self.identity(),
+                 **({"checksum_dtype": dtype.name} if dtype is not None else {})}]
+
+    def checksum_dtype(self) -> np.dtype | None:
+        """The dtype the ledger checksums this source's rows in: the widest dtype its shards store (None: items)."""
+        manifest = getattr(self, "manifest", None)
+        if manifest is None or manifest.kind != "tokens":
+            return None
+        return max((np.dtype(d or manifest.dtype) for d in manifest.distinct("dtype")),
+                   key=lambda d: d.itemsize, default=np.dtype(manifest.dtype))
+
+    def read_checksummed(self, sample_ids: np.ndarray, rule: Callable[..., np.ndarray],
+                         widen: bool = True) -> dict[str, np.ndarray]:
+        """`read_blocks` plus `ledger_crc`, each row's checksum by `rule` taken on the rows as stored, before they
+        are widened to the loader's dtype (one copy, which a read into wider rows makes anyway; `widen=False`: left
+        as stored, for a caller that copies them into its own rows)."""
+        stored, wanted = self.checksum_dtype(), np.dtype(self.token_dtype)
+        fits = stored is not None and np.can_cast(np.min_scalar_type(self.pad_id), stored)
+        if not fits or stored == wanted:  # a pad id the stored dtype cannot hold: the rows as the loader has them
+            out = self.read_blocks(sample_ids)
+            return {**out, "ledger_crc": rule(out["input_ids"], stored)}
+        n = len(sample_ids)
+        out = {"input_ids": np.empty((n, self.block_size), dtype=stored)}
+        if self.item_loader.document_boundaries:
+            out["position_ids"] = np.empty((n, self.block_size), dtype=np.int64)
+        self.fill_blocks(sample_ids, out, np.arange(n))
+        crcs = rule(out["input_ids"], stored)
+        return {**out, "input_ids": out["input_ids"].astype(wanted) if widen else out["input_ids"], "ledger_crc": crcs}
 
     def ledger_mixture(self) -> dict[str, Any] | None:
         """A mixture's weights and schedule for the ledger (None: one dataset, nothing mixed)."""
         return None
 
     def ledger_rows(self, epoch: int, positions: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(source, the source's epoch, its sample) of the samples a chunk read at these positions of `epoch`."""
+        """(source, the source's epoch, its sample) of the samples a chunk read at these positions of `epoch`; one
+        dataset's source and epoch are one value for every row: read-only views of it, not arrays of copies (the
+        ledger stores such a column as its one value)."""
         n = len(ids)
-        return np.zeros(n, np.int64), np.full(n, epoch, np.int64), np.asarray(ids, np.int64)
+        return _same(0)[:n], _same(epoch)[:n], np.asarray(ids, np.int64)

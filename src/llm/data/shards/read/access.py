@@ -142,10 +142,14 @@ class SampleAccess:
         """Single samples, as `ds[i]` gives them, but read a chunk at a time (a plain DataLoader's path)."""
         yield from self.sample_list(samples)
 
-    def _chunk(self, samples: np.ndarray, sizes: np.ndarray, collate: Callable | None) -> dict[str, Any]:
-        """Several consecutive batches at once: one hand-off from a worker instead of one per batch."""
+    def _chunk(self, samples: np.ndarray, sizes: np.ndarray, collate: Callable | None,
+               checksum: Callable[..., np.ndarray] | None = None) -> dict[str, Any]:
+        """Several consecutive batches at once: one hand-off from a worker instead of one per batch. `checksum`: the
+        ledger's rule; token rows then carry `ledger_crc`, taken as they are read (read/ledger.py)."""
         if self.manifest.kind == "tokens" and not self.reads_per_sample():
             with span("read", samples=len(samples)):
+                if checksum is not None:
+                    return {"sizes": sizes, **self.read_checksummed(samples, checksum)}
                 return {"sizes": sizes, **self.read_blocks(samples)}
         if not self.reads_per_sample() and current() is None:
             # items: decoded together, batches packed for the hand-off (profiled chunks take the

@@ -11,23 +11,33 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from llm.data.ledger.format import CHECKSUM, PIECE, ROW, RULES
+from llm.data.ledger.format import PIECE, ROW, Columns, RunIndex, Runs
 from llm.data.ledger.writer import StageLedger
 from llm.data.skip_documents import SKIPPED
 
 
-def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray,
-                     rule: str = CHECKSUM) -> dict[str, np.ndarray]:
-    """What a worker adds to a chunk for the ledger: the positions and sample ids it read, the rows' checksums
-    (by the ledger's `rule`, format.RULES), all rows of the chunk in one vectorized call."""
-    tokens = chunk.get("input_ids")
-    crcs = RULES[rule](tokens) if tokens is not None else np.zeros(len(samples), np.uint32)  # items: no checksum
-    return {"ledger_pos": np.asarray(positions, np.int64), "ledger_ids": np.asarray(samples, np.int64),
-            "ledger_crc": crcs}
+@dataclass(frozen=True)
+class ChunkIds:
+    """What a worker adds to a chunk for the ledger: the positions and sample ids it read and the rows' checksums.
+    One object, not three arrays in the chunk's dict: torch's `default_convert` turns every array there into a
+    tensor, which the loader would only turn back (bench/ledger.py counted that as the ledger's)."""
+
+    positions: np.ndarray
+    samples: np.ndarray
+    crcs: np.ndarray
+
+
+def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, ChunkIds]:
+    """The chunk's `ChunkIds` under "ledger": its checksums are those its read took on the rows as stored
+    (`read_checksummed`: `ledger_crc`, popped here; a chunk of items has none: zeros)."""
+    crcs = chunk.pop("ledger_crc", None)
+    return {"ledger": ChunkIds(np.asarray(positions, np.int64), np.asarray(samples, np.int64),
+                               np.zeros(len(samples), np.uint32) if crcs is None else np.asarray(crcs))}
 
 
 def run_id(fingerprint: str, seed: int, folder: str | os.PathLike) -> str:
@@ -109,37 +119,41 @@ class LoaderLedger(StageLedger):
         steps = np.concatenate([c[0] + np.arange(len(c[1]), dtype=np.int64) for c in chunks])
         n = int(sizes.sum())
         if n:
-            self._write(steps, sizes, n, *(np.concatenate([np.asarray(c[k]) for c in chunks]) for k in range(2, 6)))
+            self._write(steps, sizes, n, *(_joined([c[k] for c in chunks]) for k in range(2, 6)))
         else:  # only batches left with no rows: their skipped blocks wait for the next row
             self._gone_carry += [self._gone.pop(s) for s in steps.tolist() if s in self._gone]
         self._losses, self._skipped = {}, []
 
     def _write(self, steps: np.ndarray, sizes: np.ndarray, n: int, ids: np.ndarray, crcs: np.ndarray,
                source: np.ndarray, epoch: np.ndarray) -> None:
-        starts = np.cumsum(sizes) - sizes
-        rows = np.empty(n, ROW)
-        rows["step"] = np.repeat(steps.astype(np.uint64), sizes)
-        rows["row"] = np.arange(n) - np.repeat(starts, sizes)
-        rows["crc"] = crcs
-        rows["loss"] = np.nan
-        at = {step: (start, size) for step, start, size in zip(steps.tolist(), starts.tolist(), sizes.tolist())}
-        for step, losses in self._losses.items():  # only steps whose loss was set (checkpoint.ledger_loss)
-            start, size = at.get(step, (0, len(losses) + 1))
-            if len(losses) >= size:
-                rows["loss"][start:start + size] = losses[:size]
-        pieces = np.zeros(n, PIECE)
-        pieces["row_ref"] = np.arange(n)
-        pieces["source"], pieces["epoch"], pieces["item"] = source, epoch, ids
-        pieces["name"], pieces["end"] = -1, self.block
-        self.writer.record_many(rows, self._with_gone(steps, starts, sizes, pieces), owned=True)
+        # as columns (format.Columns): a batch's step and each row's place in it as runs, the constant columns as
+        # one value each; only the ids, checksums, sources and epochs are arrays (bench/ledger.py: the commit)
+        runs = Runs(steps.astype(np.uint64), sizes)
+        rows = Columns(ROW, n, {"step": runs, "row": RunIndex("step"), "crc": crcs, "loss": np.float32(np.nan)})
+        if self._losses or self._skipped:  # a step's place among the rows: only for the steps that need it
+            starts = np.cumsum(sizes) - sizes
+            at = {step: (start, size) for step, start, size in zip(steps.tolist(), starts.tolist(), sizes.tolist())}
+        if self._losses:  # only steps whose loss was set (checkpoint.ledger_loss)
+            loss = np.full(n, np.nan, np.float32)
+            for step, losses in self._losses.items():
+                start, size = at.get(step, (0, len(losses) + 1))
+                if len(losses) >= size:
+                    loss[start:start + size] = losses[:size]
+            rows["loss"] = loss
+        pieces = Columns(PIECE, n, {"row_ref": range(0, n), "source": source, "epoch": epoch, "name": -1,
+                                    "item": ids, "start": 0, "end": self.block})
+        self.writer.record_many(rows, self._with_gone(steps, sizes, pieces), owned=True)
         for step in self._skipped:
             if at.get(step, (0, 0))[1]:  # a batch left with no rows (skip_documents) has no step in the segment
                 self.writer.mark_skipped(step)
 
-    def _with_gone(self, steps: np.ndarray, starts: np.ndarray, sizes: np.ndarray, pieces: np.ndarray) -> np.ndarray:
+    def _with_gone(self, steps: np.ndarray, sizes: np.ndarray, pieces: Columns) -> Columns | np.ndarray:
         """The pieces plus one SKIPPED piece per block skipped by id, on its batch's first row (a batch left with no
         row: the next batch's, else the last row of this commit), so it is committed with the cursor past it."""
+        if not self._gone and not self._gone_carry:  # no block skipped by id: the columns as they are
+            return pieces
         extra, rows = [], int(sizes.sum())
+        starts = np.cumsum(sizes) - sizes
         for step, at, size in zip(steps.tolist(), starts.tolist(), sizes.tolist()):
             if step in self._gone:
                 self._gone_carry.append(self._gone.pop(step))
@@ -156,7 +170,7 @@ class LoaderLedger(StageLedger):
         gone = np.concatenate([g for _, g in extra])
         more["source"], more["epoch"], more["item"], more["name"] = gone[:, 0], gone[:, 1], gone[:, 2], -1
         more["start"] = more["end"] = SKIPPED
-        return np.concatenate([pieces, more])
+        return np.concatenate([pieces.materialize(), more])
 
     def commit(self) -> dict[str, Any]:
         if not self.opened:
@@ -167,6 +181,15 @@ class LoaderLedger(StageLedger):
         return self.writer.commit()
 
 
+def _joined(parts: list[Any]) -> Any:
+    """The chunks' parts of one column joined; one value when every part is a view of one value (ledger_rows)."""
+    parts = [np.asarray(p) for p in parts]
+    held = [p for p in parts if len(p)]
+    if held and all(p.strides == (0,) for p in held) and len({p[0].item() for p in held}) == 1:
+        return held[0][0]
+    return np.concatenate(parts)
+
+
 def add_chunk_rows(ledger: LoaderLedger | None, dataset: Any, chunk: dict[str, Any], epoch: int, pads_last: bool,
                    left_out: tuple[np.ndarray, ...] | None) -> LoaderLedger | None:
     """Give `ledger` a chunk's rows once (per batch handed over it then only counts a step), with the blocks
@@ -174,11 +197,11 @@ def add_chunk_rows(ledger: LoaderLedger | None, dataset: Any, chunk: dict[str, A
 
     `pads_last`: the chunk's last batch is this rank's padding row (an epoch's short last global batch of fewer
     samples than ranks repeats an early sample to keep the ranks in step); its step is recorded without it, so it
-    is not counted as a second training. Pops the ledger keys from `chunk` either way."""
-    pos, ids, crcs = (chunk.pop(k, None) for k in ("ledger_pos", "ledger_ids", "ledger_crc"))
-    if ids is None or ledger is None:
+    is not counted as a second training. Pops the chunk's `ledger` (`ChunkIds`) either way."""
+    held = chunk.pop("ledger", None)
+    if held is None or ledger is None:
         return None
-    pos, ids, crcs, sizes = np.asarray(pos), np.asarray(ids), np.asarray(crcs), np.asarray(chunk["sizes"], np.int64)
+    pos, ids, crcs, sizes = held.positions, held.samples, held.crcs, np.asarray(chunk["sizes"], np.int64)
     if pads_last:
         keep = int(sizes[:-1].sum())
         pos, ids, crcs, sizes = pos[:keep], ids[:keep], crcs[:keep], np.r_[sizes[:-1], 0]

@@ -25,6 +25,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from llm.data.ingest_stats import remote_diff
+from llm.data.ledger.format import RULES
 from llm.data.shards.plan.schedule import BatchSchedule
 from llm.data.shards.read.abilities import LedgerRows, MixtureHooks, RemoteReads
 from llm.data.shards.read.access import SampleAccess
@@ -239,17 +240,18 @@ class SampleSource(SampleAccess, RemoteReads, MixtureHooks, LedgerRows, Iterable
         left_out: dict[str, np.ndarray] = {}
         if self.skip_blocks:  # documents skipped by id: their blocks leave the batch, the order stays (read/skips.py)
             positions, samples, sizes, left_out = drop_rows(self, positions, samples, sizes)
+        checksum = RULES[plan.ledger] if plan.ledger else None  # the ledger's: rows checksummed as they are read
         try:
             if lo >= plan.profile:
-                chunk = self._chunk(samples, sizes, plan.collate)
+                chunk = self._chunk(samples, sizes, plan.collate, checksum)
             else:
                 info = get_worker_info()
                 thread = f"DataLoader worker {info.id}" if info else threading.current_thread().name
                 with recording(plan.t0, thread) as rec:
-                    chunk = self._chunk(samples, sizes, plan.collate)
+                    chunk = self._chunk(samples, sizes, plan.collate, checksum)
                 chunk = {**chunk, "trace": rec.events}
             # the ledger's identities come from what this worker read, not from the loader's cursor
-            return {**chunk, **chunk_identities(chunk, positions, samples, plan.ledger), **left_out} if plan.ledger else chunk
+            return {**chunk, **chunk_identities(chunk, positions, samples), **left_out} if plan.ledger else chunk
         finally:
             self.release()  # this thread's pin: an idle reader must not hold cache room
 
