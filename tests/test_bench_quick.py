@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_quick_sets_the_small_bench_and_leaves_the_docs_alone() -> None:
     args = cli.parse_args(["--quick"])
-    assert (args.corpus_mb, args.repeat, args.resume_at, args.min_stream_tokens) == (4.0, 1, "50", 8e6)
-    assert args.only.split(",") == ["prepare", "stream", "integrity", "resume", "onthefly", "scale"]
+    assert (args.corpus_mb, args.repeat, args.resume_at, args.min_stream_tokens) == (4.0, 1, "50", 2e7)
+    assert args.only.split(",") == ["prepare", "stream", "integrity", "resume", "onthefly"]
     assert args.no_docs  # a 4 MB run must not overwrite the figures of the full run
     full = cli.parse_args([])
     assert (full.corpus_mb, full.repeat, full.resume_at, full.only, full.no_docs) == (200.0, 3, "10,50,90", "", False)
@@ -58,6 +58,6 @@ def test_quick_runs_the_scenarios_it_claims(tmp_path: Path) -> None:
         assert all(len(r["runs"]) == 1 for r in rows if "runs" in r), name
     assert {r["case"] for r in res["scenarios"]["resume"]} == {"2->2 workers @50%", "2->0 workers @50%",
                                                                "1->2 ranks @50%"}
-    assert {r["case"] for r in res["scenarios"]["scale"]} == {"1x, 2 workers", "4x, 2 workers"}
+    assert {r["case"] for r in res["scenarios"]["onthefly"]} == {"2 workers", "2 processes"}  # ours, the limit
     assert "# Benchmarks" in proc.stdout  # the report is printed, and the full run's figures are kept
     assert [p.stat().st_mtime_ns for p in docs] == before
