@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -153,6 +154,34 @@ def markdown(rows: list[dict]) -> list[str]:
     for r in rows:
         if r["who"] == "ratio":
             md.append(f"- LitData's time / ours, {r['case']}: **{cell(r['ratio'])}x** (paired per repeat)")
+    return md + _ab_lines()
+
+
+def _ab_lines() -> list[str]:
+    """The newest `python -m bench.prepare_gpt2_ab` run: ours before and after, beside LitData."""
+    from bench.results import newest
+
+    ab = newest("prepare-gpt2-ab")
+    if not ab:
+        return []
+
+    def cell(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+    md = ["", f"`python -m bench.prepare_gpt2_ab` ({ab['corpus_mb']:.1f} MB, {ab['repeat']} repeats, each repeat "
+          "`before` (the baseline's `llm`), `after` (this checkout's) and LitData back to back):", "",
+          "| case | side | s | CPU s (tree) | peak RSS MB |", "|---|---|---|---|---|"]
+    for label in ("corpus", "1 document"):
+        runs = ab[label]["runs"]
+        for side, rs in runs.items():
+            md.append(f"| {label} | {side} | {cell([r['wall_s'] for r in rs])} | {cell([r['cpu_s'] for r in rs])} | "
+                      f"{cell([r['peak_rss_mb'] for r in rs])} |")
+    md.append("")
+    for label in ("corpus", "1 document"):
+        runs = ab[label]["runs"]
+        ratios = {side: cell([lit["wall_s"] / o["wall_s"] for lit, o in zip(runs["litdata"], runs[side])])
+                  for side in ("before", "after")}
+        md.append(f"- {label}: LitData's time / ours before {ratios['before']}x, after **{ratios['after']}x**")
     return md
 
 
