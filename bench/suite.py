@@ -39,16 +39,20 @@ def probe(ctx: Context) -> None:
 
     from bench.measure import REPO_ROOT
 
-    for who, code in checks.items():
+    started = {}
+    for who, code in checks.items():  # all at once: each is an interpreter importing torch (seconds), untimed
         if who not in ctx.contestants:
             continue
         py = ctx.python_for(who)
         if not Path(py).exists():
             ctx.skipped[who] = f"python not found: {py} (pass --peer-python)"
             continue
-        p = subprocess.run([py, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
+        started[who] = subprocess.Popen([py, "-c", code], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+    for who, p in started.items():
+        _, err = p.communicate()
         if p.returncode != 0:
-            last = (p.stderr.strip().splitlines() or ["?"])[-1]
+            last = (err.strip().splitlines() or ["?"])[-1]
             ctx.skipped[who] = f"does not import: {last[:200]}"
     for who, why in ctx.skipped.items():
         ctx.say(f"skipping {who}: {why}")
