@@ -21,6 +21,19 @@ DEFAULT_CACHE = REPO_ROOT / ".bench_cache"
 DEFAULT_PEER = DEFAULT_CACHE / "peer-venv" / "bin" / "python"
 
 
+# `--quick`: every ratio of the README's table once, on 4 MB, in under 3 minutes on 2 busy cores
+# (bench/README.md); the full bench keeps its defaults.
+QUICK = {
+    "corpus_mb": 4.0,
+    "repeat": 1,
+    # The scenarios the README's table reads; not scale (RSS at 1x and 4x: its own 4x datasets, ~35 s),
+    # paths or packing (ours against ours).
+    "only": "prepare,stream,integrity,resume,onthefly",
+    "resume_at": "50",  # one resume point: the stop point changes nothing in how a resume is done
+    "min_stream_tokens": 2e7,  # ~13 epochs of 4 MB (the full bench: 40e6): a second or more per run, not 0.1 s
+}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--corpus-mb", type=float, default=200.0, help="MB of real text (default 200)")
@@ -57,8 +70,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="onthefly: the corpus as-is and/or re-cut into short / long documents (default all three)")
     p.add_argument("--report-only", type=Path, default=None, metavar="JSON",
                    help="re-render docs/benchmarks.md and .png from a results JSON, run nothing")
+    p.add_argument("--quick", action="store_true",
+                   help="the small bench in minutes: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+                        + "; prints the report and leaves the docs alone unless --docs-dir is given")
     p.add_argument("--quiet", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.quick:
+        # Quick values replace the defaults only: a flag the user gave still wins.
+        p.set_defaults(**QUICK, no_docs=True)
+        args = p.parse_args(argv)
+        if args.docs_dir != p.get_default("docs_dir"):
+            args.no_docs = False
+    return args
 
 
 def resolve_tokenizer(args: argparse.Namespace) -> tuple[str, str]:

@@ -81,6 +81,26 @@ def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | N
 
     Failures come back as {"error": "..."} instead of raising, so one broken peer never stops the run.
     """
+    out, err, code, measured = run_command([*(wrap or []), python, "-m", "bench.worker", json.dumps(spec)],
+                                           timeout_s, env)
+    result: dict | None = None
+    for line in out.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            result = json.loads(line[len(RESULT_PREFIX):])
+    if result is None:
+        tail = "\n".join((err or out).strip().splitlines()[-6:])
+        result = {"error": f"exit {code}: {tail}"}
+    result.update(measured)
+    return result
+
+
+def run_command(cmd: list[str], timeout_s: float = 1800.0, env: dict | None = None) -> tuple[str, str, int, dict]:
+    """Run cmd from the repository root, sampling its process tree: (stdout, stderr, exit code, measures).
+
+    The measures are peak RSS / anonymous RSS / PSS of the tree in MB, wall_s (from just before
+    the process starts to its exit: interpreter start, imports and process pools included) and
+    cpu_s (user+system of the whole tree).
+    """
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -89,10 +109,8 @@ def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | N
         full_env.update(env)
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [*(wrap or []), python, "-m", "bench.worker", json.dumps(spec)], cwd=REPO_ROOT, env=full_env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     sampler = _Sampler(proc.pid)
     sampler.start()
     try:
@@ -108,16 +126,9 @@ def run_worker(python: str, spec: dict, timeout_s: float = 1800.0, env: dict | N
     wall = time.perf_counter() - t0
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-    result: dict | None = None
-    for line in out.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX):])
-    if result is None:
-        tail = "\n".join((err or out).strip().splitlines()[-6:])
-        result = {"error": f"exit {proc.returncode}: {tail}"}
-    result.update(peak_rss_mb=sampler.peak_rss / 2**20, peak_anon_mb=sampler.peak_anon / 2**20,
-                  peak_pss_mb=sampler.peak_pss / 2**20, wall_s=wall, cpu_s=cpu)
-    return result
+    measured = {"peak_rss_mb": sampler.peak_rss / 2**20, "peak_anon_mb": sampler.peak_anon / 2**20,
+                "peak_pss_mb": sampler.peak_pss / 2**20, "wall_s": wall, "cpu_s": cpu}
+    return out, err, proc.returncode, measured
 
 
 def emit(result: dict) -> None:

@@ -21,9 +21,9 @@ from bench.corpus import build_corpus, corpus_paths
 from bench.runners.common import BLOCK
 
 SCENARIOS = ["prepare", "stream", "integrity", "resume", "onthefly", "scale", "paths", "packing", "s3", "dedup",
-             "mixelastic", "ledger"]
+             "mixelastic", "ledger", "prepare_gpt2"]
 # run only when named in --only (s3 starts an S3 server and takes half an hour; mixelastic needs git's main)
-OPT_IN = ["s3", "dedup", "mixelastic", "ledger"]
+OPT_IN = ["s3", "dedup", "mixelastic", "ledger", "prepare_gpt2"]
 
 
 
@@ -39,16 +39,20 @@ def probe(ctx: Context) -> None:
 
     from bench.measure import REPO_ROOT
 
-    for who, code in checks.items():
+    started = {}
+    for who, code in checks.items():  # all at once: each is an interpreter importing torch (seconds), untimed
         if who not in ctx.contestants:
             continue
         py = ctx.python_for(who)
         if not Path(py).exists():
             ctx.skipped[who] = f"python not found: {py} (pass --peer-python)"
             continue
-        p = subprocess.run([py, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
+        started[who] = subprocess.Popen([py, "-c", code], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+    for who, p in started.items():
+        _, err = p.communicate()
         if p.returncode != 0:
-            last = (p.stderr.strip().splitlines() or ["?"])[-1]
+            last = (err.strip().splitlines() or ["?"])[-1]
             ctx.skipped[who] = f"does not import: {last[:200]}"
     for who, why in ctx.skipped.items():
         ctx.say(f"skipping {who}: {why}")
@@ -169,6 +173,7 @@ def scenario_resume(ctx: Context) -> list[dict]:
                 ("ours", "1->2 ranks", w, w, 2), ("litdata", f"{w}->{w} workers", w, w, 1),
                 ("litdata", f"{w}->0 workers", w, 0, 1)]
     cases, deliveries = [], {}
+    saves: dict[tuple, tuple[Path, Path, dict]] = {}  # every load of a (who, point) resumes one saved state
     for pct in ctx.resume_at:
         for who, label, w_save, w_load, world in variants:
             if not ctx.active(who) or who not in ctx.references:
@@ -176,10 +181,14 @@ def scenario_resume(ctx: Context) -> list[dict]:
             d = dataset_dir(ctx, who)
             stop = max(1, ctx.epoch_batches[who] * pct // 100)
             tag = f"{who}-{label.replace(' ', '').replace('>', '')}-{pct}"
-            state = ctx.work_dir / f"state-{tag}"
-            before = ctx.work_dir / f"before-{tag}.npy"
-            saved = ctx.run(who, "resume_save", data_dir=str(d), num_workers=w_save, stop_batches=stop,
-                            state_path=str(state), hashes_out=str(before), drop_last=True)
+            key = (who, w_save, stop)  # saved in one process whatever the world size of the load
+            if key not in saves:
+                state = ctx.work_dir / f"state-{tag}"
+                before = ctx.work_dir / f"before-{tag}.npy"
+                saves[key] = (state, before, ctx.run(who, "resume_save", data_dir=str(d), num_workers=w_save,
+                                                     stop_batches=stop, state_path=str(state),
+                                                     hashes_out=str(before), drop_last=True))
+            state, before, saved = saves[key]
             if "error" in saved:
                 continue
             case = f"{label} @{pct}%"
@@ -310,5 +319,12 @@ def scenario_ledger(ctx: Context) -> dict:
 def scenario_mixelastic(ctx: Context) -> dict:
     """The shard mixture before (git main) and after issue 35, and its shares over a batch ramp (bench/mix_elastic.py)."""
     from bench.mix_elastic import scenario_mixelastic as run
+
+    return run(ctx)
+
+
+def scenario_prepare_gpt2(ctx: Context) -> list[dict]:
+    """`llm-data optimize` vs LitData + tiktoken with GPT-2's vocabulary, whole processes (bench/prepare_gpt2.py)."""
+    from bench.prepare_gpt2 import scenario_prepare_gpt2 as run
 
     return run(ctx)

@@ -66,7 +66,8 @@ class TokenizeText:
     def __init__(self, tokenizer_spec: str, text_column: str = "text", backend: str | None = None,
                  tokenizer: Tokenizer | None = None):
         self.tokenizer_spec, self.text_column, self.backend = tokenizer_spec, text_column, backend
-        self._given = tokenizer  # a tokenizer object given to optimize_text: pickled across (ours pickle as a path)
+        self._given = tokenizer  # the tokenizer optimize_text loaded: inherited by forked workers, else pickled
+        # across (ours pickle as a path and backend, and are rebuilt)
         self._tokenizer: Tokenizer | None = None  # loaded in the worker, not pickled across
         self._stats = {"input_bytes": 0, "invalid_utf8_records": 0}
 
@@ -164,8 +165,11 @@ def optimize_text(
     workers = (os.cpu_count() or 1) if num_workers is None else num_workers
     ranges = plan_ranges(paths, 4 * max(workers, 1))
     sources = [{"path": str(p), "bytes": p.stat().st_size, "text_column": text_column} for p in paths]
+    # The tokenizer loaded here goes to the workers as it is: forked workers inherit it (building a
+    # fast engine from a 50k vocabulary takes ~1 s, which each worker would pay again before its
+    # first batch); spawned workers and Ray tasks get it pickled as what rebuilds it.
     return optimize(
-        TokenizeText(tok.spec, text_column, backend, None if isinstance(tokenizer, str) else tok), ranges, output_dir,
+        TokenizeText(tok.spec, text_column, backend, tok), ranges, output_dir,
         num_workers=num_workers, chunk_bytes=chunk_bytes, item_loader=TokensLoader(), mode=mode,
         compression=compression, tokenizer=tok, sources=sources, progress=progress, wait=wait,
         storage_options=storage_options, engine=engine, ray_address=ray_address,
