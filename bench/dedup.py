@@ -404,8 +404,11 @@ def larger_line(big: dict | None) -> list[str]:
             f"{c['records']:,} records of ~{big['doc_bytes']:,} bytes, {c['text_mb']} MB, medians of {big['repeat']}): "
             f"ours {s['ours']['records_per_s']:,.0f} records/s, datasketch {s['datasketch']['records_per_s']:,.0f}: "
             f"{_ratio(s['ours_over_datasketch'])} (whole processes), {_ratio(s.get('ours_over_datasketch_cpu'))} "
-            f"per CPU second; ours: near recall {s['ours']['near_recall']:.3f}, originals kept "
-            f"{s['ours']['originals_kept']:.4f}"]
+            f"per CPU second; near recall {s['ours']['near_recall']:.3f} (datasketch {s['datasketch']['near_recall']:.3f}), "
+            f"unique originals kept {s['ours']['unique_originals_kept']:.4f} (datasketch "
+            f"{s['datasketch']['unique_originals_kept']:.4f}), all originals kept {s['ours']['originals_kept']:.4f} "
+            f"(datasketch {s['datasketch']['originals_kept']:.4f}: this much more text holds many natural near "
+            "duplicates, e.g. C headers)"]
 
 
 def latest() -> dict | None:
