@@ -400,7 +400,7 @@ def larger_line(big: dict | None) -> list[str]:
     s, c = big["summary"], big["corpus_1x"]
     if not s.get("ours") or not s.get("datasketch") or not s.get("ours_over_datasketch"):
         return []
-    return [f"- larger corpus (`python -m bench.dedup --large --corpus-mb {big.get('corpus_mb', '?')}`, the same kind: "
+    return [f"- larger corpus (`python -m bench.dedup --large --corpus-mb {big.get('corpus_mb', 0):g}`, the same kind: "
             f"{c['records']:,} records of ~{big['doc_bytes']:,} bytes, {c['text_mb']} MB, medians of {big['repeat']}): "
             f"ours {s['ours']['records_per_s']:,.0f} records/s, datasketch {s['datasketch']['records_per_s']:,.0f}: "
             f"{_ratio(s['ours_over_datasketch'])} (whole processes), {_ratio(s.get('ours_over_datasketch_cpu'))} "
