@@ -50,6 +50,7 @@ class BandTask:
     num_perm: int
     block_rows: int
     todo: tuple[int, ...]
+    sync_dir: bool = True  # False: the pipeline fsyncs `bands/` once after the stage (commit.commit_file)
 
     def __call__(self, task_id: int, report) -> int:
         band = self.todo[task_id]
@@ -68,7 +69,7 @@ class BandTask:
                 out.write(edges.tobytes())
                 count += len(edges)
                 report(len(rows), 0)
-        commit_file(tmp, final)
+        commit_file(tmp, final, self.sync_dir)
         kill_point(f"band:{band}")
         return count
 

@@ -26,12 +26,19 @@ def tmp_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
-def commit_file(tmp: Path, final: Path) -> None:
-    """Rename a written and closed file into place, durably."""
+def commit_file(tmp: Path, final: Path, sync_dir: bool = True) -> None:
+    """Rename a written and closed file into place, durably.
+
+    `sync_dir=False`: the folder's fsync is left to the caller, who syncs it once after a stage's
+    many commits into it (before anything later relies on them). The file's bytes are synced before
+    the rename either way, so a final name never holds less than the whole file; a power cut before
+    the folder's sync can only lose the name, and a rerun writes that item again.
+    """
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, final)
-    fsync_dir(final.parent)
+    if sync_dir:
+        fsync_dir(final.parent)
 
 
 def write_file(final: Path, data: bytes) -> None:
@@ -45,8 +52,11 @@ def write_json(final: Path, value: object) -> None:
     write_file(final, (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def commit_dir(tmp: Path, final: Path) -> None:
-    """Rename a finished folder into place; when a retried attempt got there first, ours is dropped."""
+def commit_dir(tmp: Path, final: Path, sync_dir: bool = True) -> None:
+    """Rename a finished folder into place; when a retried attempt got there first, ours is dropped.
+
+    `sync_dir`: as for `commit_file`.
+    """
     # at once, from threads (fsync releases the GIL): the disk flushes them together, where one after the
     # other each waits its own turn (a scan folder holds 5+ files: ~3 ms each here, ~1 ms together)
     entries = [*tmp.iterdir(), tmp]
@@ -58,7 +68,8 @@ def commit_dir(tmp: Path, final: Path) -> None:
         if not final.is_dir():
             raise
         shutil.rmtree(tmp, ignore_errors=True)  # the same content, written by another attempt
-    fsync_dir(final.parent)
+    if sync_dir:
+        fsync_dir(final.parent)
 
 
 def _fsync_path(path: Path) -> None:

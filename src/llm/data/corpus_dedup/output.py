@@ -43,6 +43,7 @@ class WriteTask:
     names: tuple[str, ...]
     text_column: str
     todo: tuple[int, ...]
+    sync_dir: bool = True  # False: the pipeline fsyncs the outputs' folders once after the stage (commit.commit_file)
 
     def __call__(self, task_id: int, report) -> int:
         from llm.data.corpus_dedup.clusters import REMOVED_ROW
@@ -60,7 +61,7 @@ class WriteTask:
                 kept = _copy_lines(path, np.delete(lines, drop), out)
             else:
                 kept = _write_records(path, self.text_column, drop, out)
-        commit_file(tmp, final)
+        commit_file(tmp, final, self.sync_dir)
         report(kept, 0)
         kill_point(f"write:{file_index}")
         return kept

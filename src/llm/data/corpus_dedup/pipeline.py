@@ -184,8 +184,9 @@ class _Run:
         with self._engine():
             todo = [i for i in range(n) if not scan_dir(self.work, i).is_dir()]
             self._note("scan", n - len(todo), n)
-            self._run(ScanTask(self.work, self.inputs, p, tuple(todo)), len(todo), "dedup: scan", "file",
-                      single=self._remote)
+            self._run(ScanTask(self.work, self.inputs, p, tuple(todo), self._sync_each), len(todo), "dedup: scan",
+                      "file", single=self._remote)
+            self._sync_folders([self.work / "scan"], len(todo))
             runs = sum(len(read_meta(self.work, i)["chunks"]) for i in range(n))
             block = max(1024, MERGE_ROWS // max(1, runs))
             if not (self.work / "exact.pairs").is_file():
@@ -195,7 +196,9 @@ class _Run:
             if p.near is not None:
                 todo = [b for b in range(p.bands) if not band_file(self.work, b).is_file()]
                 self._note("bands", p.bands - len(todo), p.bands)
-                self._run(BandTask(self.work, n, p.num_perm, block, tuple(todo)), len(todo), "dedup: bands", "band")
+                self._run(BandTask(self.work, n, p.num_perm, block, tuple(todo), self._sync_each), len(todo),
+                          "dedup: bands", "band")
+                self._sync_folders([band_file(self.work, 0).parent], len(todo))
             if not (self.work / "removed.bin").is_file():
                 task = ClusterTask(self.work, n, p.bands if p.near is not None else 0, p.num_perm, p.near)
                 self._run(task, 1, "dedup: clusters", "stage", single=True)
@@ -203,8 +206,9 @@ class _Run:
                 self.resumed.append("clusters")
             todo = [i for i in range(n) if not (self.out / self.names[i]).is_file()]
             self._note("write", n - len(todo), n)
-            task = WriteTask(self.work, self.out, self.inputs, self.names, p.text_column, tuple(todo))
+            task = WriteTask(self.work, self.out, self.inputs, self.names, p.text_column, tuple(todo), self._sync_each)
             self._run(task, len(todo), "dedup: write", "file", single=self._remote)
+            self._sync_folders(sorted({(self.out / self.names[i]).parent for i in todo}), len(todo))
         self._say_resumed()
         removed = open_removed(self.work, REMOVED_ROW)
         if not (self.out / REMOVED_NAME).is_file():
@@ -212,6 +216,20 @@ class _Run:
         write_json(self.out / REPORT_NAME, self._report())
         kill_point("report")
         return self._finish()
+
+    @property
+    def _sync_each(self) -> bool:
+        """Whether each task fsyncs the folder of what it commits (Ray: its nodes' own view of the folder).
+
+        On the local engine the folders a stage commits into are fsynced once when it ends instead
+        (~70 fsyncs fewer for 27 inputs), before any later stage or the report relies on them.
+        """
+        return self.engine == "ray"
+
+    def _sync_folders(self, folders: list[Path], done: int) -> None:
+        if done and not self._sync_each:
+            for folder in folders:
+                fsync_dir(folder)
 
     @property
     def _remote(self) -> bool:
@@ -287,7 +305,7 @@ class _Run:
         if not count:
             return
         tasks = Tasks(work=work, count=count, on_done=lambda task_id, result: None, unit=unit, counters=("records",))
-        bar = progress_bar(count, desc, unit, self.progress)
+        bar = progress_bar(count, desc, unit, True) if self.progress else _QuietBar(desc)
         try:
             if self.engine == "ray":
                 from llm.data.jobs.ray import run_ray
@@ -299,6 +317,22 @@ class _Run:
                 run_local(tasks, 0 if single else min(self.pool, count), bar)
         finally:
             bar.close()
+
+
+class _QuietBar:
+    """What the engines use of a progress bar, for `progress=False`: tqdm's import (~40 ms a process) is not needed."""
+
+    def __init__(self, desc: str):
+        self.desc = desc  # the engines name the job by it in their errors
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _stamp(path: Input) -> str:

@@ -40,6 +40,7 @@ class ScanTask:
     inputs: tuple[Input, ...]
     params: DedupParams
     todo: tuple[int, ...]  # input indices still to scan (committed ones are skipped)
+    sync_dir: bool = True  # False: the pipeline fsyncs `scan/` once after the stage (commit.commit_file)
 
     def __call__(self, task_id: int, report) -> int:
         file_index = self.todo[task_id]
@@ -48,7 +49,7 @@ class ScanTask:
         tmp = tmp_name(final)
         tmp.mkdir(parents=True)
         count = scan_input(self.inputs[file_index], file_index, tmp, self.params, report)
-        commit_dir(tmp, final)
+        commit_dir(tmp, final, self.sync_dir)
         kill_point(f"scan:{file_index}")
         return count
 
