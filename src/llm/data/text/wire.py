@@ -1,10 +1,15 @@
-"""How a text worker's batch crosses the DataLoader pipe: windows or int32 planes as bytes, rebuilt as tensors.
+"""How a text worker's batches cross the DataLoader pipe: windows or int32 planes as bytes, rebuilt as tensors,
+several batches to a message.
 
-Why: the pipe, not the encoder, limited the main process with workers; bytes pickle faster than tensors.
+Why: the pipe, not the encoder, limited the main process with workers; bytes pickle faster than tensors,
+and each message costs the DataLoader (its queues, its feeder thread, a pickle, a send and a receive)
+about as much as encoding a batch of short documents, so a worker sends `group` batches at a time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -64,3 +69,37 @@ def as_tensors(arrays: list[Any]) -> dict[str, Any]:
         batch["position_ids"] = torch.as_tensor(arrays[2])
         batch["cu_seqlens"] = cu_seqlens(batch["position_ids"])
     return batch
+
+
+def group_size(batch_tokens: int, target: int = 1 << 17, most: int = 32) -> int:
+    """Batches per worker message: about `target` tokens (~128k), at least one batch and at most `most`
+    (tiny batches: a worker need not read far ahead before its first message)."""
+    return max(1, min(most, target // max(1, batch_tokens)))
+
+
+def grouped(items: Iterator[dict], group: int) -> Iterator[dict]:
+    """A worker's items `group` at a time, one `{"_group": [...]}` message each (the last may be shorter).
+
+    Every group of a worker but its last is full, which `ungrouped` relies on: a worker's items never
+    end before the loader stops it (its "done" markers), so only a dataset iterated by hand ends."""
+    while True:
+        chunk = list(islice(items, group))
+        if not chunk:
+            return
+        yield {"_group": chunk}
+
+
+def ungrouped(messages: Iterator[dict], workers: int) -> Iterator[dict]:
+    """`grouped` messages from `workers` DataLoader workers (served in turn) to items in the order they
+    would have come one at a time: one group from each worker, then their items in turn.
+
+    The DataLoader serves workers strictly in turn and every group is full, so item j of worker w's
+    k-th group is its (k * group + j)-th item either way; the stream is the same batch for batch."""
+    while True:
+        groups = [m["_group"] for m in islice(messages, workers)]
+        if not groups:
+            return
+        for j in range(max(map(len, groups))):
+            for g in groups:
+                if j < len(g):
+                    yield g[j]
