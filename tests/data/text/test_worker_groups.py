@@ -42,11 +42,11 @@ def _steps_and_states(config: dict, steps: int | None, state: dict | None = None
     return out, states
 
 
-@pytest.mark.parametrize("group", [5, 32])
+@pytest.mark.parametrize("group", [1, 5, 32])
 def test_grouped_workers_give_the_same_batches_and_states_as_one_at_a_time(tmp_path, monkeypatch, group):
     path = write_corpus(tmp_path, "txt")
     config = {"kind": "txt", "path": str(path), "L": 32, "batch": 4, "workers": 2}
-    monkeypatch.setattr(text_stream, "group_size", lambda batch_tokens: 1)
+    monkeypatch.setattr(text_stream, "group_size", lambda batch_tokens: 0)  # 0: one batch a message, as before
     ref, ref_states = _steps_and_states(config, None)
     monkeypatch.setattr(text_stream, "group_size", lambda batch_tokens: group)
     got, got_states = _steps_and_states(config, None)

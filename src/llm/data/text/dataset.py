@@ -28,7 +28,7 @@ from llm.data.pack.best_fit import BestFitCutter, block_example
 from llm.data.pack.window import WindowCutter, to_example
 from llm.data.text.provenance import pieces_array, record_name, track
 from llm.data.text.skips import Skips, skip_record
-from llm.data.text.wire import as_tensors, grouped, packed_windows
+from llm.data.text.wire import as_tensors, grouped, one_message, seal_windows
 from llm.data.tokenize.documents import encode_each
 from llm.data.tokenize.protocol import Tokenizer
 from llm.data.topology import current_topology
@@ -68,9 +68,13 @@ class TokenBlocks:
         """Token rows are the batch's rows as they are (the SFT format may pack several samples in one)."""
         return None
 
+    def seal(self, items: list[dict]) -> dict:
+        """A worker's message of `items`: their windows (`_rows`) in one buffer, uint16 where ids fit (wire.py)."""
+        return seal_windows(items, self.max_seq_len, self.tokenizer.vocab_size)
+
     def batch(self, rows: list[Any]) -> dict[str, Any]:
-        if self.packed and not self.packing_buffer:  # the windows as they are, in uint16 where ids fit
-            return {"_windows": packed_windows(rows, self.max_seq_len, self.tokenizer.vocab_size)}
+        if self.packed and not self.packing_buffer:  # the windows as they are: one buffer per worker message
+            return {"_rows": list(rows)}
         if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
             planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
         else:
@@ -138,13 +142,17 @@ class StreamingTextDataset(IterableDataset):
         self.mix_anchors = dict(mix_anchors or {})
         self.ledger = ledger  # batches carry what each row holds (text/provenance.py) for the run ledger
         self.skips = dict(skips or {})  # records dropped by id (text/skips.py): (source, file) -> records
-        # in a DataLoader worker: items go out `group` at a time, one `{"_group": [...]}` per message
-        # (wire.grouped); the pipe's cost is per message, and `wire.ungrouped` restores the order
+        # in a DataLoader worker, `group` > 0: items go out `group` at a time, one `{"_group": [...]}` per
+        # message (wire.grouped); the pipe's cost is per message, and `wire.ungrouped` restores the order.
+        # 0: one item a message, packed windows each as their own bytes (`_windows`)
         self.group = group
 
     def __iter__(self) -> Iterator[dict]:
         items = self._items()
-        return grouped(items, self.group) if self.group > 1 and get_worker_info() is not None else items
+        seal = getattr(self.format, "seal", None)
+        if self.group > 0 and get_worker_info() is not None:
+            return grouped(items, self.group, seal)
+        return (one_message(seal, item) for item in items) if seal is not None else items
 
     def _items(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
