@@ -64,6 +64,12 @@ class TokenBlocks:
         """A row's trained tokens (labels that are not padding): a window's length less one (best fit: per window)."""
         return sum(len(w) - 1 for w in row) if self.packing_buffer else len(row) - 1
 
+    def rows_tokens(self, rows: list[Any]) -> int:
+        """`row_tokens` summed over a batch's rows."""
+        if self.packing_buffer:
+            return sum(map(self.row_tokens, rows))
+        return sum(map(len, rows)) - len(rows)
+
     def packed_rows(self, rows: list[Any]) -> list[int] | None:
         """Token rows are the batch's rows as they are (the SFT format may pack several samples in one)."""
         return None
@@ -181,6 +187,7 @@ class StreamingTextDataset(IterableDataset):
 
     def _batches(self, parts: list[Partition], worker: int) -> Iterator[dict]:
         fmt = self.format
+        rows_tokens = getattr(fmt, "rows_tokens", None)  # a batch's trained tokens in one call (TokenBlocks)
         rows: list[Any] = []
         row_sources: list[int] = []  # the source of each row: the per-source accounting
         held: list[Any] = []  # with a ledger: what each row holds (text/provenance.py)
@@ -200,10 +207,13 @@ class StreamingTextDataset(IterableDataset):
 
         def batch() -> dict:
             counts: dict[int, list[int]] = {}
-            for row, s in zip(rows, row_sources):
-                tally = counts.setdefault(s, [0, 0])
-                tally[0] += fmt.row_tokens(row)
-                tally[1] += 1
+            if rows_tokens is not None and row_sources.count(row_sources[0]) == len(row_sources):  # one source
+                counts[row_sources[0]] = [rows_tokens(rows), len(rows)]
+            else:
+                for row, s in zip(rows, row_sources):
+                    tally = counts.setdefault(s, [0, 0])
+                    tally[0] += fmt.row_tokens(row)
+                    tally[1] += 1
             out: dict[str, Any] = {**fmt.batch(rows), "_state": {**state(False), "counts": counts}}
             if self.ledger:
                 out["_state"]["ledger"] = pieces_array(held, dropped, fmt.packed_rows(rows))

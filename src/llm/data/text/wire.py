@@ -19,7 +19,7 @@ from llm.data.pack.best_fit import cu_seqlens
 from llm.data.pack.window import IGNORE_INDEX
 
 
-def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | None) -> bytes:
+def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | None) -> bytearray:
     """Windows of <= max_seq_len + 1 tokens as they are, for the worker pipe: (rows, bytes per token) as
     int32, each row's length as int32, then the rows zero-padded, in uint16 when the vocabulary fits.
 
@@ -34,9 +34,13 @@ def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | N
         for i, w in enumerate(rows):
             tokens[i, : len(w)] = w
     narrow = vocab_size is not None and vocab_size <= 1 << 16 and int(tokens.max(initial=0)) < 1 << 16
-    tokens = tokens.astype(np.uint16 if narrow else np.int32, copy=False)
-    header = np.array([len(rows), tokens.itemsize], dtype=np.int32)
-    return b"".join((header.tobytes(), lengths.tobytes(), tokens.tobytes()))
+    itemsize = 2 if narrow else 4
+    # one buffer written in place: the narrowing cast is the only copy of the tokens
+    out = bytearray(8 + 4 * len(rows) + tokens.size * itemsize)
+    np.frombuffer(out, dtype=np.int32, count=2)[:] = (len(rows), itemsize)
+    np.frombuffer(out, dtype=np.int32, count=len(rows), offset=8)[:] = lengths
+    np.frombuffer(out, dtype=np.uint16 if narrow else np.int32, offset=8 + 4 * len(rows))[:] = tokens.ravel()
+    return out
 
 
 def windows_planes(packed: bytes, max_seq_len: int, eos_id: int) -> torch.Tensor:
