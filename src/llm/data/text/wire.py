@@ -19,7 +19,7 @@ from llm.data.pack.best_fit import cu_seqlens
 from llm.data.pack.window import IGNORE_INDEX
 
 
-def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | None) -> bytearray:
+def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | None) -> bytes:
     """Windows of <= max_seq_len + 1 tokens as they are, for the worker pipe: (rows, bytes per token) as
     int32, each row's length as int32, then the rows zero-padded, in uint16 when the vocabulary fits.
 
@@ -40,7 +40,7 @@ def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | N
     np.frombuffer(out, dtype=np.int32, count=2)[:] = (len(rows), itemsize)
     np.frombuffer(out, dtype=np.int32, count=len(rows), offset=8)[:] = lengths
     np.frombuffer(out, dtype=np.uint16 if narrow else np.int32, offset=8 + 4 * len(rows))[:] = tokens.ravel()
-    return out
+    return bytes(out)  # bytes pickle (and unpickle) in one copy; a bytearray takes two under protocol 4
 
 
 def windows_planes(packed: bytes, max_seq_len: int, eos_id: int) -> torch.Tensor:
