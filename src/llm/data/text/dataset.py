@@ -28,7 +28,7 @@ from llm.data.pack.best_fit import BestFitCutter, block_example
 from llm.data.pack.window import WindowCutter, to_example
 from llm.data.text.provenance import pieces_array, record_name, track
 from llm.data.text.skips import Skips, skip_record
-from llm.data.text.wire import as_tensors, packed_windows
+from llm.data.text.wire import as_tensors, grouped, one_message, seal_windows
 from llm.data.tokenize.documents import encode_each
 from llm.data.tokenize.protocol import Tokenizer
 from llm.data.topology import current_topology
@@ -64,13 +64,23 @@ class TokenBlocks:
         """A row's trained tokens (labels that are not padding): a window's length less one (best fit: per window)."""
         return sum(len(w) - 1 for w in row) if self.packing_buffer else len(row) - 1
 
+    def rows_tokens(self, rows: list[Any]) -> int:
+        """`row_tokens` summed over a batch's rows."""
+        if self.packing_buffer:
+            return sum(map(self.row_tokens, rows))
+        return sum(map(len, rows)) - len(rows)
+
     def packed_rows(self, rows: list[Any]) -> list[int] | None:
         """Token rows are the batch's rows as they are (the SFT format may pack several samples in one)."""
         return None
 
+    def seal(self, items: list[dict]) -> dict:
+        """A worker's message of `items`: their windows (`_rows`) in one buffer, uint16 where ids fit (wire.py)."""
+        return seal_windows(items, self.max_seq_len, self.tokenizer.vocab_size)
+
     def batch(self, rows: list[Any]) -> dict[str, Any]:
-        if self.packed and not self.packing_buffer:  # the windows as they are, in uint16 where ids fit
-            return {"_windows": packed_windows(rows, self.max_seq_len, self.tokenizer.vocab_size)}
+        if self.packed and not self.packing_buffer:  # the windows as they are: one buffer per worker message
+            return {"_rows": list(rows)}
         if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
             planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
         else:
@@ -118,6 +128,7 @@ class StreamingTextDataset(IterableDataset):
         packing_buffer: int | None = None,
         ledger: bool = False,
         skips: Skips | None = None,
+        group: int = 1,
     ):
         self.source = source
         self.tokenizer = tokenizer
@@ -137,8 +148,19 @@ class StreamingTextDataset(IterableDataset):
         self.mix_anchors = dict(mix_anchors or {})
         self.ledger = ledger  # batches carry what each row holds (text/provenance.py) for the run ledger
         self.skips = dict(skips or {})  # records dropped by id (text/skips.py): (source, file) -> records
+        # in a DataLoader worker, `group` > 0: items go out `group` at a time, one `{"_group": [...]}` per
+        # message (wire.grouped); the pipe's cost is per message, and `wire.ungrouped` restores the order.
+        # 0: one item a message, packed windows each as their own bytes (`_windows`)
+        self.group = group
 
     def __iter__(self) -> Iterator[dict]:
+        items = self._items()
+        seal = getattr(self.format, "seal", None)
+        if self.group > 0 and get_worker_info() is not None:
+            return grouped(items, self.group, seal)
+        return (one_message(seal, item) for item in items) if seal is not None else items
+
+    def _items(self) -> Iterator[dict]:
         rank, world = current_topology(self.rank, self.world_size)
         info = get_worker_info()
         n_workers = info.num_workers if info else 1
@@ -165,6 +187,7 @@ class StreamingTextDataset(IterableDataset):
 
     def _batches(self, parts: list[Partition], worker: int) -> Iterator[dict]:
         fmt = self.format
+        rows_tokens = getattr(fmt, "rows_tokens", None)  # a batch's trained tokens in one call (TokenBlocks)
         rows: list[Any] = []
         row_sources: list[int] = []  # the source of each row: the per-source accounting
         held: list[Any] = []  # with a ledger: what each row holds (text/provenance.py)
@@ -184,10 +207,13 @@ class StreamingTextDataset(IterableDataset):
 
         def batch() -> dict:
             counts: dict[int, list[int]] = {}
-            for row, s in zip(rows, row_sources):
-                tally = counts.setdefault(s, [0, 0])
-                tally[0] += fmt.row_tokens(row)
-                tally[1] += 1
+            if rows_tokens is not None and row_sources.count(row_sources[0]) == len(row_sources):  # one source
+                counts[row_sources[0]] = [rows_tokens(rows), len(rows)]
+            else:
+                for row, s in zip(rows, row_sources):
+                    tally = counts.setdefault(s, [0, 0])
+                    tally[0] += fmt.row_tokens(row)
+                    tally[1] += 1
             out: dict[str, Any] = {**fmt.batch(rows), "_state": {**state(False), "counts": counts}}
             if self.ledger:
                 out["_state"]["ledger"] = pieces_array(held, dropped, fmt.packed_rows(rows))
@@ -205,20 +231,28 @@ class StreamingTextDataset(IterableDataset):
             if not chunk:
                 return
             items = encoded or fmt.encode([r[0] for r, _, _ in chunk], [i for _, _, i in chunk])
+            size = self.batch_size
             for ((_, after, digest), (packer, queue), source), item in zip(chunk, items):
                 if digest is not None:
                     queue.append((packer.records + 1, digest))
-                for window in packer.feed(item, after):
+                for window in packer.feed(item, after):  # most short documents complete no window
                     rows.append(window)
                     row_sources.append(source)
                     if self.ledger:
                         held.append(packer.last)
-                    if len(rows) == self.batch_size:
+                    if len(rows) == size:
                         yield batch()
             chunk.clear()
 
-        chars = 0
+        chars, limit_records, limit_chars = 0, self.chunk_records, self.chunk_chars
         for event in self._events(parts, touched):
+            if event[0] == "record":  # the common event first: a short document's cost is per event
+                chunk.append(event[1:])
+                chars += len(event[1][0])
+                if len(chunk) >= limit_records or chars >= limit_chars:
+                    yield from flush()
+                    chars = 0
+                continue
             if event[0] == "end":  # a group is read to its end: its last, short windows
                 yield from flush()
                 chars = 0
@@ -248,12 +282,7 @@ class StreamingTextDataset(IterableDataset):
                 chunk.append(event[1:4])
                 yield from flush([event[4]])
                 continue
-            _, record, route, source = event
-            chunk.append((record, route, source))
-            chars += len(record[0])
-            if len(chunk) >= self.chunk_records or chars >= self.chunk_chars:
-                yield from flush()
-                chars = 0
+            raise AssertionError(f"unknown text stream event {event[0]!r}")
         yield from flush()
         if rows:
             yield batch()
@@ -356,6 +385,15 @@ class StreamingTextDataset(IterableDataset):
             mark_reading(f"partition {base.key}")  # what the data watchdog names (llm/data/waiting.py)
             records = self.source.iter_partition(base, start, lambda row, r=route: r(row) is not None)
             drop = self.skips.get((source, record_name(live[0][0]))) if self.skips else None
+            if live[0][0].stripe is None and drop is None and not resumed_cut:  # one target, nothing to skip
+                target = live[0][1:]
+                for record in records:
+                    if record[2] == b"":  # a duplicate dropped (report_drops)
+                        yield ("drop", target[0], record[1])
+                    else:
+                        yield ("record", record, target, source)
+                yield ("end", [packer for _, packer, _ in live], source)
+                continue
             for record in records:
                 target = route(record[1])
                 if target is not None and record[2] == b"":  # a duplicate dropped (report_drops)

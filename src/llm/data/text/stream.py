@@ -45,7 +45,7 @@ from llm.data.text.state import (
     mixture_seed,
     warn_uncommitted,
 )
-from llm.data.text.wire import unpack
+from llm.data.text.wire import group_size, open_group, ungrouped, unpack
 from llm.data.text.workers import text_loader
 from llm.data.topology import current_topology
 from llm.data.waiting import WorkerSlots
@@ -225,13 +225,18 @@ class StreamingTextDataModule(SkipHooks, LedgerHooks, Stage):
             chunk_records=min(64, mixture.buffer) if mixture is not None else 64, packing_buffer=self.settings.best_fit_buffer(),
             mix_weights=self.progress.weights_now(), mix_anchors=self.progress.anchors,
             ledger=self._ledger is not None, skips=self.document_skips(),
+            group=group_size(self.batch_size * (self.max_seq_len + 1)) if self.num_workers else 0,
         )
         if self.num_workers:  # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # workers of a source in object storage start from a forkserver (text/workers.py)
         loader = text_loader(ds, self.num_workers, self.source.uses_object_store, batches_as_they_are, self._watch)
         done: set[int] = set()
-        for item in self._watch.watched(loader):
+        items = self._watch.watched(loader)  # the wait for each message counts, not the batches it holds
+        if ds.group:  # several batches a message, their windows converted at once (text/wire.py)
+            items = ungrouped(items, self.num_workers,
+                              lambda m: open_group(m, self.max_seq_len, self.tokenizer.eos_id))
+        for item in items:
             st = item.pop("_state")
             if st.get("error"):  # a worker's error, sent as itself
                 reraise(st["error"])

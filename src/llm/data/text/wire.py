@@ -1,10 +1,15 @@
-"""How a text worker's batch crosses the DataLoader pipe: windows or int32 planes as bytes, rebuilt as tensors.
+"""How a text worker's batches cross the DataLoader pipe: windows or int32 planes as bytes, rebuilt as tensors,
+several batches to a message.
 
-Why: the pipe, not the encoder, limited the main process with workers; bytes pickle faster than tensors.
+Why: the pipe, not the encoder, limited the main process with workers; bytes pickle faster than tensors,
+and each message costs the DataLoader (its queues, its feeder thread, a pickle, a send and a receive)
+about as much as encoding a batch of short documents, so a worker sends `group` batches at a time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -29,22 +34,34 @@ def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | N
         for i, w in enumerate(rows):
             tokens[i, : len(w)] = w
     narrow = vocab_size is not None and vocab_size <= 1 << 16 and int(tokens.max(initial=0)) < 1 << 16
-    tokens = tokens.astype(np.uint16 if narrow else np.int32, copy=False)
-    header = np.array([len(rows), tokens.itemsize], dtype=np.int32)
-    return b"".join((header.tobytes(), lengths.tobytes(), tokens.tobytes()))
+    itemsize = 2 if narrow else 4
+    # one buffer written in place: the narrowing cast is the only copy of the tokens
+    out = bytearray(8 + 4 * len(rows) + tokens.size * itemsize)
+    np.frombuffer(out, dtype=np.int32, count=2)[:] = (len(rows), itemsize)
+    np.frombuffer(out, dtype=np.int32, count=len(rows), offset=8)[:] = lengths
+    np.frombuffer(out, dtype=np.uint16 if narrow else np.int32, offset=8 + 4 * len(rows))[:] = tokens.ravel()
+    return bytes(out)  # bytes pickle (and unpickle) in one copy; a bytearray takes two under protocol 4
 
 
-def unpack_windows(packed: bytes, max_seq_len: int, eos_id: int) -> dict[str, Any]:
-    """`packed_windows`' bytes to `to_example`'s tensors: input_ids padded with EOS, labels with -100."""
+def windows_planes(packed: bytes, max_seq_len: int, eos_id: int) -> torch.Tensor:
+    """`packed_windows`' bytes to one (2, rows, max_seq_len) int64 tensor: `to_example`'s input_ids
+    (padded with EOS) and labels (padded with -100) of every window."""
     rows, itemsize = (int(v) for v in np.frombuffer(packed, dtype=np.int32, count=2))
     lengths = np.frombuffer(packed, dtype=np.int32, count=rows, offset=8)
     tokens = np.frombuffer(packed, dtype=np.uint16 if itemsize == 2 else np.int32, offset=8 + 4 * rows)
     tokens = tokens.reshape(rows, max_seq_len + 1)
-    input_ids, labels = tokens[:, :-1].astype(np.int64), tokens[:, 1:].astype(np.int64)
+    planes = np.empty((2, rows, max_seq_len), dtype=np.int64)
+    planes[0], planes[1] = tokens[:, :-1], tokens[:, 1:]
     for i in np.flatnonzero(lengths <= max_seq_len):  # a partition's last, short windows
         n = int(lengths[i]) - 1
-        input_ids[i, n:], labels[i, n:] = eos_id, IGNORE_INDEX
-    return as_tensors([torch.from_numpy(input_ids), torch.from_numpy(labels)])
+        planes[0, i, n:], planes[1, i, n:] = eos_id, IGNORE_INDEX
+    return torch.from_numpy(planes)
+
+
+def unpack_windows(packed: bytes, max_seq_len: int, eos_id: int) -> dict[str, Any]:
+    """`packed_windows`' bytes to `to_example`'s tensors: input_ids padded with EOS, labels with -100."""
+    planes = windows_planes(packed, max_seq_len, eos_id)
+    return as_tensors([planes[0], planes[1]])
 
 
 def unpack(item: dict[str, Any], max_seq_len: int, best_fit: int | None, eos_id: int) -> dict[str, Any]:
@@ -64,3 +81,77 @@ def as_tensors(arrays: list[Any]) -> dict[str, Any]:
         batch["position_ids"] = torch.as_tensor(arrays[2])
         batch["cu_seqlens"] = cu_seqlens(batch["position_ids"])
     return batch
+
+
+def group_size(batch_tokens: int, target: int = 1 << 17, most: int = 32) -> int:
+    """Batches per worker message: about `target` tokens (~128k), at least one batch and at most `most`
+    (tiny batches: a worker need not read far ahead before its first message)."""
+    return max(1, min(most, target // max(1, batch_tokens)))
+
+
+def grouped(items: Iterator[dict], group: int, seal: Callable[[list[dict]], dict] | None = None) -> Iterator[dict]:
+    """A worker's items `group` at a time, one `{"_group": [...]}` message each (the last may be shorter);
+    `seal` makes the message (the batch format's: its windows in one buffer).
+
+    Every group of a worker but its last is full, which `ungrouped` relies on: a worker's items never
+    end before the loader stops it (its "done" markers), so only a dataset iterated by hand ends."""
+    while True:
+        chunk = list(islice(items, group))
+        if not chunk:
+            return
+        yield seal(chunk) if seal is not None else {"_group": chunk}
+
+
+def seal_windows(items: list[dict], max_seq_len: int, vocab_size: int | None) -> dict:
+    """`items` as one message: the windows of every batch (`_rows`) in one `packed_windows` buffer,
+    each batch left with its count of rows; `open_group` gives each its tensors back."""
+    rows = [w for item in items if "_rows" in item for w in item["_rows"]]
+    for item in items:
+        if "_rows" in item:
+            item["_rows"] = len(item["_rows"])
+    out: dict[str, Any] = {"_group": items}
+    if rows:
+        out["_windows"] = packed_windows(rows, max_seq_len, vocab_size)
+    return out
+
+
+def one_message(seal: Callable[[list[dict]], dict], item: dict) -> dict:
+    """An item that travels alone (no groups): its windows as its own bytes (`_windows`, `unpack`'s input)."""
+    message = seal([item])
+    if "_windows" in message:
+        del item["_rows"]
+        item["_windows"] = message["_windows"]
+    return item
+
+
+def open_group(message: dict, max_seq_len: int, eos_id: int) -> list[dict]:
+    """A message's items, each batch with its tensors: views into one (2, rows, max_seq_len) int64
+    array converted from the message's windows at once (two NumPy calls for the whole message)."""
+    items = message["_group"]
+    if "_windows" in message:
+        planes = windows_planes(message["_windows"], max_seq_len, eos_id)
+        row = 0
+        for item in items:
+            n = item.pop("_rows", None)
+            if n is not None:  # contiguous: whole rows of each plane
+                item["input_ids"], item["labels"] = planes[0, row:row + n], planes[1, row:row + n]
+                row += n
+    return items
+
+
+def ungrouped(messages: Iterator[dict], workers: int, open_: Callable[[dict], list[dict]] | None = None
+              ) -> Iterator[dict]:
+    """`grouped` messages from `workers` DataLoader workers (served in turn) to items in the order they
+    would have come one at a time: one group from each worker, then their items in turn; `open_`
+    takes a message's items out of it (default: as they are).
+
+    The DataLoader serves workers strictly in turn and every group is full, so item j of worker w's
+    k-th group is its (k * group + j)-th item either way; the stream is the same batch for batch."""
+    while True:
+        groups = [open_(m) if open_ is not None else m["_group"] for m in islice(messages, workers)]
+        if not groups:
+            return
+        for j in range(max(map(len, groups))):
+            for g in groups:
+                if j < len(g):
+                    yield g[j]
