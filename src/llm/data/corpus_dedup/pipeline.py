@@ -305,7 +305,7 @@ class _Run:
         if not count:
             return
         tasks = Tasks(work=work, count=count, on_done=lambda task_id, result: None, unit=unit, counters=("records",))
-        bar = progress_bar(count, desc, unit, True) if self.progress else _QuietBar(desc)
+        bar = progress_bar(count, desc, unit, self.progress)  # without progress, no tqdm import
         try:
             if self.engine == "ray":
                 from llm.data.jobs.ray import run_ray
@@ -317,22 +317,6 @@ class _Run:
                 run_local(tasks, 0 if single else min(self.pool, count), bar)
         finally:
             bar.close()
-
-
-class _QuietBar:
-    """What the engines use of a progress bar, for `progress=False`: tqdm's import (~40 ms a process) is not needed."""
-
-    def __init__(self, desc: str):
-        self.desc = desc  # the engines name the job by it in their errors
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _stamp(path: Input) -> str:
