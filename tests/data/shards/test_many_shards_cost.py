@@ -122,6 +122,7 @@ def test_first_open_warm_open_first_batch_and_resume_at_ten_thousand_shards(fold
     # The first open parses index.json once and checks it, but touches no shard file.
     assert first.json_bytes == pytest.approx(index.stat().st_size, abs=4096), first.json_bytes
     assert first.shard_files() == set(), sorted(first.shard_files())[:3]
+    assert first.entry_checks == 0  # checked column by column (validate.shard_columns), not entry by entry
     print(f"first open: {len(first.stats)} stats, {len(first.opened)} opens, {first.json_bytes} JSON bytes, "
           f"{first.entry_checks} entries checked one by one")
 
@@ -146,3 +147,35 @@ def test_first_open_warm_open_first_batch_and_resume_at_ten_thousand_shards(fold
     assert 0 < len(resume.shard_files()) <= TOUCHED, f"{len(resume.shard_files())} of {SHARDS} shard files touched"
     expected = [tokens[s * BLOCK : (s + 1) * BLOCK] for s in order(np.arange(half, half + BATCH)).tolist()]
     assert np.array_equal(got, np.stack(expected))
+
+
+_GOOD = {"file": "a.bin", "bytes": 72, "checksum": "xxh3_64:10ef1595417a5cb6", "documents": 1, "tokens": 32, "items": 0,
+         "dtype": "uint16", "compression": None, "raw_bytes": 72}
+_BAD = [("bytes", 71), ("bytes", True), ("bytes", 7.2e1), ("bytes", -1), ("bytes", 1 << 70), ("bytes", None),
+        ("tokens", 33), ("documents", 0), ("items", 1), ("raw_bytes", 70), ("dtype", "int8"), ("dtype", ["uint16"]),
+        ("compression", "gzip"), ("checksum", "xxh3_64:10ef"), ("checksum", "md5:10ef1595417a5cb6"), ("checksum", 5),
+        ("file", ""), ("file", ".."), ("file", "a/b.bin"), ("file", "a\\b.bin"), ("file", 3), ("extra", 1)]
+
+
+@pytest.mark.parametrize(("key", "value"), _BAD, ids=[f"{k}={v!r}" for k, v in _BAD])
+def test_the_column_checks_refuse_whatever_the_entry_checks_refuse(key, value):
+    """A bad entry among good ones: the column pass declines, and the entry pass names it (same message as before)."""
+    shards = [dict(_GOOD, file=f"s{i}.bin") for i in range(5)]
+    shards[3][key] = value
+    assert validate.shard_columns(shards, "tokens", "uint16", False) is None
+    data = {"kind": "tokens", "dtype": "uint16", "format_version": 2, "shards": shards}
+    with pytest.raises(validate.ManifestError, match="shard entry 3|shard s3.bin|shard a"):
+        validate.check_manifest(data, Path("index.json"))
+
+
+def test_the_column_checks_pass_good_entries_and_refuse_a_name_listed_twice():
+    shards = [dict(_GOOD, file=f"s{i}.bin") for i in range(5)]
+    columns = validate.shard_columns(shards, "tokens", "uint16", False)
+    assert columns is not None and columns["file"] == [s["file"] for s in shards] and columns["tokens"] == [32] * 5
+    del shards[2]["raw_bytes"], shards[2]["dtype"]  # defaults: raw_bytes 0 (= bytes), the manifest's dtype
+    assert validate.shard_columns(shards, "tokens", "uint16", False) is not None
+    shards[4]["file"] = "s0.bin"
+    assert validate.shard_columns(shards, "tokens", "uint16", False) is None
+    with pytest.raises(validate.ManifestError, match="shard s0.bin is listed twice"):
+        validate.check_manifest({"kind": "tokens", "dtype": "uint16", "format_version": 2, "shards": shards},
+                                Path("index.json"))

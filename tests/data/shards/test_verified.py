@@ -121,7 +121,7 @@ def test_an_unchanged_manifest_is_cross_checked_once_an_edited_one_again(store, 
 
     checks: list[str] = []
     real = manifest_module.check_manifest
-    monkeypatch.setattr(manifest_module, "check_manifest", lambda data, path: (checks.append(str(path)), real(data, path)))
+    monkeypatch.setattr(manifest_module, "check_manifest", lambda data, path: (checks.append(str(path)), real(data, path))[1])
     index = dataset / "index.json"
     before = Manifest.load(dataset)
     assert len(checks) == 1  # optimize's own write is not trusted: the first open checks
