@@ -17,7 +17,7 @@ and anonymous RSS do not grow with the data (largest / smallest <= 1.2, plus a 5
 Every dataset is deleted after its size is measured; a disk with too little free room skips
 the sizes that do not fit, saying so. Results: bench/results/huge-<date>.json and a table.
 
-Then the shard-count study (bench/huge_shards.py): the same tokens in 50 to 10^4 shards, first
+Then the shard-count study (bench/huge_shards.py): the same tokens in 50 to 10^5 shards, first
 batch and resume in fresh processes; bench/results/huge-shards-<date>.json.
 """
 

@@ -121,7 +121,7 @@ def test_an_unchanged_manifest_is_cross_checked_once_an_edited_one_again(store, 
 
     checks: list[str] = []
     real = manifest_module.check_manifest
-    monkeypatch.setattr(manifest_module, "check_manifest", lambda data, path: (checks.append(str(path)), real(data, path)))
+    monkeypatch.setattr(manifest_module, "check_manifest", lambda data, path: (checks.append(str(path)), real(data, path))[1])
     index = dataset / "index.json"
     before = Manifest.load(dataset)
     assert len(checks) == 1  # optimize's own write is not trusted: the first open checks
@@ -171,3 +171,23 @@ def test_a_store_of_duplicates_is_compacted_and_still_answers(store, monkeypatch
     verified._stores.clear()
     assert verified._entries(store).get(key) == "xxh3_64:199"
     assert store.read_text() == "1 2 3 4 5 xxh3_64:199\n"
+
+
+def test_a_store_of_unique_entries_is_parsed_once_not_by_every_new_process(store, monkeypatch):
+    """optimize remembers every shard it wrote: a fresh process must not parse 10^5 unique lines to learn that."""
+    monkeypatch.setattr(verified, "_MAX_BYTES", 2000)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    lines = "".join(f"1 {i} 3 4 5 xxh3_64:{i:016x}\n" for i in range(200))  # 200 identities, once each
+    store.write_text(lines)
+    parses = []
+    real = verified._parse
+    monkeypatch.setattr(verified, "_parse", lambda raw: (parses.append(len(raw)), real(raw))[1])
+    verified._stores.clear()
+    assert verified._entries(store).get((1, 7, 3, 4, 5)) == f"xxh3_64:{7:016x}" and len(parses) == 1
+    verified._stores.clear()  # a new process
+    assert verified._entries(store).get((1, 9, 3, 4, 5)) == f"xxh3_64:{9:016x}" and len(parses) == 1
+    assert store.read_text() == lines  # nothing to compact: left as it was
+    store.write_text(lines * 3)  # duplicates beyond twice the unique size: compacted again
+    verified._stores.clear()
+    assert verified._entries(store).get((1, 9, 3, 4, 5)) == f"xxh3_64:{9:016x}" and len(parses) == 2
+    assert store.read_text() == lines

@@ -167,12 +167,13 @@ class Manifest:
                 data = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise ManifestError(f"{path}: malformed manifest ({e})") from None
-            parsed = cls.from_json(data, path)
+            manifest = cls.from_json(data, path, as_table=True)
             del data
-            # Columns from here on: the per-shard objects of the JSON and the entries die now, not
-            # at the process's next full garbage collection (and none is traversed by later ones).
-            manifest = cls.from_table(ShardTable.from_infos(parsed.shards), parsed.header_fields(), parsed.fingerprint())
-            del parsed
+            if manifest.__dict__.get("_table") is None:  # entries checked one by one: made into a table here
+                manifest = cls.from_table(ShardTable.from_infos(manifest.shards), manifest.header_fields(),
+                                          manifest.fingerprint())
+            # Columns from here on: the per-shard objects of the JSON die now, not at the process's
+            # next full garbage collection (and none is traversed by later ones).
         shard_table.remember(digest, manifest.entries, {"fields": manifest.header_fields(), "fingerprint": manifest.fingerprint()})
         return manifest
 
@@ -188,8 +189,11 @@ class Manifest:
         return manifest
 
     @classmethod
-    def from_json(cls, data: object, path: Path) -> Manifest:
-        """The manifest in `data` (read from `path`), every field cross-checked."""
+    def from_json(cls, data: object, path: Path, as_table: bool = False) -> Manifest:
+        """The manifest in `data` (read from `path`), every field cross-checked.
+
+        `as_table`: its shards as a `ShardTable` made straight from the checked columns (no
+        `ShardInfo` per shard), unless the entries had to be checked one by one."""
         if not isinstance(data, dict):
             raise ManifestError(f"{path}: malformed manifest (expected a JSON object)")
         version = data.get("format_version")
@@ -201,19 +205,40 @@ class Manifest:
         if not isinstance(shards, list):
             raise ManifestError(f"{path}: key 'shards' is missing or not a list")
         # Trust nothing on disk: a wrong count would repeat data, read document ends as tokens or hang.
-        check_manifest(data, path)
+        columns = check_manifest(data, path)
         backend = data.get("tokenizer_backend")
         if backend is not None and not isinstance(backend, str):
             raise ManifestError(f"{path}: key 'tokenizer_backend' is {backend!r}, expected a string or null")
-        infos = [ShardInfo(**s) for s in shards]
         known = {f for f in cls.__dataclass_fields__}
         fields = {k: v for k, v in data.items() if k in known and k != "shards"}
+        if as_table and columns is not None:
+            header = cls(shards=[], **fields).header_fields()
+            fingerprint = _fingerprint_of_columns(header, columns)
+            manifest = cls.from_table(ShardTable.from_columns(columns), header, fingerprint)
+            check_derived(data, fingerprint, manifest.totals(), path)
+            return manifest
+        infos = [ShardInfo(**s) for s in shards]
         manifest = cls(shards=infos, **fields)
         check_derived(data, manifest.fingerprint(), manifest.totals(), path)
         return manifest
 
 
 _HEADER_FIELDS = {f.name for f in fields(Manifest)} - {"shards"}
+
+
+def _fingerprint_of_columns(header: dict, columns: dict[str, list]) -> str:
+    """`Manifest.fingerprint` of checked entries given key by key: one string hashed, not one update per shard."""
+    h = hashlib.sha256()
+    if header["format_version"] == 1:
+        h.update(json.dumps([header["kind"], header["tokenizer"]], sort_keys=True).encode())
+        rows = zip(columns["file"], columns["checksum"], columns["tokens"], columns["items"])
+        h.update("".join([f"{f}:{c}:{t}:{i}" for f, c, t, i in rows]).encode())
+        return h.hexdigest()[:32]
+    h.update(json.dumps([header["format_version"], header["kind"], header["tokenizer"], header["item_layout"]],
+                        sort_keys=True).encode())
+    rows = zip(columns["checksum"], columns["tokens"], columns["documents"], columns["items"])
+    h.update("".join([f"{c}:{t}:{d}:{i};" for c, t, d, i in rows]).encode())
+    return h.hexdigest()[:32]
 
 
 def _get_shards(self: Manifest) -> list[ShardInfo]:

@@ -98,6 +98,13 @@ class ShardTable(Sequence):
         return cls(counts, _strings([s.file for s in infos]), _strings([s.checksum for s in infos]),
                    _codes([s.dtype for s in infos]), _codes([s.compression for s in infos]))
 
+    @classmethod
+    def from_columns(cls, columns: dict[str, list]) -> ShardTable:
+        """The table of checked manifest entries given key by key (validate.shard_columns), no `ShardInfo` made."""
+        counts = {name: np.asarray(columns[name], dtype=np.int64).reshape(-1) for name in COUNTS}
+        return cls(counts, _strings(columns["file"]), _strings(columns["checksum"]),
+                   _codes(columns["dtype"]), _codes(columns["compression"]))
+
     def __getstate__(self) -> dict:
         return dict(self.__dict__, _infos={})  # workers build the entries they touch
 
@@ -148,6 +155,10 @@ class ShardTable(Sequence):
 
 
 def _strings(values: list[str]) -> tuple[bytes, np.ndarray]:
+    blob = "".join(values).encode("utf-8", "surrogatepass")
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    if len(blob) == int(lengths.sum()):  # ASCII (file names, checksums): characters are bytes
+        return blob, np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths, dtype=np.int64)])
     encoded = [v.encode("utf-8", "surrogatepass") for v in values]
     ends = np.concatenate([[0], np.cumsum([len(e) for e in encoded], dtype=np.int64)]).astype(np.int64)
     return b"".join(encoded), ends
@@ -162,6 +173,8 @@ def _codes(values: list) -> tuple[list, np.ndarray]:
     distinct = list(dict.fromkeys(values))
     if len(distinct) > 255:
         raise ValueError(f"{len(distinct)} distinct values do not fit a one-byte code")
+    if len(distinct) == 1:  # the usual case: one dtype, one compression for every shard
+        return distinct, np.zeros(len(values), dtype=np.uint8)
     lookup = {v: k for k, v in enumerate(distinct)}
     return distinct, np.array([lookup[v] for v in values], dtype=np.uint8)
 

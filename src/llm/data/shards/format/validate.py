@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from llm.data.shards.format.checksum import PREFIX
 from llm.data.shards.format.serializers import check_layout
 
@@ -80,8 +82,11 @@ def check_shard_entry(entry: Any, i: int, kind: str, dtype: Any, path: Path, enc
             raise ManifestError(f"{where}: key 'items' is {items}, but {raw} bytes cannot hold the offsets of that many items")
 
 
-def check_manifest(data: dict, path: Path) -> None:
-    """Top-level fields and every shard entry; the fingerprint and totals checks need the entries built."""
+def check_manifest(data: dict, path: Path) -> dict[str, list] | None:
+    """Top-level fields and every shard entry; the fingerprint and totals checks need the entries built.
+
+    Returns the entries as columns (`shard_columns`) when they passed the column-wise checks,
+    None when they were checked one by one (and passed)."""
     kind = data["kind"]
     dtype = data.get("dtype")
     if kind == "tokens" and not (isinstance(dtype, str) and dtype in TOKEN_DTYPES):  # a list is unhashable
@@ -103,7 +108,10 @@ def check_manifest(data: dict, path: Path) -> None:
         raise ManifestError(f"{path}: key 'encryption' is {encryption!r}, expected an object naming its 'class' or null")
     if not isinstance(data.get("sources", []), list):
         raise ManifestError(f"{path}: key 'sources' is {data.get('sources')!r}, expected a list")
-    seen: set[str] = set()
+    columns = shard_columns(data["shards"], kind, dtype, encryption is not None)
+    if columns is not None:
+        return columns
+    seen: set[str] = set()  # something failed (or is unusual): entry by entry, to name the first bad one
     for i, entry in enumerate(data["shards"]):
         check_shard_entry(entry, i, kind, dtype, path, encrypted=encryption is not None)
         if entry["file"] in seen:
@@ -111,12 +119,73 @@ def check_manifest(data: dict, path: Path) -> None:
         seen.add(entry["file"])
 
 
+def shard_columns(shards: list, kind: str, dtype: Any, encrypted: bool) -> dict[str, list] | None:
+    """Every shard entry checked column by column: the checks of `check_shard_entry` and the
+    duplicate-name check, as set and C-level passes over each key instead of ~40 Python steps
+    per entry (at 10^5 shards: ~1 s less on a first open). Returns key -> list of values (the
+    values as stored, absent keys as their defaults), or None when anything is off or unusual:
+    the caller then checks entry by entry, which names the first bad entry."""
+    try:
+        if set(map(type, shards)) - {dict}:
+            return None
+        n = len(shards)
+        if not n:
+            return {key: [] for key in SHARD_KEYS}
+        if not set().union(*shards) <= set(SHARD_KEYS):
+            return None
+        columns = {key: [e.get(key) for e in shards] for key in ("file", "bytes", "checksum", "dtype", "compression")}
+        for key in ("documents", "tokens", "items", "raw_bytes"):
+            columns[key] = [e.get(key, 0) for e in shards]
+        files, checksums = columns["file"], columns["checksum"]
+        if set(map(type, files)) != {str} or len(set(files)) != n or {"", ".", ".."} & set(files):
+            return None
+        joined = "".join(files)
+        if "/" in joined or "\\" in joined:
+            return None
+        if set(map(type, checksums)) != {str} or set(map(len, checksums)) != {len(PREFIX) + 16}:
+            return None
+        if sum(map(str.startswith, checksums, [PREFIX] * n)) != n:
+            return None
+        counts = {}
+        for key in ("bytes", "documents", "tokens", "items", "raw_bytes"):
+            if set(map(type, columns[key])) != {int}:  # bool, float, None (a missing 'bytes') are refused
+                return None
+            values = np.array(columns[key], dtype=np.int64)
+            if int(values.min()) < 0 or int(values.max()) > MAX_COUNT:
+                return None
+            counts[key] = values
+        compressions = set(columns["compression"])
+        if not compressions <= set(COMPRESSIONS):
+            return None
+        compressed = np.array([c is not None for c in columns["compression"]]) if compressions != {None} else np.zeros(n, bool)
+        size, raw = counts["bytes"], counts["raw_bytes"]
+        if not encrypted and np.any(~compressed & (raw != 0) & (raw != size)):
+            return None
+        raw = raw if encrypted else np.where(compressed, raw, size)
+        tokens, documents, items = counts["tokens"], counts["documents"], counts["items"]
+        if kind == "tokens":
+            shard_dtypes = [dtype if d is None else d for d in columns["dtype"]]
+            if set(map(type, shard_dtypes)) != {str} or not set(shard_dtypes) <= set(TOKEN_DTYPES):
+                return None
+            width = np.array([TOKEN_DTYPES[d] for d in shard_dtypes], dtype=np.int64)
+            if np.any(items) or np.any((tokens > 0) & (documents == 0)):
+                return None
+            if np.any(raw != tokens * width + 8 * documents):
+                return None
+        else:
+            if set(columns["dtype"]) != {None} or np.any(tokens) or np.any(documents) or np.any(raw < 8 * (items + 1)):
+                return None
+        return columns
+    except (TypeError, ValueError, OverflowError):  # unhashable values, numbers beyond int64: entry by entry
+        return None
+
+
 def _check_item_layout(data: dict, path: Path) -> None:
     """v2 item datasets say how their records are laid out; nothing else has a layout."""
     layout, kind, version = data.get("item_layout"), data["kind"], data["format_version"]
     if layout is None:
-        has_items = any(isinstance(s, dict) and s.get("items") for s in data["shards"])
-        if kind == "items" and version >= 2 and has_items:
+        # (only an item dataset is searched for items: a walk over 10^5 entries is not free)
+        if kind == "items" and version >= 2 and any(isinstance(s, dict) and s.get("items") for s in data["shards"]):
             raise ManifestError(f"{path}: key 'item_layout' is missing, but a format v{version} item dataset needs it")
         return
     if kind != "items" or version < 2:

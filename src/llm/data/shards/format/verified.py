@@ -150,9 +150,24 @@ def _compact(path: Path, store: _Store) -> None:
     so each such run adds ranks x shards lines that every process then reads whole; compacted,
     the file stays under max(1 MiB, twice its unique entries).
     """
+    # A store of mostly unique entries (optimize remembers every shard it wrote: 10^5 lines) would
+    # be parsed by every new process only to learn that; the size of its unique entries found
+    # last time is kept beside it, so a process parses it only once it has doubled since.
+    hint = path.with_name(f"{path.name}.unique")
+    try:
+        unique_bytes = int(hint.read_bytes())
+    except (OSError, ValueError):
+        unique_bytes = 0
+    if unique_bytes and store.loaded <= 2 * unique_bytes:
+        store.compact_at = max(_MAX_BYTES, 2 * unique_bytes)
+        return
     unique = store.parsed if store.parsed is not None else _parse(store.raw)
     text = b"".join(_key_bytes(k) + f" {v}\n".encode() for k, v in unique.items())
     store.compact_at = max(_MAX_BYTES, 2 * len(text))  # next time only once it doubled again
+    try:
+        hint.write_bytes(str(len(text)).encode())  # best effort: without it, the next process parses
+    except OSError:
+        pass
     if len(text) * 2 > store.loaded:  # mostly unique already: rewriting would not shrink it much
         return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
