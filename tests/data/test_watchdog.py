@@ -35,8 +35,10 @@ def _worker(path: str, index: int, ready, release) -> None:
 def test_worker_slots_name_what_each_process_reads_also_after_it_was_killed() -> None:
     slots = WorkerSlots(2)
     ctx = mp.get_context("fork")
-    ready, release = [ctx.Event(), ctx.Event()], ctx.Event()
-    procs = [ctx.Process(target=_worker, args=(slots.path, i, ready[i], release)) for i in range(2)]
+    # one release event per worker: a process killed inside Event.wait never acknowledges a notify, so a
+    # shared event's set() would wait for it forever (multiprocessing's Condition counts its sleepers)
+    ready, release = [ctx.Event(), ctx.Event()], [ctx.Event(), ctx.Event()]
+    procs = [ctx.Process(target=_worker, args=(slots.path, i, ready[i], release[i])) for i in range(2)]
     for p in procs:
         p.start()
     try:
@@ -53,9 +55,12 @@ def test_worker_slots_name_what_each_process_reads_also_after_it_was_killed() ->
                             r"\(for \d+\.\d s\), its request in flight for \d+\.\d s: reading s3://bucket/s-1\.bin",
                             after.phrase()), after.phrase()
     finally:
-        release.set()
-        for p in procs:
+        for p, event in zip(procs, release):
+            if p.is_alive():
+                event.set()
             p.join(30)
+            if p.is_alive():
+                p.kill()
 
 
 def test_this_process_marks_come_and_go() -> None:
