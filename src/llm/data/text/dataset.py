@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from llm.data.inputs.dedup import DedupTextSource
@@ -24,71 +23,15 @@ from llm.data.inputs.mixture import as_mixture
 from llm.data.inputs.partitions import assign_partitions, stripe_partitions
 from llm.data.inputs.source import Partition, Record, TextSource
 from llm.data.mix.choosers import choose
-from llm.data.pack.best_fit import BestFitCutter, block_example
-from llm.data.pack.window import WindowCutter, to_example
+from llm.data.pack.window import WindowCutter
+from llm.data.text.blocks import TokenBlocks
 from llm.data.text.provenance import pieces_array, record_name, track
 from llm.data.text.skips import Skips, skip_record
-from llm.data.text.wire import as_tensors, grouped, one_message, seal_windows
-from llm.data.tokenize.documents import encode_each
+from llm.data.text.wire import grouped, one_message
 from llm.data.tokenize.protocol import Tokenizer
 from llm.data.topology import current_topology
 from llm.data.waiting import mark_reading
 from llm.data.worker_errors import send
-
-
-class TokenBlocks:
-    """`stream_lm`'s batch format: records -> ids -> windows of max_seq_len + 1 -> shifted (input_ids, labels).
-
-    A format tells the dataset how to cut one partition (`packer`), how to turn a
-    chunk of record texts into items (`encode`) and how to make a batch of rows
-    (`batch`); fine-tuning plugs in its own (`llm.data.sft.stream.SftSamples`).
-    """
-
-    def __init__(self, tokenizer: Tokenizer, max_seq_len: int, packed: bool = False, packing_buffer: int | None = None):
-        self.tokenizer, self.max_seq_len, self.packed = tokenizer, max_seq_len, packed
-        self.packing_buffer = packing_buffer  # set: best fit (text/best_fit.py) from this many open blocks
-
-    def packer(self, cursor: dict | None) -> WindowCutter | BestFitCutter:
-        if self.packing_buffer:
-            return BestFitCutter(self.max_seq_len, self.tokenizer.eos_id, self.packing_buffer, cursor)
-        return WindowCutter(self.max_seq_len, self.tokenizer.eos_id, cursor)
-
-    def encode(self, texts: list[str], sources: list[int]) -> list[np.ndarray]:
-        return encode_each(self.tokenizer, texts)
-
-    def tokens(self, ids: np.ndarray) -> int:
-        """The tokens a record adds to the stream: its ids and the EOS after them."""
-        return len(ids) + 1
-
-    def row_tokens(self, row: Any) -> int:
-        """A row's trained tokens (labels that are not padding): a window's length less one (best fit: per window)."""
-        return sum(len(w) - 1 for w in row) if self.packing_buffer else len(row) - 1
-
-    def rows_tokens(self, rows: list[Any]) -> int:
-        """`row_tokens` summed over a batch's rows."""
-        if self.packing_buffer:
-            return sum(map(self.row_tokens, rows))
-        return sum(map(len, rows)) - len(rows)
-
-    def packed_rows(self, rows: list[Any]) -> list[int] | None:
-        """Token rows are the batch's rows as they are (the SFT format may pack several samples in one)."""
-        return None
-
-    def seal(self, items: list[dict]) -> dict:
-        """A worker's message of `items`: their windows (`_rows`) in one buffer, uint16 where ids fit (wire.py)."""
-        return seal_windows(items, self.max_seq_len, self.tokenizer.vocab_size)
-
-    def batch(self, rows: list[Any]) -> dict[str, Any]:
-        if self.packed and not self.packing_buffer:  # the windows as they are: one buffer per worker message
-            return {"_rows": list(rows)}
-        if self.packing_buffer:  # rows are blocks of windows: their document boundaries go out too
-            planes = [block_example(b, self.max_seq_len, self.tokenizer.eos_id) for b in rows]
-        else:
-            planes = [to_example(w, self.max_seq_len, self.tokenizer.eos_id) for w in rows]
-        arrays = [np.stack([p[i] for p in planes]) for i in range(len(planes[0]))]
-        if self.packed:  # int32 bytes: pickled through the worker pipe, cheaper than tensors in shm
-            return {"_packed": np.stack(arrays, axis=1).astype(np.int32).tobytes()}
-        return as_tensors(arrays)
 
 
 def _done(worker: int) -> dict:
