@@ -87,7 +87,8 @@ test-all: $(STAMP) azurite
 # installed together into a venv of their own with the package, then the quick shard, text, dedup and mixing
 # tests, so that code needing a newer release than pyproject declares fails here (np.trapezoid, which NumPy
 # 1.x lacks, once did). CI runs it. The torch floor is a CPU build: a plain `torch==` would take a CUDA one.
-# HF `datasets` (the hf extra, not a floor of the package) is not installed: its four tests are left out.
+# HF `datasets` (the hf extra, not a floor of the package) is not installed: its four tests are left out. The
+# metrics and dedup-fast extras are: the shard tests scrape the Prometheus endpoint, the dedup tests run rensa.
 MIN_VENV := .venv-min
 MIN_TESTS := tests/data/shards tests/data/text tests/data/corpus_dedup
 MIN_DESELECT := --deselect tests/data/text/test_presets.py::test_the_hf_source_iterates_a_dataset_with_skip_and_iter_but_no_iter_method \
@@ -99,7 +100,7 @@ test-min:
 	$(PY) .ci/floors.py numpy pyarrow torch > $(MIN_VENV)/floors.txt
 	@echo "test-min: installing the declared floors: $$(tr '\n' ' ' < $(MIN_VENV)/floors.txt)"
 	$(MIN_VENV)/bin/pip install -q "$$(grep '^torch==' $(MIN_VENV)/floors.txt)+cpu" || $(MIN_VENV)/bin/pip install -q "$$(grep '^torch==' $(MIN_VENV)/floors.txt)" --index-url https://download.pytorch.org/whl/cpu
-	$(MIN_VENV)/bin/pip install -q -c $(MIN_VENV)/floors.txt -e '.[encryption,json,tiktoken]' pytest pytest-timeout hypothesis psutil
+	$(MIN_VENV)/bin/pip install -q -c $(MIN_VENV)/floors.txt -e '.[encryption,json,tiktoken,metrics,dedup-fast]' pytest pytest-timeout hypothesis psutil
 	$(MIN_VENV)/bin/python -c "import numpy, pyarrow, torch; print(f'test-min: numpy {numpy.__version__}, pyarrow {pyarrow.__version__}, torch {torch.__version__}')"
 	$(MIN_VENV)/bin/python -m pytest $(MIN_TESTS) -m "not slow" $(PYTEST_ARGS) $(MIN_DESELECT)
 
