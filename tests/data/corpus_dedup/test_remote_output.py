@@ -112,3 +112,13 @@ def test_a_killed_run_resumes_from_the_objects_committed(s3_server, scratch: Pat
     assert second.returncode == 0 and "already committed: plan, everything" in second.stderr, second.stderr
     assert remote_tree(url, s3_server.options()) == tree(tmp_path / "local")
     assert list(scratch.iterdir()) == []  # the killed runs' scratch copies went with their reruns
+    # killed after the report again, on a new prefix; a scan folder of the copy left here loses a file (as one a
+    # later stage fetched only in part); the same command with --overwrite scans that input anew, not what is left
+    cmd[cmd.index(url)] = url = url + "-3"
+    first = subprocess.run(cmd, env={**env, "LLM_DEDUP_KILL_AT": "report"}, capture_output=True, text=True, timeout=120)
+    assert first.returncode == -9, first.stderr
+    [copy] = scratch.iterdir()
+    (copy / ".dedup-work" / "scan" / "00000" / "exact-00000.run").unlink()
+    third = subprocess.run([*cmd, "--overwrite"], env=env, capture_output=True, text=True, timeout=120)
+    assert third.returncode == 0, third.stderr
+    assert remote_tree(url, s3_server.options()) == tree(tmp_path / "local")

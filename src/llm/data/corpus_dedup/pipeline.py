@@ -23,7 +23,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -251,16 +251,16 @@ class _Run:
             self._run(place.stage(task, needs, tuple((self.names[i],) for i in todo)), len(todo), "dedup: write",
                       "file", single=self._single)
             self._sync_folders(sorted({(self.out / self.names[i]).parent for i in todo}), len(todo))
-        self._say_resumed()
-        place.fetch((f"{w}/removed.bin", f"{w}/clusters.json", *(f"{s}/lines.u64" for s in scans)))
-        removed = open_removed(self.work, REMOVED_ROW)
-        if not place.has(REMOVED_NAME):
-            write_removed_list(self.out / REMOVED_NAME, removed, Lines(self.work, n), self.sources)
-            place.publish(REMOVED_NAME)
-        write_json(self.out / REPORT_NAME, self._report())
-        place.publish(REPORT_NAME)
-        kill_point("report")
-        return self._finish()
+            self._say_resumed()
+            place.fetch((f"{w}/removed.bin", f"{w}/clusters.json", *(f"{s}/lines.u64" for s in scans)))
+            removed = open_removed(self.work, REMOVED_ROW)
+            if not place.has(REMOVED_NAME):
+                write_removed_list(self.out / REMOVED_NAME, removed, Lines(self.work, n), self.sources)
+                place.publish(REMOVED_NAME)
+            write_json(self.out / REPORT_NAME, self._report())
+            place.publish(REPORT_NAME)
+            kill_point("report")
+            return self._finish()  # in the engine's session: the nodes' scratch copies go through it
 
     @property
     def _sync_each(self) -> bool:
@@ -318,8 +318,11 @@ class _Run:
         report = json.loads(self._read(REPORT_NAME))
         self.place.finish(self.keep_work)
         if isinstance(self.place, RemotePlace):
-            with self._engine():  # the session of the stages (or one for this, after a rerun found them done)
-                sweep_nodes(self.place, self.engine)
+            # the stages' session; a rerun that found them done joins its cluster for this (a local one's nodes
+            # are this machine: its scratch copy is the one here)
+            join = self.engine == "ray" and self.address is not None
+            with self._engine() if join else nullcontext():
+                sweep_nodes(self.place)
         kill_point("done")
         return report
 

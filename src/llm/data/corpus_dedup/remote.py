@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -180,11 +181,17 @@ class Staged:
 
     def __call__(self, task_id: int, report: Any) -> Any:
         root = self.place.root
+        makes = self.makes[task_id if len(self.makes) > 1 else 0]
+        for rel in makes:  # made anew: a copy here may hold only the files a later stage's task fetched (a rerun)
+            if (root / rel).is_dir():
+                shutil.rmtree(root / rel, ignore_errors=True)
+            else:
+                (root / rel).unlink(missing_ok=True)
         self.place.fetch(self.needs[task_id if len(self.needs) > 1 else 0])
         fields = {f.name for f in dataclasses.fields(self.task)}
         moved = {"work": root / WORK_NAME, **({"output": root} if "output" in fields else {})}
         result = dataclasses.replace(self.task, **moved)(task_id, report)
-        for rel in self.makes[task_id if len(self.makes) > 1 else 0]:
+        for rel in makes:
             self.place.publish(rel)
             if not rel.startswith(WORK_NAME):  # a kept-records file: no later task reads it here
                 (root / rel).unlink(missing_ok=True)
@@ -239,9 +246,10 @@ def remote_lock(place: RemotePlace, wait: bool) -> Iterator[None]:
         lock.release()
 
 
-def sweep_nodes(place: RemotePlace, engine: str) -> None:
-    """Delete the run's scratch copies: on every Ray node (each has its own disk), and here."""
-    if engine == "ray":
+def sweep_nodes(place: RemotePlace) -> None:
+    """Delete the run's scratch copies: on every node of the Ray cluster this process is connected to, and here."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
         from llm.data.jobs.ray import on_every_node
 
         on_every_node(_drop_scratch, place.run)
