@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llm.data import dedup_corpus
+from llm.data.storage.objects import open_objects
 from tests.data.corpus_dedup.helpers import tree, write_corpus
 from tests.data.corpus_dedup.test_remote_output import remote_tree
 from tests.storage.conftest import s3_server  # noqa: F401 - the session's SeaweedFS server
@@ -64,10 +65,15 @@ def test_ray_with_the_output_in_s3_runs_on_nodes_that_share_no_disk(tmp_path: Pa
     assert dedup_corpus(str(tmp_path / "in"), url, near=0.8, engine="ray", num_workers=2, progress=False,
                         chunk_records=16, storage_options=options) == report  # finished: nothing redone
     ray.shutdown()
-    # the driver killed (SIGKILL) once the report is put: the nodes' copies are still there, its rerun removes them
-    dedup_corpus(str(tmp_path / "in"), tmp_path / "local-cli", near=0.8, num_workers=0, progress=False)
+    # inputs in S3 too (nothing on a node's disk but its scratch), and the driver killed (SIGKILL) once the report
+    # is put: the nodes' copies are still there, and its rerun removes them
+    inputs = s3_server.url()
+    objects = open_objects(inputs, options)
+    for path in sorted(p for p in (tmp_path / "in").rglob("*") if p.is_file()):
+        objects.put(path.relative_to(tmp_path / "in").as_posix(), path)
+    dedup_corpus(inputs, tmp_path / "local-cli", near=0.8, num_workers=0, progress=False, storage_options=options)
     url = s3_server.url()
-    cmd = [sys.executable, "-m", "llm.cli.data", "dedup", str(tmp_path / "in"), "--output", url, "--near", "0.8",
+    cmd = [sys.executable, "-m", "llm.cli.data", "dedup", inputs, "--output", url, "--near", "0.8",
            "--engine", "ray", "--ray-address", ray_cluster.address, "--num-workers", "2", "--no-progress"]
     env = {**os.environ, **s3_server.env()}
     first = subprocess.run(cmd, env={**env, "LLM_DEDUP_KILL_AT": "report"}, capture_output=True, text=True, timeout=180)
