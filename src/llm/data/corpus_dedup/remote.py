@@ -9,7 +9,7 @@ or absent: a file is one object, and a scan folder's files go first and its `met
 so a present `meta.json` means a complete folder. Committed objects never change within a run
 (`<run>` hashes the output and the plan), so a node keeps what it fetched for its later tasks:
 the band tasks of a node read each scan file once. Those scratch copies are deleted on every
-node when the run finishes.
+node when the run finishes (a run killed and never run again leaves its copies in the temp folder).
 
 A killed task is retried (Ray) and writes the same objects again; a killed driver's rerun
 lists what is committed and goes on. One writer at a time: the lock object `.llm-data.lock`
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm.data.corpus_dedup.commit import kill_point
 from llm.data.corpus_dedup.place import DONE_NAME, WORK_NAME
 from llm.data.storage.lock import LOCK_NAME
 from llm.data.storage.object_files import list_objects
@@ -104,7 +105,6 @@ class RemotePlace:
 
     def clear(self) -> None:
         self._delete([n for n in self.names() if n != LOCK_NAME])
-        shutil.rmtree(self.root, ignore_errors=True)
 
     def drop(self, rel: str) -> None:
         self._delete([n for n in self.names() if n == rel or n.startswith(rel + "/")])
@@ -118,8 +118,6 @@ class RemotePlace:
             return
         self.objects.put(DONE_NAME, self.objects.get(f"{WORK_NAME}/plan.json"))
         self.refresh()
-        from llm.data.corpus_dedup.commit import kill_point
-
         kill_point("cleanup:plan")
         self.drop(WORK_NAME)
 
