@@ -90,7 +90,8 @@ def dedup_corpus(
 
     `inputs`: files, globs, folders or `s3://` URLs (what `optimize` reads). `output`: a
     local folder or an `s3://`, `gs://` or `az://` prefix (`storage_options` reach it, as the inputs), empty
-    unless `overwrite` (or holding this same run, killed: it resumes).
+    unless `overwrite` (or holding this same run, killed: it resumes). With a prefix, each task works in its
+    node's scratch folder (`$LLM_DEDUP_SCRATCH`, else the temp folder) and commits to the store (remote.py).
     `keep_work` leaves `OUTPUT/.dedup-work` (signatures, candidate pairs) for inspection.
     `minhash`: the signing engine, `auto` (rensa when installed), `rensa` or `numpy` (minhash.py); the
     one used is recorded in the plan and the report, and a rerun must use the same one.
