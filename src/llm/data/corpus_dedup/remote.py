@@ -250,7 +250,11 @@ def sweep_nodes(place: RemotePlace) -> None:
     if ray is not None and ray.is_initialized():
         from llm.data.jobs.ray import on_every_node
 
-        on_every_node(_drop_scratch, place.run)
+        try:
+            on_every_node(_drop_scratch, place.run)
+        except Exception as e:  # the run is finished and committed: a node lost meanwhile keeps its copy, nothing worse
+            print(f"dedup: the scratch copies llm-dedup-{place.run} of some Ray node were not deleted "
+                  f"({type(e).__name__}); delete them from its temp folder", file=sys.stderr)
     _drop_scratch(place.run)
 
 

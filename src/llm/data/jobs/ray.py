@@ -131,12 +131,13 @@ def run_ray(tasks: Tasks, workers: int, address: str | None, bar: Any) -> None:
             ray.shutdown()
 
 
-def on_every_node(fn: Any, *args: Any) -> None:
-    """Run `fn(*args)` once on every live node of the connected cluster (each node's own disk, e.g. its scratch)."""
+def on_every_node(fn: Any, *args: Any, timeout_s: float = 120.0) -> None:
+    """Run `fn(*args)` once on every live node of the connected cluster (each node's own disk, e.g. its scratch);
+    a node lost meanwhile raises (GetTimeoutError after `timeout_s`, or Ray's own error)."""
     ray = import_ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     remote = ray.remote(num_cpus=0, max_retries=TASK_RETRIES)(fn)
     nodes = [node["NodeID"] for node in ray.nodes() if node.get("Alive")]
     ray.get([remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(*args)
-             for node in nodes])
+             for node in nodes], timeout=timeout_s)
