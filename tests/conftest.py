@@ -41,12 +41,13 @@ def _isolated_source_registry():
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """A Ray cluster of two raylets on this machine, one CPU each, for one test module (tests/ray_nodes.py)."""
+def ray_cluster(tmp_path_factory):
+    """A Ray cluster of two raylets on this machine, one CPU each, for one test module (tests/ray_nodes.py);
+    each raylet's workers have their own scratch folder (`cluster.scratch`)."""
     pytest.importorskip("ray", reason="Ray is not installed: pip install 'llm-stream-data[ray]' (the dev extra has it)")
     from tests.ray_nodes import TwoRayletCluster
 
-    cluster = TwoRayletCluster()
+    cluster = TwoRayletCluster(scratch=(tmp_path_factory.mktemp("head-scratch"), tmp_path_factory.mktemp("node-scratch")))
     cluster.start()
     yield cluster
     cluster.stop()

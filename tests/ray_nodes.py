@@ -1,6 +1,7 @@
 """A Ray cluster of two raylets on one machine, started as two machines would start it: `ray start --head`,
 then `ray start --address` for the second node (1 CPU each, usage stats off, loopback only). Each raylet
-runs in the foreground (`--block`) as a child process, so stopping the cluster stops only ours."""
+runs in the foreground (`--block`) as a child process, so stopping the cluster stops only ours. `scratch`: one
+folder per raylet, its workers' `LLM_DEDUP_SCRATCH` (a node's own disk, as on machines that share none)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def _free_port() -> int:
 
 
 class TwoRayletCluster:
-    def __init__(self, cpus_per_node: int = 1):
-        self.cpus = cpus_per_node
+    def __init__(self, cpus_per_node: int = 1, scratch: tuple[Path, Path] | None = None):
+        self.cpus, self.scratch = cpus_per_node, scratch
         self.address = f"127.0.0.1:{_free_port()}"
         self.nodes: list[subprocess.Popen] = []
 
@@ -31,6 +32,8 @@ class TwoRayletCluster:
         # Workers of both nodes import fn from the tests and llm from this checkout, as the driver does.
         path = os.pathsep.join([str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "PYTHONPATH": path}
+        if self.scratch:
+            env["LLM_DEDUP_SCRATCH"] = str(self.scratch[len(self.nodes)])
         cmd = [ray, "start", *args, "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus),
                "--disable-usage-stats", "--block"]
         self.nodes.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))

@@ -14,6 +14,7 @@ from typing import Any
 DEDUP_EPILOG = """examples:
   llm-data dedup 'corpus/*.jsonl.zst' --output clean/              # exact duplicates only
   llm-data dedup corpus/ --output clean/ --near 0.8 --num-workers 8 # also near duplicates (MinHash-LSH)
+  llm-data dedup s3://b/corpus/ --output s3://b/clean/ --near 0.8 --engine ray --ray-address auto
   llm-data optimize clean/ --output data/ds --tokenizer tokenizer.json
   llm-data optimize corpus/ --output data/ds --dedup near=0.8       # both in one command
 
@@ -27,7 +28,9 @@ def add_dedup_command(add: Any) -> None:
     cmd = add("dedup", "remove exact and near-duplicate records of a corpus before tokenizing", DEDUP_EPILOG)
     cmd.add_argument("inputs", nargs="+", metavar="INPUT",
                      help=".txt / .jsonl[.gz|.zst] / .parquet files, globs, folders or s3:// URLs")
-    cmd.add_argument("--output", "-o", required=True, help="local folder for the kept records and the report")
+    cmd.add_argument("--output", "-o", required=True,
+                     help="folder, or s3:// gs:// az:// prefix (a cluster whose nodes share no disk), for the kept "
+                          "records and the report")
     # Read as text and checked in run_dedup: a bad value is one sentence, not argparse's usage block.
     cmd.add_argument("--near", default=None, metavar="THRESHOLD",
                      help="also remove records whose estimated Jaccard similarity to an earlier one is at least "

@@ -12,17 +12,18 @@ The plan outlives the work folder as `OUTPUT/.dedup-plan.json`: it is moved ther
 known by its plan, and a rerun of the same command (`optimize --dedup` killed after this
 stage, or a kill while the work folder was being deleted) finishes at once instead of
 finding an output that is "not empty".
+
+The output is a place (place.py): a local folder, or an s3://, gs:// or az:// prefix
+(remote.py), where each task fetches what it reads to its node's disk and commits by PUT.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +43,25 @@ from llm.data.corpus_dedup.output import (
     write_removed_list,
 )
 from llm.data.corpus_dedup.params import DedupParams
+from llm.data.corpus_dedup.place import DONE_NAME, TRASH_NAME, WORK_NAME, LocalPlace
 from llm.data.corpus_dedup.records import describe, output_names
+from llm.data.corpus_dedup.remote import (
+    RemotePlace,
+    refuse_remote_overlap,
+    remote_lock,
+    remote_output,
+    sweep_nodes,
+)
 from llm.data.corpus_dedup.scan import ScanTask
-from llm.data.corpus_dedup.workdir import read_meta, scan_dir
+from llm.data.corpus_dedup.workdir import read_meta
 from llm.data.inputs.listing import FileStamp, Input, expand_sources, refuse_inputs_in_output
 from llm.data.jobs.tasks import Tasks, check_engine, progress_bar
 from llm.data.storage.local import fsync_dir
-from llm.data.storage.lock import LOCK_NAME, FolderLock
+from llm.data.storage.lock import FolderLock
 from llm.data.storage.object_files import RemoteObject
+from llm.data.storage.paths import parse_location
 
-WORK_NAME = ".dedup-work"
-DONE_NAME = ".dedup-plan.json"  # the plan of a finished run, moved out of the work folder
-TRASH_NAME = ".dedup-work.deleting"  # the work folder of a finished run, renamed aside to be deleted
+__all__ = ["DONE_NAME", "TRASH_NAME", "WORK_NAME", "DedupRunMismatch", "dedup_corpus"]
 MERGE_ROWS = 1 << 21  # rows of all runs' read blocks together in a merge (~32-48 MB)
 
 
@@ -81,7 +89,9 @@ def dedup_corpus(
     """Remove exact (and with `near`, near-) duplicate records of a corpus; returns the `dedup.json` report.
 
     `inputs`: files, globs, folders or `s3://` URLs (what `optimize` reads). `output`: a
-    local folder, empty unless `overwrite` (or holding this same run, killed: it resumes).
+    local folder or an `s3://`, `gs://` or `az://` prefix (`storage_options` reach it, as the inputs), empty
+    unless `overwrite` (or holding this same run, killed: it resumes). With a prefix, each task works in its
+    node's scratch folder (`$LLM_DEDUP_SCRATCH`, else the temp folder) and commits to the store (remote.py).
     `keep_work` leaves `OUTPUT/.dedup-work` (signatures, candidate pairs) for inspection.
     `minhash`: the signing engine, `auto` (rensa when installed), `rensa` or `numpy` (minhash.py); the
     one used is recorded in the plan and the report, and a rerun must use the same one.
@@ -93,18 +103,23 @@ def dedup_corpus(
     check_engine(engine, ray_address)
     if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0):
         raise ValueError(f"num_workers must be a whole number >= 0, got {num_workers!r}")
-    out = Path(output)
-    if "://" in str(output):
-        raise ValueError(f"output {output}: dedup writes a local folder; optimize its result to object storage")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"output {out} is a file, not a folder")
-    patterns = [inputs] if isinstance(inputs, (str, Path)) else [str(p) for p in inputs]
-    # before the lock (which creates the folder) and before --overwrite empties it: an input inside the
-    # output would be deleted, an output inside an input read back as input by a rerun
-    refuse_inputs_in_output([str(p) for p in patterns], out, "dedup output")
-    with FolderLock(out, wait=wait, what="a dedup"):
-        run = _Run(out, params, engine, num_workers, ray_address, progress, keep_work)
-        return run.start([str(p) for p in patterns], storage_options, overwrite)
+    patterns = [str(p) for p in ([inputs] if isinstance(inputs, (str, Path)) else inputs)]
+    remote = remote_output(str(output), storage_options)
+    place: LocalPlace | RemotePlace
+    if remote is not None:
+        refuse_remote_overlap(patterns, parse_location(str(output)))
+        place, lock = remote, remote_lock(remote, wait)
+    else:
+        out = Path(output)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"output {out} is a file, not a folder")
+        # before the lock (which creates the folder) and before --overwrite empties it: an input inside the
+        # output would be deleted, an output inside an input read back as input by a rerun
+        refuse_inputs_in_output(patterns, out, "dedup output")
+        place, lock = LocalPlace(out), FolderLock(out, wait=wait, what="a dedup")
+    with lock:
+        run = _Run(place, params, engine, num_workers, ray_address, progress, keep_work)
+        return run.start(patterns, storage_options, overwrite)
 
 
 class DedupRunMismatch(ValueError):
@@ -114,17 +129,25 @@ class DedupRunMismatch(ValueError):
 class _Run:
     """One dedup run over an output folder (the lock held by the caller)."""
 
-    def __init__(self, out: Path, params: DedupParams, engine: str, workers: int | None, address: str | None,
-                 progress: bool, keep_work: bool = False):
-        self.out, self.work, self.params = out, out / WORK_NAME, params
+    def __init__(self, place: LocalPlace | RemotePlace, params: DedupParams, engine: str, workers: int | None,
+                 address: str | None, progress: bool, keep_work: bool = False):
+        self.place, self.params = place, params
         self.engine, self.workers, self.address, self.progress = engine, workers, address, progress
         self.resumed: list[str] = []
         self.keep_work = keep_work
 
+    @property
+    def out(self) -> Path:
+        return self.place.root  # the folder this process reads and writes: the output, or its scratch copy
+
+    @property
+    def work(self) -> Path:
+        return self.place.root / WORK_NAME
+
     # -- the plan ------------------------------------------------------------------------------
     def start(self, patterns: list[str], storage_options: dict | None, overwrite: bool) -> dict:
         if overwrite:
-            _clear(self.out)
+            self.place.clear()
         inputs = expand_sources(patterns, storage_options)
         names = output_names(inputs)
         for name, path in zip(names, inputs):
@@ -133,89 +156,112 @@ class _Run:
                                  "the dedup report; rename the input")
         plan = {"parameters": self.params.record(), "inputs": [describe(p) for p in inputs],
                 "stamps": [_stamp(p) for p in inputs], "outputs": names}
-        plan_path = self.work / "plan.json"
-        _remove_tree(self.out / TRASH_NAME)  # a deletion killed part way: garbage by construction (_finish)
-        if (self.out / DONE_NAME).is_file():
-            return self._done(json.loads((self.out / DONE_NAME).read_text()), plan)
-        if self.work.is_dir() and not plan_path.is_file():
-            shutil.rmtree(self.work)  # killed before its plan was committed: nothing in it counts
-        held = [e.name for e in sorted(self.out.iterdir()) if e.name != LOCK_NAME]
-        if held and not plan_path.is_file():
-            raise ValueError(f"output {self.out} is not empty (it holds {_listing(held)}); pass overwrite=True "
+        if isinstance(self.place, RemotePlace):
+            self.place = self.place.for_plan(plan)
+        plan_rel = f"{WORK_NAME}/plan.json"
+        self.place.sweep()
+        if self.place.has(DONE_NAME):
+            return self._done(json.loads(self._read(DONE_NAME)), plan)
+        has_plan = self.place.has(plan_rel)
+        if not has_plan and self.place.has_any(WORK_NAME):
+            self.place.drop(WORK_NAME)  # killed before its plan was committed: nothing in it counts
+        held = self.place.entries()
+        if held and not has_plan:
+            raise ValueError(f"output {self.place} is not empty (it holds {_listing(held)}); pass overwrite=True "
                              "(CLI: --overwrite) to replace its content")
         if held:
-            self._check_same(json.loads(plan_path.read_text()), plan)
+            self._check_same(json.loads(self._read(plan_rel)), plan)
             self.resumed.append("plan")
         else:
-            write_json(plan_path, plan)
+            write_json(self.out / plan_rel, plan)
+            self.place.publish(plan_rel)
             kill_point("plan")
         self.inputs, self.names = tuple(inputs), tuple(names)
         self.sources = [describe(p) for p in inputs]
         return self._stages()
 
+    def _read(self, rel: str) -> bytes:
+        return self.place.read_bytes(rel)
+
     def _check_same(self, old: dict, new: dict, what: str = "an unfinished") -> None:
         if old.get("parameters") != new["parameters"] or old.get("inputs") != new["inputs"]:
-            raise DedupRunMismatch(f"output {self.out} holds {what} dedup run of other inputs or parameters; "
+            raise DedupRunMismatch(f"output {self.place} holds {what} dedup run of other inputs or parameters; "
                                    "rerun it as it was, or pass overwrite=True (CLI: --overwrite) to start over")
         for source, was, now in zip(new["inputs"], old.get("stamps", []), new["stamps"]):
             if was != now:
-                raise DedupRunMismatch(f"{source}: input changed since the {what.split()[-1]} dedup run in {self.out} "
+                raise DedupRunMismatch(f"{source}: input changed since the {what.split()[-1]} dedup run in {self.place} "
                                        "read it; pass overwrite=True (CLI: --overwrite) to start over")
 
     def _done(self, old: dict, plan: dict) -> dict:
         """A finished run of the same command: its report, once its files are checked to be there."""
         self._check_same(old, plan, "a finished")
-        missing = [n for n in (*plan["outputs"], REMOVED_NAME, REPORT_NAME) if not (self.out / n).is_file()]
+        missing = [n for n in (*plan["outputs"], REMOVED_NAME, REPORT_NAME) if not self.place.has(n)]
         if missing:
-            raise ValueError(f"output {self.out} holds a finished dedup run but {_listing(missing)} is missing; "
+            raise ValueError(f"output {self.place} holds a finished dedup run but {_listing(missing)} is missing; "
                              "pass overwrite=True (CLI: --overwrite) to run it again")
-        if self.work.is_dir():
-            shutil.rmtree(self.work)  # killed after the plan moved out, before the work folder was renamed aside
-        print(f"dedup: {self.out} already holds this run's result (its plan: {DONE_NAME})", file=sys.stderr)
-        return json.loads((self.out / REPORT_NAME).read_text())
+        if self.place.has_any(WORK_NAME):
+            self.place.drop(WORK_NAME)  # killed after the plan moved out, before the work folder was deleted
+        print(f"dedup: {self.place} already holds this run's result (its plan: {DONE_NAME})", file=sys.stderr)
+        return json.loads(self._read(REPORT_NAME))
 
     # -- the stages ----------------------------------------------------------------------------
     def _stages(self) -> dict:
-        p, n = self.params, len(self.inputs)
-        if (self.out / REPORT_NAME).is_file():  # killed after the report, before the work folder went
+        p, n, place, w = self.params, len(self.inputs), self.place, WORK_NAME
+        if place.has(REPORT_NAME):  # killed after the report, before the work folder went
             self.resumed.append("everything")
             self._say_resumed()
             return self._finish()
         with self._engine():
-            todo = [i for i in range(n) if not scan_dir(self.work, i).is_dir()]
+            scans = [f"{w}/scan/{i:05d}" for i in range(n)]
+            todo = [i for i in range(n) if not place.has(f"{scans[i]}/meta.json")]
             self._note("scan", n - len(todo), n)
-            self._run(ScanTask(self.work, self.inputs, p, tuple(todo), self._sync_each), len(todo), "dedup: scan",
-                      "file", single=self._remote)
+            task = ScanTask(self.work, self.inputs, p, tuple(todo), self._sync_each)
+            self._run(place.stage(task, makes=tuple((scans[i],) for i in todo)), len(todo), "dedup: scan", "file",
+                      single=self._single)
             self._sync_folders([self.work / "scan"], len(todo))
-            runs = sum(len(read_meta(self.work, i)["chunks"]) for i in range(n))
-            block = max(1024, MERGE_ROWS // max(1, runs))
-            if not (self.work / "exact.pairs").is_file():
-                self._run(ExactTask(self.work, n, block), 1, "dedup: exact", "stage", single=True)
+            place.fetch(f"{s}/meta.json" for s in scans)
+            chunks = [read_meta(self.work, i)["chunks"] for i in range(n)]
+            block = max(1024, MERGE_ROWS // max(1, sum(map(len, chunks))))
+            runs = lambda stem: tuple(f"{scans[i]}/{stem}-{c:05d}.run" for i in range(n) for c in range(len(chunks[i])))  # noqa: E731
+            metas = tuple(f"{s}/meta.json" for s in scans)
+            sigs = tuple(f"{s}/sig.u32" for s in scans)
+            if not place.has(f"{w}/exact.pairs"):
+                task = place.stage(ExactTask(self.work, n, block), ((*metas, *runs("exact")),), ((f"{w}/exact.pairs",),))
+                self._run(task, 1, "dedup: exact", "stage", single=True)
             else:
                 self.resumed.append("exact")
+            bands = [f"{w}/bands/{band_file(self.work, b).name}" for b in range(p.bands if p.near is not None else 0)]
             if p.near is not None:
-                todo = [b for b in range(p.bands) if not band_file(self.work, b).is_file()]
+                todo = [b for b in range(p.bands) if not place.has(bands[b])]
                 self._note("bands", p.bands - len(todo), p.bands)
-                self._run(BandTask(self.work, n, p.num_perm, block, tuple(todo), self._sync_each), len(todo),
-                          "dedup: bands", "band")
+                task = BandTask(self.work, n, p.num_perm, block, tuple(todo), self._sync_each)
+                self._run(place.stage(task, ((*metas, *sigs, *runs("bands")),), tuple((bands[b],) for b in todo)),
+                          len(todo), "dedup: bands", "band", single=self._single)
                 self._sync_folders([band_file(self.work, 0).parent], len(todo))
-            if not (self.work / "removed.bin").is_file():
+            if not place.has(f"{w}/removed.bin"):
                 task = ClusterTask(self.work, n, p.bands if p.near is not None else 0, p.num_perm, p.near)
+                needs = (f"{w}/exact.pairs", *bands, *(sigs if p.near is not None else ()))
+                task = place.stage(task, (needs,), ((f"{w}/clusters.json", f"{w}/removed.bin"),))
                 self._run(task, 1, "dedup: clusters", "stage", single=True)
             else:
                 self.resumed.append("clusters")
-            todo = [i for i in range(n) if not (self.out / self.names[i]).is_file()]
+            todo = [i for i in range(n) if not place.has(self.names[i])]
             self._note("write", n - len(todo), n)
             task = WriteTask(self.work, self.out, self.inputs, self.names, p.text_column, tuple(todo), self._sync_each)
-            self._run(task, len(todo), "dedup: write", "file", single=self._remote)
+            needs = tuple((f"{w}/removed.bin", f"{scans[i]}/lines.u64") for i in todo)
+            self._run(place.stage(task, needs, tuple((self.names[i],) for i in todo)), len(todo), "dedup: write",
+                      "file", single=self._single)
             self._sync_folders(sorted({(self.out / self.names[i]).parent for i in todo}), len(todo))
-        self._say_resumed()
-        removed = open_removed(self.work, REMOVED_ROW)
-        if not (self.out / REMOVED_NAME).is_file():
-            write_removed_list(self.out / REMOVED_NAME, removed, Lines(self.work, n), self.sources)
-        write_json(self.out / REPORT_NAME, self._report())
-        kill_point("report")
-        return self._finish()
+            self._say_resumed()
+            place.fetch((f"{w}/removed.bin", f"{w}/clusters.json", *(f"{s}/lines.u64" for s in scans)))
+            removed = open_removed(self.work, REMOVED_ROW)
+            if not place.has(REMOVED_NAME):
+                write_removed_list(self.out / REMOVED_NAME, removed, Lines(self.work, n), self.sources)
+                place.publish(REMOVED_NAME)
+            write_json(self.out / REPORT_NAME, self._report())
+            place.publish(REPORT_NAME)
+            kill_point("report")
+            return self._finish()  # in the engine's session: the nodes' scratch copies go through it
 
     @property
     def _sync_each(self) -> bool:
@@ -224,21 +270,22 @@ class _Run:
         On the local engine the folders a stage commits into are fsynced once when it ends instead
         (~70 fsyncs fewer for 27 inputs), before any later stage or the report relies on them.
         """
-        return self.engine == "ray"
+        return self.engine == "ray" and not self.place.remote  # a node's scratch copy is no commit: the store is
 
     def _sync_folders(self, folders: list[Path], done: int) -> None:
-        if done and not self._sync_each:
+        if done and not self._sync_each and not self.place.remote:
             for folder in folders:
                 fsync_dir(folder)
 
     @property
-    def _remote(self) -> bool:
-        """Objects in storage are read by this process on the local engine: obstore's runtime does not survive a fork."""
-        return self.engine == "local" and any(isinstance(p, RemoteObject) for p in self.inputs)
+    def _single(self) -> bool:
+        """Objects in storage are read (or written) by this process on the local engine: obstore's runtime does not
+        survive a fork."""
+        return self.engine == "local" and (self.place.remote or any(isinstance(p, RemoteObject) for p in self.inputs))
 
     def _say_resumed(self) -> None:
         if self.resumed:
-            print(f"dedup: resumed {self.out}: already committed: {', '.join(self.resumed)}", file=sys.stderr)
+            print(f"dedup: resumed {self.place}: already committed: {', '.join(self.resumed)}", file=sys.stderr)
 
     def _note(self, stage: str, done: int, total: int) -> None:
         if done:
@@ -268,22 +315,15 @@ class _Run:
         }
 
     def _finish(self) -> dict:
-        """Delete the work folder so that a kill at any moment leaves a run that a rerun finishes.
-
-        The plan goes first, by one rename, to `DONE_NAME`: from then on the run is finished.
-        The rest is renamed aside and deleted; what a kill leaves of it is removed by the rerun.
-        """
-        report = json.loads((self.out / REPORT_NAME).read_text())
-        if not self.keep_work:
-            os.replace(self.work / "plan.json", self.out / DONE_NAME)
-            fsync_dir(self.out)
-            kill_point("cleanup:plan")
-            trash = self.out / TRASH_NAME
-            _remove_tree(trash)
-            os.rename(self.work, trash)
-            fsync_dir(self.out)
-            kill_point("cleanup:rename")
-            _remove_tree(trash, "cleanup")
+        """The work folder goes (place.py: a kill at any moment leaves a run that a rerun finishes)."""
+        report = json.loads(self._read(REPORT_NAME))
+        self.place.finish(self.keep_work)
+        if isinstance(self.place, RemotePlace):
+            # the stages' session; a rerun that found them done joins its cluster for this (a local one's nodes
+            # are this machine: its scratch copy is the one here)
+            join = self.engine == "ray" and self.address is not None
+            with self._engine() if join else nullcontext():
+                sweep_nodes(self.place)
         kill_point("done")
         return report
 
@@ -317,6 +357,7 @@ class _Run:
                 run_local(tasks, 0 if single else min(self.pool, count), bar)
         finally:
             bar.close()
+            self.place.refresh()  # what the tasks committed is listed again
 
 
 def _stamp(path: Input) -> str:
@@ -329,56 +370,3 @@ def _stamp(path: Input) -> str:
 def _listing(names: list[str]) -> str:
     shown = ", ".join(names[:3])
     return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
-def _remove_tree(folder: Path, point: str | None = None) -> None:
-    """Delete a folder; `point`: the kill point after its first entry went (a deletion cut short).
-
-    The files go from threads at once (unlink releases the GIL, and on a journaling file system
-    each one waits on the disk: ~2 ms here, so a work folder of a few hundred took ~0.5 s one by one).
-    """
-    if not folder.is_dir():
-        return
-    entries = sorted(folder.iterdir())
-    for i, entry in enumerate(entries[:1]):
-        _remove_entry(entry)
-        if i == 0 and point:
-            kill_point(point)
-    files: list[str] = []
-    dirs: list[str] = []
-    for entry in entries[1:]:
-        if entry.is_dir() and not entry.is_symlink():
-            for root, subdirs, names in os.walk(entry):
-                files += [os.path.join(root, n) for n in names]
-                files += [os.path.join(root, d) for d in subdirs if os.path.islink(os.path.join(root, d))]
-                dirs.append(root)
-        else:
-            files.append(str(entry))
-    if files:
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(os.unlink, files))
-    for d in reversed(dirs):  # os.walk lists a folder before its subfolders
-        os.rmdir(d)
-    folder.rmdir()
-
-
-def _remove_entry(entry: Path) -> None:
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry)
-    else:
-        entry.unlink()
-
-
-def _clear(folder: Path) -> None:
-    """Empty an output folder for --overwrite (the lock file stays: we hold it)."""
-    if not folder.is_dir():
-        return
-    for entry in folder.iterdir():
-        if entry.name == LOCK_NAME:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-
-

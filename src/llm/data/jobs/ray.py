@@ -36,12 +36,17 @@ def import_ray() -> Any:
 
 
 def start_local(num_cpus: int | None = None) -> None:
-    """Start a Ray cluster on this machine whose workers import what this process imports."""
+    """Start a Ray cluster on this machine whose workers import what this process imports.
+
+    `address="local"`: a new one, as `--ray-address`'s default says (`RAY_ADDRESS` aside, `_connect`); without
+    it Ray would join the last cluster `ray start` began here, or fail when that one is gone (its address
+    file, `/tmp/ray/ray_current_cluster`, outlives it).
+    """
     ray = import_ray()
     # Workers of a local cluster are fresh interpreters: give them this process's import path
     # so fn (and the llm package from a source checkout) import there as they do here.
     path = os.pathsep.join(os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or "."))
-    ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
 
 
@@ -54,6 +59,7 @@ def _connect(ray: Any, address: str | None, workers: int) -> bool:
             if current and address not in ("auto", current):
                 raise ValueError(f"Ray is already connected to {current}, not to ray_address={address!r}")
         return False
+    address = address or os.environ.get("RAY_ADDRESS") or None  # set by `ray job submit`: the job's cluster
     if address is not None:
         ray.init(address=address, logging_level="ERROR")
     else:
@@ -123,3 +129,15 @@ def run_ray(tasks: Tasks, workers: int, address: str | None, bar: Any) -> None:
     finally:
         if started:
             ray.shutdown()
+
+
+def on_every_node(fn: Any, *args: Any, timeout_s: float = 120.0) -> None:
+    """Run `fn(*args)` once on every live node of the connected cluster (each node's own disk, e.g. its scratch);
+    a node lost meanwhile raises (GetTimeoutError after `timeout_s`, or Ray's own error)."""
+    ray = import_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(num_cpus=0, max_retries=TASK_RETRIES)(fn)
+    nodes = [node["NodeID"] for node in ray.nodes() if node.get("Alive")]
+    ray.get([remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(*args)
+             for node in nodes], timeout=timeout_s)

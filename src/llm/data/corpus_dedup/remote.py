@@ -1,0 +1,262 @@
+"""An output in object storage (s3://, gs://, az://): nodes that share no disk run one dedup through the store.
+
+Every file of the work folder and the output is an object under the output prefix, with the
+local layout (`.dedup-work/scan/00003/sig.u32`, `dedup.json`, ...). A task runs on a node's own
+disk: it fetches the committed objects it reads into a scratch copy of the output
+(`$LLM_DEDUP_SCRATCH`, else the temp folder, `/llm-dedup-<run>/`), runs the stage's usual
+code there, and commits what it made by PUTs. Object stores have no rename, but a PUT is whole
+or absent: a file is one object, and a scan folder's files go first and its `meta.json` last,
+so a present `meta.json` means a complete folder. Committed objects never change within a run
+(`<run>` hashes the output and the plan), so a node keeps what it fetched for its later tasks:
+the band tasks of a node read each scan file once. Those scratch copies are deleted on every
+node when the run finishes (a run killed and never run again leaves its copies in the temp folder).
+
+A killed task is retried (Ray) and writes the same objects again; a killed driver's rerun
+lists what is committed and goes on. One writer at a time: the lock object `.llm-data.lock`
+created only if absent (storage/remote_lock.py), as datasets in object storage are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm.data.corpus_dedup.commit import kill_point
+from llm.data.corpus_dedup.place import DONE_NAME, WORK_NAME
+from llm.data.storage.lock import LOCK_NAME
+from llm.data.storage.object_files import list_objects
+from llm.data.storage.objects import open_objects
+from llm.data.storage.paths import Location, parse_location
+from llm.data.storage.s3 import S3Objects
+
+SCRATCH_VARIABLE = "LLM_DEDUP_SCRATCH"
+MARKER = "meta.json"  # a scan folder's file committed last
+_THREADS = 8  # objects moved at once (each a request: the store's latency, not the bandwidth, bounds one)
+
+
+def scratch_root() -> Path:
+    """The node's folder for scratch copies (read on the node: each node may set its own)."""
+    return Path(os.environ.get(SCRATCH_VARIABLE) or tempfile.gettempdir())
+
+
+@dataclass
+class RemotePlace:
+    """The output prefix in an object store; picklable, so a Ray task rebuilds its client on its node."""
+
+    objects: S3Objects
+    run: str = ""  # the scratch copies' name: a hash of the output and the plan (set once the plan is known)
+    listing: dict[str, int] | None = field(default=None, repr=False, compare=False)  # the driver's, until refresh()
+    remote = True
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "listing": None}  # a task lists for itself; the driver's may be long
+
+    def __str__(self) -> str:
+        return self.objects.url()
+
+    @property
+    def out(self) -> Path:
+        return self.root
+
+    @property
+    def root(self) -> Path:
+        """This node's scratch copy of the output."""
+        name = self.run or hashlib.sha256(self.objects.url().encode()).hexdigest()[:16]
+        return scratch_root() / f"llm-dedup-{name}"
+
+    def for_plan(self, plan: dict) -> RemotePlace:
+        digest = hashlib.sha256((self.objects.url() + json.dumps(plan, sort_keys=True)).encode()).hexdigest()[:16]
+        return dataclasses.replace(self, run=digest, listing=None)
+
+    # -- the driver's view ----------------------------------------------------------------------
+    def names(self) -> dict[str, int]:
+        """Every object under the prefix, relative name -> size (one listing, kept until `refresh`)."""
+        if self.listing is None:
+            prefix = self.objects.key("")
+            self.listing = {o.key[len(prefix):]: o.size for o in list_objects(self.objects.config, prefix)}
+        return self.listing
+
+    def refresh(self) -> None:
+        """Forget the listing: tasks (or the driver) committed since."""
+        self.listing = None
+
+    def has(self, rel: str) -> bool:
+        return rel in self.names()
+
+    def has_any(self, rel: str) -> bool:
+        return any(n.startswith(rel + "/") for n in self.names())
+
+    def entries(self) -> list[str]:
+        return sorted({n.split("/", 1)[0] for n in self.names() if n != LOCK_NAME})
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self.objects.get(rel)
+
+    def clear(self) -> None:
+        self._delete([n for n in self.names() if n != LOCK_NAME])
+
+    def drop(self, rel: str) -> None:
+        self._delete([n for n in self.names() if n == rel or n.startswith(rel + "/")])
+
+    def sweep(self) -> None:
+        pass
+
+    def finish(self, keep_work: bool) -> None:
+        """The plan is copied out of the work folder first (then the run is finished), then the work objects go."""
+        if keep_work:
+            return
+        self.objects.put(DONE_NAME, self.objects.get(f"{WORK_NAME}/plan.json"))
+        self.refresh()
+        kill_point("cleanup:plan")
+        self.drop(WORK_NAME)
+
+    def _delete(self, rels: list[str]) -> None:
+        with ThreadPoolExecutor(_THREADS) as pool:
+            list(pool.map(self.objects.delete, rels))
+        self.refresh()
+
+    # -- a node's copy --------------------------------------------------------------------------
+    def fetch(self, rels: Iterable[str]) -> None:
+        """Bring committed objects into this node's copy (those already there were fetched or made whole here)."""
+        todo = [rel for rel in rels if not (self.root / rel).is_file()]
+        with ThreadPoolExecutor(_THREADS) as pool:
+            list(pool.map(self._fetch_one, todo))
+
+    def _fetch_one(self, rel: str) -> None:
+        final = self.root / rel
+        final.parent.mkdir(parents=True, exist_ok=True)
+        part = final.with_name(f".{final.name}.part-{os.getpid()}-{id(final)}")
+        with open(part, "wb") as f:
+
+            def sink(_attempt: int) -> Any:
+                f.seek(0)
+                f.truncate()
+                return f.write
+
+            self.objects.get_into(rel, sink)
+        os.replace(part, final)  # other tasks of this node see it whole or not at all
+
+    def publish(self, rel: str) -> None:
+        """Commit a file or folder of this node's copy: a folder's files first, its `meta.json` last."""
+        path = self.root / rel
+        self.refresh()
+        if not path.is_dir():
+            self.objects.put(rel, path)
+            return
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        first = [p for p in files if p.name != MARKER]
+        with ThreadPoolExecutor(_THREADS) as pool:
+            list(pool.map(lambda p: self.objects.put(p.relative_to(self.root).as_posix(), p), first))
+        for p in files:
+            if p.name == MARKER:
+                self.objects.put(p.relative_to(self.root).as_posix(), p)
+
+    def stage(self, task: Any, needs: tuple[tuple[str, ...], ...] = ((),),
+              makes: tuple[tuple[str, ...], ...] = ((),)) -> Staged:
+        return Staged(task, self, needs, makes)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A stage's task run against the store: fetch what task `i` reads (`needs[i]`), run it in this node's
+    copy, commit what it made (`makes[i]`). One entry in `needs`/`makes` serves every task."""
+
+    task: Any
+    place: RemotePlace
+    needs: tuple[tuple[str, ...], ...]
+    makes: tuple[tuple[str, ...], ...]
+
+    def __call__(self, task_id: int, report: Any) -> Any:
+        root = self.place.root
+        makes = self.makes[task_id if len(self.makes) > 1 else 0]
+        for rel in makes:  # made anew: a copy here may hold only the files a later stage's task fetched (a rerun)
+            if (root / rel).is_dir():
+                shutil.rmtree(root / rel, ignore_errors=True)
+            else:
+                (root / rel).unlink(missing_ok=True)
+        self.place.fetch(self.needs[task_id if len(self.needs) > 1 else 0])
+        fields = {f.name for f in dataclasses.fields(self.task)}
+        moved = {"work": root / WORK_NAME, **({"output": root} if "output" in fields else {})}
+        result = dataclasses.replace(self.task, **moved)(task_id, report)
+        for rel in makes:
+            self.place.publish(rel)
+            if not rel.startswith(WORK_NAME):  # a kept-records file: no later task reads it here
+                (root / rel).unlink(missing_ok=True)
+        return result
+
+
+def remote_output(output: str, storage_options: dict | None) -> RemotePlace | None:
+    """The place of an object-store output URL, or None for a local folder (a `local:` folder is refused)."""
+    if "://" not in output and not output.startswith("local:"):
+        return None
+    location = parse_location(output)
+    if not location.is_object_store:
+        if location.kind == "local":
+            raise ValueError(f"output {output}: dedup writes a folder (give its path) or s3://, gs://, az://")
+        return None
+    if not location.path:
+        raise ValueError(f"output {output}: give a prefix inside the {location.bucket} bucket (e.g. {output.rstrip('/')}/clean)")
+    objects = open_objects(location, storage_options)
+    assert isinstance(objects, S3Objects)
+    return RemotePlace(objects)
+
+
+def refuse_remote_overlap(inputs: list[str], output: Location, what: str = "dedup output") -> None:
+    """An input URL inside the output prefix, or an input prefix holding the output, refused in one sentence."""
+    for pattern in inputs:
+        if "://" not in pattern:
+            continue
+        try:
+            loc = parse_location(pattern.split("*")[0].split("?")[0].split("[")[0].rstrip("/") or pattern)
+        except ValueError:
+            continue
+        if (loc.kind, loc.bucket) != (output.kind, output.bucket):
+            continue
+        magic = any(c in pattern for c in "*?[")  # a glob may reach below its fixed part: its bare prefix counts
+        inside = loc.path == output.path or loc.path.startswith(output.path + "/")
+        holds = not loc.path or output.path.startswith(loc.path + ("" if magic else "/"))
+        if inside:
+            raise ValueError(f"input {pattern} is inside the output {output}; write the {what} elsewhere or narrow the input")
+        if holds:
+            raise ValueError(f"input {pattern} contains the output {output}; write the {what} elsewhere")
+
+
+@contextmanager
+def remote_lock(place: RemotePlace, wait: bool) -> Iterator[None]:
+    from llm.data.storage.remote_lock import RemoteLock
+
+    lock = RemoteLock(place.objects, wait=wait, what="a dedup")
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def sweep_nodes(place: RemotePlace) -> None:
+    """Delete the run's scratch copies: on every node of the Ray cluster this process is connected to, and here."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        from llm.data.jobs.ray import on_every_node
+
+        try:
+            on_every_node(_drop_scratch, place.run)
+        except Exception as e:  # the run is finished and committed: a node lost meanwhile keeps its copy, nothing worse
+            print(f"dedup: the scratch copies llm-dedup-{place.run} of some Ray node were not deleted "
+                  f"({type(e).__name__}); delete them from its temp folder", file=sys.stderr)
+    _drop_scratch(place.run)
+
+
+def _drop_scratch(run: str) -> None:
+    shutil.rmtree(scratch_root() / f"llm-dedup-{run}", ignore_errors=True)
