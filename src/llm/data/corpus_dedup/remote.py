@@ -36,7 +36,7 @@ from llm.data.corpus_dedup.commit import kill_point
 from llm.data.corpus_dedup.place import DONE_NAME, WORK_NAME
 from llm.data.storage.lock import LOCK_NAME
 from llm.data.storage.object_files import list_objects
-from llm.data.storage.objects import open_objects
+from llm.data.storage.objects import download, open_objects
 from llm.data.storage.paths import Location, parse_location
 from llm.data.storage.s3 import S3Objects
 
@@ -136,16 +136,8 @@ class RemotePlace:
     def _fetch_one(self, rel: str) -> None:
         final = self.root / rel
         final.parent.mkdir(parents=True, exist_ok=True)
-        part = final.with_name(f".{final.name}.part-{os.getpid()}-{id(final)}")
-        with open(part, "wb") as f:
-
-            def sink(_attempt: int) -> Any:
-                f.seek(0)
-                f.truncate()
-                return f.write
-
-            self.objects.get_into(rel, sink)
-        os.replace(part, final)  # other tasks of this node see it whole or not at all
+        # other tasks of this node see it whole or not at all
+        download(self.objects, rel, final, final.with_name(f".{final.name}.part-{os.getpid()}-{id(final)}"))
 
     def publish(self, rel: str) -> None:
         """Commit a file or folder of this node's copy: a folder's files first, its `meta.json` last."""

@@ -70,6 +70,22 @@ class LocalObjects:
         return {p.name: p.stat().st_size for p in self.folder.iterdir() if p.is_file()}
 
 
+def download(objects: S3Objects | LocalObjects, name: str, dest: Path, part: Path) -> None:
+    """Object `name` into the file `dest`, streamed through `part`: a reader of `dest` sees it whole or not at all.
+
+    A retried request starts the part file over (obstore resumes a broken body itself; a new attempt rewrites).
+    """
+    with open(part, "wb") as f:
+
+        def sink(_attempt: int) -> Any:
+            f.seek(0)
+            f.truncate()
+            return f.write
+
+        objects.get_into(name, sink)
+    os.replace(part, dest)
+
+
 def open_objects(location: str | Path | Location, storage_options: dict | None = None) -> S3Objects | LocalObjects:
     """The objects of a remote dataset location (s3://, gs://, az:// or local:)."""
     loc = parse_location(location)

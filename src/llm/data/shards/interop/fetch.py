@@ -32,16 +32,9 @@ def _download(objects: Any, name: str, size: int, dest: Path, fresh: bool = Fals
     """`name` into `dest` unless a complete copy of that size is there (`fresh`: always fetch)."""
     if not fresh and dest.is_file() and dest.stat().st_size == size:
         return
-    part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
-    with open(part, "wb") as f:
+    from llm.data.storage.objects import download
 
-        def sink(_attempt: int) -> Any:
-            f.seek(0)
-            f.truncate()
-            return f.write
-
-        objects.get_into(name, sink)
-    os.replace(part, dest)
+    download(objects, name, dest, dest.with_name(f"{dest.name}.{os.getpid()}.part"))
 
 
 def _parent(location: Location) -> tuple[Location, str]:
