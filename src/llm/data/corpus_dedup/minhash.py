@@ -101,10 +101,14 @@ class MinHasher:
         base**-start undoes. Three passes over the bytes instead of one per step of a per-word
         position count; the same hashes, so the same signatures as before.
         """
-        encoded = [t.lower().encode("utf-8", "surrogatepass") for t in texts]
+        # str.lower() of an ASCII text is its bytes' A-Z to a-z, done below for the whole buffer at once
+        # (a lowered text has no A-Z left): the per-text call is left to the others
+        encoded = [t.encode("utf-8", "surrogatepass") if t.isascii() else t.lower().encode("utf-8", "surrogatepass")
+                   for t in texts]
         data = np.frombuffer(b" ".join(encoded) + b" ", dtype=np.uint8)
         # texts are joined by one space, so a text boundary is a word boundary too
         with np.errstate(over="ignore"):  # uint8 arithmetic wraps: x - 9 < 5 is 9 <= x <= 13
+            data = data + ((data - _U8(65)) < 26).view(np.uint8) * _U8(32)
             space = ((data - _U8(9)) < 5) | ((data - _U8(28)) < 5)  # what bytes.split() splits on, and \x1c-\x1f
         edge = np.flatnonzero(space[1:] != space[:-1]) + 1  # where a run of word or space bytes begins
         # runs alternate, and the buffer ends with a space: every word ends where the next space run begins
