@@ -35,12 +35,12 @@ _BATCH_CHARS = 1 << 18
 def normalised_texts(texts: list[str]) -> tuple[np.ndarray, list[int], list[int], list[int]]:
     """(buffer, starts, ends, odd): `collapse_whitespace(texts[i]).encode("utf-8", "replace")` is buffer[starts[i]:ends[i]].
 
-    The same bytes as the dedup source's normalisation, for a whole chunk in a few numpy passes
-    instead of a list of words per record: the texts' UTF-8 is joined by spaces, each run of
-    whitespace bytes (a multi-byte space is a run of its own bytes) becomes one space, and a
-    text's span runs from its first to its last non-space byte. A text that starts or ends with
-    whitespace (records are stripped: none does) or is empty is listed in `odd`: its span is not
-    its normalisation, which the caller takes from `collapse_whitespace`.
+    The same bytes as the dedup source's normalisation, for a batch in a few numpy passes instead
+    of a list of words per record (~4 µs a 2 KB record against ~11): the texts' UTF-8 is joined by
+    spaces, each run of whitespace bytes (a multi-byte space is a run of its own bytes) becomes one
+    space, and a text's span is what it keeps of its bytes (leading whitespace joins the separator's
+    run). A text that is empty or ends in whitespace (records are stripped: none does) is listed in
+    `odd`: its span is not its normalisation, which the caller takes from `collapse_whitespace`.
     """
     encoded = [t.encode("utf-8", "replace") for t in texts]
     data = np.frombuffer(b" " + b" ".join(encoded) + b"   ", dtype=np.uint8)  # spaces pad the reads below
@@ -72,7 +72,7 @@ def normalised_texts(texts: list[str]) -> tuple[np.ndarray, list[int], list[int]
 
 
 def _batch_ends(texts: list[str]) -> list[int]:
-    """Where batches of about `_BATCH_CHARS` characters end: a batch's arrays stay in cache (~1.5x faster)."""
+    """Where batches of about `_BATCH_CHARS` characters end: a batch's arrays stay in cache (~10% faster than a chunk)."""
     ends, size = [], 0
     for i, text in enumerate(texts):
         size += len(text)
