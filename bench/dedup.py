@@ -32,6 +32,7 @@ import numpy as np
 from bench.corpus import build_corpus, corpus_paths, iter_texts
 from bench.measure import REPO_ROOT, run_worker
 from bench.results import newest
+from bench.runners.dedup import kept_ids
 
 THRESHOLD, NGRAM, NUM_PERM = 0.8, 5, 128
 FILE_BYTES = 2 << 20
@@ -252,6 +253,7 @@ def run(corpus_mb: float, repeat: int, workers: int, cache_dir: Path, scale_docs
                                                 "keep_work": True})
             if "error" in first:
                 raise RuntimeError(first["error"])
+            first["kept_ids"] = kept_ids("ours", root / "probe")
             results["bands"], results["rows"] = first["bands"], first["rows"]
             pr = precision(root / "probe" / ".dedup-work", c)
             results["engines"][engine] = {"precision": pr, "quality": score(first["kept_ids"], c)}
@@ -265,6 +267,8 @@ def run(corpus_mb: float, repeat: int, workers: int, cache_dir: Path, scale_docs
             for who in contestants:  # A B C D A B C D: every repeat pairs ours with datasketch on the same machine state
                 out = root / f"{who}-{rep}"
                 res = run_worker(sys.executable, {**cases[who], "output": str(out)})
+                if "error" not in res and "kept_ids" not in res:  # read here, outside the measured process
+                    res["kept_ids"] = kept_ids(cases[who]["scenario"], out)
                 shutil.rmtree(out, ignore_errors=True)
                 if "error" in res:
                     results["runs"].setdefault(who, []).append({"error": res["error"][-1500:]})
@@ -286,8 +290,8 @@ def run(corpus_mb: float, repeat: int, workers: int, cache_dir: Path, scale_docs
             del records
             results["corpus_scale"] = {k: big[k] for k in ("records", "text_gb", "passes")}
             say(f"dedup bench: scale: {big['records']:,} records, {big['text_gb']:.2f} GB")
-            res = run_worker(sys.executable, {**cases["ours"], "inputs": big["files"], "output": str(root / "scale"),
-                                              "count_only": True}, timeout_s=3600)
+            res = run_worker(sys.executable, {**cases["ours"], "inputs": big["files"], "output": str(root / "scale")},
+                             timeout_s=3600)
             shutil.rmtree(root / "scale", ignore_errors=True)
             shutil.rmtree(root / "in-scale", ignore_errors=True)
             if "error" in res:

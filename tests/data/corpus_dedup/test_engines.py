@@ -3,8 +3,8 @@ the engine recorded and a rerun held to it; the vectorised band keys and word ha
 
 from __future__ import annotations
 
+import hashlib
 import json
-import random
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,7 @@ import llm.data.corpus_dedup.minhash as minhash
 from llm.cli.data import main as data_main
 from llm.data import dedup_corpus
 from llm.data.corpus_dedup.lsh import all_band_keys, band_keys
-from llm.data.corpus_dedup.minhash import MinHasher, estimated_jaccard, resolve_engine
+from llm.data.corpus_dedup.minhash import MinHasher, resolve_engine
 from llm.data.corpus_dedup.pipeline import DedupRunMismatch
 from tests.data.corpus_dedup.helpers import tree, write_corpus
 
@@ -91,30 +91,6 @@ def test_the_cli_takes_minhash(corpus: Path, tmp_path: Path, capsys) -> None:
     assert "invalid choice: 'fast'" in capsys.readouterr().err
 
 
-def _shingles(text: str, n: int = 5) -> set:
-    words = text.lower().split()
-    return {tuple(words[i : i + n]) for i in range(max(1, len(words) - n + 1))}
-
-
-def test_rensa_signatures_estimate_the_same_jaccard_and_do_not_depend_on_batching(monkeypatch) -> None:
-    _needs_rensa()
-    rng = random.Random(1)
-    vocab = [f"v{i}" for i in range(500)]
-    base = [rng.choice(vocab) for _ in range(400)]
-    hasher = MinHasher(256, 5, seed=3, engine="rensa")
-    for every in (10, 25, 60):
-        other = [("x" + w) if i % every == 0 else w for i, w in enumerate(base)]
-        a, b = " ".join(base), " ".join(other)
-        truth = len(_shingles(a) & _shingles(b)) / len(_shingles(a) | _shingles(b))
-        sig = hasher.signatures([a, "short text", b])
-        assert abs(float(estimated_jaccard(sig[[0]], sig[[2]])[0]) - truth) < 0.08, (every, truth)
-    texts = [" ".join(rng.choices(["a", "b", "c", "dd", "ee"], k=rng.randint(1, 300))) for _ in range(200)]
-    whole = MinHasher(32, 5, seed=1, engine="rensa").signatures(texts)
-    monkeypatch.setattr(minhash, "_BATCH_CHARS", 500)
-    assert (MinHasher(32, 5, seed=1, engine="rensa").signatures(texts) == whole).all()
-    assert not (MinHasher(32, 5, seed=1, engine="numpy").signatures(texts) == whole).all()  # another sketch
-
-
 def test_word_hashes_are_the_polynomial_hash_of_each_word() -> None:
     """The prefix-sum shortcut against the definition, word by word (ASCII whitespace splits, case folded)."""
     texts = ["The cat\tSAT\n", "", "  naïve   été x\x1cy ", "a" * 300 + " b"]
@@ -134,3 +110,37 @@ def test_all_band_keys_are_each_bands_key() -> None:
     assert keys.shape == (14, 300)
     for band in range(14):
         assert (keys[band] == band_keys(signatures, band, 9)).all()
+
+
+WHITESPACE_COPIES = ["naïve été {} words\u00a0of the first record", "naïve été {} words of\u3000the first\n\nrecord",
+                     "naïve\x1cété {} words of the\u2028first record", "NAÏVE ÉTÉ {} WORDS OF THE FIRST RECORD",
+                     "naïve été {} words of the first record\u0085and a tail"]
+
+
+def _pinned_tree(out: Path, inputs: Path) -> str:
+    """sha256 of the output (dedup.json's timings-free bytes included), the input folder's path taken out."""
+    files = tree(out)
+    files.pop(".dedup-plan.json")
+    digest = hashlib.sha256()
+    for name, data in files.items():
+        digest.update(name.encode() + b"\0" + data.replace(str(inputs).encode(), b"IN") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+PINNED_OUTPUT = {"numpy": "3f18093a3a6ecb9c", "rensa": "39b156f3785ffc67"}
+
+
+@pytest.mark.parametrize("engine", ["numpy", "rensa"])
+def test_the_output_of_each_engine_is_pinned_byte_for_byte(tmp_path: Path, engine: str) -> None:
+    """Kept records, dedup.json and dedup-removed.jsonl: the same bytes as when this was pinned (a change of
+    normalisation, hashing or signing shows here), with records only Unicode whitespace or case apart."""
+    if engine == "rensa":
+        _needs_rensa()
+    inputs = tmp_path / "in"
+    write_corpus(inputs)
+    body = " ".join(f"w{i}" for i in range(60))
+    lines = [json.dumps({"text": t.format(body)}, ensure_ascii=False) for t in WHITESPACE_COPIES]
+    (inputs / "f.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = dedup_corpus([str(inputs)], tmp_path / "out", near=0.8, num_workers=0, progress=False, minhash=engine)
+    assert report["exact_duplicates"] >= 5 and report["near_duplicates"] >= 3
+    assert _pinned_tree(tmp_path / "out", inputs) == PINNED_OUTPUT[engine]

@@ -1,19 +1,24 @@
-"""The stages' parts alone: MinHash estimates, band choice, the bounded k-way merge, union-find."""
+"""The stages' parts alone: MinHash estimates (both engines), exact digests, band choice, the bounded k-way merge, union-find."""
 
 from __future__ import annotations
 
+import hashlib
 import random
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from llm.data.corpus_dedup.clusters import components
+from llm.data.corpus_dedup.exact import WIDE_SPACES, digest_rows, normalised_texts
 from llm.data.corpus_dedup.lsh import candidate_probability, choose_bands
 from llm.data.corpus_dedup.minhash import MinHasher, estimated_jaccard
 from llm.data.corpus_dedup.runs import merge_runs, sort_rows
+from llm.data.inputs.dedup import collapse_whitespace
 
 ROW = np.dtype([("key", "<u8"), ("id", "<u8")])
 
@@ -23,11 +28,21 @@ def _shingles(text: str, n: int = 5) -> set:
     return {tuple(words[i : i + n]) for i in range(max(1, len(words) - n + 1))}
 
 
-def test_signatures_estimate_the_jaccard_of_word_5grams_and_do_not_depend_on_batching() -> None:
+ENGINES = ["numpy", "rensa"]
+
+
+def _engine(name: str) -> str:
+    if name == "rensa":
+        pytest.importorskip("rensa")  # an optional extra, in `dev`: CI runs both
+    return name
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_signatures_estimate_the_jaccard_of_word_5grams_and_do_not_depend_on_batching(engine: str) -> None:
     rng = random.Random(1)
     vocab = [f"v{i}" for i in range(500)]
     base = [rng.choice(vocab) for _ in range(400)]
-    hasher = MinHasher(256, 5, seed=3)
+    hasher = MinHasher(256, 5, seed=3, engine=_engine(engine))
     for every in (10, 25, 60):
         other = [("x" + w) if i % every == 0 else w for i, w in enumerate(base)]
         a, b = " ".join(base), " ".join(other)
@@ -40,14 +55,17 @@ def test_signatures_estimate_the_jaccard_of_word_5grams_and_do_not_depend_on_bat
     assert (sig[0] == sig[1]).all() and not (sig[0] == sig[2]).all()
 
 
-def test_signatures_of_a_chunk_are_the_same_in_small_batches(monkeypatch) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_signatures_of_a_chunk_are_the_same_in_small_batches(monkeypatch, engine: str) -> None:
     import llm.data.corpus_dedup.minhash as minhash
 
     rng = random.Random(2)
     texts = [" ".join(rng.choices(["a", "b", "c", "dd", "ee"], k=rng.randint(1, 300))) for _ in range(200)]
-    whole = MinHasher(32, 5, seed=1).signatures(texts)
+    whole = MinHasher(32, 5, seed=1, engine=_engine(engine)).signatures(texts)
+    other = MinHasher(32, 5, seed=1, engine=ENGINES[1 - ENGINES.index(engine)]).signatures(texts)
+    assert not (other == whole).all()  # the engines are two sketches
     monkeypatch.setattr(minhash, "_BATCH_CHARS", 500)  # the memory bound: many batches
-    assert (MinHasher(32, 5, seed=1).signatures(texts) == whole).all()
+    assert (MinHasher(32, 5, seed=1, engine=engine).signatures(texts) == whole).all()
 
 
 def test_the_same_seed_gives_the_same_signature_in_any_process() -> None:
@@ -57,6 +75,40 @@ def test_the_same_seed_gives_the_same_signature_in_any_process() -> None:
 
 
 PINNED = [17657824, 2165900472, 921143653, 230421588, 330335319, 577199653, 600113762, 115434440]
+# texts with every kind of word boundary: the signatures of both engines, pinned (sha256 of their bytes)
+VARIED = ["one two three four five six seven", "", "x", "The cat\tSAT\non the MAT", "naïve  été\u00a0à x\x1cy\x1fz",
+          "a\ud800b c", " ".join(f"w{i % 37}" for i in range(500)), "ÉCOLE École école", "tab\there\r\nand\x0bthere\x0c."]
+PINNED_VARIED = {"numpy": "3fe1310580d8097b", "rensa": "e56f93f406b24051"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_signatures_of_varied_texts_are_pinned(engine: str) -> None:
+    sig = MinHasher(64, 5, seed=7, engine=_engine(engine)).signatures(VARIED)
+    assert hashlib.sha256(sig.tobytes()).hexdigest()[:16] == PINNED_VARIED[engine]
+
+
+_PIECES = ["a", "Bé", "€", "𝄞", "\ud800", "\x00", "\u200b", " ", "\t", "\n\r", "\x1c", "\x1f", "\x0b\x0c",
+           *map(chr, WIDE_SPACES)]
+
+
+@given(st.lists(st.lists(st.sampled_from(_PIECES), max_size=12).map("".join), max_size=8))
+def test_the_chunks_normalised_texts_are_collapse_whitespace_of_each(texts: list[str]) -> None:
+    """The vectorised whitespace collapse against the dedup source's, and so the same digests."""
+    out, starts, ends, odd = normalised_texts(texts)
+    want = [collapse_whitespace(t).encode("utf-8", "replace") for t in texts]
+    for i, text in enumerate(texts):
+        if i not in odd:
+            assert bytes(out[starts[i]:ends[i]]) == want[i], text
+        else:  # only what a stripped record never is: empty, or ending in whitespace
+            assert not text or text[-1].isspace()
+    rows = digest_rows(texts, np.arange(len(texts), dtype=np.uint64), "sha256")
+    digests = np.frombuffer(b"".join(hashlib.sha256(w).digest()[:16] for w in want), ">u8").reshape(-1, 2)
+    assert rows["hi"].tolist() == digests[:, 0].tolist() and rows["lo"].tolist() == digests[:, 1].tolist()
+
+
+def test_the_wide_spaces_are_every_whitespace_above_ascii() -> None:
+    """What str.split() splits on, from this Python's Unicode database (the list in exact.py must follow it)."""
+    assert [c for c in range(128, sys.maxunicode + 1) if chr(c).isspace()] == list(WIDE_SPACES)
 
 
 def test_bands_for_a_threshold_make_pairs_above_it_candidates() -> None:
