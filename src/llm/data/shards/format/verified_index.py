@@ -90,11 +90,12 @@ def load(store: Path, file: tuple[int, int]) -> StoreIndex | None:
         return None
 
 
-def write(store: Path, file: tuple[int, int], covered: int, previous: StoreIndex | None, lines: bytes) -> StoreIndex | None:
-    """Index the store file `file`'s first `covered` bytes: `previous` (its first part) and `lines` (the rest).
-
-    Best effort: None if the index could not be written (the store is then searched as before)."""
-    keys, sums = parse(lines)
+def write(store: Path, file: tuple[int, int], covered: int, previous: StoreIndex | None, lines: bytes,
+          parsed: tuple[np.ndarray, np.ndarray] | None = None) -> StoreIndex | None:
+    """Index the store file `file`'s first `covered` bytes: `previous` (its first part) and `lines` (the rest;
+    `parsed`: `parse(lines)` if already made). Best effort: None if the index could not be written (the store is
+    then searched as before)."""
+    keys, sums = parsed if parsed is not None else parse(lines)
     if previous is not None:
         keys = np.concatenate([np.stack([previous.columns[name] for name in _KEYS], axis=1), keys])
         width = max(previous.sums.dtype.itemsize, sums.dtype.itemsize)
@@ -123,21 +124,35 @@ def parse(lines: bytes) -> tuple[np.ndarray, np.ndarray]:
 
     One C pass (np.loadtxt) when every line is well formed; otherwise line by line, skipping torn
     or foreign lines as verified._parse does."""
-    if not lines.strip():
-        return np.zeros((0, len(_KEYS)), np.int64), np.zeros(0, "S1")
-    try:
-        rows = np.loadtxt(io.BytesIO(lines), dtype=[("key", "<i8", (5,)), ("sum", f"S{_WIDTH}")], delimiter=" ",
-                          comments=None, encoding="latin1", ndmin=1)
-        longest = int(np.char.str_len(rows["sum"]).max()) if len(rows) else 0
-        if longest < _WIDTH:  # none cut short
-            return rows["key"][:, [1, 0, 2, 3, 4]], rows["sum"].astype(f"S{max(1, longest)}")
-    except (ValueError, OverflowError):
-        pass
+    fast = well_formed(lines)
+    if fast is not None:
+        return fast
     from llm.data.shards.format.verified import _parse  # the careful parser (imports this module)
 
     known = _parse(lines)
     keys = np.array(list(known), dtype=np.int64).reshape(-1, len(_KEYS))[:, [1, 0, 2, 3, 4]]
     return keys, np.array([s.encode() for s in known.values()], dtype="S").reshape(-1)
+
+
+def all_distinct(keys: np.ndarray) -> bool:
+    """Whether no identity (a row of `parse`'s keys) is listed twice: a store with nothing to compact."""
+    keys = keys[np.lexsort(keys.T[::-1])]
+    return not bool(np.any(np.all(keys[1:] == keys[:-1], axis=1)))
+
+
+def well_formed(lines: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+    """`parse(lines)` in one C pass (np.loadtxt) if every line is well formed, else None."""
+    if not lines.strip():
+        return np.zeros((0, len(_KEYS)), np.int64), np.zeros(0, "S1")
+    try:
+        rows = np.loadtxt(io.BytesIO(lines), dtype=[("key", "<i8", (5,)), ("sum", f"S{_WIDTH}")], delimiter=" ",
+                          comments=None, encoding="latin1", ndmin=1)
+    except (ValueError, OverflowError):
+        return None
+    longest = int(np.char.str_len(rows["sum"]).max()) if len(rows) else 0
+    if longest >= _WIDTH:  # some may be cut short
+        return None
+    return rows["key"][:, [1, 0, 2, 3, 4]], rows["sum"].astype(f"S{max(1, longest)}")
 
 
 def _aligned(offset: int) -> int:
