@@ -97,15 +97,7 @@ def _key_bytes(key: tuple[int, ...]) -> bytes:
 
 
 def _parse(lines: bytes) -> dict[tuple[int, ...], str]:
-    known: dict[tuple[int, ...], str] = {}
-    for line in lines.split(b"\n"):
-        parts = line.split()
-        if len(parts) == 6:
-            try:
-                known[(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]))] = parts[5].decode()
-            except (ValueError, UnicodeDecodeError):  # a torn or foreign line: one more hash later, nothing worse
-                pass
-    return known
+    return verified_index.parse_lines(lines)
 
 
 def _base() -> Path:
@@ -287,7 +279,9 @@ def remember(path: Path | str, checksum: str, before: tuple[tuple[int, ...] | No
     identity; a file quiet for longer gets a new ctime from any later write.
     """
     key, started = before
-    if key is None or _identity(path) != key or started - key[4] < _QUIET_NS:
+    if key is None or _identity(path) != key or started - key[4] < _QUIET_NS or key[4] % 1_000_000_000 == 0:
+        # (a ctime on a whole second: a file system that keeps whole seconds, where a later write
+        # within that second would keep the identity; nothing is remembered there)
         return
     _append(store_path(path), key, checksum)
 
