@@ -6,7 +6,8 @@ of 2,049 spans 5 shards), and each measure runs in a fresh process
 with a warm page cache (each folder is read once first):
 
 * first open: the very first open on this machine (the manifest is parsed and cross-checked
-  once, then remembered as a shard table): open + first shuffled batch;
+  once, then remembered as a shard table): open + first shuffled batch, median of 3 (the
+  machine set back to what `optimize` left before each);
 * start: a fresh process, open + first shuffled batch (block 2049, batch 8);
 * resume: a fresh process, open + a state at 50% of the epoch + the first batch.
 
@@ -43,6 +44,7 @@ TOKENS = 51_200_000  # 10^5 shards of 512 tokens (one document) each
 DOC_TOKENS = 512
 TARGET = 3.0  # a large shard count / the smallest, wall time of the first batch
 FIRST_OPEN_MS = 1000.0  # the first open on a machine (issue 38), at the largest shard count
+FIRST_OPENS = 3  # first opens measured per shard count (median)
 
 _PROBE = """
 import json, sys, time
@@ -117,9 +119,15 @@ def study(root: Path, counts: tuple[int, ...] = SHARD_COUNTS, repeats: int = 7, 
             seconds = build(folders[shards], shards)
         for path in folders[shards].iterdir():  # warm page cache: the question is our cost, not the disk's
             path.read_bytes()
-        first = probe(folders[shards], "start")
-        rows.append({"shards": first["shards"], "tokens": TOKENS, "build_s": seconds,
-                     "first_open_ms": first["wall_ms"], "first_open_cpu_ms": first["cpu_ms"]})
+        firsts = []
+        for k in range(FIRST_OPENS):  # the machine as optimize left it each time (one sample is at the load's mercy)
+            if k:
+                forget(folders[shards])
+            firsts.append(probe(folders[shards], "start"))
+        walls = [f["wall_ms"] for f in firsts]
+        rows.append({"shards": firsts[0]["shards"], "tokens": TOKENS, "build_s": seconds,
+                     "first_open_ms": statistics.median(walls), "first_open_range_ms": [min(walls), max(walls)],
+                     "first_open_cpu_ms": statistics.median(f["cpu_ms"] for f in firsts)})
         print(json.dumps(rows[-1]), flush=True)
     runs: dict[tuple[int, str], list[dict]] = {}
     for _ in range(repeats):

@@ -17,9 +17,7 @@ manifest is then parsed and checked again, as on a first open).
 
 from __future__ import annotations
 
-import json
 import mmap
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from llm.data.shards.format import verified
+from llm.data.shards.format import framed, verified
 
 COUNTS = ("bytes", "raw_bytes", "tokens", "documents", "items")  # int64 columns
 _MAGIC = b"llm-shard-table\n"
@@ -121,23 +119,22 @@ class ShardTable(Sequence):
         parts = [self.counts[name] for name in COUNTS] + [self._files[1], self._checksums[1]]
         parts += [self._dtypes[1], self._compressions[1]]
         body = b"".join(memoryview(np.ascontiguousarray(p)).tobytes() for p in parts + [self._files[0], self._checksums[0]])
-        header = json.dumps({"version": _VERSION, "shards": len(self), "meta": meta, "dtypes": self._dtypes[0],
-                             "compressions": self._compressions[0], "files_bytes": len(self._files[0]),
-                             "checksums_bytes": len(self._checksums[0]), "digest": xxhash.xxh3_64_hexdigest(body)}).encode()
-        return _MAGIC + len(header).to_bytes(8, "little") + header + body
+        header = {"version": _VERSION, "shards": len(self), "meta": meta, "dtypes": self._dtypes[0],
+                  "compressions": self._compressions[0], "files_bytes": len(self._files[0]),
+                  "checksums_bytes": len(self._checksums[0]), "digest": xxhash.xxh3_64_hexdigest(body)}
+        return framed.frame(_MAGIC, header) + body
 
     @classmethod
     def from_bytes(cls, raw: bytes | mmap.mmap) -> tuple[ShardTable, dict] | None:
         """(table, meta) of `to_bytes`'s output; None for anything else (torn, foreign, another version).
 
         The columns are views of `raw` (a memory map stays mapped while the table lives)."""
+        found = framed.unframe(raw, _MAGIC)
+        if found is None:
+            return None
+        header, at = found
         try:
-            if raw[: len(_MAGIC)] != _MAGIC:
-                return None
-            at = len(_MAGIC) + 8
-            size = int.from_bytes(raw[len(_MAGIC) : at], "little")
-            header = json.loads(raw[at : at + size])
-            body = memoryview(raw)[at + size :]
+            body = memoryview(raw)[at:]
             if header.get("version") != _VERSION or xxhash.xxh3_64_hexdigest(body) != header.get("digest"):
                 return None
             n = header["shards"]
@@ -199,26 +196,17 @@ def recall(digest: str) -> tuple[ShardTable, dict] | None:
     passed every cross-check on this machine before (and the remembered file reads back whole)."""
     if not verified.enabled():
         return None
-    # Mapped, not read: its pages are the page cache's, not copied into this process. Tables are
-    # only ever replaced whole (remember: a new file renamed over), never truncated in place, so
-    # the mapped file keeps its bytes while this process reads it.
-    try:
-        with open(_table_path(digest), "rb") as f:
-            raw = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):  # absent, or empty
-        return None
-    return ShardTable.from_bytes(raw)
+    # Mapped, not read: its pages are the page cache's, not copied into this process (framed.py:
+    # a table is only ever replaced whole, so the mapped file keeps its bytes).
+    raw = framed.mapped(_table_path(digest))
+    return None if raw is None else ShardTable.from_bytes(raw)
 
 
 def remember(digest: str, table: ShardTable, meta: dict) -> None:
     """Keep the table (and `meta`) of a manifest that just passed every cross-check (atomic, best effort)."""
     if not verified.enabled():
         return
-    path = _table_path(digest)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(table.to_bytes(meta))
-        os.replace(tmp, path)
-    except (OSError, ValueError, TypeError):  # a full disk, a field JSON cannot write: parsed again next time
-        tmp.unlink(missing_ok=True)
+        framed.replace(_table_path(digest), [table.to_bytes(meta)])  # a full disk: parsed again next time
+    except (ValueError, TypeError):  # a field JSON cannot write: parsed again next time
+        pass

@@ -22,12 +22,11 @@ sizes do not add up is ignored.
 from __future__ import annotations
 
 import io
-import json
-import mmap
-import os
 from pathlib import Path
 
 import numpy as np
+
+from llm.data.shards.format import framed
 
 _MAGIC = b"llm-verified-index\n"
 _VERSION = 1
@@ -69,18 +68,13 @@ def index_path(store: Path) -> Path:
 
 def load(store: Path, file: tuple[int, int]) -> StoreIndex | None:
     """The index of `store` if it was made of the store file `file` (device, inode); None otherwise."""
-    try:
-        with open(index_path(store), "rb") as f:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):  # absent, or empty (a zero-length map)
+    mapped = framed.mapped(index_path(store))
+    found = None if mapped is None else framed.unframe(mapped, _MAGIC)
+    if found is None:
         return None
+    header, at = found
     try:
-        if mapped[: len(_MAGIC)] != _MAGIC:
-            return None
-        at = len(_MAGIC) + 8
-        size = int.from_bytes(mapped[len(_MAGIC) : at], "little")
-        header = json.loads(mapped[at : at + size])
-        n, width, body = header["entries"], header["width"], _aligned(at + size)
+        n, width, body = header["entries"], header["width"], _aligned(at)
         if header.get("version") != _VERSION or tuple(header["file"]) != file or len(mapped) != body + n * (8 * len(_KEYS) + width):
             return None
         columns = {name: np.frombuffer(mapped, np.int64, n, body + 8 * n * k) for k, name in enumerate(_KEYS)}
@@ -103,20 +97,10 @@ def write(store: Path, file: tuple[int, int], covered: int, previous: StoreIndex
     order = np.argsort(keys[:, 0], kind="stable")  # by inode; each inode's lines stay in file order
     keys, sums = keys[order], sums[order]
     width = sums.dtype.itemsize if len(sums) else 0
-    header = json.dumps({"version": _VERSION, "file": list(file), "covered": covered, "entries": len(sums),
-                         "width": width}).encode()
-    start = len(_MAGIC) + 8 + len(header)
-    parts = [_MAGIC, len(header).to_bytes(8, "little"), header, b"\0" * (_aligned(start) - start)]
+    header = {"version": _VERSION, "file": list(file), "covered": covered, "entries": len(sums), "width": width}
+    parts = [framed.frame(_MAGIC, header, pad_to=8)]
     parts += [np.ascontiguousarray(keys[:, k]).tobytes() for k in range(len(_KEYS))] + [sums.tobytes()]
-    path = index_path(store)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(b"".join(parts))
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        return None
-    return load(store, file)
+    return load(store, file) if framed.replace(index_path(store), parts) else None
 
 
 def parse(lines: bytes) -> tuple[np.ndarray, np.ndarray]:
