@@ -45,6 +45,7 @@ class _Counter:
         self.stats: list[str] = []
         self.opened: list[str] = []
         self.json_bytes = self.entry_checks = self.store_bytes = self.store_parsed = self.index_reads = 0
+        self.table_reads = 0  # the remembered shard table read whole (it is mapped: only the pages used)
 
     def shard_files(self) -> set[str]:
         return {p for p in self.stats + self.opened if p.endswith(".bin")}
@@ -89,6 +90,7 @@ def _count(folder: Path, monkeypatch, work) -> tuple[_Counter, object]:
 
     def read_bytes(path):
         counter.index_reads += path.name == INDEX_NAME  # read whole (the format check reads only its tail)
+        counter.table_reads += path.suffix == ".table"
         return real_read_bytes(path)
 
     def parse_store(lines):
@@ -141,12 +143,12 @@ def test_first_open_warm_open_first_batch_and_resume_at_ten_thousand_shards(fold
     warm, manifest = _count(folder, monkeypatch, lambda: Manifest.load(folder))
     assert warm.json_bytes < 4096 and warm.entry_checks == 0 and warm.shard_files() == set()
     assert len(warm.stats) <= 5 and len(warm.opened) <= 3, (warm.stats, warm.opened)
-    assert warm.index_reads == 0  # named by its identity: its 10^4 entries are not read, nor hashed
+    assert warm.index_reads == 0 and warm.table_reads == 0  # index.json named by its identity, the table mapped
     assert warm.store_bytes < 4096 and warm.store_parsed < 4096  # the store's index covers the rest
 
     batch, got = _count(folder, monkeypatch, lambda: _first_batch(folder))
     assert batch.json_bytes < 4096 and batch.entry_checks == 0
-    assert batch.index_reads == 0 and batch.store_bytes < 4096 and batch.store_parsed < 4096
+    assert batch.index_reads == 0 and batch.table_reads == 0 and batch.store_bytes < 4096 and batch.store_parsed < 4096
     assert 0 < len(batch.shard_files()) <= TOUCHED, f"{len(batch.shard_files())} of {SHARDS} shard files touched"
     assert len(batch.stats) <= 3 * TOUCHED + 5 and len(batch.opened) <= 2 * TOUCHED + 5, (len(batch.stats), len(batch.opened))
     tokens = all_tokens(folder)
@@ -159,7 +161,7 @@ def test_first_open_warm_open_first_batch_and_resume_at_ten_thousand_shards(fold
     state = dict(loader.state_dict(), samples_consumed=half)
     resume, got = _count(folder, monkeypatch, lambda: _first_batch(folder, state))
     assert resume.json_bytes < 4096 and resume.entry_checks == 0
-    assert resume.index_reads == 0 and resume.store_bytes < 4096 and resume.store_parsed < 4096
+    assert resume.index_reads == 0 and resume.table_reads == 0 and resume.store_bytes < 4096 and resume.store_parsed < 4096
     assert 0 < len(resume.shard_files()) <= TOUCHED, f"{len(resume.shard_files())} of {SHARDS} shard files touched"
     expected = [tokens[s * BLOCK : (s + 1) * BLOCK] for s in order(np.arange(half, half + BATCH)).tolist()]
     assert np.array_equal(got, np.stack(expected))
