@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,27 @@ def make_token_dataset(folder: Path, n_lines: int = 3000, tokenizer: str = "simp
     write_jsonl(src, real_lines(n_lines))
     out = folder / "ds"
     optimize_text([str(src)], out, tokenizer, num_workers=workers, chunk_bytes=kw.pop("chunk_bytes", "16KB"), progress=False, **kw)
+    return out
+
+
+def _numbered_documents(_: int, docs: int, doc: int):
+    from llm.data.shards.prepare.optimize import DocumentBatch
+
+    tokens = (np.arange(docs * doc, dtype=np.int64) * 7919 + 3) % 50_000
+    return DocumentBatch(tokens, np.full(docs, doc, dtype=np.int64))
+
+
+def many_shards(out: Path, docs: int, doc: int, docs_per_shard: int = 1) -> Path:
+    """`docs` documents of `doc` tokens (the same tokens for any split) in shards of `docs_per_shard` documents."""
+    from llm.data import optimize
+
+    real_fsync = os.fsync
+    os.fsync = lambda fd: None  # durability is not under test: 10^3-10^4 fsyncs would dominate the build
+    try:
+        optimize(partial(_numbered_documents, docs=docs, doc=doc), [0], out, item_loader=TokensLoader(),
+                 chunk_bytes=f"{docs_per_shard * (doc * 2 + 8)}B", num_workers=0, progress=False)
+    finally:
+        os.fsync = real_fsync
     return out
 
 

@@ -1,10 +1,12 @@
-"""What opening 10^4 shards costs, counted (not timed): stats, opens and JSON bytes parsed (issue 38, target 3).
+"""What opening 10^4 shards costs, counted (not timed): stats, opens and bytes read or parsed (issue 38, target 3).
 
 On one dataset of 10,000 one-document shards, four moments are counted: the first open on a
 machine (no remembered shard table: index.json is parsed and cross-checked once), a warm
 open in a process that has not opened it yet, the first shuffled batch, and a resume at 50%.
-Only the first open may parse the manifest; none of them stats or opens more shard files
-than the batch touches. bench/huge_shards.py times the same moments at up to 10^5 shards.
+Only the first open may read index.json (later ones name it by its file identity) or read the
+folder's verified-shards store whole (later ones read what its index does not cover, and look
+shards up in the index); none of them stats or opens more shard files than the batch touches.
+bench/huge_shards.py times the same moments at up to 10^5 shards.
 """
 
 from __future__ import annotations
@@ -12,37 +14,26 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import xxhash
 
-from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
-from llm.data.shards.format import validate, verified
+from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
+from llm.data.shards.format import validate, verified, verified_index
 from llm.data.shards.format.manifest import INDEX_NAME, Manifest
-from llm.data.shards.prepare.optimize import DocumentBatch
-from tests.data.shards.helpers import all_tokens
+from tests.data.shards.helpers import all_tokens, many_shards
 
 SHARDS, DOC, BLOCK, BATCH = 10_000, 32, 64, 8
 TOUCHED = 3 * BATCH  # a 64-token block of 32-token shards lies in at most 3 of them
 
 
-def _documents(_: int) -> DocumentBatch:
-    tokens = (np.arange(SHARDS * DOC, dtype=np.int64) * 7919 + 3) % 50_000
-    return DocumentBatch(tokens, np.full(SHARDS, DOC, dtype=np.int64))
-
-
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("many-shards") / "d"
-    real_fsync = os.fsync
-    os.fsync = lambda fd: None  # durability is not under test: 10^4 fsyncs would dominate the build
-    try:
-        optimize(_documents, [0], out, item_loader=TokensLoader(), chunk_bytes=f"{DOC * 2 + 8}B", num_workers=0,
-                 progress=False)
-    finally:
-        os.fsync = real_fsync
+    out = many_shards(tmp_path_factory.mktemp("many-shards") / "d", SHARDS, DOC)
+    time.sleep(0.06)  # older than the quiet window (verified.py): index.json may be named by its identity
     return out
 
 
@@ -53,7 +44,8 @@ class _Counter:
         self.folder, self.active = str(folder), False
         self.stats: list[str] = []
         self.opened: list[str] = []
-        self.json_bytes = self.entry_checks = 0
+        self.json_bytes = self.entry_checks = self.store_bytes = self.store_parsed = self.index_reads = 0
+        self.table_reads = 0  # the remembered shard table read whole (it is mapped: only the pages used)
 
     def shard_files(self) -> set[str]:
         return {p for p in self.stats + self.opened if p.endswith(".bin")}
@@ -76,6 +68,7 @@ def _count(folder: Path, monkeypatch, work) -> tuple[_Counter, object]:
         _count.hooked = True  # type: ignore[attr-defined]
     counter = _Counter(folder)
     real_stat, real_loads, real_check = os.stat, json.loads, validate.check_shard_entry
+    real_read, real_parse, real_read_bytes = verified._read_new, verified._parse, Path.read_bytes
 
     def stat(path, *a, **kw):
         if counter.active and os.fsdecode(path).startswith(counter.folder):
@@ -90,7 +83,24 @@ def _count(folder: Path, monkeypatch, work) -> tuple[_Counter, object]:
         counter.entry_checks += 1
         return real_check(*a, **kw)
 
+    def read_store(store, known):
+        got = real_read(store, known)
+        counter.store_bytes += len(got)
+        return got
+
+    def read_bytes(path):
+        counter.index_reads += path.name == INDEX_NAME  # read whole (the format check reads only its tail)
+        counter.table_reads += path.suffix == ".table"
+        return real_read_bytes(path)
+
+    def parse_store(lines):
+        counter.store_parsed += len(lines)
+        return real_parse(lines)
+
     with monkeypatch.context() as m:
+        m.setattr(verified, "_read_new", read_store)
+        m.setattr(verified, "_parse", parse_store)
+        m.setattr(Path, "read_bytes", read_bytes)
         m.setattr(os, "stat", stat)
         m.setattr(json, "loads", loads)
         m.setattr(validate, "check_shard_entry", check)
@@ -117,21 +127,28 @@ def test_first_open_warm_open_first_batch_and_resume_at_ten_thousand_shards(fold
     index = folder / INDEX_NAME
     table = verified.manifests_folder() / f"{xxhash.xxh3_128_hexdigest(index.read_bytes())}.table"
     table.unlink(missing_ok=True)  # a new machine: no shard table remembered for these bytes
+    store = verified.store_path(index)
+    verified_index.index_path(store).unlink(missing_ok=True)
     first, manifest = _count(folder, monkeypatch, lambda: Manifest.load(folder))
     assert manifest.num_shards == SHARDS and table.is_file()
     # The first open parses index.json once and checks it, but touches no shard file.
     assert first.json_bytes == pytest.approx(index.stat().st_size, abs=4096), first.json_bytes
     assert first.shard_files() == set(), sorted(first.shard_files())[:3]
     assert first.entry_checks == 0  # checked column by column (validate.shard_columns), not entry by entry
+    # optimize remembered its 10^4 shards in the folder's store: read whole once, and indexed.
+    assert first.index_reads == 1 and first.store_bytes > SHARDS * 50 and verified_index.index_path(store).is_file()
     print(f"first open: {len(first.stats)} stats, {len(first.opened)} opens, {first.json_bytes} JSON bytes, "
-          f"{first.entry_checks} entries checked one by one")
+          f"{first.entry_checks} entries checked one by one, {first.store_bytes} store bytes read")
 
     warm, manifest = _count(folder, monkeypatch, lambda: Manifest.load(folder))
     assert warm.json_bytes < 4096 and warm.entry_checks == 0 and warm.shard_files() == set()
     assert len(warm.stats) <= 5 and len(warm.opened) <= 3, (warm.stats, warm.opened)
+    assert warm.index_reads == 0 and warm.table_reads == 0  # index.json named by its identity, the table mapped
+    assert warm.store_bytes < 4096 and warm.store_parsed < 4096  # the store's index covers the rest
 
     batch, got = _count(folder, monkeypatch, lambda: _first_batch(folder))
     assert batch.json_bytes < 4096 and batch.entry_checks == 0
+    assert batch.index_reads == 0 and batch.table_reads == 0 and batch.store_bytes < 4096 and batch.store_parsed < 4096
     assert 0 < len(batch.shard_files()) <= TOUCHED, f"{len(batch.shard_files())} of {SHARDS} shard files touched"
     assert len(batch.stats) <= 3 * TOUCHED + 5 and len(batch.opened) <= 2 * TOUCHED + 5, (len(batch.stats), len(batch.opened))
     tokens = all_tokens(folder)
@@ -144,6 +161,7 @@ def test_first_open_warm_open_first_batch_and_resume_at_ten_thousand_shards(fold
     state = dict(loader.state_dict(), samples_consumed=half)
     resume, got = _count(folder, monkeypatch, lambda: _first_batch(folder, state))
     assert resume.json_bytes < 4096 and resume.entry_checks == 0
+    assert resume.index_reads == 0 and resume.table_reads == 0 and resume.store_bytes < 4096 and resume.store_parsed < 4096
     assert 0 < len(resume.shard_files()) <= TOUCHED, f"{len(resume.shard_files())} of {SHARDS} shard files touched"
     expected = [tokens[s * BLOCK : (s + 1) * BLOCK] for s in order(np.arange(half, half + BATCH)).tolist()]
     assert np.array_equal(got, np.stack(expected))

@@ -18,38 +18,23 @@ import numpy as np
 import pytest
 import xxhash
 
-from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
+from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
 from llm.data.shards.format import manifest as manifest_module
 from llm.data.shards.format import shard_table, verified
 from llm.data.shards.format.manifest import INDEX_NAME, Manifest, ShardInfo
 from llm.data.shards.format.reader import ShardError
-from llm.data.shards.prepare.optimize import DocumentBatch
-from tests.data.shards.helpers import all_tokens, run_loader
+from tests.data.shards.helpers import all_tokens, many_shards, run_loader
 from tests.resume import check_resume
 
 DOC, DOCS, BLOCK, BATCH = 32, 2000, 64, 8
 TOUCHED = 3 * BATCH  # a 64-token block of 32-token shards lies in at most 3 of them
 
 
-def _documents(_: int) -> DocumentBatch:
-    tokens = (np.arange(DOCS * DOC, dtype=np.int64) * 7919 + 3) % 50_000
-    return DocumentBatch(tokens, np.full(DOCS, DOC, dtype=np.int64))
-
-
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory) -> dict[str, Path]:
     """The same 64,000 tokens in 2,000 shards (one document each) and in about 20."""
     root = tmp_path_factory.mktemp("shard-count")
-    real_fsync = os.fsync
-    os.fsync = lambda fd: None  # durability is not under test: 2,000 fsyncs would cost ~10 s here
-    try:
-        out = {}
-        for name, chunk in (("many", f"{DOC * 2 + 8}B"), ("few", f"{100 * (DOC * 2 + 8)}B")):
-            out[name] = root / name
-            optimize(_documents, [0], out[name], item_loader=TokensLoader(), chunk_bytes=chunk, num_workers=0,
-                     progress=False)
-    finally:
-        os.fsync = real_fsync
+    out = {"many": many_shards(root / "many", DOCS, DOC), "few": many_shards(root / "few", DOCS, DOC, docs_per_shard=100)}
     assert Manifest.load(out["many"]).num_shards == DOCS and Manifest.load(out["few"]).num_shards <= 20
     return out
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from llm.data.shards.format import shard_table
+from llm.data.shards.format import shard_table, verified
 from llm.data.shards.format.shard_table import ShardInfo, ShardTable
 from llm.data.shards.format.validate import ManifestError, check_derived, check_manifest
 from llm.data.storage.local import atomic_write
@@ -27,6 +27,7 @@ FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 INDEX_NAME = "index.json"
 KINDS = ("tokens", "items")
+_DIGEST = "xxh3_128:"  # index.json's digest as remembered in the verified-shards store
 
 
 def merge_backends(previous: str | None, new: str | None) -> str | None:
@@ -151,17 +152,27 @@ class Manifest:
             raise ManifestError(f"{folder}: dataset folder does not exist")
         if not path.is_file():
             raise ManifestError(f"{folder}: no {INDEX_NAME}; is this a dataset made by `llm-data optimize`?")
+        # The digest of index.json's bytes names its remembered table. It is itself remembered by the
+        # file's identity (device, inode, size, mtime_ns, ctime_ns) in the folder's verified-shards
+        # store, like a shard's checksum and on the same terms (verified.py): only for a file that
+        # had not changed for 50 ms when it was read, and any later write, in place or by the
+        # writer's atomic replace, changes the ctime (which no user call sets back), so a
+        # rewritten index.json, even of the same size and mtime on a reused inode, is read and
+        # hashed again. So a restart names a 24 MB index.json with one stat, not a read and a hash.
+        before = verified.identity(path)
+        stamp = verified.recorded(path, before[0])
+        if stamp is not None and stamp.startswith(_DIGEST):
+            manifest = cls._remembered(stamp[len(_DIGEST) :])
+            if manifest is not None:
+                return manifest
         raw = path.read_bytes()
-        # Names these bytes among this machine's checked manifests. xxh3-128 detects any change (a
-        # collision made on purpose would only serve a manifest that passed every check here) and
-        # is far cheaper than sha256.
+        # xxh3-128 detects any change (a collision made on purpose would only serve a manifest
+        # that passed every check here) and is far cheaper than sha256.
         digest = xxhash.xxh3_128_hexdigest(raw)
-        remembered = shard_table.recall(digest)
-        if remembered is not None:
-            table, meta = remembered
-            header, fingerprint = meta.get("fields"), meta.get("fingerprint")
-            if isinstance(header, dict) and set(header) == _HEADER_FIELDS and isinstance(fingerprint, str):
-                return cls.from_table(table, header, fingerprint)  # else written by another version: check again
+        manifest = cls._remembered(digest)
+        if manifest is not None:
+            verified.remember(path, _DIGEST + digest, before)
+            return manifest
         with _collector_paused():
             try:
                 data = json.loads(raw)
@@ -175,7 +186,20 @@ class Manifest:
             # Columns from here on: the per-shard objects of the JSON die now, not at the process's
             # next full garbage collection (and none is traversed by later ones).
         shard_table.remember(digest, manifest.entries, {"fields": manifest.header_fields(), "fingerprint": manifest.fingerprint()})
+        verified.remember(path, _DIGEST + digest, before)
         return manifest
+
+    @classmethod
+    def _remembered(cls, digest: str) -> Manifest | None:
+        """The manifest whose checked index.json bytes have `digest`, from its remembered table, if any."""
+        remembered = shard_table.recall(digest)
+        if remembered is None:
+            return None
+        table, meta = remembered
+        header, fingerprint = meta.get("fields"), meta.get("fingerprint")
+        if isinstance(header, dict) and set(header) == _HEADER_FIELDS and isinstance(fingerprint, str):
+            return cls.from_table(table, header, fingerprint)
+        return None  # written by another version: checked again
 
     def header_fields(self) -> dict:
         """Every field but the shard list, as JSON values."""

@@ -17,8 +17,7 @@ manifest is then parsed and checked again, as on a first open).
 
 from __future__ import annotations
 
-import json
-import os
+import mmap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from llm.data.shards.format import verified
+from llm.data.shards.format import framed, verified
 
 COUNTS = ("bytes", "raw_bytes", "tokens", "documents", "items")  # int64 columns
 _MAGIC = b"llm-shard-table\n"
@@ -51,12 +50,14 @@ class ShardInfo:
 class ShardTable(Sequence):
     """Every shard's manifest entry, column by column; `table[i]` is shard i's `ShardInfo` (made on first use)."""
 
-    def __init__(self, counts: dict[str, np.ndarray], files: tuple[bytes, np.ndarray], checksums: tuple[bytes, np.ndarray],
+    def __init__(self, counts: dict[str, np.ndarray], files: tuple[bytes | np.ndarray, np.ndarray],
+                 checksums: tuple[bytes | np.ndarray, np.ndarray],
                  dtypes: tuple[list, np.ndarray], compressions: tuple[list, np.ndarray]):
         self.counts = counts  # name -> int64 array, one value per shard
         self._files, self._checksums = files, checksums  # (utf-8 blob, int64 end offsets)
         self._dtypes, self._compressions = dtypes, compressions  # (distinct values, uint8 code per shard)
         self._infos: dict[int, ShardInfo] = {}  # ShardInfo of the shards touched so far
+        self._distinct: dict[str, list] = {}
 
     def __len__(self) -> int:
         return len(self.counts["bytes"])
@@ -87,9 +88,12 @@ class ShardTable(Sequence):
 
     def distinct(self, key: str) -> list:
         """The distinct values of `dtype` or `compression` among the shards (codes are given in first-seen order)."""
-        values, codes = self._dtypes if key == "dtype" else self._compressions
-        present = np.bincount(codes, minlength=len(values))  # not np.unique: it imports numpy.ma (~30 ms)
-        return [values[c] for c in np.flatnonzero(present).tolist()]
+        found = self._distinct.get(key)
+        if found is None:  # asked several times while a dataset opens: one pass over 10^5 codes
+            values, codes = self._dtypes if key == "dtype" else self._compressions
+            present = np.bincount(codes, minlength=len(values))  # not np.unique: it imports numpy.ma (~30 ms)
+            found = self._distinct[key] = [values[c] for c in np.flatnonzero(present).tolist()]
+        return list(found)
 
     @classmethod
     def from_infos(cls, infos: Sequence[ShardInfo]) -> ShardTable:
@@ -106,7 +110,7 @@ class ShardTable(Sequence):
                    _codes(columns["dtype"]), _codes(columns["compression"]))
 
     def __getstate__(self) -> dict:
-        return dict(self.__dict__, _infos={})  # workers build the entries they touch
+        return dict(self.__dict__, _infos={}, _distinct={})  # workers build the entries they touch
 
     # ---- the remembered copy ----------------------------------------------------------------
 
@@ -114,22 +118,23 @@ class ShardTable(Sequence):
         """This table and `meta` (JSON values: the manifest's other fields) as one self-checking file."""
         parts = [self.counts[name] for name in COUNTS] + [self._files[1], self._checksums[1]]
         parts += [self._dtypes[1], self._compressions[1]]
-        body = b"".join(np.ascontiguousarray(p).tobytes() for p in parts) + self._files[0] + self._checksums[0]
-        header = json.dumps({"version": _VERSION, "shards": len(self), "meta": meta, "dtypes": self._dtypes[0],
-                             "compressions": self._compressions[0], "files_bytes": len(self._files[0]),
-                             "checksums_bytes": len(self._checksums[0]), "digest": xxhash.xxh3_64_hexdigest(body)}).encode()
-        return _MAGIC + len(header).to_bytes(8, "little") + header + body
+        body = b"".join(memoryview(np.ascontiguousarray(p)).tobytes() for p in parts + [self._files[0], self._checksums[0]])
+        header = {"version": _VERSION, "shards": len(self), "meta": meta, "dtypes": self._dtypes[0],
+                  "compressions": self._compressions[0], "files_bytes": len(self._files[0]),
+                  "checksums_bytes": len(self._checksums[0]), "digest": xxhash.xxh3_64_hexdigest(body)}
+        return framed.frame(_MAGIC, header) + body
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> tuple[ShardTable, dict] | None:
-        """(table, meta) of `to_bytes`'s output; None for anything else (torn, foreign, another version)."""
+    def from_bytes(cls, raw: bytes | mmap.mmap) -> tuple[ShardTable, dict] | None:
+        """(table, meta) of `to_bytes`'s output; None for anything else (torn, foreign, another version).
+
+        The columns are views of `raw` (a memory map stays mapped while the table lives)."""
+        found = framed.unframe(raw, _MAGIC)
+        if found is None:
+            return None
+        header, at = found
         try:
-            if not raw.startswith(_MAGIC):
-                return None
-            at = len(_MAGIC) + 8
-            size = int.from_bytes(raw[len(_MAGIC) : at], "little")
-            header = json.loads(raw[at : at + size])
-            body = memoryview(raw)[at + size :]
+            body = memoryview(raw)[at:]
             if header.get("version") != _VERSION or xxhash.xxh3_64_hexdigest(body) != header.get("digest"):
                 return None
             n = header["shards"]
@@ -142,8 +147,8 @@ class ShardTable(Sequence):
                 offset += size
             counts = {name: np.frombuffer(views[k], np.int64) for k, name in enumerate(COUNTS)}
             k = len(COUNTS)
-            files = (bytes(views[k + 4]), np.frombuffer(views[k], np.int64))
-            checksums = (bytes(views[k + 5]), np.frombuffer(views[k + 1], np.int64))
+            files = (np.frombuffer(views[k + 4], np.uint8), np.frombuffer(views[k], np.int64))
+            checksums = (np.frombuffer(views[k + 5], np.uint8), np.frombuffer(views[k + 1], np.int64))
             dtypes = (header["dtypes"], np.frombuffer(views[k + 2], np.uint8))
             compressions = (header["compressions"], np.frombuffer(views[k + 3], np.uint8))
             for values, codes in (dtypes, compressions):
@@ -154,7 +159,7 @@ class ShardTable(Sequence):
             return None
 
 
-def _strings(values: list[str]) -> tuple[bytes, np.ndarray]:
+def _strings(values: list[str]) -> tuple[bytes | np.ndarray, np.ndarray]:
     blob = "".join(values).encode("utf-8", "surrogatepass")
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
     if len(blob) == int(lengths.sum()):  # ASCII (file names, checksums): characters are bytes
@@ -164,9 +169,9 @@ def _strings(values: list[str]) -> tuple[bytes, np.ndarray]:
     return b"".join(encoded), ends
 
 
-def _string(column: tuple[bytes, np.ndarray], i: int) -> str:
-    blob, ends = column
-    return blob[int(ends[i]) : int(ends[i + 1])].decode("utf-8", "surrogatepass")
+def _string(column: tuple[bytes | np.ndarray, np.ndarray], i: int) -> str:
+    blob, ends = column  # blob: bytes, or uint8 views of a remembered table
+    return bytes(blob[int(ends[i]) : int(ends[i + 1])]).decode("utf-8", "surrogatepass")
 
 
 def _codes(values: list) -> tuple[list, np.ndarray]:
@@ -191,22 +196,17 @@ def recall(digest: str) -> tuple[ShardTable, dict] | None:
     passed every cross-check on this machine before (and the remembered file reads back whole)."""
     if not verified.enabled():
         return None
-    try:
-        raw = _table_path(digest).read_bytes()
-    except OSError:
-        return None
-    return ShardTable.from_bytes(raw)
+    # Mapped, not read: its pages are the page cache's, not copied into this process (framed.py:
+    # a table is only ever replaced whole, so the mapped file keeps its bytes).
+    raw = framed.mapped(_table_path(digest))
+    return None if raw is None else ShardTable.from_bytes(raw)
 
 
 def remember(digest: str, table: ShardTable, meta: dict) -> None:
     """Keep the table (and `meta`) of a manifest that just passed every cross-check (atomic, best effort)."""
     if not verified.enabled():
         return
-    path = _table_path(digest)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(table.to_bytes(meta))
-        os.replace(tmp, path)
-    except (OSError, ValueError, TypeError):  # a full disk, a field JSON cannot write: parsed again next time
-        tmp.unlink(missing_ok=True)
+        framed.replace(_table_path(digest), [table.to_bytes(meta)])  # a full disk: parsed again next time
+    except (ValueError, TypeError):  # a field JSON cannot write: parsed again next time
+        pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +132,13 @@ def shard_columns(shards: list, kind: str, dtype: Any, encrypted: bool) -> dict[
         n = len(shards)
         if not n:
             return {key: [] for key in SHARD_KEYS}
-        if not set().union(*shards) <= set(SHARD_KEYS):
-            return None
-        columns = {key: [e.get(key) for e in shards] for key in ("file", "bytes", "checksum", "dtype", "compression")}
-        for key in ("documents", "tokens", "items", "raw_bytes"):
-            columns[key] = [e.get(key, 0) for e in shards]
+        columns = _every_key(shards)
+        if columns is None:
+            if not set().union(*shards) <= set(SHARD_KEYS):
+                return None
+            columns = {key: [e.get(key) for e in shards] for key in ("file", "bytes", "checksum", "dtype", "compression")}
+            for key in ("documents", "tokens", "items", "raw_bytes"):
+                columns[key] = [e.get(key, 0) for e in shards]
         files, checksums = columns["file"], columns["checksum"]
         if set(map(type, files)) != {str} or len(set(files)) != n or {"", ".", ".."} & set(files):
             return None
@@ -178,6 +181,18 @@ def shard_columns(shards: list, kind: str, dtype: Any, encrypted: bool) -> dict[
         return columns
     except (TypeError, ValueError, OverflowError):  # unhashable values, numbers beyond int64: entry by entry
         return None
+
+
+def _every_key(shards: list[dict]) -> dict[str, list] | None:
+    """The columns of entries that hold exactly SHARD_KEYS (as `optimize` writes them), in C passes
+    (one itemgetter per entry, then a transpose); None if any entry lacks a key or has another."""
+    if set(map(len, shards)) != {len(SHARD_KEYS)}:
+        return None
+    try:
+        rows = list(map(itemgetter(*SHARD_KEYS), shards))
+    except KeyError:
+        return None
+    return {key: list(column) for key, column in zip(SHARD_KEYS, zip(*rows))}
 
 
 def _check_item_layout(data: dict, path: Path) -> None:

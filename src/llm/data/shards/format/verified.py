@@ -26,11 +26,13 @@ import threading
 import time
 from pathlib import Path
 
+from llm.data.shards.format import verified_index
 from llm.data.storage.local import cache_home
 
 _MAX_BYTES = 1 << 20  # a store is compacted to its unique entries beyond this (and twice their size)
 _QUIET_NS = 50_000_000  # a file changed less than 50 ms before its hash is not remembered
 _PARSE_AFTER = 64  # lookups answered by a substring search of the store before it is parsed whole
+_INDEX_AFTER = 256 << 10  # unindexed store bytes beyond which a sorted index is written (verified_index.py)
 _lock = threading.Lock()
 _stores: dict[Path, _Store] = {}  # store file -> what this process has read of it
 # (folder, store base) -> store file; a folder retargeted by a symlink later only costs hashes (keys are file identities)
@@ -38,17 +40,26 @@ _store_paths: dict[tuple[str, Path], Path] = {}
 
 
 class _Store:
-    """What this process read of one store: its bytes, parsed into a dict only once many lookups
-    need it, so the first batch of a dataset with 10^4 shards does not parse 10^4 lines (a few
-    lookups by substring search are cheaper than one parse; many are not).
+    """What this process read of one store: a sorted index of its first part when the store is
+    large (verified_index.py), and the lines past it, parsed into a dict only once many lookups
+    need it, so the first batch of a dataset with 10^4-10^5 shards does not parse or search
+    every line (a few lookups by substring search are cheaper than one parse; many are not).
     """
 
     def __init__(self) -> None:
-        self.raw = b"\n"  # whole lines read so far (a leading newline: every line starts after one)
-        self.loaded = 0  # bytes of the file read
+        self.raw = b"\n"  # whole lines read past the index (a leading newline: every line starts after one)
+        self.loaded = 0  # bytes of the file read (or covered by the index)
         self.parsed: dict[tuple[int, ...], str] | None = None
         self.lookups = 0
         self.compact_at = _MAX_BYTES  # file size beyond which duplicates are worth rewriting away
+        self.index: verified_index.StoreIndex | None = None
+        self.file: tuple[int, int] | None = None  # (device, inode) of the store file read
+
+    def everything(self) -> dict[tuple[int, ...], str]:
+        """Every entry, the index's and the lines past it (the last line of an identity wins)."""
+        known = self.index.to_dict() if self.index is not None else {}
+        known.update(self.parsed if self.parsed is not None else _parse(self.raw))
+        return known
 
     def add(self, lines: bytes) -> None:
         self.raw += lines
@@ -56,6 +67,12 @@ class _Store:
             self.parsed.update(_parse(lines))
 
     def get(self, key: tuple[int, ...]) -> str | None:
+        found = self._get_unindexed(key)  # lines past the index are the later ones
+        if found is None and self.index is not None:
+            return self.index.get(key)
+        return found
+
+    def _get_unindexed(self, key: tuple[int, ...]) -> str | None:
         if self.parsed is None:
             self.lookups += 1
             if self.lookups <= _PARSE_AFTER:  # the last line for this identity wins
@@ -80,15 +97,7 @@ def _key_bytes(key: tuple[int, ...]) -> bytes:
 
 
 def _parse(lines: bytes) -> dict[tuple[int, ...], str]:
-    known: dict[tuple[int, ...], str] = {}
-    for line in lines.split(b"\n"):
-        parts = line.split()
-        if len(parts) == 6:
-            try:
-                known[(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]))] = parts[5].decode()
-            except (ValueError, UnicodeDecodeError):  # a torn or foreign line: one more hash later, nothing worse
-                pass
-    return known
+    return verified_index.parse_lines(lines)
 
 
 def _base() -> Path:
@@ -128,23 +137,51 @@ def _entries(store: Path, refresh: bool = False) -> _Store:
     if known is None:
         known, refresh = _Store(), True
     if refresh:
-        try:
-            with open(store, "rb") as f:
-                f.seek(known.loaded)
-                tail = f.read()
-        except OSError:
-            tail = b""
+        tail = _read_new(store, known)
         end = tail.rfind(b"\n") + 1  # a line still being written is read next time
         known.add(tail[:end])
         known.loaded += end
-        if known.loaded > known.compact_at:
-            _compact(store, known)
+        rows = _compact(store, known) if known.loaded > known.compact_at else None
+        if len(known.raw) > _INDEX_AFTER and known.file is not None:
+            index = verified_index.write(store, known.file, known.loaded, known.index, known.raw, rows)
+            if index is not None:
+                known.index, known.raw, known.lookups = index, b"\n", 0
+                known.parsed = None if known.parsed is None else {}
     _stores[store] = known
     return known
 
 
-def _compact(path: Path, store: _Store) -> None:
+def _read_new(store: Path, known: _Store) -> bytes:
+    """The store's bytes past what `known` holds; a process new to the store starts past its index.
+
+    The store only grows by appends, or is replaced whole (a compaction: a new file), so reading
+    on from `known.loaded` is right while the file is the same one and a line ends there;
+    otherwise everything is read again from the start (index included)."""
+    try:
+        with open(store, "rb") as f:
+            st = os.fstat(f.fileno())
+            file = (st.st_dev, st.st_ino)
+            if known.file != file and known.loaded:  # replaced since we read it: start over
+                known.raw, known.loaded, known.parsed, known.index = b"\n", 0, None, None
+            known.file = file
+            if not known.loaded:  # a process new to this store: what its index covers need not be read
+                index = verified_index.load(store, file)
+                if index is not None and index.covered <= st.st_size:
+                    known.index, known.loaded = index, index.covered
+            if known.loaded:
+                f.seek(known.loaded - 1)
+                if f.read(1) != b"\n":  # not where a line ends: not the bytes we indexed or read
+                    f.seek(0)
+                    known.raw, known.loaded, known.parsed, known.index = b"\n", 0, None, None
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _compact(path: Path, store: _Store) -> tuple | None:
     """Rewrite the store with its unique entries (a concurrent append may be lost: one more hash later).
+
+    Returns the entries of `store.raw` (verified_index.parse) when it parsed them and left the store as it was.
 
     Why: `verify_checksums="always"` and `llm-data verify` hash on every read and append again,
     so each such run adds ranks x shards lines that every process then reads whole; compacted,
@@ -158,26 +195,38 @@ def _compact(path: Path, store: _Store) -> None:
         unique_bytes = int(hint.read_bytes())
     except (OSError, ValueError):
         unique_bytes = 0
+    rows = None
+    if not unique_bytes and store.index is None and store.loaded == len(store.raw) - 1:
+        rows = verified_index.well_formed(store.raw)
+        if rows is not None and verified_index.all_distinct(rows[0]):
+            unique_bytes = store.loaded  # every line read, none repeats an identity (C passes, ~10x cheaper than a parse)
+            _write_hint(hint, unique_bytes)
     if unique_bytes and store.loaded <= 2 * unique_bytes:
         store.compact_at = max(_MAX_BYTES, 2 * unique_bytes)
-        return
-    unique = store.parsed if store.parsed is not None else _parse(store.raw)
+        return rows
+    unique = store.everything()
     text = b"".join(_key_bytes(k) + f" {v}\n".encode() for k, v in unique.items())
     store.compact_at = max(_MAX_BYTES, 2 * len(text))  # next time only once it doubled again
-    try:
-        hint.write_bytes(str(len(text)).encode())  # best effort: without it, the next process parses
-    except OSError:
-        pass
+    _write_hint(hint, len(text))
     if len(text) * 2 > store.loaded:  # mostly unique already: rewriting would not shrink it much
-        return
+        return None
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(text)
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
-        return
-    store.raw, store.loaded, store.parsed = b"\n" + text, len(text), unique
+        return None
+    store.raw, store.loaded, store.parsed, store.index = b"\n" + text, len(text), unique, None
+    store.file = None  # the new file: its identity is taken at the next read
+    return None
+
+
+def _write_hint(hint: Path, unique_bytes: int) -> None:
+    try:
+        hint.write_bytes(str(unique_bytes).encode())  # best effort: without it, the next process parses
+    except OSError:
+        pass
 
 
 def is_verified(path: Path | str, checksum: str) -> bool:
@@ -192,6 +241,17 @@ def is_verified(path: Path | str, checksum: str) -> bool:
         if _entries(store).get(key) == checksum:
             return True
         return _entries(store, refresh=True).get(key) == checksum  # another process may have verified it
+
+
+def recorded(path: Path | str, key: tuple[int, ...] | None) -> str | None:
+    """The checksum remembered for the file at `path` while its identity is `key` (`identity(path)[0]`), or None.
+
+    Manifest.load uses it to name index.json's bytes without reading them (shard_table.py)."""
+    if key is None or not enabled():
+        return None
+    store = store_path(path)
+    with _lock:
+        return _entries(store).get(key) or _entries(store, refresh=True).get(key)
 
 
 def identity(path: Path | str) -> tuple[tuple[int, ...] | None, int]:
@@ -219,7 +279,9 @@ def remember(path: Path | str, checksum: str, before: tuple[tuple[int, ...] | No
     identity; a file quiet for longer gets a new ctime from any later write.
     """
     key, started = before
-    if key is None or _identity(path) != key or started - key[4] < _QUIET_NS:
+    if key is None or _identity(path) != key or started - key[4] < _QUIET_NS or key[4] % 1_000_000_000 == 0:
+        # (a ctime on a whole second: a file system that keeps whole seconds, where a later write
+        # within that second would keep the identity; nothing is remembered there)
         return
     _append(store_path(path), key, checksum)
 
