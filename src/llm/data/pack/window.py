@@ -61,12 +61,18 @@ class WindowCutter:
         return self._parts, len(self._parts)
 
     def cursor(self) -> dict:
+        return listed(self.wire_cursor())
+
+    def wire_cursor(self) -> dict:
+        """`cursor()` with its token buffer as an int32 array of its own, not a list: what a worker sends with
+        every batch. Why: up to max_seq_len Python ints a batch, made, pickled and unpickled, cost the
+        stream about a tenth of its CPU; the main process lists a buffer only when a state is taken (`listed`)."""
         offset, records, buffer, tokens = self._anchor
         return {
             "offset": offset,
             "records": records,
             "tokens": tokens,
-            "token_buffer": _join(buffer).tolist(),
+            "token_buffer": _join(buffer).copy(),  # a copy: a view would keep the whole cut chunk alive
             "skip": self.skip,
             "done": self.done,
         }
@@ -115,6 +121,14 @@ class WindowCutter:
         self._anchor, self.skip = (self.offset, self.records, self._snapshot(), self.tokens), 0
         if len(rest) >= 2:
             yield rest
+
+
+def listed(cursor: dict) -> dict:
+    """A cursor as a state holds it: its token buffer a list of ints (`wire_cursor` sends an array)."""
+    buffer = cursor.get("token_buffer")
+    if isinstance(buffer, np.ndarray):
+        return {**cursor, "token_buffer": buffer.tolist()}
+    return cursor
 
 
 def _join(snapshot: tuple[list[np.ndarray], int]) -> np.ndarray:

@@ -140,7 +140,8 @@ class StreamingTextDataset(IterableDataset):
         def state(done: bool) -> dict:
             cursors, digests = {}, []
             for key, (packer, queue) in touched.items():
-                cursor = packer.cursor()
+                # a plain window cutter's buffer goes as an array (pack/window.py); the main process lists it
+                cursor = packer.wire_cursor() if type(packer) is WindowCutter else packer.cursor()
                 cursors[key] = cursor
                 if self.ledger:  # drops the cursor went past go with this state: exactly once across resumes
                     dropped.extend(packer.released(cursor))
