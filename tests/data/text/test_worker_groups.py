@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import fcntl
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
-from torch.utils.data import IterableDataset
 
 import llm.data.text.stream as text_stream
-from llm.data.text.loaders import batches_as_they_are
 from llm.data.text.wire import group_size, grouped, ungrouped
-from llm.data.text.workers import PIPE_BYTES, text_loader
 from tests.data.text.test_stream import make_module, write_corpus
 from tests.resume import loaded
 
@@ -61,15 +56,3 @@ def test_grouped_workers_give_the_same_batches_and_states_as_one_at_a_time(tmp_p
     # stopped inside a group (7 is no multiple of the group): the rest follows exactly, nothing lost or repeated
     rest, _ = _steps_and_states(config, None, ref_states[6])
     assert len(rest) == len(ref) - 7 and all(np.array_equal(a, b) for a, b in zip(rest, ref[7:]))
-
-
-class _Messages(IterableDataset):
-    def __iter__(self):
-        return iter([{"n": i, "payload": bytes(300_000)} for i in range(3)])
-
-
-def test_text_workers_send_through_a_pipe_that_holds_a_whole_message():
-    iterator = iter(text_loader(_Messages(), 1, False, batches_as_they_are))
-    size = fcntl.fcntl(iterator._worker_result_queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
-    assert size == min(PIPE_BYTES, int(Path("/proc/sys/fs/pipe-max-size").read_text())) > 1 << 16
-    assert [m["n"] for m in iterator] == [0, 1, 2]  # and the messages come through it whole

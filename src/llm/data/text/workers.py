@@ -16,42 +16,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not a POSIX system: pipes keep their default size
-    fcntl = None  # type: ignore[assignment]
-
 from llm.data.watchdog import Watchdog
-
-PIPE_BYTES = 1 << 20  # a worker message (~128k tokens, ~0.5 MB) in one write: Linux's default pipe-max-size
-
-
-class TextLoader(DataLoader):
-    """A DataLoader whose workers' result pipe holds a whole message (`PIPE_BYTES`) instead of 64 KiB.
-
-    Why: a message of ~0.5 MB went through the default pipe in eight or more blocking writes, each a
-    context switch between a worker and the main process; a 1 MiB pipe cut the stream's switches by
-    more than half and its CPU by ~6% (2 workers, 2 cores)."""
-
-    def _get_iterator(self):  # type: ignore[no-untyped-def]
-        iterator = super()._get_iterator()
-        widen_pipe(getattr(getattr(iterator, "_worker_result_queue", None), "_reader", None))
-        return iterator
-
-
-def widen_pipe(reader: Any, size: int = PIPE_BYTES) -> int | None:
-    """Ask for a pipe of `size` bytes behind a multiprocessing connection; its size after (None: not a pipe)."""
-    set_size = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
-    if reader is None or set_size is None:  # no worker processes, or not Linux
-        return None
-    try:
-        fcntl.fcntl(reader.fileno(), set_size, size)
-    except OSError:  # above this user's pipe-max-size, or not a pipe: the default is only slower
-        pass
-    try:
-        return fcntl.fcntl(reader.fileno(), fcntl.F_GETPIPE_SZ)
-    except OSError:
-        return None
 
 
 class MainGuardError(SystemExit):
@@ -133,5 +98,5 @@ def text_loader(ds: Dataset, num_workers: int, object_store: bool, collate_fn: A
     if watch is not None and watch.slots is not None and num_workers > 0:
         kwargs["worker_init_fn"] = watch.slots.hook(None)
         watch.loader_kwargs(kwargs, processes=True)
-    return TextLoader(ds, batch_size=None, num_workers=num_workers, collate_fn=collate_fn,
+    return DataLoader(ds, batch_size=None, num_workers=num_workers, collate_fn=collate_fn,
                       multiprocessing_context="forkserver" if fresh else None, **kwargs)
