@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llm.data.pack.window import to_example
+from llm.data.pack.window import WindowCutter, listed, to_example
 from llm.data.text.wire import packed_windows, unpack_windows
 
 EOS = 7
@@ -36,3 +36,17 @@ def test_an_id_beyond_the_stated_vocabulary_is_never_cut_to_16_bits():
     rows = [np.array([1, 70_000, 3], dtype=np.int32)]  # a tokenizer whose ids exceed its vocab_size
     batch = unpack_windows(packed_windows(rows, 4, 50_257), 4, EOS)
     assert batch["input_ids"][0, 1].item() == 70_000 and batch["labels"][0, 0].item() == 70_000
+
+
+def test_a_worker_sends_its_cursor_buffer_as_an_array_and_a_state_lists_it():
+    cutter = WindowCutter(4, EOS)
+    windows = list(cutter.feed(np.array([1, 2, 3, 4, 5, 6], dtype=np.uint32), 10))  # 7 tokens: one window, 3 left
+    assert not list(cutter.feed(np.array([], dtype=np.uint32), 20))  # no window: the buffer grows to 4
+    wire, plain = cutter.wire_cursor(), cutter.cursor()
+    assert [w.tolist() for w in windows] == [[1, 2, 3, 4, 5]]
+    assert isinstance(wire["token_buffer"], np.ndarray) and wire["token_buffer"].dtype == np.int32
+    assert plain["token_buffer"] == [5, 6, EOS, EOS] and type(plain["token_buffer"][0]) is int
+    assert plain["records"] == 2 and plain["offset"] == 20
+    assert listed(wire) == plain and listed(plain) is plain
+    resumed = WindowCutter(4, EOS, wire)  # a cursor as it came from a worker resumes like a listed one
+    assert resumed.cursor() == plain

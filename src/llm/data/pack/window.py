@@ -61,12 +61,18 @@ class WindowCutter:
         return self._parts, len(self._parts)
 
     def cursor(self) -> dict:
+        return listed(self.wire_cursor())
+
+    def wire_cursor(self) -> dict:
+        """`cursor()` with its token buffer as an int32 array of its own, not a list: what a worker sends with
+        every batch. Why: up to max_seq_len Python ints a batch, made, pickled and unpickled, cost the
+        stream about a tenth of its CPU; the main process lists a buffer only when a state is taken (`listed`)."""
         offset, records, buffer, tokens = self._anchor
         return {
             "offset": offset,
             "records": records,
             "tokens": tokens,
-            "token_buffer": _join(buffer).tolist(),
+            "token_buffer": _join(buffer).copy(),  # a copy: a view would keep the whole cut chunk alive
             "skip": self.skip,
             "done": self.done,
         }
@@ -107,6 +113,54 @@ class WindowCutter:
         if n_full <= first:
             self._anchor, self.skip = after, 0
 
+    def cut_chunk(self, items: list[np.ndarray], offsets_after: list[int]) -> np.ndarray:
+        """Feed several documents at once: every window they complete, as rows of one (windows, L + 1) view.
+
+        The same windows and final cursor as `feed` on each in turn, with NumPy over the whole chunk
+        instead of Python per document and per window (short documents cost their Python, not their
+        tokens). The cursor is left after the last document; `taken(k)` puts it where `feed` would have
+        it once window k (and none after it) was taken, for a batch that ends inside the chunk.
+        Not while resuming inside a record (`skip`): `feed` the first record then.
+        """
+        assert self.skip == 0, "cut_chunk while resuming inside a record: feed it first"
+        lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items)) + 1  # each with its EOS
+        pieces = [*self._parts]
+        for ids in items:
+            pieces += (ids, self._eos)
+        data = np.concatenate(pieces, dtype=np.int32, casting="unsafe")
+        L, size = self.L, len(data)
+        ends = np.cumsum(lengths) + self._size  # each document's end in `data`
+        n = max(0, (size - 1) // L)  # windows k with k*L + L + 1 <= size
+        # what `taken` needs: the state before the chunk and each document's end, offset and token count
+        self._chunk = (data, ends, offsets_after, self.offset, self.records, self.tokens, self._size)
+        rest = data[n * L:].copy()  # a copy: a view would keep the whole chunk alive in the buffer
+        self._parts, self._size = [rest], len(rest)
+        self.offset, self.records = offsets_after[-1], self.records + len(items)
+        self.tokens += int(ends[-1]) - self._chunk[6]
+        self._anchor, self.skip = (self.offset, self.records, self._snapshot(), self.tokens), 0
+        self._chunk_end = self._anchor
+        return np.lib.stride_tricks.as_strided(data, (n, L + 1), (data.strides[0] * L, data.strides[0]), writeable=False)
+
+    def taken(self, k: int) -> None:
+        """The cursor as `feed` leaves it once window k of the last `cut_chunk` is taken and no later one."""
+        data, ends, offsets, offset0, records0, tokens0, size0 = self._chunk
+        L = self.L
+        d = int(np.searchsorted(ends, k * L + L + 1))  # the document that completes window k
+        start = int(ends[d - 1]) if d else size0  # where that document starts in `data`
+        if (k + 1) * L + L + 1 <= ends[d]:  # its next window is cut from it too: the cursor stays before it
+            j = max(0, (start - 1) // L)  # windows completed before it: its buffer starts at the last one's end
+            before = (offsets[d - 1] if d else offset0, records0 + d, [data[j * L:start].copy()],
+                      tokens0 + start - size0)
+            self._anchor, self.skip = (before[0], before[1], (before[2], 1), before[3]), (k + 1 - j) * L
+        else:
+            after = [data[(k + 1) * L:int(ends[d])].copy()]
+            self._anchor = (offsets[d], records0 + d + 1, (after, 1), tokens0 + int(ends[d]) - size0)
+            self.skip = 0
+
+    def settle(self) -> None:
+        """The cursor after the whole last `cut_chunk` again (after `taken`)."""
+        self._anchor, self.skip = self._chunk_end, 0
+
     def finish(self) -> Iterator[np.ndarray]:
         """The partition ended: yield its last, short window (if it has one) and mark it done."""
         rest = self.buffer
@@ -115,6 +169,14 @@ class WindowCutter:
         self._anchor, self.skip = (self.offset, self.records, self._snapshot(), self.tokens), 0
         if len(rest) >= 2:
             yield rest
+
+
+def listed(cursor: dict) -> dict:
+    """A cursor as a state holds it: its token buffer a list of ints (`wire_cursor` sends an array)."""
+    buffer = cursor.get("token_buffer")
+    if isinstance(buffer, np.ndarray):
+        return {**cursor, "token_buffer": buffer.tolist()}
+    return cursor
 
 
 def _join(snapshot: tuple[list[np.ndarray], int]) -> np.ndarray:

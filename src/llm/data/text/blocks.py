@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -66,3 +68,26 @@ class TokenBlocks:
         if self.packed:  # int32 bytes: pickled through the worker pipe, cheaper than tensors in shm
             return {"_packed": np.stack(arrays, axis=1).astype(np.int32).tobytes()}
         return as_tensors(arrays)
+
+
+def chunk_windows(packer: WindowCutter, queue: Any, chunk: list, items: list[np.ndarray], rows: list, row_sources: list,
+                  size: int, batch: Callable[[], dict]) -> Iterator[dict]:
+    """A chunk of records for one plain window cutter: its windows in whole slices, a batch each time `rows` fills.
+
+    What the dataset's per-record loop does (`WindowCutter.feed` on each record, a row at a time), with
+    the windows cut by NumPy (`cut_chunk`) and the cursor set only where a batch ends (`taken`)."""
+    (_, _, source), first = chunk[0], packer.records + 1
+    for i, ((_, _, digest), _, _) in enumerate(chunk):
+        if digest is not None:  # the seen-set commits a record once the cursor is past it
+            queue.append((first + i, digest))
+    windows = packer.cut_chunk(items, [after for (_, after, _), _, _ in chunk])
+    j, n = 0, len(windows)
+    while j < n:
+        take = min(n - j, size - len(rows))
+        rows.extend(windows[j:j + take])
+        row_sources.extend(repeat(source, take))
+        j += take
+        if len(rows) == size:
+            packer.taken(j - 1)
+            yield batch()
+    packer.settle()

@@ -24,7 +24,7 @@ from llm.data.inputs.partitions import assign_partitions, stripe_partitions
 from llm.data.inputs.source import Partition, Record, TextSource
 from llm.data.mix.choosers import choose
 from llm.data.pack.window import WindowCutter
-from llm.data.text.blocks import TokenBlocks
+from llm.data.text.blocks import TokenBlocks, chunk_windows
 from llm.data.text.provenance import pieces_array, record_name, track
 from llm.data.text.skips import Skips, skip_record
 from llm.data.text.wire import grouped, one_message
@@ -140,7 +140,8 @@ class StreamingTextDataset(IterableDataset):
         def state(done: bool) -> dict:
             cursors, digests = {}, []
             for key, (packer, queue) in touched.items():
-                cursor = packer.cursor()
+                # a plain window cutter's buffer goes as an array (pack/window.py); the main process lists it
+                cursor = packer.wire_cursor() if type(packer) is WindowCutter else packer.cursor()
                 cursors[key] = cursor
                 if self.ledger:  # drops the cursor went past go with this state: exactly once across resumes
                     dropped.extend(packer.released(cursor))
@@ -175,6 +176,12 @@ class StreamingTextDataset(IterableDataset):
                 return
             items = encoded or fmt.encode([r[0] for r, _, _ in chunk], [i for _, _, i in chunk])
             size = self.batch_size
+            packer, queue = chunk[0][1]
+            if (type(packer) is WindowCutter and not packer.skip and len(chunk) > 1
+                    and all(t[0] is packer for _, t, _ in chunk)):  # one plain cutter: the whole chunk at once
+                yield from chunk_windows(packer, queue, chunk, items, rows, row_sources, size, batch)
+                chunk.clear()
+                return
             for ((_, after, digest), (packer, queue), source), item in zip(chunk, items):
                 if digest is not None:
                     queue.append((packer.records + 1, digest))

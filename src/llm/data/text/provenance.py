@@ -123,7 +123,7 @@ class WindowTracker(Tracker):
         self.segments: deque[tuple[str | None, int, int, int, int]] = deque()
         at = 0
         known = cursor.get("ledger_buffer")
-        if known is None and cursor.get("token_buffer"):  # saved without a ledger: its documents are unknown
+        if known is None and len(cursor.get("token_buffer", ())):  # saved without a ledger: its documents are unknown
             known = [[None, 0, 0, len(cursor["token_buffer"])]]
         for doc, record, start, end in known or []:
             self.segments.append((doc, record, start, at, at + end - start))

@@ -27,7 +27,7 @@ from llm.data.inputs.source import (
 from llm.data.ledger.writer import check_ledger_state
 from llm.data.mix.progress import MixProgress
 from llm.data.pack.best_fit import check_open_blocks, window_slots
-from llm.data.pack.window import new_cursor
+from llm.data.pack.window import listed, new_cursor
 from llm.data.seeds import check_seed
 from llm.data.stage import Stage
 from llm.data.text.changes import SourceChange, source_change
@@ -296,7 +296,7 @@ class StreamingTextDataModule(SkipHooks, LedgerHooks, Stage):
         not in it yet: `checkpoint_state()` commits them."""
         rank, world = current_topology(self.rank, self.world_size)
         own = {p.key for p in self._own()}
-        partitions = {k: c for k, c in self._cursors.items() if k in own}
+        partitions = {k: listed(c) for k, c in self._cursors.items() if k in own}  # buffers come as arrays
         records = sum(c["records"] for c in partitions.values())
         last = self._cursors.get(self._last_key or "", {})
         state = {
@@ -308,7 +308,7 @@ class StreamingTextDataModule(SkipHooks, LedgerHooks, Stage):
             "partitions": partitions,
             "next_worker": {str(rank): self._next_worker.get(str(rank), 0)},
             "line_index": {str(rank): records},
-            "token_buffer": list(last.get("token_buffer", [])),
+            "token_buffer": list(listed(last).get("token_buffer", [])),
             **self.progress.state(rank, own),
         }
         dedup = self._dedup()

@@ -130,12 +130,11 @@ def open_group(message: dict, max_seq_len: int, eos_id: int) -> list[dict]:
     items = message["_group"]
     if "_windows" in message:
         planes = windows_planes(message["_windows"], max_seq_len, eos_id)
-        row = 0
-        for item in items:
-            n = item.pop("_rows", None)
-            if n is not None:  # contiguous: whole rows of each plane
-                item["input_ids"], item["labels"] = planes[0, row:row + n], planes[1, row:row + n]
-                row += n
+        batches = [item for item in items if "_rows" in item]
+        sizes = [item.pop("_rows") for item in batches]
+        # contiguous: whole rows of each plane, cut by one split per plane (not two slices per batch)
+        for item, ids, labels in zip(batches, planes[0].split(sizes), planes[1].split(sizes)):
+            item["input_ids"], item["labels"] = ids, labels
     return items
 
 
