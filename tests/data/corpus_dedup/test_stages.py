@@ -177,3 +177,24 @@ def test_union_find_labels_every_node_with_the_smallest_of_its_component() -> No
         parent[max(ru, rv)] = min(ru, rv)
     assert nodes.tolist() == sorted(parent)
     assert root.tolist() == [find(x) for x in nodes.tolist()]
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 20])
+@pytest.mark.parametrize("ending", [b"\n", b"", b"\r\n"])
+def test_copy_lines_in_blocks_is_the_line_by_line_copy(tmp_path: Path, monkeypatch, block: int, ending: bytes) -> None:
+    """The write stage's block copy picks the same lines as reading line by line: lines across block edges, CRLF,
+    invalid UTF-8 (repaired), a last line without its newline."""
+    import io
+
+    from llm.data.corpus_dedup import output
+
+    rows = [b'{"text": "a"}', b'{"text": "caf\xe9"}\r', b'{"text": "' + b"x" * 100 + b'"}', b"", b'{"text": "b"}']
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(rows) + ending)
+    monkeypatch.setattr(output, "COPY_BLOCK", block)
+    for keep in ([1, 2, 3, 5], [5], [2], []):
+        out = io.BytesIO()
+        assert output._copy_lines(path, np.array(keep, dtype="<u8"), out) == len(keep)
+        want = [rows[i - 1].rstrip(b"\r") for i in keep]
+        want = [output.repaired(r) if b"\xe9" in r else r for r in want]
+        assert out.getvalue() == b"".join(r + b"\n" for r in want), (keep, block, ending)

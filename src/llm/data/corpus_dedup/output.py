@@ -24,6 +24,7 @@ from llm.data.inputs.readers import is_json_array, open_binary
 REPORT_NAME = "dedup.json"
 REMOVED_NAME = "dedup-removed.jsonl"
 RESERVED = (REPORT_NAME, REMOVED_NAME)
+COPY_BLOCK = 4 << 20  # bytes of input read (and kept lines written) at a time by the write stage
 
 
 def removed_in_file(removed: np.ndarray, file_index: int) -> np.ndarray:
@@ -68,23 +69,46 @@ class WriteTask:
 
 
 def _copy_lines(path: Input, keep: np.ndarray, out: BinaryIO) -> int:
-    """Copy the JSON Lines lines numbered `keep` (sorted), unparsed: the scan parsed and checked them."""
-    wanted = iter(keep.tolist())
-    target = next(wanted, None)
+    """Copy the JSON Lines lines numbered `keep` (sorted), unparsed: the scan parsed and checked them.
+
+    Read in blocks of `COPY_BLOCK` and written once per block: a call per line (read and write) was ~25,000
+    system calls for 40 MB of ~2 KB records, the stage's main cost after the checks.
+    """
+    wanted = keep.tolist()
+    k, before = 0, 0  # next wanted, lines before this block
     with open_binary(path) as f:
-        for line_no, line in enumerate(f, start=1):
-            if target is None:
+        rest = b""
+        while k < len(wanted):
+            block = f.read(COPY_BLOCK)
+            lines = (rest + block).split(b"\n") if block else [rest]  # a last line without its newline
+            rest = lines.pop() if block else b""
+            picked = []
+            while k < len(wanted) and wanted[k] <= before + len(lines):
+                picked.append(lines[wanted[k] - before - 1].rstrip(b"\r"))
+                k += 1
+            before += len(lines)
+            if picked:
+                out.write(_valid(b"\n".join(picked) + b"\n"))
+            if not block:
                 break
-            if line_no != target:
-                continue
-            raw = line.rstrip(b"\r\n")
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:  # written as the text that was read (U+FFFD), as the scan read it
-                raw = repaired(raw)
-            out.write(raw + b"\n")
-            target = next(wanted, None)
     return len(keep)
+
+
+def _valid(data: bytes) -> bytes:
+    """Lines with invalid UTF-8 written as the text that was read (U+FFFD), as the scan read them."""
+    try:
+        data.decode("utf-8")
+        return data
+    except UnicodeDecodeError:
+        return b"".join(_repair_line(raw) + b"\n" for raw in data[:-1].split(b"\n"))
+
+
+def _repair_line(raw: bytes) -> bytes:
+    try:
+        raw.decode("utf-8")
+        return raw
+    except UnicodeDecodeError:
+        return repaired(raw)
 
 
 def _write_records(path: Input, text_column: str, drop: np.ndarray, out: BinaryIO) -> int:
