@@ -21,6 +21,7 @@ import numpy as np
 from llm.data.corpus_dedup.bands import EDGE_ROW, band_file, read_edges
 from llm.data.corpus_dedup.commit import kill_point, write_file, write_json
 from llm.data.corpus_dedup.exact import PAIR_ROW
+from llm.data.corpus_dedup.runs import unique_pairs
 from llm.data.corpus_dedup.verify import Signatures
 from llm.data.corpus_dedup.workdir import scan_dir
 
@@ -67,16 +68,8 @@ def removed_records(exact: np.ndarray, edges: np.ndarray, signatures: Signatures
 
 
 def _distinct(edges: np.ndarray) -> int:
-    """How many different (a, b) pairs `edges` holds (a pair may come from several bands).
-
-    Sorted by (a, b) and the changes counted: `np.unique(..., axis=0)` sorts rows as opaque records,
-    ~6x slower (30 ms for 42,000 edges), and this runs in the driver, where nothing else runs alongside.
-    """
-    if not len(edges):
-        return 0
-    order = np.lexsort((edges["b"], edges["a"]))
-    a, b = edges["a"][order], edges["b"][order]
-    return 1 + int(np.count_nonzero((a[1:] != a[:-1]) | (b[1:] != b[:-1])))
+    """How many different (a, b) pairs `edges` holds (a pair may come from several bands)."""
+    return len(unique_pairs(edges["a"], edges["b"])[0])
 
 
 @dataclass(frozen=True)
