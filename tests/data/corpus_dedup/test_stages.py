@@ -177,3 +177,54 @@ def test_union_find_labels_every_node_with_the_smallest_of_its_component() -> No
         parent[max(ru, rv)] = min(ru, rv)
     assert nodes.tolist() == sorted(parent)
     assert root.tolist() == [find(x) for x in nodes.tolist()]
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 20])
+@pytest.mark.parametrize("ending", [b"\n", b"", b"\r\n"])
+def test_copy_lines_in_blocks_is_the_line_by_line_copy(tmp_path: Path, monkeypatch, block: int, ending: bytes) -> None:
+    """The write stage's block copy picks the same lines as reading line by line: lines across block edges, CRLF,
+    invalid UTF-8 (repaired), a last line without its newline."""
+    import io
+
+    from llm.data.corpus_dedup import output
+
+    rows = [b'{"text": "a"}', b'{"text": "caf\xe9"}\r', b'{"text": "' + b"x" * 100 + b'"}', b"", b'{"text": "b"}']
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(rows) + ending)
+    monkeypatch.setattr(output, "COPY_BLOCK", block)
+    for keep in ([1, 2, 3, 5], [5], [2], []):
+        out = io.BytesIO()
+        assert output._copy_lines(path, np.array(keep, dtype="<u8"), out) == len(keep)
+        want = [rows[i - 1].rstrip(b"\r") for i in keep]
+        want = [output.repaired(r) if b"\xe9" in r else r for r in want]
+        assert out.getvalue() == b"".join(r + b"\n" for r in want), (keep, block, ending)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=40))
+def test_distinct_counts_different_pairs(pairs: list[tuple[int, int]]) -> None:
+    from llm.data.corpus_dedup.bands import EDGE_ROW
+    from llm.data.corpus_dedup.clusters import _distinct
+
+    edges = np.zeros(len(pairs), dtype=EDGE_ROW)
+    edges["a"], edges["b"] = [p[0] for p in pairs], [p[1] for p in pairs]
+    assert _distinct(edges) == len(set(pairs))
+
+
+def test_removed_list_lines_are_json_dumps_of_each_record(tmp_path: Path) -> None:
+    """The removed list's formatted lines are byte for byte `json.dumps` of each record (names with quotes, a
+    backslash and non-ASCII letters; exact and near; similarities rounded to 4 places)."""
+    import json
+
+    from llm.data.corpus_dedup.clusters import REMOVED_ROW
+    from llm.data.corpus_dedup.output import write_removed_list
+
+    names = ['a "b".jsonl', "c\\d.jsonl", "été/ü.jsonl"]
+    removed = np.zeros(5, dtype=REMOVED_ROW)
+    removed["id"], removed["of"] = [1, 2, 3, 4, 5], [0, 0, 1, 2, 3]
+    removed["sim"], removed["near"] = [1.0, 0.8125, 1 / 3, 0.9999, 0.5], [0, 1, 1, 1, 1]
+    lines = lambda ids: (np.asarray(ids, np.int64) % 3, np.asarray(ids, np.int64) * 10 + 1)  # noqa: E731
+    write_removed_list(tmp_path / "removed.jsonl", removed, lines, names, block=2)
+    want = [json.dumps({"file": names[i % 3], "line": i * 10 + 1, "duplicate_of": {"file": names[o % 3], "line": o * 10 + 1},
+                        "reason": "near" if n else "exact", "similarity": round(float(s), 4)}, ensure_ascii=False)
+            for i, o, s, n in zip([1, 2, 3, 4, 5], [0, 0, 1, 2, 3], removed["sim"], removed["near"])]
+    assert (tmp_path / "removed.jsonl").read_text(encoding="utf-8").splitlines() == want

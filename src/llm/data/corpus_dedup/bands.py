@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from llm.data.corpus_dedup.commit import commit_file, kill_point, remove_leftovers, tmp_name
-from llm.data.corpus_dedup.runs import group_starts, merge_runs
+from llm.data.corpus_dedup.runs import group_starts, merge_runs, unique_pairs
 from llm.data.corpus_dedup.scan import BAND_ROW
 from llm.data.corpus_dedup.verify import Signatures
 from llm.data.corpus_dedup.workdir import chunk_runs, scan_dir
@@ -37,8 +37,7 @@ def candidate_pairs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     later = np.flatnonzero(np.arange(len(rows)) != first)
     a = np.concatenate((ids[first[later]], ids[later - 1]))
     b = np.concatenate((ids[later], ids[later]))
-    pairs = np.unique(np.stack((a, b), axis=1), axis=0) if len(a) else np.zeros((0, 2), np.uint64)
-    return pairs[:, 0], pairs[:, 1]
+    return unique_pairs(a, b)
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,7 @@ class BandTask:
     block_rows: int
     todo: tuple[int, ...]
     sync_dir: bool = True  # False: the pipeline fsyncs `bands/` once after the stage (commit.commit_file)
+    chunks: tuple[tuple[int, ...], ...] = ()  # each input's records per chunk (the driver read them: not once a band)
 
     def __call__(self, task_id: int, report) -> int:
         band = self.todo[task_id]
@@ -59,7 +59,7 @@ class BandTask:
         remove_leftovers(final.parent, final.name)
         signatures = Signatures([scan_dir(self.work, f) for f in range(self.files)], self.num_perm)
         tmp = tmp_name(final)
-        runs = chunk_runs(self.work, self.files, "bands", band)
+        runs = chunk_runs(self.work, self.files, "bands", band, self.chunks)
         count = 0
         with open(tmp, "wb") as out:
             for rows in merge_runs(runs, BAND_ROW, ("key",), self.block_rows):

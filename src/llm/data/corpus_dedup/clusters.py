@@ -21,6 +21,7 @@ import numpy as np
 from llm.data.corpus_dedup.bands import EDGE_ROW, band_file, read_edges
 from llm.data.corpus_dedup.commit import kill_point, write_file, write_json
 from llm.data.corpus_dedup.exact import PAIR_ROW
+from llm.data.corpus_dedup.runs import unique_pairs
 from llm.data.corpus_dedup.verify import Signatures
 from llm.data.corpus_dedup.workdir import scan_dir
 
@@ -68,7 +69,7 @@ def removed_records(exact: np.ndarray, edges: np.ndarray, signatures: Signatures
 
 def _distinct(edges: np.ndarray) -> int:
     """How many different (a, b) pairs `edges` holds (a pair may come from several bands)."""
-    return len(np.unique(np.stack((edges["a"], edges["b"]), axis=1), axis=0)) if len(edges) else 0
+    return len(unique_pairs(edges["a"], edges["b"])[0])
 
 
 @dataclass(frozen=True)

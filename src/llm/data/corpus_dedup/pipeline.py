@@ -234,7 +234,7 @@ class _Run:
             if p.near is not None:
                 todo = [b for b in range(p.bands) if not place.has(bands[b])]
                 self._note("bands", p.bands - len(todo), p.bands)
-                task = BandTask(self.work, n, p.num_perm, block, tuple(todo), self._sync_each)
+                task = BandTask(self.work, n, p.num_perm, block, tuple(todo), self._sync_each, tuple(map(tuple, chunks)))
                 self._run(place.stage(task, ((*metas, *sigs, *runs("bands")),), tuple((bands[b],) for b in todo)),
                           len(todo), "dedup: bands", "band", single=self._single)
                 self._sync_folders([band_file(self.work, 0).parent], len(todo))

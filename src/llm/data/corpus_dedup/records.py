@@ -11,10 +11,12 @@ counted nor written.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Iterator
 from pathlib import PurePath, PurePosixPath
+from typing import BinaryIO
 
 from llm.data.inputs.errors import InputError
 from llm.data.inputs.listing import Input, compression_of, input_kind
@@ -22,6 +24,7 @@ from llm.data.inputs.readers import is_json_array, iter_parquet_rows, open_binar
 from llm.data.inputs.records import decode_text, iter_json_array, object_text, record_text
 from llm.data.storage.object_files import RemoteObject
 
+READ_BUFFER = 1 << 20
 Record = tuple[int, bytes, str]  # (line, the record as one JSON line without newline, its text)
 
 
@@ -44,7 +47,7 @@ def iter_input_records(path: Input, text_column: str) -> Iterator[Record]:
                     yield element, whole.encode("utf-8"), text.strip()
         return
     with open_binary(path) as f:
-        for line_no, line in enumerate(f, start=1):
+        for line_no, line in enumerate(_buffered(f), start=1):
             if kind == "txt":
                 text, _ = record_text(line, path, line_no, None, kind)
                 if text is not None:
@@ -57,6 +60,11 @@ def iter_input_records(path: Input, text_column: str) -> Iterator[Record]:
             if replaced:  # invalid UTF-8 or lone surrogates: written as the text that was read
                 raw = repaired(raw)
             yield line_no, raw, text
+
+
+def _buffered(f: BinaryIO) -> BinaryIO:
+    """A plain local file read through a 1 MB buffer: its default (4 KB) is a read call every ~2 records."""
+    return io.BufferedReader(f.raw, READ_BUFFER) if type(f) is io.BufferedReader else f
 
 
 def repaired(raw: bytes) -> bytes:

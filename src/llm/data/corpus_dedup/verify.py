@@ -62,4 +62,5 @@ class Signatures:
         """Estimated Jaccard similarity of the pairs (a[i], b[i]) as float32."""
         if not len(a):
             return np.zeros(0, np.float32)
-        return estimated_jaccard(self.get(a), self.get(b)).astype(np.float32)
+        both = self.get(np.concatenate((a, b)))  # one pass over the files: each is mapped once per block, not twice
+        return estimated_jaccard(both[: len(a)], both[len(a) :]).astype(np.float32)

@@ -36,7 +36,11 @@ def read_meta(work: Path, file_index: int) -> dict:
     return json.loads((scan_dir(work, file_index) / "meta.json").read_text())
 
 
-def chunk_runs(work: Path, files: int, stem: str, band: int = 0) -> list[RunSlice]:
-    """Every scan chunk's run in `<stem>-CCCCC.run` (the `band`-th: one run per band in a file)."""
-    return [(scan_dir(work, f) / f"{stem}-{c:05d}.run", band * n, n)
-            for f in range(files) for c, n in enumerate(read_meta(work, f)["chunks"])]
+def chunk_runs(work: Path, files: int, stem: str, band: int = 0,
+               chunks: tuple[tuple[int, ...], ...] = ()) -> list[RunSlice]:
+    """Every scan chunk's run in `<stem>-CCCCC.run` (the `band`-th: one run per band in a file).
+
+    `chunks`: each input's records per chunk when the caller has them, else read from the scans' meta.json.
+    """
+    counts = chunks or tuple(read_meta(work, f)["chunks"] for f in range(files))
+    return [(scan_dir(work, f) / f"{stem}-{c:05d}.run", band * n, n) for f in range(files) for c, n in enumerate(counts[f])]
