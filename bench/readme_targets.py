@@ -26,8 +26,10 @@ def newest(pattern: str, folder: Path = RESULTS) -> tuple[str, Any] | None:
 
 
 def side_runs(folder: Path = RESULTS) -> dict[str, tuple[str, Any] | None]:
-    """The newest shard-count and internet-scale runs (`huge-[0-9]*`: not the huge-shards files)."""
-    return {"huge_shards": newest("huge-shards-*.json", folder), "huge": newest("huge-[0-9]*.json", folder)}
+    """The newest shard-count, internet-scale and on-the-fly-only runs (`huge-[0-9]*`: not the huge-shards files;
+    `onthefly-2*`: `python -m bench --only onthefly`, not the A/B files beside it)."""
+    return {"huge_shards": newest("huge-shards-*.json", folder), "huge": newest("huge-[0-9]*.json", folder),
+            "onthefly": newest("onthefly-2*.json", folder)}
 
 
 def _x(value: float | None) -> str:
@@ -79,6 +81,16 @@ def _huge(name: str, run: dict) -> str:
             f"{', '.join(parts)}.")
 
 
+def _onthefly(name: str, run: dict) -> str:
+    """The on-the-fly scenario run alone (newer than the main run): its targets against the tokenizer limit."""
+    goals = [t for t in targets(run) if t["goal"] and "tokenizer limit" in t["name"]]
+    parts = [f"{t['name'].split(':')[0].removeprefix('on-the-fly').strip(', ') or 'as-is'} {_x(t['ratio'])} "
+             f"({_verdict(t['ok'])})" for t in goals]
+    config = run.get("config", {})
+    return (f"On the fly alone (`bench/results/{name}`, {config.get('repeat', '?')} repeats, "
+            f"{config.get('machine', 'machine n/a')}; goal: ours / tokenizer limit >= 0.75): {', '.join(parts)}.")
+
+
 def paragraph(results: dict, source: str, side: dict[str, tuple[str, Any] | None]) -> str:
     """The Markdown between the markers: the main run's targets, then each side run's checks."""
     lines = [_main(results, source)]
@@ -86,6 +98,8 @@ def paragraph(results: dict, source: str, side: dict[str, tuple[str, Any] | None
         lines.append(_huge_shards(*side["huge_shards"]))
     if side.get("huge"):
         lines.append(_huge(*side["huge"]))
+    if side.get("onthefly"):
+        lines.append(_onthefly(*side["onthefly"]))
     return "\n".join(lines)
 
 
