@@ -9,6 +9,8 @@ def test_dir_lists_every_lazily_exported_name() -> None:
     listed = dir(llm.data)
     assert set(llm.data.__all__) <= set(listed), sorted(set(llm.data.__all__) - set(listed))
     assert {"StreamingDataset", "CombinedStreamingDataset", "StreamingDataLoader", "map", "optimize"} <= set(listed)
+    # the loader's named errors, catchable without knowing their modules
+    assert issubclass(llm.data.MetricsPortError, OSError) and issubclass(llm.data.DataStallError, TimeoutError)
     for name in llm.data.__all__:
         assert getattr(llm.data, name) is not None
 

@@ -32,6 +32,9 @@ _EXPORTS = {
     "FernetEncryption": "llm.data.shards.format.encryption",
     "merge_datasets": "llm.data.shards.prepare.merge",
     "dedup_corpus": "llm.data.corpus_dedup.pipeline",  # `llm.data.dedup` is the on-the-fly source's module
+    # the errors a loader's options can raise, to catch by name: a metrics port in use, a stalled data wait
+    "MetricsPortError": "llm.data.metrics_export",
+    "DataStallError": "llm.data.watchdog",
 }
 
 __all__ = sorted(_EXPORTS)
