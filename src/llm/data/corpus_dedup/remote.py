@@ -72,12 +72,16 @@ class RemotePlace:
     @property
     def root(self) -> Path:
         """This node's scratch copy of the output."""
-        name = self.run or hashlib.sha256(self.objects.url().encode()).hexdigest()[:16]
-        return scratch_root() / f"llm-dedup-{name}"
+        return scratch_root() / f"llm-dedup-{self.run or self._output_hash}"
+
+    @property
+    def _output_hash(self) -> str:
+        return hashlib.sha256(self.objects.url().encode()).hexdigest()[:16]
 
     def for_plan(self, plan: dict) -> RemotePlace:
+        # `<output>-<plan>`: --overwrite finds the copies of this output's earlier runs (of any plan) by the first part
         digest = hashlib.sha256((self.objects.url() + json.dumps(plan, sort_keys=True)).encode()).hexdigest()[:16]
-        return dataclasses.replace(self, run=digest, listing=None)
+        return dataclasses.replace(self, run=f"{self._output_hash}-{digest}", listing=None)
 
     # -- the driver's view ----------------------------------------------------------------------
     def names(self) -> dict[str, int]:
@@ -104,13 +108,19 @@ class RemotePlace:
         return self.objects.get(rel)
 
     def clear(self) -> None:
-        self._delete([n for n in self.names() if n != LOCK_NAME])
+        """Empty the prefix for --overwrite (the lock stays: we hold it); a kill part way: the rerun clears the rest."""
+        self._delete([n for n in self.names() if n != LOCK_NAME], "overwrite")
+        # and this node's copies of the runs replaced: a killed one (of this plan or another) would go stale here
+        for copy in scratch_root().glob(f"llm-dedup-{self._output_hash}-*"):
+            shutil.rmtree(copy, ignore_errors=True)
 
-    def drop(self, rel: str) -> None:
-        self._delete([n for n in self.names() if n == rel or n.startswith(rel + "/")])
+    def drop(self, rel: str, point: str | None = None) -> None:
+        self._delete([n for n in self.names() if n == rel or n.startswith(rel + "/")], point)
 
     def sweep(self) -> None:
-        pass
+        """A finished run found at the start: its scratch copy here is garbage (a kill before `sweep_nodes` left it)."""
+        if self.has(DONE_NAME):
+            _drop_scratch(self.run)
 
     def finish(self, keep_work: bool) -> None:
         """The plan is copied out of the work folder first (then the run is finished), then the work objects go."""
@@ -119,9 +129,14 @@ class RemotePlace:
         self.objects.put(DONE_NAME, self.objects.get(f"{WORK_NAME}/plan.json"))
         self.refresh()
         kill_point("cleanup:plan")
-        self.drop(WORK_NAME)
+        self.drop(WORK_NAME, "cleanup")
 
-    def _delete(self, rels: list[str]) -> None:
+    def _delete(self, rels: list[str], point: str | None = None) -> None:
+        """Delete objects; `point`: the kill point after the first went (a deletion cut short)."""
+        if rels and point:
+            self.objects.delete(rels[0])
+            kill_point(point)
+            rels = rels[1:]
         with ThreadPoolExecutor(_THREADS) as pool:
             list(pool.map(self.objects.delete, rels))
         self.refresh()
@@ -150,6 +165,7 @@ class RemotePlace:
         first = [p for p in files if p.name != MARKER]
         with ThreadPoolExecutor(_THREADS) as pool:
             list(pool.map(lambda p: self.objects.put(p.relative_to(self.root).as_posix(), p), first))
+        kill_point("upload")  # the folder's files are there, its marker not yet: the folder does not count
         for p in files:
             if p.name == MARKER:
                 self.objects.put(p.relative_to(self.root).as_posix(), p)
@@ -251,4 +267,11 @@ def sweep_nodes(place: RemotePlace) -> None:
 
 
 def _drop_scratch(run: str) -> None:
-    shutil.rmtree(scratch_root() / f"llm-dedup-{run}", ignore_errors=True)
+    copy = scratch_root() / f"llm-dedup-{run}"
+    if not copy.is_dir():
+        return
+    first = next(iter(sorted(copy.iterdir())), None)
+    if first is not None:  # the kill point of a sweep cut short (its rerun sweeps the rest)
+        shutil.rmtree(first, ignore_errors=True) if first.is_dir() else first.unlink(missing_ok=True)
+        kill_point("sweep")
+    shutil.rmtree(copy, ignore_errors=True)
