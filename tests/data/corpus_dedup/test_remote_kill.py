@@ -147,3 +147,31 @@ def test_two_writers_at_once_one_finishes_the_other_is_refused_or_waits(corpus, 
     assert f"waiting for {runs.url}: held by pid {first.pid}" in err and "already holds this run's result" in err
     assert runs.tree() == corpus[1]
     assert list(runs.scratch.iterdir()) == []
+
+
+
+@pytest.mark.parametrize(("rel", "how"), [
+    (".dedup-work/scan/00002/lines.u64", "inverted"),  # unchecked, it gave wrong output: a kept line dropped
+    pytest.param(".dedup-work/scan/00002/sig.u32", "truncated", marks=pytest.mark.slow),
+    pytest.param(".dedup-work/exact.pairs", "truncated", marks=pytest.mark.slow),
+])
+def test_a_committed_object_changed_in_the_bucket_is_a_named_error_never_wrong_output(corpus, runs: Runs, rel: str,
+                                                                                     how: str) -> None:
+    """Killed before the clusters were committed, then an object a later stage reads is damaged in the store; the
+    rerun on another node (no scratch copy: this one's is deleted) names it, and --overwrite starts over."""
+    import shutil
+
+    assert runs(kill_at="clusters").returncode == -9
+    [copy] = runs.scratch.iterdir()
+    shutil.rmtree(copy)
+    objects = open_objects(runs.url, runs.server.options())
+    data = objects.get(rel)
+    objects.put(rel, data[: len(data) // 2] if how == "truncated" else bytes(255 - b for b in data))
+    again = runs()
+    assert again.returncode == 2 and again.stderr.splitlines()[-1] == (
+        f"llm-data: error: {runs.url}/{rel} is not the object this dedup run committed (its sha256 differs: changed "
+        "or damaged in the store); pass overwrite=True (CLI: --overwrite) to start over"), again.stderr
+    over = runs("--overwrite")
+    assert over.returncode == 0, over.stderr
+    assert runs.tree() == corpus[1]
+    assert list(runs.scratch.iterdir()) == []

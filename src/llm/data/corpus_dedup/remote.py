@@ -36,12 +36,20 @@ from llm.data.corpus_dedup.commit import kill_point
 from llm.data.corpus_dedup.place import DONE_NAME, WORK_NAME
 from llm.data.storage.lock import LOCK_NAME
 from llm.data.storage.object_files import list_objects
-from llm.data.storage.objects import download, open_objects
+from llm.data.storage.objects import open_objects
 from llm.data.storage.paths import Location, parse_location
-from llm.data.storage.s3 import S3Objects
+from llm.data.storage.s3 import ObjectNotFound, S3Objects
 
 SCRATCH_VARIABLE = "LLM_DEDUP_SCRATCH"
 MARKER = "meta.json"  # a scan folder's file committed last
+# Each work object's sha256, put before it: an object changed or damaged in the store after its commit (a later
+# stage reads it, maybe on a rerun days later) is a named error, never wrong output. Only the work folder's: the
+# output's files are read by nothing here, and it holds what a local run's does.
+DIGEST = ".sha256"
+
+
+class CommittedObjectChanged(ValueError):
+    """A committed work object is not the bytes its digest says: changed or damaged in the store."""
 _THREADS = 8  # objects moved at once (each a request: the store's latency, not the bandwidth, bounds one)
 
 
@@ -149,26 +157,58 @@ class RemotePlace:
             list(pool.map(self._fetch_one, todo))
 
     def _fetch_one(self, rel: str) -> None:
+        """Download a committed work object, checked against the digest put before it (DIGEST's comment)."""
         final = self.root / rel
         final.parent.mkdir(parents=True, exist_ok=True)
-        # other tasks of this node see it whole or not at all
-        download(self.objects, rel, final, final.with_name(f".{final.name}.part-{os.getpid()}-{id(final)}"))
+        part = final.with_name(f".{final.name}.part-{os.getpid()}-{id(final)}")
+        digest = hashlib.sha256()
+        with open(part, "wb") as f:
+            def sink(_attempt: int) -> Any:  # a retried request starts over
+                nonlocal digest
+                f.seek(0)
+                f.truncate()
+                digest = hashlib.sha256()
+                return lambda chunk: (digest.update(chunk), f.write(chunk))[1]
+
+            self.objects.get_into(rel, sink)
+        try:
+            committed = self.objects.get(rel + DIGEST).decode()
+        except ObjectNotFound:
+            committed = None
+        if committed != digest.hexdigest():
+            part.unlink(missing_ok=True)
+            raise CommittedObjectChanged(
+                f"{self.objects.url(rel)} is not the object this dedup run committed (its sha256 "
+                f"{'is not there' if committed is None else 'differs'}: changed or damaged in the store); "
+                "pass overwrite=True (CLI: --overwrite) to start over")
+        os.replace(part, final)  # other tasks of this node see it whole or not at all
 
     def publish(self, rel: str) -> None:
         """Commit a file or folder of this node's copy: a folder's files first, its `meta.json` last."""
         path = self.root / rel
         self.refresh()
         if not path.is_dir():
-            self.objects.put(rel, path)
+            self._put(path)
             return
         files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
         first = [p for p in files if p.name != MARKER]
         with ThreadPoolExecutor(_THREADS) as pool:
-            list(pool.map(lambda p: self.objects.put(p.relative_to(self.root).as_posix(), p), first))
+            list(pool.map(self._put, first))
         kill_point("upload")  # the folder's files are there, its marker not yet: the folder does not count
         for p in files:
             if p.name == MARKER:
-                self.objects.put(p.relative_to(self.root).as_posix(), p)
+                self._put(p)
+
+    def _put(self, path: Path) -> None:
+        """A file of this node's copy to its object; a work file's digest first (a later fetch checks it)."""
+        rel = path.relative_to(self.root).as_posix()
+        if rel.startswith(WORK_NAME + "/"):
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:  # hashlib.file_digest: Python 3.11
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            self.objects.put(rel + DIGEST, digest.hexdigest().encode())
+        self.objects.put(rel, path)
 
     def stage(self, task: Any, needs: tuple[tuple[str, ...], ...] = ((),),
               makes: tuple[tuple[str, ...], ...] = ((),)) -> Staged:
