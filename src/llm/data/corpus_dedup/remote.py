@@ -3,13 +3,14 @@
 Every file of the work folder and the output is an object under the output prefix, with the
 local layout (`.dedup-work/scan/00003/sig.u32`, `dedup.json`, ...). A task runs on a node's own
 disk: it fetches the committed objects it reads into a scratch copy of the output
-(`$LLM_DEDUP_SCRATCH`, else the temp folder, `/llm-dedup-<run>/`), runs the stage's usual
+(`$LLM_DEDUP_SCRATCH`, else the temp folder, `/llm-dedup-<output>-<plan>/`), runs the stage's usual
 code there, and commits what it made by PUTs. Object stores have no rename, but a PUT is whole
 or absent: a file is one object, and a scan folder's files go first and its `meta.json` last,
 so a present `meta.json` means a complete folder. Committed objects never change within a run
 (`<run>` hashes the output and the plan), so a node keeps what it fetched for its later tasks:
-the band tasks of a node read each scan file once. Those scratch copies are deleted on every
-node when the run finishes (a run killed and never run again leaves its copies in the temp folder).
+the band tasks of a node read each scan file once; each work object's sha256 is put before it and
+checked when fetched (DIGEST). Those scratch copies are deleted on every node when the run finishes,
+here by a rerun that finds it finished, and by --overwrite (a run killed and never run again leaves its copies).
 
 A killed task is retried (Ray) and writes the same objects again; a killed driver's rerun
 lists what is committed and goes on. One writer at a time: the lock object `.llm-data.lock`
