@@ -28,7 +28,7 @@ from tests.storage.conftest import s3_server  # noqa: F401 - the session's serve
 # A prefix has no rename: no `cleanup:rename`; its own points: a folder's files put but not its marker (`upload`),
 # the scratch copy's deletion cut short (`sweep`); --overwrite's deletion cut short (`overwrite`) is tested below.
 REMOTE_POINTS = [p for p in KILL_POINTS if p != "cleanup:rename"] + ["upload", "sweep"]
-QUICK = ("upload", "clusters", "cleanup", "sweep")
+QUICK = ("upload", "sweep")  # the store's own; test_remote_output.py kills at clusters and report too
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +154,7 @@ def test_two_writers_at_once_one_finishes_the_other_is_refused_or_waits(corpus, 
     (".dedup-work/scan/00002/lines.u64", "inverted"),  # unchecked, it gave wrong output: a kept line dropped
     pytest.param(".dedup-work/scan/00002/sig.u32", "truncated", marks=pytest.mark.slow),
     pytest.param(".dedup-work/exact.pairs", "truncated", marks=pytest.mark.slow),
+    pytest.param(".dedup-work/plan.json", "truncated", marks=pytest.mark.slow),  # the driver's read
 ])
 def test_a_committed_object_changed_in_the_bucket_is_a_named_error_never_wrong_output(corpus, runs: Runs, rel: str,
                                                                                      how: str) -> None:

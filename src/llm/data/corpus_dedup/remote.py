@@ -114,7 +114,10 @@ class RemotePlace:
         return sorted({n.split("/", 1)[0] for n in self.names() if n != LOCK_NAME})
 
     def read_bytes(self, rel: str) -> bytes:
-        return self.objects.get(rel)
+        data = self.objects.get(rel)
+        if rel.startswith(WORK_NAME + "/"):  # the plan: checked as a task checks what it fetches
+            self._check(rel, hashlib.sha256(data).hexdigest())
+        return data
 
     def clear(self) -> None:
         """Empty the prefix for --overwrite (the lock stays: we hold it); a kill part way: the rerun clears the rest."""
@@ -135,7 +138,7 @@ class RemotePlace:
         """The plan is copied out of the work folder first (then the run is finished), then the work objects go."""
         if keep_work:
             return
-        self.objects.put(DONE_NAME, self.objects.get(f"{WORK_NAME}/plan.json"))
+        self.objects.put(DONE_NAME, self.read_bytes(f"{WORK_NAME}/plan.json"))
         self.refresh()
         kill_point("cleanup:plan")
         self.drop(WORK_NAME, "cleanup")
@@ -173,16 +176,23 @@ class RemotePlace:
 
             self.objects.get_into(rel, sink)
         try:
+            self._check(rel, digest.hexdigest())
+        except CommittedObjectChanged:
+            part.unlink(missing_ok=True)
+            raise
+        os.replace(part, final)  # other tasks of this node see it whole or not at all
+
+    def _check(self, rel: str, sha256: str) -> None:
+        """Refuse a work object whose bytes are not those its digest object names."""
+        try:
             committed = self.objects.get(rel + DIGEST).decode()
         except ObjectNotFound:
             committed = None
-        if committed != digest.hexdigest():
-            part.unlink(missing_ok=True)
+        if committed != sha256:
             raise CommittedObjectChanged(
                 f"{self.objects.url(rel)} is not the object this dedup run committed (its sha256 "
                 f"{'is not there' if committed is None else 'differs'}: changed or damaged in the store); "
                 "pass overwrite=True (CLI: --overwrite) to start over")
-        os.replace(part, final)  # other tasks of this node see it whole or not at all
 
     def publish(self, rel: str) -> None:
         """Commit a file or folder of this node's copy: a folder's files first, its `meta.json` last."""
