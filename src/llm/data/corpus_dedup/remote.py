@@ -3,13 +3,14 @@
 Every file of the work folder and the output is an object under the output prefix, with the
 local layout (`.dedup-work/scan/00003/sig.u32`, `dedup.json`, ...). A task runs on a node's own
 disk: it fetches the committed objects it reads into a scratch copy of the output
-(`$LLM_DEDUP_SCRATCH`, else the temp folder, `/llm-dedup-<run>/`), runs the stage's usual
+(`$LLM_DEDUP_SCRATCH`, else the temp folder, `/llm-dedup-<output>-<plan>/`), runs the stage's usual
 code there, and commits what it made by PUTs. Object stores have no rename, but a PUT is whole
 or absent: a file is one object, and a scan folder's files go first and its `meta.json` last,
 so a present `meta.json` means a complete folder. Committed objects never change within a run
 (`<run>` hashes the output and the plan), so a node keeps what it fetched for its later tasks:
-the band tasks of a node read each scan file once. Those scratch copies are deleted on every
-node when the run finishes (a run killed and never run again leaves its copies in the temp folder).
+the band tasks of a node read each scan file once; each work object's sha256 is put before it and
+checked when fetched (DIGEST). Those scratch copies are deleted on every node when the run finishes,
+here by a rerun that finds it finished, and by --overwrite (a run killed and never run again leaves its copies).
 
 A killed task is retried (Ray) and writes the same objects again; a killed driver's rerun
 lists what is committed and goes on. One writer at a time: the lock object `.llm-data.lock`
@@ -36,12 +37,20 @@ from llm.data.corpus_dedup.commit import kill_point
 from llm.data.corpus_dedup.place import DONE_NAME, WORK_NAME
 from llm.data.storage.lock import LOCK_NAME
 from llm.data.storage.object_files import list_objects
-from llm.data.storage.objects import download, open_objects
+from llm.data.storage.objects import open_objects
 from llm.data.storage.paths import Location, parse_location
-from llm.data.storage.s3 import S3Objects
+from llm.data.storage.s3 import ObjectNotFound, S3Objects
 
 SCRATCH_VARIABLE = "LLM_DEDUP_SCRATCH"
 MARKER = "meta.json"  # a scan folder's file committed last
+# Each work object's sha256, put before it: an object changed or damaged in the store after its commit (a later
+# stage reads it, maybe on a rerun days later) is a named error, never wrong output. Only the work folder's: the
+# output's files are read by nothing here, and it holds what a local run's does.
+DIGEST = ".sha256"
+
+
+class CommittedObjectChanged(ValueError):
+    """A committed work object is not the bytes its digest says: changed or damaged in the store."""
 _THREADS = 8  # objects moved at once (each a request: the store's latency, not the bandwidth, bounds one)
 
 
@@ -72,12 +81,16 @@ class RemotePlace:
     @property
     def root(self) -> Path:
         """This node's scratch copy of the output."""
-        name = self.run or hashlib.sha256(self.objects.url().encode()).hexdigest()[:16]
-        return scratch_root() / f"llm-dedup-{name}"
+        return scratch_root() / f"llm-dedup-{self.run or self._output_hash}"
+
+    @property
+    def _output_hash(self) -> str:
+        return hashlib.sha256(self.objects.url().encode()).hexdigest()[:16]
 
     def for_plan(self, plan: dict) -> RemotePlace:
+        # `<output>-<plan>`: --overwrite finds the copies of this output's earlier runs (of any plan) by the first part
         digest = hashlib.sha256((self.objects.url() + json.dumps(plan, sort_keys=True)).encode()).hexdigest()[:16]
-        return dataclasses.replace(self, run=digest, listing=None)
+        return dataclasses.replace(self, run=f"{self._output_hash}-{digest}", listing=None)
 
     # -- the driver's view ----------------------------------------------------------------------
     def names(self) -> dict[str, int]:
@@ -101,27 +114,41 @@ class RemotePlace:
         return sorted({n.split("/", 1)[0] for n in self.names() if n != LOCK_NAME})
 
     def read_bytes(self, rel: str) -> bytes:
-        return self.objects.get(rel)
+        data = self.objects.get(rel)
+        if rel.startswith(WORK_NAME + "/"):  # the plan: checked as a task checks what it fetches
+            self._check(rel, hashlib.sha256(data).hexdigest())
+        return data
 
     def clear(self) -> None:
-        self._delete([n for n in self.names() if n != LOCK_NAME])
+        """Empty the prefix for --overwrite (the lock stays: we hold it); a kill part way: the rerun clears the rest."""
+        self._delete([n for n in self.names() if n != LOCK_NAME], "overwrite")
+        # and this node's copies of the runs replaced: a killed one (of this plan or another) would go stale here
+        for copy in scratch_root().glob(f"llm-dedup-{self._output_hash}-*"):
+            shutil.rmtree(copy, ignore_errors=True)
 
-    def drop(self, rel: str) -> None:
-        self._delete([n for n in self.names() if n == rel or n.startswith(rel + "/")])
+    def drop(self, rel: str, point: str | None = None) -> None:
+        self._delete([n for n in self.names() if n == rel or n.startswith(rel + "/")], point)
 
     def sweep(self) -> None:
-        pass
+        """A finished run found at the start: its scratch copy here is garbage (a kill before `sweep_nodes` left it)."""
+        if self.has(DONE_NAME):
+            _drop_scratch(self.run)
 
     def finish(self, keep_work: bool) -> None:
         """The plan is copied out of the work folder first (then the run is finished), then the work objects go."""
         if keep_work:
             return
-        self.objects.put(DONE_NAME, self.objects.get(f"{WORK_NAME}/plan.json"))
+        self.objects.put(DONE_NAME, self.read_bytes(f"{WORK_NAME}/plan.json"))
         self.refresh()
         kill_point("cleanup:plan")
-        self.drop(WORK_NAME)
+        self.drop(WORK_NAME, "cleanup")
 
-    def _delete(self, rels: list[str]) -> None:
+    def _delete(self, rels: list[str], point: str | None = None) -> None:
+        """Delete objects; `point`: the kill point after the first went (a deletion cut short)."""
+        if rels and point:
+            self.objects.delete(rels[0])
+            kill_point(point)
+            rels = rels[1:]
         with ThreadPoolExecutor(_THREADS) as pool:
             list(pool.map(self.objects.delete, rels))
         self.refresh()
@@ -134,25 +161,65 @@ class RemotePlace:
             list(pool.map(self._fetch_one, todo))
 
     def _fetch_one(self, rel: str) -> None:
+        """Download a committed work object, checked against the digest put before it (DIGEST's comment)."""
         final = self.root / rel
         final.parent.mkdir(parents=True, exist_ok=True)
-        # other tasks of this node see it whole or not at all
-        download(self.objects, rel, final, final.with_name(f".{final.name}.part-{os.getpid()}-{id(final)}"))
+        part = final.with_name(f".{final.name}.part-{os.getpid()}-{id(final)}")
+        digest = hashlib.sha256()
+        with open(part, "wb") as f:
+            def sink(_attempt: int) -> Any:  # a retried request starts over
+                nonlocal digest
+                f.seek(0)
+                f.truncate()
+                digest = hashlib.sha256()
+                return lambda chunk: (digest.update(chunk), f.write(chunk))[1]
+
+            self.objects.get_into(rel, sink)
+        try:
+            self._check(rel, digest.hexdigest())
+        except CommittedObjectChanged:
+            part.unlink(missing_ok=True)
+            raise
+        os.replace(part, final)  # other tasks of this node see it whole or not at all
+
+    def _check(self, rel: str, sha256: str) -> None:
+        """Refuse a work object whose bytes are not those its digest object names."""
+        try:
+            committed = self.objects.get(rel + DIGEST).decode()
+        except ObjectNotFound:
+            committed = None
+        if committed != sha256:
+            raise CommittedObjectChanged(
+                f"{self.objects.url(rel)} is not the object this dedup run committed (its sha256 "
+                f"{'is not there' if committed is None else 'differs'}: changed or damaged in the store); "
+                "pass overwrite=True (CLI: --overwrite) to start over")
 
     def publish(self, rel: str) -> None:
         """Commit a file or folder of this node's copy: a folder's files first, its `meta.json` last."""
         path = self.root / rel
         self.refresh()
         if not path.is_dir():
-            self.objects.put(rel, path)
+            self._put(path)
             return
         files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
         first = [p for p in files if p.name != MARKER]
         with ThreadPoolExecutor(_THREADS) as pool:
-            list(pool.map(lambda p: self.objects.put(p.relative_to(self.root).as_posix(), p), first))
+            list(pool.map(self._put, first))
+        kill_point("upload")  # the folder's files are there, its marker not yet: the folder does not count
         for p in files:
             if p.name == MARKER:
-                self.objects.put(p.relative_to(self.root).as_posix(), p)
+                self._put(p)
+
+    def _put(self, path: Path) -> None:
+        """A file of this node's copy to its object; a work file's digest first (a later fetch checks it)."""
+        rel = path.relative_to(self.root).as_posix()
+        if rel.startswith(WORK_NAME + "/"):
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:  # hashlib.file_digest: Python 3.11
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            self.objects.put(rel + DIGEST, digest.hexdigest().encode())
+        self.objects.put(rel, path)
 
     def stage(self, task: Any, needs: tuple[tuple[str, ...], ...] = ((),),
               makes: tuple[tuple[str, ...], ...] = ((),)) -> Staged:
@@ -251,4 +318,11 @@ def sweep_nodes(place: RemotePlace) -> None:
 
 
 def _drop_scratch(run: str) -> None:
-    shutil.rmtree(scratch_root() / f"llm-dedup-{run}", ignore_errors=True)
+    copy = scratch_root() / f"llm-dedup-{run}"
+    if not copy.is_dir():
+        return
+    first = next(iter(sorted(copy.iterdir())), None)
+    if first is not None:  # the kill point of a sweep cut short (its rerun sweeps the rest)
+        shutil.rmtree(first, ignore_errors=True) if first.is_dir() else first.unlink(missing_ok=True)
+        kill_point("sweep")
+    shutil.rmtree(copy, ignore_errors=True)
