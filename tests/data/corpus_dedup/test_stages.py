@@ -201,13 +201,15 @@ def test_copy_lines_in_blocks_is_the_line_by_line_copy(tmp_path: Path, monkeypat
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=40))
-def test_distinct_counts_different_pairs(pairs: list[tuple[int, int]]) -> None:
+def test_distinct_counts_different_pairs_and_the_verified_ones(pairs: list[tuple[int, int]]) -> None:
     from llm.data.corpus_dedup.bands import EDGE_ROW
     from llm.data.corpus_dedup.clusters import _distinct
 
     edges = np.zeros(len(pairs), dtype=EDGE_ROW)
     edges["a"], edges["b"] = [p[0] for p in pairs], [p[1] for p in pairs]
-    assert _distinct(edges) == len(set(pairs))
+    edges["sim"] = [(3 * a + b) % 7 / 6 for a, b in pairs]  # a pair's similarity: the same in every band
+    assert _distinct(edges, None) == (len(set(pairs)), len(set(pairs)))
+    assert _distinct(edges, 0.5) == (len(set(pairs)), len({p for p in pairs if np.float32((3 * p[0] + p[1]) % 7 / 6) >= np.float32(0.5)}))
 
 
 def test_removed_list_lines_are_json_dumps_of_each_record(tmp_path: Path) -> None:

@@ -227,18 +227,23 @@ class _Run:
             runs = lambda stem: tuple(f"{scans[i]}/{stem}-{c:05d}.run" for i in range(n) for c in range(len(chunks[i])))  # noqa: E731
             metas = tuple(f"{s}/meta.json" for s in scans)
             sigs = tuple(f"{s}/sig.u32" for s in scans)
+            exact = None
             if not place.has(f"{w}/exact.pairs"):
-                task = place.stage(ExactTask(self.work, n, block), ((*metas, *runs("exact")),), ((f"{w}/exact.pairs",),))
-                self._run(task, 1, "dedup: exact", "stage", single=True)
+                etask = place.stage(ExactTask(self.work, n, block), ((*metas, *runs("exact")),), ((f"{w}/exact.pairs",),))
+                exact = lambda: self._run(etask, 1, "dedup: exact", "stage", single=True)  # noqa: E731
             else:
                 self.resumed.append("exact")
+            # the exact merge (in this process) needs no band: on the local engine it runs while the workers band
+            if exact is not None and (self.engine != "local" or p.near is None):
+                exact()
+                exact = None
             bands = [f"{w}/bands/{band_file(self.work, b).name}" for b in range(p.bands if p.near is not None else 0)]
             if p.near is not None:
                 todo = [b for b in range(p.bands) if not place.has(bands[b])]
                 self._note("bands", p.bands - len(todo), p.bands)
                 task = BandTask(self.work, n, p.num_perm, block, tuple(todo), self._sync_each, tuple(map(tuple, chunks)))
                 self._run(place.stage(task, ((*metas, *sigs, *runs("bands")),), tuple((bands[b],) for b in todo)),
-                          len(todo), "dedup: bands", "band", single=self._single)
+                          len(todo), "dedup: bands", "band", single=self._single, meanwhile=exact)
                 self._sync_folders([band_file(self.work, 0).parent], len(todo))
             if not place.has(f"{w}/removed.bin"):
                 task = ClusterTask(self.work, n, p.bands if p.near is not None else 0, p.num_perm, p.near)

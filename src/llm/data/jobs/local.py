@@ -26,7 +26,7 @@ def run_local(tasks: Tasks, workers: int, bar: Any, meanwhile: Callable[[], None
     """Run the tasks on `workers` forked processes (0: in this process, in order).
 
     `meanwhile`: work of this process that needs none of the tasks' results, run while the workers run
-    (after them without workers): the driver's part overlaps theirs instead of adding to the wall.
+    (before the tasks without workers): the driver's part overlaps theirs instead of adding to the wall.
     """
     counts = [0, 0]
 
@@ -35,13 +35,13 @@ def run_local(tasks: Tasks, workers: int, bar: Any, meanwhile: Callable[[], None
         counts[1] += tokens
 
     if workers == 0:
+        if meanwhile is not None:
+            meanwhile()
         for task_id in range(tasks.count):
             result = tasks.work(task_id, report)
             tasks.on_done(task_id, result)
             bar.update(1)
             bar.set_postfix(dict(zip(tasks.counters, counts)), refresh=False)
-        if meanwhile is not None:
-            meanwhile()
         return
     _run_parallel(tasks, workers, bar, meanwhile)
 
