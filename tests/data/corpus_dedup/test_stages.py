@@ -120,14 +120,24 @@ def test_bands_for_a_threshold_make_pairs_above_it_candidates() -> None:
     assert low[1] < rows < high[1]  # a higher threshold: longer bands
 
 
+def test_the_known_band_choices_are_what_the_search_finds() -> None:
+    from llm.data.corpus_dedup.lsh import KNOWN_BANDS, search_bands
+
+    assert len(KNOWN_BANDS) == 20
+    for (threshold, num_perm), chosen in KNOWN_BANDS.items():
+        assert search_bands(threshold, num_perm) == chosen, (threshold, num_perm)
+
+
 def test_band_choice_needs_no_numpy_2_name(monkeypatch) -> None:
     """NumPy 1.x (pyproject's floor) has no `np.trapezoid`: the choice is the same without it."""
+    from llm.data.corpus_dedup.lsh import search_bands
+
     monkeypatch.delattr(np, "trapezoid", raising=False)
-    choose_bands.cache_clear()
+    search_bands.cache_clear()
     try:
-        assert choose_bands(0.8, 128) == (14, 9)  # the module docstring's example
+        assert search_bands(0.8, 128) == (14, 9)  # the module docstring's example
     finally:
-        choose_bands.cache_clear()  # nothing computed here outlives the patch
+        search_bands.cache_clear()  # nothing computed here outlives the patch
 
 
 @given(st.lists(st.lists(st.integers(0, 30), max_size=60), max_size=6), st.integers(1, 9))
