@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,55 @@ def test_a_kept_line_with_invalid_utf8_is_written_as_it_was_read(tmp_path: Path)
     lines = (tmp_path / "out" / "in.jsonl").read_bytes().splitlines()
     assert [json.loads(x) for x in lines] == [{"text": "caf\ufffd au lait", "k": 1}, {"text": "plain", "k": 2}]
     assert lines[1] == b'{"text": "plain", "k": 2}'  # a valid line: its bytes, unchanged
+
+
+def test_the_scan_says_which_inputs_are_valid_utf8_and_the_write_checks_the_others(tmp_path: Path) -> None:
+    """meta.json's `utf8` lets the write stage copy an input's kept lines unchecked: false as soon as one record
+    was read with a replacement (that input's lines are then checked and repaired), true otherwise."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bad.jsonl").write_bytes(b'{"text": "caf\xe9 au lait"}\n{"text": "plain one"}\n')
+    (tmp_path / "in" / "good.jsonl").write_bytes('{"text": "café crème"}\n\n{"text": "plain two"}\n'.encode())
+    dedup_corpus(str(tmp_path / "in"), tmp_path / "out", near=0.8, num_workers=2, progress=False, keep_work=True)
+    metas = [json.loads((tmp_path / "out" / ".dedup-work" / "scan" / f"{i:05d}" / "meta.json").read_text())
+             for i in range(2)]
+    assert [m["utf8"] for m in metas] == [False, True]
+    assert (tmp_path / "out" / "bad.jsonl").read_bytes() == '{"text": "caf\ufffd au lait"}\n{"text": "plain one"}\n'.encode()
+    assert (tmp_path / "out" / "good.jsonl").read_bytes() == '{"text": "café crème"}\n{"text": "plain two"}\n'.encode()
+
+
+KILLED_IN_MEANWHILE = """
+import os, signal, sys, time
+from pathlib import Path
+
+from llm.data.jobs.local import run_local
+from llm.data.jobs.tasks import Tasks
+
+class Bar:
+    desc = "test"
+    def update(self, n): pass
+    def set_postfix(self, *a, **k): pass
+
+def work(task_id, report):
+    time.sleep(0.5)  # the parent is gone by now
+    (Path(sys.argv[1]) / f"task-{task_id}").write_text("committed")
+
+def meanwhile():
+    (Path(sys.argv[1]) / "meanwhile").write_text("ran")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+run_local(Tasks(work=work, count=4, on_done=lambda i, r: None, unit="task", counters=("records",)), 2, Bar(), meanwhile)
+"""
+
+
+def test_workers_die_with_a_driver_killed_during_its_meanwhile_work(tmp_path: Path) -> None:
+    """run_local's `meanwhile` runs in the driver beside its workers: a driver killed there (a crash, a test's kill
+    point) takes them along, where they would go on committing tasks beside a rerun."""
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
+    run = subprocess.run([sys.executable, "-c", KILLED_IN_MEANWHILE, str(tmp_path)], env=env, timeout=60)
+    assert run.returncode == -9
+    time.sleep(1.5)  # what a surviving worker would need to commit its tasks
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["meanwhile"]

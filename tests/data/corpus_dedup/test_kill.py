@@ -58,6 +58,8 @@ def test_killed_in_the_band_stage_and_rerun_gives_the_same_bytes(corpus, tmp_pat
     ("exact", 2, "plan, scan 5/5, exact"),
     ("clusters", 2, "plan, scan 5/5, exact, bands 14/14, clusters"),
     ("write:2", 0, "plan, scan 5/5, exact, bands 14/14, clusters, write 3/5"),
+    # written by the driver while 2 workers write the kept records: they die with it (no orphan commits beside the rerun)
+    ("removed-list", 2, "plan, scan 5/5, exact, bands 14/14, clusters"),
     ("report", 0, "plan, everything"),
 ])
 def test_killed_at_each_stage_boundary_and_rerun_gives_the_same_bytes(corpus, tmp_path: Path, point, workers, resumed) -> None:

@@ -120,14 +120,24 @@ def test_bands_for_a_threshold_make_pairs_above_it_candidates() -> None:
     assert low[1] < rows < high[1]  # a higher threshold: longer bands
 
 
+def test_the_known_band_choices_are_what_the_search_finds() -> None:
+    from llm.data.corpus_dedup.lsh import KNOWN_BANDS, search_bands
+
+    assert len(KNOWN_BANDS) == 20
+    for (threshold, num_perm), chosen in KNOWN_BANDS.items():
+        assert search_bands(threshold, num_perm) == chosen, (threshold, num_perm)
+
+
 def test_band_choice_needs_no_numpy_2_name(monkeypatch) -> None:
     """NumPy 1.x (pyproject's floor) has no `np.trapezoid`: the choice is the same without it."""
+    from llm.data.corpus_dedup.lsh import search_bands
+
     monkeypatch.delattr(np, "trapezoid", raising=False)
-    choose_bands.cache_clear()
+    search_bands.cache_clear()
     try:
-        assert choose_bands(0.8, 128) == (14, 9)  # the module docstring's example
+        assert search_bands(0.8, 128) == (14, 9)  # the module docstring's example
     finally:
-        choose_bands.cache_clear()  # nothing computed here outlives the patch
+        search_bands.cache_clear()  # nothing computed here outlives the patch
 
 
 @given(st.lists(st.lists(st.integers(0, 30), max_size=60), max_size=6), st.integers(1, 9))
@@ -201,13 +211,15 @@ def test_copy_lines_in_blocks_is_the_line_by_line_copy(tmp_path: Path, monkeypat
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=40))
-def test_distinct_counts_different_pairs(pairs: list[tuple[int, int]]) -> None:
+def test_distinct_counts_different_pairs_and_the_verified_ones(pairs: list[tuple[int, int]]) -> None:
     from llm.data.corpus_dedup.bands import EDGE_ROW
     from llm.data.corpus_dedup.clusters import _distinct
 
     edges = np.zeros(len(pairs), dtype=EDGE_ROW)
     edges["a"], edges["b"] = [p[0] for p in pairs], [p[1] for p in pairs]
-    assert _distinct(edges) == len(set(pairs))
+    edges["sim"] = [(3 * a + b) % 7 / 6 for a, b in pairs]  # a pair's similarity: the same in every band
+    assert _distinct(edges, None) == (len(set(pairs)), len(set(pairs)))
+    assert _distinct(edges, 0.5) == (len(set(pairs)), len({p for p in pairs if np.float32((3 * p[0] + p[1]) % 7 / 6) >= np.float32(0.5)}))
 
 
 def test_removed_list_lines_are_json_dumps_of_each_record(tmp_path: Path) -> None:

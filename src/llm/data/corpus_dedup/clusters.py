@@ -21,7 +21,7 @@ import numpy as np
 from llm.data.corpus_dedup.bands import EDGE_ROW, band_file, read_edges
 from llm.data.corpus_dedup.commit import kill_point, write_file, write_json
 from llm.data.corpus_dedup.exact import PAIR_ROW
-from llm.data.corpus_dedup.runs import unique_pairs
+from llm.data.corpus_dedup.runs import group_starts
 from llm.data.corpus_dedup.verify import Signatures
 from llm.data.corpus_dedup.workdir import scan_dir
 
@@ -67,9 +67,14 @@ def removed_records(exact: np.ndarray, edges: np.ndarray, signatures: Signatures
     return removed
 
 
-def _distinct(edges: np.ndarray) -> int:
-    """How many different (a, b) pairs `edges` holds (a pair may come from several bands)."""
-    return len(unique_pairs(edges["a"], edges["b"])[0])
+def _distinct(edges: np.ndarray, threshold: float | None) -> tuple[int, int]:
+    """How many different (a, b) pairs `edges` holds (a pair may come from several bands), and how many of them
+    are verified (similarity >= `threshold`): a pair's similarity is the same in every band (its signatures')."""
+    order = np.lexsort((edges["b"], edges["a"]))
+    first = order[group_starts([edges["a"][order], edges["b"][order]])]
+    if threshold is None:
+        return len(first), len(first)
+    return len(first), int(np.count_nonzero(edges["sim"][first] >= np.float32(threshold)))
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,9 @@ class ClusterTask:
             signatures = Signatures(dirs, self.num_perm)
         removed = removed_records(exact, edges, signatures)
         near = removed[removed["near"] == 1]
+        candidate, verified = _distinct(edges_all, self.threshold)
         write_json(self.work / "clusters.json", {
-            "candidate_pairs": _distinct(edges_all), "verified_pairs": _distinct(edges),
+            "candidate_pairs": candidate, "verified_pairs": verified,
             "exact_duplicates": int((removed["near"] == 0).sum()),
             "near_duplicates": len(near), "near_duplicate_clusters": len(np.unique(near["of"])),
         })

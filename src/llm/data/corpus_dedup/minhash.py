@@ -18,6 +18,7 @@ same shingle hashes.
 from __future__ import annotations
 
 from array import array
+from functools import cached_property
 
 import numpy as np
 
@@ -86,11 +87,25 @@ class MinHasher:
     def __init__(self, num_perm: int, ngram: int, seed: int, engine: str = "numpy"):
         if engine not in ("numpy", "rensa"):
             raise ValueError(f"MinHasher engine must be 'numpy' or 'rensa' (resolve 'auto' first), got {engine!r}")
-        rng = np.random.Generator(np.random.PCG64(seed))
         self.num_perm, self.ngram, self.seed, self.engine = num_perm, ngram, seed, engine
-        self.a = rng.integers(0, 2**64, size=num_perm, dtype=np.uint64, endpoint=False) | _U64(1)
-        self.b = rng.integers(0, 2**64, size=num_perm, dtype=np.uint64, endpoint=False)
         self.gram_weights = mix64(np.arange(1, ngram + 1, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15)) | _U64(1)
+
+    @cached_property
+    def _permutations(self) -> tuple[np.ndarray, np.ndarray]:
+        """The numpy engine's (a, b) per permutation: made on first use, so that rensa's signing never imports
+        numpy.random (~6 ms in each fresh worker process)."""
+        rng = np.random.Generator(np.random.PCG64(self.seed))
+        a = rng.integers(0, 2**64, size=self.num_perm, dtype=np.uint64, endpoint=False) | _U64(1)
+        b = rng.integers(0, 2**64, size=self.num_perm, dtype=np.uint64, endpoint=False)
+        return a, b
+
+    @property
+    def a(self) -> np.ndarray:
+        return self._permutations[0]
+
+    @property
+    def b(self) -> np.ndarray:
+        return self._permutations[1]
 
     def word_hashes(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(hash per word of all texts, number of words per text): the chunk's words, in order.

@@ -45,6 +45,7 @@ class WriteTask:
     text_column: str
     todo: tuple[int, ...]
     sync_dir: bool = True  # False: the pipeline fsyncs the outputs' folders once after the stage (commit.commit_file)
+    utf8: tuple[bool, ...] = ()  # per input: its scan saw only valid UTF-8 records (meta.json), so no check here
 
     def __call__(self, task_id: int, report) -> int:
         from llm.data.corpus_dedup.clusters import REMOVED_ROW
@@ -59,7 +60,8 @@ class WriteTask:
         with open(tmp, "wb") as out:
             if input_kind(path) == "jsonl" and not is_json_array(path):
                 lines = np.fromfile(scan_dir(self.work, file_index) / "lines.u64", dtype="<u8")
-                kept = _copy_lines(path, np.delete(lines, drop), out)
+                valid = file_index < len(self.utf8) and self.utf8[file_index]
+                kept = _copy_lines(path, np.delete(lines, drop), out, checked=valid)
             else:
                 kept = _write_records(path, self.text_column, drop, out)
         commit_file(tmp, final, self.sync_dir)
@@ -68,11 +70,13 @@ class WriteTask:
         return kept
 
 
-def _copy_lines(path: Input, keep: np.ndarray, out: BinaryIO) -> int:
+def _copy_lines(path: Input, keep: np.ndarray, out: BinaryIO, checked: bool = False) -> int:
     """Copy the JSON Lines lines numbered `keep` (sorted), unparsed: the scan parsed and checked them.
 
     Read in blocks of `COPY_BLOCK` and written once per block: a call per line (read and write) was ~25,000
-    system calls for 40 MB of ~2 KB records, the stage's main cost after the checks.
+    system calls for 40 MB of ~2 KB records, the stage's main cost after the checks. `checked`: the scan
+    found every record valid UTF-8, so the blocks are written without decoding them again (~0.03 CPU s
+    for 40 MB); otherwise each block is checked and its invalid lines repaired.
     """
     wanted = keep.tolist()
     k, before = 0, 0  # next wanted, lines before this block
@@ -88,7 +92,8 @@ def _copy_lines(path: Input, keep: np.ndarray, out: BinaryIO) -> int:
                 k += 1
             before += len(lines)
             if picked:
-                out.write(_valid(b"\n".join(picked) + b"\n"))
+                data = b"\n".join(picked) + b"\n"
+                out.write(data if checked else _valid(data))
             if not block:
                 break
     return len(keep)

@@ -220,23 +220,30 @@ class _Run:
                       single=self._single)
             self._sync_folders([self.work / "scan"], len(todo))
             place.fetch(f"{s}/meta.json" for s in scans)
-            chunks = [read_meta(self.work, i)["chunks"] for i in range(n)]
+            metas_read = [read_meta(self.work, i) for i in range(n)]
+            chunks = [m["chunks"] for m in metas_read]
+            utf8 = tuple(m.get("utf8") is True for m in metas_read)  # absent (an older scan): checked
             block = max(1024, MERGE_ROWS // max(1, sum(map(len, chunks))))
             runs = lambda stem: tuple(f"{scans[i]}/{stem}-{c:05d}.run" for i in range(n) for c in range(len(chunks[i])))  # noqa: E731
             metas = tuple(f"{s}/meta.json" for s in scans)
             sigs = tuple(f"{s}/sig.u32" for s in scans)
+            exact = None
             if not place.has(f"{w}/exact.pairs"):
-                task = place.stage(ExactTask(self.work, n, block), ((*metas, *runs("exact")),), ((f"{w}/exact.pairs",),))
-                self._run(task, 1, "dedup: exact", "stage", single=True)
+                etask = place.stage(ExactTask(self.work, n, block), ((*metas, *runs("exact")),), ((f"{w}/exact.pairs",),))
+                exact = lambda: self._run(etask, 1, "dedup: exact", "stage", single=True)  # noqa: E731
             else:
                 self.resumed.append("exact")
+            # the exact merge (in this process) needs no band: on the local engine it runs while the workers band
+            if exact is not None and (self.engine != "local" or p.near is None):
+                exact()
+                exact = None
             bands = [f"{w}/bands/{band_file(self.work, b).name}" for b in range(p.bands if p.near is not None else 0)]
             if p.near is not None:
                 todo = [b for b in range(p.bands) if not place.has(bands[b])]
                 self._note("bands", p.bands - len(todo), p.bands)
                 task = BandTask(self.work, n, p.num_perm, block, tuple(todo), self._sync_each, tuple(map(tuple, chunks)))
                 self._run(place.stage(task, ((*metas, *sigs, *runs("bands")),), tuple((bands[b],) for b in todo)),
-                          len(todo), "dedup: bands", "band", single=self._single)
+                          len(todo), "dedup: bands", "band", single=self._single, meanwhile=exact)
                 self._sync_folders([band_file(self.work, 0).parent], len(todo))
             if not place.has(f"{w}/removed.bin"):
                 task = ClusterTask(self.work, n, p.bands if p.near is not None else 0, p.num_perm, p.near)
@@ -247,21 +254,37 @@ class _Run:
                 self.resumed.append("clusters")
             todo = [i for i in range(n) if not place.has(self.names[i])]
             self._note("write", n - len(todo), n)
-            task = WriteTask(self.work, self.out, self.inputs, self.names, p.text_column, tuple(todo), self._sync_each)
+            task = WriteTask(self.work, self.out, self.inputs, self.names, p.text_column, tuple(todo), self._sync_each, utf8)
             needs = tuple((f"{w}/removed.bin", f"{scans[i]}/lines.u64") for i in todo)
+            # on a local output, this process writes the removed list while the workers write the kept records
+            overlap = self.engine == "local" and not place.remote
+            removed_list = lambda: self._removed_list(scans)  # noqa: E731
             self._run(place.stage(task, needs, tuple((self.names[i],) for i in todo)), len(todo), "dedup: write",
-                      "file", single=self._single)
+                      "file", single=self._single, meanwhile=removed_list if overlap else None)
             self._sync_folders(sorted({(self.out / self.names[i]).parent for i in todo}), len(todo))
             self._say_resumed()
-            place.fetch((f"{w}/removed.bin", f"{w}/clusters.json", *(f"{s}/lines.u64" for s in scans)))
-            removed = open_removed(self.work, REMOVED_ROW)
-            if not place.has(REMOVED_NAME):
-                write_removed_list(self.out / REMOVED_NAME, removed, Lines(self.work, n), self.sources)
-                place.publish(REMOVED_NAME)
+            if not overlap:
+                removed_list()
             write_json(self.out / REPORT_NAME, self._report())
             place.publish(REPORT_NAME)
             kill_point("report")
             return self._finish()  # in the engine's session: the nodes' scratch copies go through it
+
+    def _removed_list(self, scans: list[str]) -> None:
+        place, w = self.place, WORK_NAME
+        place.fetch((f"{w}/removed.bin", f"{w}/clusters.json", *(f"{s}/lines.u64" for s in scans)))
+        if not place.has(REMOVED_NAME):
+            removed = open_removed(self.work, REMOVED_ROW)
+            write_removed_list(self.out / REMOVED_NAME, removed, Lines(self.work, len(scans)), self.sources)
+            place.publish(REMOVED_NAME)
+        if not self.keep_work and not place.remote:
+            # the scans' sorted runs and signatures: read by no later stage, nor by a rerun (the exact, band and
+            # cluster stages' commits are there), and most of the work folder's bytes: deleted here, while the
+            # workers write, not by the cleanup after them
+            for scan in scans:
+                for entry in os.scandir(self.out / scan):
+                    if entry.name.endswith(".run") or entry.name == "sig.u32":
+                        os.unlink(entry.path)
 
     @property
     def _sync_each(self) -> bool:
@@ -340,9 +363,13 @@ class _Run:
             self.pool = workers
             yield
 
-    def _run(self, work: Callable[[int, Any], Any], count: int, desc: str, unit: str, single: bool = False) -> None:
-        """Run `count` tasks on the engine (`single`: in this process, on the local engine)."""
+    def _run(self, work: Callable[[int, Any], Any], count: int, desc: str, unit: str, single: bool = False,
+             meanwhile: Callable[[], None] | None = None) -> None:
+        """Run `count` tasks on the engine (`single`: in this process, on the local engine; `meanwhile`: this
+        process's own work, done while the local engine's workers run)."""
         if not count:
+            if meanwhile is not None:
+                meanwhile()
             return
         tasks = Tasks(work=work, count=count, on_done=lambda task_id, result: None, unit=unit, counters=("records",))
         bar = progress_bar(count, desc, unit, self.progress)  # without progress, no tqdm import
@@ -354,7 +381,7 @@ class _Run:
             else:
                 from llm.data.jobs.local import run_local
 
-                run_local(tasks, 0 if single else min(self.pool, count), bar)
+                run_local(tasks, 0 if single else min(self.pool, count), bar, meanwhile)
         finally:
             bar.close()
             self.place.refresh()  # what the tasks committed is listed again

@@ -28,8 +28,12 @@ READ_BUFFER = 1 << 20
 Record = tuple[int, bytes, str]  # (line, the record as one JSON line without newline, its text)
 
 
-def iter_input_records(path: Input, text_column: str) -> Iterator[Record]:
-    """Every non-blank record of one input, in file order; a malformed one names its file and line."""
+def iter_input_records(path: Input, text_column: str, repairs: list[int] | None = None) -> Iterator[Record]:
+    """Every non-blank record of one input, in file order; a malformed one names its file and line.
+
+    `repairs`: a JSON Lines record read with a replacement (invalid UTF-8, lone surrogates) appends its line
+    to it, so the scan can tell the write stage that every record's bytes are valid UTF-8 as they stand.
+    """
     kind = input_kind(path)
     if kind == "parquet":
         for whole, row in iter_parquet_rows(path, None):
@@ -59,6 +63,8 @@ def iter_input_records(path: Input, text_column: str) -> Iterator[Record]:
             raw = line.rstrip(b"\r\n")
             if replaced:  # invalid UTF-8 or lone surrogates: written as the text that was read
                 raw = repaired(raw)
+                if repairs is not None:
+                    repairs.append(line_no)
             yield line_no, raw, text
 
 

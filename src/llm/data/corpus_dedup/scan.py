@@ -86,7 +86,8 @@ def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, 
             texts.clear()
 
         chars = 0
-        for line, _, text in iter_input_records(path, params.text_column):
+        repairs: list[int] = []
+        for line, _, text in iter_input_records(path, params.text_column, repairs):
             lines.append(line)
             texts.append(text)
             chars += len(text)
@@ -95,6 +96,8 @@ def scan_input(path: Input, file_index: int, folder: Path, params: DedupParams, 
                 chars = 0
         if texts:
             flush()
-    (folder / "meta.json").write_text(json.dumps({"records": done, "chunks": chunks}))
+    # utf8: every record's line is valid UTF-8 as it stands, so the write stage copies it unchecked (output.py)
+    meta = {"records": done, "chunks": chunks, "utf8": not repairs}
+    (folder / "meta.json").write_text(json.dumps(meta))
     return done
 

@@ -12,14 +12,22 @@ import multiprocessing
 import os
 import pickle
 import queue
+import signal
+import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from llm.data.jobs.tasks import Tasks
 
 
-def run_local(tasks: Tasks, workers: int, bar: Any) -> None:
+def run_local(tasks: Tasks, workers: int, bar: Any, meanwhile: Callable[[], None] | None = None) -> None:
+    """Run the tasks on `workers` forked processes (0: in this process, in order).
+
+    `meanwhile`: work of this process that needs none of the tasks' results, run while the workers run
+    (before the tasks without workers): the driver's part overlaps theirs instead of adding to the wall.
+    """
     counts = [0, 0]
 
     def report(docs: int, tokens: int) -> None:
@@ -27,19 +35,23 @@ def run_local(tasks: Tasks, workers: int, bar: Any) -> None:
         counts[1] += tokens
 
     if workers == 0:
+        if meanwhile is not None:
+            meanwhile()
         for task_id in range(tasks.count):
             result = tasks.work(task_id, report)
             tasks.on_done(task_id, result)
             bar.update(1)
             bar.set_postfix(dict(zip(tasks.counters, counts)), refresh=False)
         return
-    _run_parallel(tasks, workers, bar)
+    _run_parallel(tasks, workers, bar, meanwhile)
 
 
-def _worker(tasks: Tasks, task_queue: Any, results: Any, parent_pid: int) -> None:
+def _worker(tasks: Tasks, task_queue: Any, results: Any, parent_pid: int, die_with_parent: bool = False) -> None:
     # The worker processes are the parallelism: tokenizer thread pools would only contend for cores.
     os.environ["LLM_TOKENIZER_THREADS"] = "1"
     os.environ["RAYON_NUM_THREADS"] = "1"
+    if die_with_parent:
+        _die_with(parent_pid)
     last = [time.monotonic(), 0, 0]
 
     def report(docs: int, tokens: int) -> None:
@@ -65,6 +77,21 @@ def _worker(tasks: Tasks, task_queue: Any, results: Any, parent_pid: int) -> Non
             return
 
 
+def _die_with(parent_pid: int) -> None:
+    """On Linux, SIGKILL this worker when its parent dies: a parent killed while it runs its `meanwhile` work
+    (a test's kill point, a crash) must not leave workers that go on committing tasks beside a rerun (without
+    `meanwhile`, the parent only waits, and `report` checks)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes  # imported by the parent before the fork (_run_parallel): shared, not imported per worker
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+    if os.getppid() != parent_pid:  # the parent died before the call above
+        os._exit(1)
+
+
 def picklable(e: BaseException) -> BaseException:
     """The exception itself when it survives pickling (to cross a process boundary), else its text."""
     try:
@@ -74,7 +101,7 @@ def picklable(e: BaseException) -> BaseException:
         return RuntimeError(f"{type(e).__name__}: {e}")
 
 
-def _run_parallel(tasks: Tasks, workers: int, bar: Any) -> None:
+def _run_parallel(tasks: Tasks, workers: int, bar: Any, meanwhile: Callable[[], None] | None = None) -> None:
     # fork where available: fn need not be picklable and workers start in milliseconds.
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     task_queue, result_queue = ctx.Queue(), ctx.Queue()
@@ -83,13 +110,17 @@ def _run_parallel(tasks: Tasks, workers: int, bar: Any) -> None:
     workers = min(workers, tasks.count)
     for _ in range(workers):
         task_queue.put(None)
-    procs = [ctx.Process(target=_worker, args=(tasks, task_queue, result_queue, os.getpid()), daemon=True)
-             for _ in range(workers)]
+    if meanwhile is not None and sys.platform.startswith("linux"):
+        import ctypes  # noqa: F401 - for _die_with in the workers
+    procs = [ctx.Process(target=_worker, args=(tasks, task_queue, result_queue, os.getpid(), meanwhile is not None),
+                         daemon=True) for _ in range(workers)]
     for p in procs:
         p.start()
     done = 0
     counts = [0, 0]
     try:
+        if meanwhile is not None:  # the workers' messages wait in the queue meanwhile
+            meanwhile()
         while done < tasks.count:
             try:
                 message = result_queue.get(timeout=1.0)
