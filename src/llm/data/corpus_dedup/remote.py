@@ -37,7 +37,7 @@ from llm.data.corpus_dedup.commit import kill_point
 from llm.data.corpus_dedup.place import DONE_NAME, WORK_NAME
 from llm.data.storage.lock import LOCK_NAME
 from llm.data.storage.object_files import list_objects
-from llm.data.storage.objects import open_objects
+from llm.data.storage.objects import download, open_objects
 from llm.data.storage.paths import Location, parse_location
 from llm.data.storage.s3 import ObjectNotFound, S3Objects
 
@@ -164,23 +164,9 @@ class RemotePlace:
         """Download a committed work object, checked against the digest put before it (DIGEST's comment)."""
         final = self.root / rel
         final.parent.mkdir(parents=True, exist_ok=True)
-        part = final.with_name(f".{final.name}.part-{os.getpid()}-{id(final)}")
-        digest = hashlib.sha256()
-        with open(part, "wb") as f:
-            def sink(_attempt: int) -> Any:  # a retried request starts over
-                nonlocal digest
-                f.seek(0)
-                f.truncate()
-                digest = hashlib.sha256()
-                return lambda chunk: (digest.update(chunk), f.write(chunk))[1]
-
-            self.objects.get_into(rel, sink)
-        try:
-            self._check(rel, digest.hexdigest())
-        except CommittedObjectChanged:
-            part.unlink(missing_ok=True)
-            raise
-        os.replace(part, final)  # other tasks of this node see it whole or not at all
+        # other tasks of this node see it whole or not at all, and only once its digest is checked
+        download(self.objects, rel, final, final.with_name(f".{final.name}.part-{os.getpid()}-{id(final)}"),
+                 verify=lambda sha256: self._check(rel, sha256))
 
     def _check(self, rel: str, sha256: str) -> None:
         """Refuse a work object whose bytes are not those its digest object names."""

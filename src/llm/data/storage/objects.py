@@ -7,6 +7,7 @@ Both give `get`, `get_into` (streamed, restartable), `put` (optionally create-on
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -70,19 +71,33 @@ class LocalObjects:
         return {p.name: p.stat().st_size for p in self.folder.iterdir() if p.is_file()}
 
 
-def download(objects: S3Objects | LocalObjects, name: str, dest: Path, part: Path) -> None:
+def download(objects: S3Objects | LocalObjects, name: str, dest: Path, part: Path,
+             verify: Callable[[str], None] | None = None) -> None:
     """Object `name` into the file `dest`, streamed through `part`: a reader of `dest` sees it whole or not at all.
 
     A retried request starts the part file over (obstore resumes a broken body itself; a new attempt rewrites).
+    `verify(sha256 hex digest of the bytes)` runs before `dest` is replaced: if it raises, the part file is
+    removed and `dest` is left as it was.
     """
+    digest = hashlib.sha256() if verify is not None else None
     with open(part, "wb") as f:
 
         def sink(_attempt: int) -> Any:
+            nonlocal digest
             f.seek(0)
             f.truncate()
-            return f.write
+            if digest is None:
+                return f.write
+            digest = hashlib.sha256()
+            return lambda chunk: (digest.update(chunk), f.write(chunk))[1]
 
         objects.get_into(name, sink)
+    if verify is not None:
+        try:
+            verify(digest.hexdigest())
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
     os.replace(part, dest)
 
 
