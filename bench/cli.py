@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     # One tokenizer thread per process: the process count is the knob we compare at.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    os.environ.setdefault("FASTOKENS_BPE_THREADS", "1")  # fastokens has its own pool: RAYON_NUM_THREADS misses it
     tok_path, tok_name = resolve_tokenizer(args)
     # Each contestant encodes with what its users would use: the peers and the tokenizer limit with
     # `tokenizers` / `tiktoken` (bench.tok), ours with its own choice (--our-encoder, default auto:
