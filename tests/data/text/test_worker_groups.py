@@ -13,10 +13,11 @@ from tests.data.text.test_stream import make_module, write_corpus
 from tests.resume import loaded
 
 
-def test_group_size_is_about_128k_tokens_within_bounds():
-    assert group_size(8 * 2049) == 7  # 131,072 // 16,392
-    assert group_size(4 * 4097) == 7
+def test_group_size_is_about_256k_tokens_within_bounds():
+    assert group_size(8 * 2049) == 15  # 262,144 // 16,392
+    assert group_size(4 * 4097) == 15
     assert group_size(1 << 20) == 1  # a batch above the target still goes alone
+    assert group_size(1 << 18) == 1
     assert group_size(4 * 33) == 32  # tiny batches: at most 32 a message
 
 
@@ -56,3 +57,30 @@ def test_grouped_workers_give_the_same_batches_and_states_as_one_at_a_time(tmp_p
     # stopped inside a group (7 is no multiple of the group): the rest follows exactly, nothing lost or repeated
     rest, _ = _steps_and_states(config, None, ref_states[6])
     assert len(rest) == len(ref) - 7 and all(np.array_equal(a, b) for a, b in zip(rest, ref[7:]))
+
+
+def test_messages_ahead_holds_about_a_million_tokens_and_little_of_a_short_epoch():
+    from llm.data.text.workers import messages_ahead
+
+    assert messages_ahead(15 * 8 * 2049, workers=2, batches_a_message=15, epoch_steps=None) == 5
+    assert messages_ahead(64, workers=2, batches_a_message=1, epoch_steps=None) == 8  # tiny messages: at most 8
+    assert messages_ahead(4 << 20, workers=2, batches_a_message=1, epoch_steps=None) == 2  # huge ones: at least 2
+    # a short epoch: a quarter of it at most is read ahead (and dropped at its end), never below 2
+    assert messages_ahead(64, workers=2, batches_a_message=1, epoch_steps=40) == 5
+    assert messages_ahead(64, workers=2, batches_a_message=15, epoch_steps=100) == 2
+
+
+def test_the_workers_queues_get_wide_pipes_where_the_os_allows():
+    import fcntl
+
+    from llm.data.text.workers import PIPE_BYTES, wide_pipe_context
+
+    queue = wide_pipe_context(None).Queue()
+    try:
+        size = fcntl.fcntl(queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+        assert size == PIPE_BYTES or size == 1 << 16  # 64 KB: the OS refused (a lower pipe-max-size)
+        queue.put({"x": bytes(3 * PIPE_BYTES)})  # a message larger than the pipe still goes through
+        assert len(queue.get(timeout=10)["x"]) == 3 * PIPE_BYTES
+    finally:
+        queue.close()
+        queue.join_thread()

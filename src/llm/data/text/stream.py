@@ -230,7 +230,7 @@ class StreamingTextDataModule(SkipHooks, LedgerHooks, Stage):
         if self.num_workers:  # each worker tokenizes on its own core; the Rust thread pool would only oversubscribe
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # workers of a source in object storage start from a forkserver (text/workers.py)
-        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, batches_as_they_are, self._watch)
+        loader = text_loader(ds, self.num_workers, self.source.uses_object_store, batches_as_they_are, self._watch, self.steps_per_epoch)
         done: set[int] = set()
         items = self._watch.watched(loader)  # the wait for each message counts, not the batches it holds
         if ds.group:  # several batches a message, their windows converted at once (text/wire.py)

@@ -83,9 +83,12 @@ def as_tensors(arrays: list[Any]) -> dict[str, Any]:
     return batch
 
 
-def group_size(batch_tokens: int, target: int = 1 << 17, most: int = 32) -> int:
-    """Batches per worker message: about `target` tokens (~128k), at least one batch and at most `most`
-    (tiny batches: a worker need not read far ahead before its first message)."""
+def group_size(batch_tokens: int, target: int = 1 << 18, most: int = 32) -> int:
+    """Batches per worker message: about `target` tokens (~256k), at least one batch and at most `most`
+    (tiny batches: a worker need not read far ahead before its first message).
+
+    Why 256k: each message wakes the main process and a feeder thread on each side; on 2 cores, halving
+    the messages from ~128k tokens each made the steady on-the-fly stream ~5% faster (bench onthefly)."""
     return max(1, min(most, target // max(1, batch_tokens)))
 
 
