@@ -129,10 +129,10 @@ def forbidden(graph: dict[str, set[str]], importer: str, imported: tuple[str, ..
 # siblings stay readable alone. Data flows upward: raw bytes -> records -> ids -> streams.
 FLOORS: tuple[tuple[str, ...], ...] = (
     # base: the state contract, the root seed, the topology, ingest figures, workers' errors sent as
-    # themselves, the ids of documents skipped by id (the ledger marks them), what a worker waits for;
-    # `llm` holds the version
+    # themselves, the ids of documents skipped by id (the ledger marks them), what a worker waits for,
+    # the garbage collector paused; `llm` holds the version
     ("llm", "llm.data.stage", "llm.data.seeds", "llm.data.topology", "llm.data.ingest_stats", "llm.data.worker_errors",
-     "llm.data.skip_documents", "llm.data.waiting"),
+     "llm.data.skip_documents", "llm.data.waiting", "llm.data.collector"),
     # the base's ingest figures served for Prometheus (an HTTP thread); the data watchdog, which reads the
     # waiting slots (what each worker is reading, marked by storage and the streams) to name what hangs
     ("llm.data.metrics_export", "llm.data.watchdog"),

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.collector import collector_paused
 from llm.data.tokenize import engines as tb
 from llm.data.tokenize.encoders import tokenizer_threads
 from llm.data.tokenize.hub import hub_tokenizer_file, looks_like_repo_id, missing_sentence
@@ -234,6 +235,13 @@ def load_tokenizer(spec: str, backend: str | None = None) -> Tokenizer:
     chosen = tb.resolve(backend)  # a bad name fails even for `simple`
     if spec == "simple":
         return SimpleTokenizer()
+    # a vocabulary is a few hundred thousand small objects: with the collector walking a torch process's
+    # heap as they pile up, a trained 50k BPE loaded 0.09 s (a quarter) slower, before a stream's first batch
+    with collector_paused():
+        return _load(spec, chosen)
+
+
+def _load(spec: str, chosen: str) -> Tokenizer:
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "tokenizer.json").is_file():
         return HFTokenizer(path / "tokenizer.json", backend=chosen)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from llm.data.collector import collector_paused
 from llm.data.shards.format import shard_table, verified
 from llm.data.shards.format.shard_table import ShardInfo, ShardTable
 from llm.data.shards.format.validate import ManifestError, check_derived, check_manifest
@@ -173,7 +172,7 @@ class Manifest:
         if manifest is not None:
             verified.remember(path, _DIGEST + digest, before)
             return manifest
-        with _collector_paused():
+        with collector_paused():  # ~10 objects a shard, garbage a moment later (llm/data/collector.py)
             try:
                 data = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -281,16 +280,3 @@ def _set_shards(self: Manifest, value: list[ShardInfo] | None) -> None:
 # Set after @dataclass: a property in the class body would be taken for the field's default. The
 # dataclass's __init__, asdict, == and repr all go through it, so they see the whole list.
 Manifest.shards = property(_get_shards, _set_shards)  # type: ignore[assignment]
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No garbage collection while a manifest is parsed: its ~10 objects per shard would trigger
-    full passes over everything the process holds, for objects that are garbage a moment later."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
