@@ -22,11 +22,11 @@ def test_the_collector_is_paused_in_the_block_and_left_as_found(enabled):
         gc.enable()
 
 
-def test_loading_a_tokenizer_leaves_the_collector_on_even_when_the_file_is_refused(tmp_path):
+def test_loading_a_tokenizer_leaves_the_collector_on_even_when_the_file_is_refused_by_name(tmp_path):
     assert gc.isenabled()
     load_tokenizer("simple")
     bad = tmp_path / "tokenizer.json"
     bad.write_text("{not json")
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match=f"tokenizer file {bad} is not a tokenizer.json"):
         load_tokenizer(str(bad))
     assert gc.isenabled()

@@ -102,7 +102,10 @@ class HFTokenizer(_EngineTokenizer):
         self.path = path
         self.spec = str(path)
         self._args = {"path": path, "eos_token": eos_token, "pad_token": pad_token}
-        self._tok = _RustTokenizer.from_file(str(path))
+        try:
+            self._tok = _RustTokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises a bare Exception that names no file
+            raise ValueError(f"tokenizer file {path} is not a tokenizer.json that `tokenizers` can read: {e}") from None
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.eos_id = self._find_eos(eos_token)
         # a Hugging Face tokenizer's own padding token (as_tokenizer); the fingerprint does not hold it
