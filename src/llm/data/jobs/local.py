@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from llm.data.collector import keep_freed_memory
 from llm.data.jobs.tasks import Tasks
 
 
@@ -50,6 +51,7 @@ def _worker(tasks: Tasks, task_queue: Any, results: Any, parent_pid: int, die_wi
     # The worker processes are the parallelism: tokenizer thread pools would only contend for cores.
     os.environ["LLM_TOKENIZER_THREADS"] = "1"
     os.environ["RAYON_NUM_THREADS"] = "1"
+    keep_freed_memory()  # a task's numpy temporaries, made batch after batch, reuse the heap's pages
     if die_with_parent:
         _die_with(parent_pid)
     last = [time.monotonic(), 0, 0]
