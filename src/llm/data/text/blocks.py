@@ -10,6 +10,7 @@ import numpy as np
 
 from llm.data.pack.best_fit import BestFitCutter, block_example
 from llm.data.pack.window import WindowCutter, to_example
+from llm.data.text.ring import SlotWriter
 from llm.data.text.wire import as_tensors, seal_windows
 from llm.data.tokenize.documents import encode_each
 from llm.data.tokenize.protocol import Tokenizer
@@ -53,9 +54,10 @@ class TokenBlocks:
         """Token rows are the batch's rows as they are (the SFT format may pack several samples in one)."""
         return None
 
-    def seal(self, items: list[dict]) -> dict:
-        """A worker's message of `items`: their windows (`_rows`) in one buffer, uint16 where ids fit (wire.py)."""
-        return seal_windows(items, self.max_seq_len, self.tokenizer.vocab_size)
+    def seal(self, items: list[dict], ring: SlotWriter | None = None) -> dict:
+        """A worker's message of `items`: their windows (`_rows`) in one buffer, uint16 where ids fit (wire.py),
+        written into a shared slot of `ring` where the worker has one (text/ring.py)."""
+        return seal_windows(items, self.max_seq_len, self.tokenizer.vocab_size, ring)
 
     def batch(self, rows: list[Any]) -> dict[str, Any]:
         if self.packed and not self.packing_buffer:  # the windows as they are: one buffer per worker message

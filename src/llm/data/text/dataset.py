@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
@@ -26,6 +27,7 @@ from llm.data.mix.choosers import choose
 from llm.data.pack.window import WindowCutter
 from llm.data.text.blocks import TokenBlocks, chunk_windows
 from llm.data.text.provenance import pieces_array, record_name, track
+from llm.data.text.ring import MessageRing
 from llm.data.text.skips import Skips, skip_record
 from llm.data.text.wire import grouped, one_message
 from llm.data.tokenize.protocol import Tokenizer
@@ -95,11 +97,16 @@ class StreamingTextDataset(IterableDataset):
         # message (wire.grouped); the pipe's cost is per message, and `wire.ungrouped` restores the order.
         # 0: one item a message, packed windows each as their own bytes (`_windows`)
         self.group = group
+        # shared slots for the grouped messages' windows (text/ring.py), set by `text_loader` before its workers fork
+        self.ring: MessageRing | None = None
 
     def __iter__(self) -> Iterator[dict]:
         items = self._items()
         seal = getattr(self.format, "seal", None)
-        if self.group > 0 and get_worker_info() is not None:
+        info = get_worker_info()
+        if self.group > 0 and info is not None:
+            if seal is not None and self.ring is not None:  # this worker writes its windows into its own slots
+                seal = partial(seal, ring=self.ring.writer(info.id))
             return grouped(items, self.group, seal)
         return (one_message(seal, item) for item in items) if seal is not None else items
 

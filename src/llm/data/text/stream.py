@@ -235,7 +235,7 @@ class StreamingTextDataModule(SkipHooks, LedgerHooks, Stage):
         items = self._watch.watched(loader)  # the wait for each message counts, not the batches it holds
         if ds.group:  # several batches a message, their windows converted at once (text/wire.py)
             items = ungrouped(items, self.num_workers,
-                              lambda m: open_group(m, self.max_seq_len, self.tokenizer.eos_id))
+                              lambda m: open_group(m, self.max_seq_len, self.tokenizer.eos_id, ds.ring))
         for item in items:
             st = item.pop("_state")
             if st.get("error"):  # a worker's error, sent as itself

@@ -17,6 +17,7 @@ import torch
 
 from llm.data.pack.best_fit import cu_seqlens
 from llm.data.pack.window import IGNORE_INDEX
+from llm.data.text.ring import MessageRing, SlotWriter
 
 
 def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | None) -> bytes:
@@ -25,6 +26,24 @@ def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | N
 
     Why: the pipe, not the encoder, limited the main process with workers; this is a quarter of
     the (input_ids, labels) int32 planes, which `unpack_windows` rebuilds in the main process."""
+    lengths, tokens, itemsize = _window_rows(rows, max_seq_len, vocab_size)
+    out = bytearray(_windows_size(len(rows), tokens.size, itemsize))
+    _write_windows(out, lengths, tokens, itemsize)
+    return bytes(out)  # bytes pickle (and unpickle) in one copy; a bytearray takes two under protocol 4
+
+
+def windows_bytes(rows: int, max_seq_len: int, vocab_size: int | None) -> int:
+    """The most bytes `packed_windows` makes of `rows` windows (a message ring's slot, text/ring.py)."""
+    itemsize = 2 if vocab_size is not None and vocab_size <= 1 << 16 else 4
+    return _windows_size(rows, rows * (max_seq_len + 1), itemsize)
+
+
+def _windows_size(rows: int, tokens: int, itemsize: int) -> int:
+    return 8 + 4 * rows + tokens * itemsize
+
+
+def _window_rows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """(each row's length, the rows zero-padded to max_seq_len + 1, bytes per token on the wire)."""
     width = max_seq_len + 1
     lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
     if lengths.min() == width:  # every window full: no padding
@@ -34,22 +53,24 @@ def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | N
         for i, w in enumerate(rows):
             tokens[i, : len(w)] = w
     narrow = vocab_size is not None and vocab_size <= 1 << 16 and int(tokens.max(initial=0)) < 1 << 16
-    itemsize = 2 if narrow else 4
-    # one buffer written in place: the narrowing cast is the only copy of the tokens
-    out = bytearray(8 + 4 * len(rows) + tokens.size * itemsize)
-    np.frombuffer(out, dtype=np.int32, count=2)[:] = (len(rows), itemsize)
-    np.frombuffer(out, dtype=np.int32, count=len(rows), offset=8)[:] = lengths
-    np.frombuffer(out, dtype=np.uint16 if narrow else np.int32, offset=8 + 4 * len(rows))[:] = tokens.ravel()
-    return bytes(out)  # bytes pickle (and unpickle) in one copy; a bytearray takes two under protocol 4
+    return lengths, tokens, 2 if narrow else 4
 
 
-def windows_planes(packed: bytes, max_seq_len: int, eos_id: int) -> torch.Tensor:
+def _write_windows(out: bytearray | memoryview, lengths: np.ndarray, tokens: np.ndarray, itemsize: int) -> None:
+    """`packed_windows`' layout written into `out`: the narrowing cast is the only copy of the tokens."""
+    rows = len(lengths)
+    np.frombuffer(out, dtype=np.int32, count=2)[:] = (rows, itemsize)
+    np.frombuffer(out, dtype=np.int32, count=rows, offset=8)[:] = lengths
+    np.frombuffer(out, dtype=np.uint16 if itemsize == 2 else np.int32, count=tokens.size, offset=8 + 4 * rows)[:] = tokens.ravel()
+
+
+def windows_planes(packed: bytes | memoryview, max_seq_len: int, eos_id: int) -> torch.Tensor:
     """`packed_windows`' bytes to one (2, rows, max_seq_len) int64 tensor: `to_example`'s input_ids
     (padded with EOS) and labels (padded with -100) of every window."""
     rows, itemsize = (int(v) for v in np.frombuffer(packed, dtype=np.int32, count=2))
     lengths = np.frombuffer(packed, dtype=np.int32, count=rows, offset=8)
-    tokens = np.frombuffer(packed, dtype=np.uint16 if itemsize == 2 else np.int32, offset=8 + 4 * rows)
-    tokens = tokens.reshape(rows, max_seq_len + 1)
+    tokens = np.frombuffer(packed, dtype=np.uint16 if itemsize == 2 else np.int32, count=rows * (max_seq_len + 1),
+                           offset=8 + 4 * rows).reshape(rows, max_seq_len + 1)
     planes = np.empty((2, rows, max_seq_len), dtype=np.int64)
     planes[0], planes[1] = tokens[:, :-1], tokens[:, 1:]
     for i in np.flatnonzero(lengths <= max_seq_len):  # a partition's last, short windows
@@ -105,16 +126,28 @@ def grouped(items: Iterator[dict], group: int, seal: Callable[[list[dict]], dict
         yield seal(chunk) if seal is not None else {"_group": chunk}
 
 
-def seal_windows(items: list[dict], max_seq_len: int, vocab_size: int | None) -> dict:
+def seal_windows(items: list[dict], max_seq_len: int, vocab_size: int | None, ring: SlotWriter | None = None) -> dict:
     """`items` as one message: the windows of every batch (`_rows`) in one `packed_windows` buffer,
-    each batch left with its count of rows; `open_group` gives each its tensors back."""
+    each batch left with its count of rows; `open_group` gives each its tensors back.
+
+    `ring`: this worker's shared slots (text/ring.py): the buffer is written into a slot and the message
+    carries its reference (`_slot`) instead of the bytes (`_windows`), unless it does not fit one."""
     rows = [w for item in items if "_rows" in item for w in item["_rows"]]
     for item in items:
         if "_rows" in item:
             item["_rows"] = len(item["_rows"])
     out: dict[str, Any] = {"_group": items}
     if rows:
-        out["_windows"] = packed_windows(rows, max_seq_len, vocab_size)
+        lengths, tokens, itemsize = _window_rows(rows, max_seq_len, vocab_size)
+        size = _windows_size(len(rows), tokens.size, itemsize)
+        slot = ring.take(size) if ring is not None else None
+        if slot is None:
+            buffer = bytearray(size)
+            _write_windows(buffer, lengths, tokens, itemsize)
+            out["_windows"] = bytes(buffer)
+        else:
+            _write_windows(slot[0], lengths, tokens, itemsize)
+            out["_slot"] = slot[1]
     return out
 
 
@@ -127,17 +160,28 @@ def one_message(seal: Callable[[list[dict]], dict], item: dict) -> dict:
     return item
 
 
-def open_group(message: dict, max_seq_len: int, eos_id: int) -> list[dict]:
+def open_group(message: dict, max_seq_len: int, eos_id: int, ring: MessageRing | None = None) -> list[dict]:
     """A message's items, each batch with its tensors: views into one (2, rows, max_seq_len) int64
-    array converted from the message's windows at once (two NumPy calls for the whole message)."""
+    array converted from the message's windows at once (two NumPy calls for the whole message).
+
+    `ring`: the workers' shared slots, for a message whose windows are in one (`_slot`); the slot is
+    given back once the windows are copied out."""
     items = message["_group"]
-    if "_windows" in message:
+    if "_slot" in message:
+        if ring is None:
+            raise RuntimeError("a text worker wrote its windows into shared slots that this loader did not make")
+        ref = message["_slot"]
+        planes = windows_planes(ring.read(ref), max_seq_len, eos_id)
+        ring.release(ref)
+    elif "_windows" in message:
         planes = windows_planes(message["_windows"], max_seq_len, eos_id)
-        batches = [item for item in items if "_rows" in item]
-        sizes = [item.pop("_rows") for item in batches]
-        # contiguous: whole rows of each plane, cut by one split per plane (not two slices per batch)
-        for item, ids, labels in zip(batches, planes[0].split(sizes), planes[1].split(sizes)):
-            item["input_ids"], item["labels"] = ids, labels
+    else:
+        return items
+    batches = [item for item in items if "_rows" in item]
+    sizes = [item.pop("_rows") for item in batches]
+    # contiguous: whole rows of each plane, cut by one split per plane (not two slices per batch)
+    for item, ids, labels in zip(batches, planes[0].split(sizes), planes[1].split(sizes)):
+        item["input_ids"], item["labels"] = ids, labels
     return items
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from llm.data.text.ring import MessageRing
+from llm.data.text.wire import windows_bytes
 from llm.data.watchdog import Watchdog
 
 
@@ -150,7 +152,11 @@ def text_loader(ds: Any, num_workers: int, object_store: bool, collate_fn: Any, 
         group = max(1, ds.group)
         message_tokens = group * ds.batch_size * (ds.max_seq_len + 1)
         kwargs["prefetch_factor"] = messages_ahead(message_tokens, num_workers, group, epoch_steps)
-        kwargs["multiprocessing_context"] = wide_pipe_context("forkserver" if fresh else None)
+        kwargs["multiprocessing_context"] = context = wide_pipe_context("forkserver" if fresh else None)
+        if ds.group > 0 and context.get_start_method() == "fork":  # forked workers inherit the shared mapping
+            # slots for the messages a worker may have ahead, the one the main process opens, and one spare
+            ds.ring = MessageRing(num_workers, kwargs["prefetch_factor"] + 2,
+                                  windows_bytes(ds.group * ds.batch_size, ds.max_seq_len, ds.tokenizer.vocab_size), context)
     if watch is not None and watch.slots is not None and num_workers > 0:
         kwargs["worker_init_fn"] = watch.slots.hook(None)
         watch.loader_kwargs(kwargs, processes=True)
