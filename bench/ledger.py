@@ -1,7 +1,7 @@
 """Scenario `ledger`: what the run ledger costs, in bytes per sample and in loader throughput.
 
 One token dataset (100,000 blocks of 256 tokens) read by `StreamingDataLoader` with 2 workers
-(reader threads), global batch 32, shuffled, two epochs (the second timed: a long run's steady
+(reader threads), global batch 32, shuffled, five passes (the last four timed: a long run's steady
 state, not a fresh process's first segment), with a checkpoint (`state_dict()`,
 which commits the ledger's segment) every 1,000 batches; without a ledger and with one, in a fresh
 process per run, alternating which goes first, side by side in one run. Throughput is tokens per
@@ -39,11 +39,13 @@ from bench.results import newest, save, spread
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BLOCK, BLOCKS, BATCH, WORKERS, EVERY = 256, 100_000, 32, 2, 1000
+# passes timed after the warm-up pass: one pass is ~0.2 s, too short to resolve a few percent between runs
+TIMED = 4
 
 _CHILD = """
 import collections, json, os, sys, threading, time
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
-path, ledger, BLOCK, BATCH, WORKERS, EVERY, PARTS = json.loads(sys.argv[1])
+path, ledger, BLOCK, BATCH, WORKERS, EVERY, TIMED, PARTS = json.loads(sys.argv[1])
 spent, lock = collections.Counter(), threading.Lock()
 if PARTS:  # the breakdown run: each part's CPU time in the thread that runs it (not a timed run)
     from llm.data.ledger import format as F
@@ -69,18 +71,21 @@ if PARTS:  # the breakdown run: each part's CPU time in the thread that runs it 
     wrap(LedgerWriter, "commit", "segment encoded and written (at commit)")
 ds = StreamingDataset(path, item_loader=TokensLoader(block_size=BLOCK), shuffle=True, seed=7)
 loader = StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, ledger=ledger)
-for epoch in range(2):  # the first pass warms up (imports, first segment, page cache); the second is timed
-    spent.clear()
-    t0, c0 = time.perf_counter(), time.process_time()
-    n = batches = 0
+batches = 0
+for epoch in range(1 + TIMED):  # the first pass warms up (imports, first segment, page cache); the rest are timed
+    if epoch == 1:
+        spent.clear()
+        t0, c0 = time.perf_counter(), time.process_time()
+        n = 0
     for b in loader:
-        n += b.shape[0] * b.shape[1]
+        if epoch:
+            n += b.shape[0] * b.shape[1]
         batches += 1
         if batches % EVERY == 0:
             loader.state_dict()  # a checkpoint: commits the ledger's segment
-    loader.state_dict()
-    out = {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "tokens": n,
-           "samples": 2 * n // BLOCK}  # the ledger holds both passes
+out = {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "tokens": n,
+       "samples": (1 + TIMED) * n // TIMED // BLOCK}  # the ledger holds every pass
+loader.state_dict()
 if ledger:
     out["ledger_bytes"] = sum(f.stat().st_size for f in os.scandir(ledger))
 out["parts_ns"] = {k: v / (n // BLOCK) for k, v in spent.items()}  # per sample of the timed pass
@@ -103,7 +108,7 @@ def prepare(root: Path) -> str:
 
 
 def run_child(path: str, ledger: str | None, parts: bool = False) -> dict[str, Any]:
-    args = json.dumps([path, ledger, BLOCK, BATCH, WORKERS, EVERY, parts])
+    args = json.dumps([path, ledger, BLOCK, BATCH, WORKERS, EVERY, TIMED, parts])
     env = {"PYTHONPATH": str(REPO_ROOT / "src"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", _CHILD, args], env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -133,7 +138,7 @@ def run(repeat: int, say: Any = print) -> dict[str, Any]:
         # in that run only, not in the ratio above)
         parts = run_child(path, str(root / "ledger-parts"), parts=True)
         say("ledger parts (ns per sample): " + ", ".join(f"{k} {v:.0f}" for k, v in parts["parts_ns"].items()))
-        return {"repeat": repeat, "block": BLOCK, "blocks": BLOCKS, "batch": BATCH, "workers": WORKERS,
+        return {"repeat": repeat, "timed": TIMED, "block": BLOCK, "blocks": BLOCKS, "batch": BATCH, "workers": WORKERS,
                 "every": EVERY, "throughput": rows, "ratio": ratio, "bytes_per_sample": _stat(per_sample),
                 "parts_ns_per_sample": parts["parts_ns"]}
     finally:
@@ -144,7 +149,8 @@ def markdown(res: dict[str, Any]) -> list[str]:
     """The section of docs/benchmarks.md."""
     md = ["", "## The run ledger: bytes per sample and loader overhead", "",
           f"`python -m bench.ledger`: {res['blocks']:,} shuffled blocks of {res['block']} tokens, "
-          f"`StreamingDataLoader` with {res['workers']} workers, global batch {res['batch']}, the second of two epochs timed, "
+          f"`StreamingDataLoader` with {res['workers']} workers, global batch {res['batch']}, "
+          f"{res.get('timed', 1)} passes timed after one to warm up, "
           f"`state_dict()` (a checkpoint, which commits the ledger) every {res['every']} batches; a fresh "
           f"process per run, alternating; medians of {res['repeat']} [min-max]. Goals: at most 16 bytes a "
           "sample, at most 1% of the throughput.", "",
@@ -154,17 +160,21 @@ def markdown(res: dict[str, Any]) -> list[str]:
     md += ["", f"ledger / no ledger: {_spread(res['ratio'])} of the throughput; the ledger holds "
            f"{_spread(res['bytes_per_sample'])} bytes a sample (its id and the checksum of its tokens; the loss "
            "column, not recorded here, is stored as one value)."]
-    bytes_ok, overhead_ok = res["bytes_per_sample"]["max"] <= 16, res["ratio"]["median"] >= 0.99
     cost = {r["case"]: 1e9 * res["block"] / r["tokens_per_s"]["median"] for r in res["throughput"]}
     loader, extra = cost["no ledger"], cost["ledger"] - cost["no ledger"]
+    parts = res.get("parts_ns_per_sample") or {}
+    # judged by the parts, each timed where it runs: two runs' throughputs differ by more than 1% (the ratio's
+    # range above), so a median ratio at 0.99 or better can be chance
+    bytes_ok = res["bytes_per_sample"]["max"] <= 16
+    overhead_ok = sum(parts.values()) <= loader / 100 if parts else res["ratio"]["min"] >= 0.99
     md += ["", f"Per sample ({res['block']} tokens) the loader alone costs {loader:,.0f} ns of CPU; with the ledger "
            f"{cost['ledger']:,.0f} ns, {extra:,.0f} ns more, where 1% would be {loader / 100:,.0f} ns."]
-    parts = res.get("parts_ns_per_sample") or {}
     if parts:
         md += ["", "Where the ledger's time goes, ns of thread CPU time per sample, from one more run that times each "
                "part (so the parts carry that run's own timing cost; on a shared machine they vary from run to run "
                "like the throughputs above):", "", "| part | ns / sample |", "|---|---|"]
         md += [f"| {k} | {v:,.0f} |" for k, v in parts.items()]
+        md += [f"| all (against 1% of the loader's {loader:,.0f} ns: {loader / 100:,.0f}) | {sum(parts.values()):,.0f} |"]
     largest = max(parts, key=parts.get) if parts else None
     md += ["", f"The goal of 16 bytes a sample is {'met' if bytes_ok else 'not met'}; the goal of 1% is "
            + ("met." if overhead_ok else
