@@ -119,3 +119,12 @@ def test_workers_from_a_forkserver_get_no_ring(tmp_path):
     if "fork" in multiprocessing.get_all_start_methods() and multiprocessing.get_start_method() == "fork":
         text_loader(ds, 2, object_store=False, collate_fn=lambda x: x)
         assert isinstance(ds.ring, MessageRing) and ds.ring.slots >= 4
+
+
+def test_a_ring_too_big_to_map_is_the_pipe():
+    from llm.data.text.workers import RING_MAX_BYTES, message_ring
+
+    ctx = multiprocessing.get_context()
+    assert message_ring(2, 4, RING_MAX_BYTES // 12 + 1, ctx) is None  # 2 workers x 6 slots: over the cap
+    ring = message_ring(2, 4, 1 << 20, ctx)
+    assert isinstance(ring, MessageRing) and ring.slots == 6 and ring.slot_bytes == 1 << 20

@@ -137,6 +137,22 @@ def messages_ahead(message_tokens: int, workers: int, batches_a_message: int, ep
     return ahead
 
 
+# The most a message ring may map (text/ring.py): past it (huge batches of long sequences), the pipe.
+RING_MAX_BYTES = 1 << 30
+
+
+def message_ring(workers: int, ahead: int, message_bytes: int, context: BaseContext) -> MessageRing | None:
+    """Shared slots for the workers' messages: as many as a worker may have ahead, the one the main process
+    opens, and one spare. None (the pipe) when they would map more than `RING_MAX_BYTES` or the OS refuses."""
+    slots = ahead + 2
+    if workers * slots * message_bytes > RING_MAX_BYTES:
+        return None
+    try:
+        return MessageRing(workers, slots, message_bytes, context)
+    except OSError:  # no shared memory for it (a container's limits): the pipe is only slower
+        return None
+
+
 def text_loader(ds: Any, num_workers: int, object_store: bool, collate_fn: Any, watch: Watchdog | None = None,
                 epoch_steps: int | None = None) -> DataLoader:
     """The DataLoader over whole batches of `ds` (a StreamingTextDataset); object-store workers start from a
@@ -154,9 +170,8 @@ def text_loader(ds: Any, num_workers: int, object_store: bool, collate_fn: Any, 
         kwargs["prefetch_factor"] = messages_ahead(message_tokens, num_workers, group, epoch_steps)
         kwargs["multiprocessing_context"] = context = wide_pipe_context("forkserver" if fresh else None)
         if ds.group > 0 and context.get_start_method() == "fork":  # forked workers inherit the shared mapping
-            # slots for the messages a worker may have ahead, the one the main process opens, and one spare
-            ds.ring = MessageRing(num_workers, kwargs["prefetch_factor"] + 2,
-                                  windows_bytes(ds.group * ds.batch_size, ds.max_seq_len, ds.tokenizer.vocab_size), context)
+            ds.ring = message_ring(num_workers, kwargs["prefetch_factor"],
+                                   windows_bytes(ds.group * ds.batch_size, ds.max_seq_len, ds.tokenizer.vocab_size), context)
     if watch is not None and watch.slots is not None and num_workers > 0:
         kwargs["worker_init_fn"] = watch.slots.hook(None)
         watch.loader_kwargs(kwargs, processes=True)
