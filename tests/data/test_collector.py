@@ -84,7 +84,11 @@ class _Bar:
 
 
 @glibc
-def test_the_local_engines_workers_keep_freed_memory():
+def test_the_local_engines_workers_keep_freed_memory_when_their_tasks_ask():
     faults = []
-    run_local(Tasks(work=_faults_in_worker, count=2, on_done=lambda i, r: faults.append(r)), 2, _Bar())
+    run_local(Tasks(work=_faults_in_worker, count=2, on_done=lambda i, r: faults.append(r), keep_freed_memory=True),
+              2, _Bar())
     assert len(faults) == 2 and max(faults) < 20_000, faults  # as is: ~120k (the test above)
+    as_is: list[int] = []
+    run_local(Tasks(work=_faults_in_worker, count=1, on_done=lambda i, r: as_is.append(r)), 1, _Bar())
+    assert as_is[0] > 5 * max(faults), (as_is, faults)  # asked for by the task only (dedup's)

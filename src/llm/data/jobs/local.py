@@ -51,7 +51,8 @@ def _worker(tasks: Tasks, task_queue: Any, results: Any, parent_pid: int, die_wi
     # The worker processes are the parallelism: tokenizer thread pools would only contend for cores.
     os.environ["LLM_TOKENIZER_THREADS"] = "1"
     os.environ["RAYON_NUM_THREADS"] = "1"
-    keep_freed_memory()  # a task's numpy temporaries, made batch after batch, reuse the heap's pages
+    if tasks.keep_freed_memory:  # a task's numpy temporaries, made batch after batch, reuse the heap's pages
+        keep_freed_memory()
     if die_with_parent:
         _die_with(parent_pid)
     last = [time.monotonic(), 0, 0]

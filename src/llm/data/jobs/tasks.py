@@ -22,6 +22,9 @@ class Tasks:
     on_done: Callable[[int, Any], None]
     unit: str = "task"
     counters: tuple[str, ...] = ("docs", "tokens")  # names of report()'s numbers shown on the bar (one or two)
+    # the local engine's workers keep the memory they free (collector.keep_freed_memory): for tasks that make
+    # numpy temporaries of MBs batch after batch, measured faster (dedup); off elsewhere, unmeasured
+    keep_freed_memory: bool = False
 
 
 def check_engine(engine: str, ray_address: str | None) -> None:
