@@ -371,9 +371,8 @@ class _Run:
             if meanwhile is not None:
                 meanwhile()
             return
-        # the scan's MinHash makes MBs of numpy temporaries per batch: its workers keep the memory they free
         tasks = Tasks(work=work, count=count, on_done=lambda task_id, result: None, unit=unit, counters=("records",),
-                      keep_freed_memory=True)
+                      keep_freed_memory=True)  # the scan's MinHash makes MBs of numpy temporaries per batch
         bar = progress_bar(count, desc, unit, self.progress)  # without progress, no tqdm import
         try:
             if self.engine == "ray":
