@@ -2,8 +2,8 @@
 
 Why: a message of ~256k tokens (512 KB to 1 MB) crossed the DataLoader's pipe as bytes: copied into a pickle
 by the worker's feeder thread, through the kernel, and out again in the main process. With nothing but a small
-reference crossing the pipe instead, the on-the-fly stream of long documents ran ~8% faster on 2 cores (bench
-onthefly). Each worker has a ring of slots in one anonymous shared mapping, made by the main process before the
+reference crossing the pipe instead, the on-the-fly stream of long GPT-2 documents ran ~5% faster on 2 cores
+(paired runs, docs/benchmarks.md). Each worker has a ring of slots in one anonymous shared mapping, made by the main process before the
 DataLoader forks its workers; a semaphore per worker counts its free slots. The worker takes a slot before it
 writes a message (waiting while the main process is that far behind); the main process gives it back once it
 has copied the windows out. A worker's messages are opened in the order it sends them (the DataLoader serves
