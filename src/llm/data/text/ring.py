@@ -51,10 +51,11 @@ class MessageRing:
     def read(self, ref: SlotRef) -> memoryview:
         """The bytes a worker wrote for message `ref` (main process); `release` it once copied out."""
         worker, number, nbytes = ref
-        if not 0 <= worker < self.workers or number != self._expected[worker] or not 0 < nbytes <= self.slot_bytes:
+        due = self._expected[worker] if 0 <= worker < self.workers else None
+        if number != due or not 0 < nbytes <= self.slot_bytes:
             raise RuntimeError(f"text worker {worker} sent message {number} of {nbytes} bytes through its shared slots, "
-                               f"but message {self._expected[min(max(worker, 0), self.workers - 1)]} was due "
-                               f"(slots of {self.slot_bytes} bytes): the stream cannot go on safely")
+                               f"but message {due} was due (slots of {self.slot_bytes} bytes): the stream cannot "
+                               "go on safely")
         return self._view(worker, number, nbytes)
 
     def release(self, ref: SlotRef) -> None:

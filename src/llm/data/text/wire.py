@@ -26,8 +26,11 @@ def packed_windows(rows: list[np.ndarray], max_seq_len: int, vocab_size: int | N
 
     Why: the pipe, not the encoder, limited the main process with workers; this is a quarter of
     the (input_ids, labels) int32 planes, which `unpack_windows` rebuilds in the main process."""
-    lengths, tokens, itemsize = _window_rows(rows, max_seq_len, vocab_size)
-    out = bytearray(_windows_size(len(rows), tokens.size, itemsize))
+    return _as_bytes(*_window_rows(rows, max_seq_len, vocab_size))
+
+
+def _as_bytes(lengths: np.ndarray, tokens: np.ndarray, itemsize: int) -> bytes:
+    out = bytearray(_windows_size(len(lengths), tokens.size, itemsize))
     _write_windows(out, lengths, tokens, itemsize)
     return bytes(out)  # bytes pickle (and unpickle) in one copy; a bytearray takes two under protocol 4
 
@@ -142,9 +145,7 @@ def seal_windows(items: list[dict], max_seq_len: int, vocab_size: int | None, ri
         size = _windows_size(len(rows), tokens.size, itemsize)
         slot = ring.take(size) if ring is not None else None
         if slot is None:
-            buffer = bytearray(size)
-            _write_windows(buffer, lengths, tokens, itemsize)
-            out["_windows"] = bytes(buffer)
+            out["_windows"] = _as_bytes(lengths, tokens, itemsize)
         else:
             _write_windows(slot[0], lengths, tokens, itemsize)
             out["_slot"] = slot[1]
