@@ -32,6 +32,11 @@ from llm.data.storage.object_files import RangedReader, RemoteObject, download, 
 __all__ = ["FileStamp", "InputError", "expand_inputs", "expand_sources"]  # their old home: importers keep working
 
 _PROBE = 4096  # bytes enough to tell a JSON array from JSON Lines
+# Local files are read through a 256 KiB buffer, not Python's 8 KiB: with records of a few KB
+# each `readline` otherwise refills the buffer (a read call and a copy) about once a line: 145 MB
+# of ~7 KB records took 0.071 s of CPU to read by lines, 0.025 s with this buffer. A mixture holds
+# one such buffer per source it has open.
+_READ_BUFFER = 1 << 18
 
 
 def is_json_array(path: Input) -> bool:
@@ -90,7 +95,7 @@ def open_binary(path: Input) -> BinaryIO:
         return _open_remote(path)
     path = Path(path)
     try:
-        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+        raw = open(path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 - returned to the caller, who closes it
     except OSError as e:
         raise InputError(f"{path}: cannot open input file ({e.strerror or e})") from None
     compression = compression_of(path)
