@@ -138,4 +138,12 @@ def onthefly(spec: dict) -> dict:
                      max_seq_len=BLOCK - 1, tokenizer_type=kind, tokenizer_path=spec["tokenizer"],
                      num_workers=spec["num_workers"])
     dm = StreamingTextDataModule(cfg, batch_size=BATCH, loop=False)
-    return consume(dm.train_dataloader(), t0, count=lambda b: (b["labels"] != -100).sum())
+    return consume(dm.train_dataloader(), t0, count=_trained_tokens)
+
+
+def _trained_tokens(batch: dict) -> int:
+    """Labels that are not padding (-100), counted by NumPy: the count is the bench's, not the loader's
+    work, and torch's two calls (`!=`, `.sum()`) cost ~17 us a batch against NumPy's ~5 us."""
+    import numpy as np
+
+    return int(np.count_nonzero(batch["labels"].numpy() != -100))
