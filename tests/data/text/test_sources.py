@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llm.data.inputs.readers import InputError
+from llm.data.inputs.readers import InputError, is_json_array
 from llm.data.sources import (
     STRIPES,
     HFStreamTextSource,
@@ -214,3 +215,33 @@ def test_validate_source_fingerprint_names_what_differs():
     current = {**saved, "inner": {"dataset_name": "b", "dataset_config": "en"}}
     with pytest.raises(ValueError, match=r"^stream source fingerprint mismatch: inner.dataset_name: 'a' -> 'b' \(saved -> current\)"):
         validate_source_fingerprint(saved, current)
+
+
+def _reads() -> tuple[int, int]:
+    """(bytes, read calls) of this thread so far (Linux's per-thread I/O counters)."""
+    fields = dict(line.split(": ") for line in open("/proc/thread-self/io").read().splitlines())
+    return int(fields["rchar"]), int(fields["syscr"])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/io"), reason="counts reads with Linux's per-thread I/O counters")
+def test_reads_take_large_blocks_but_never_far_past_what_they_need(tmp_path):
+    """A pass reads ~7 KB records in 256 KiB blocks, not a buffer refill per line; listing probes only
+    each file's head; a small byte-range partition reads about itself, not a whole block past its end."""
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps({"text": f"{i} " + "w" * 7000}) + "\n" for i in range(600)))  # ~4.2 MB
+    size = path.stat().st_size
+    bytes0, _ = _reads()
+    assert not is_json_array(path)
+    assert _reads()[0] - bytes0 <= 8192
+
+    whole = LocalLineTextSource([str(path)], partition_bytes=size)
+    _, calls0 = _reads()
+    assert [int(text.split()[0]) for text, _, _ in _all_records(whole)] == list(range(600))
+    calls = _reads()[1] - calls0
+    assert calls < 40, calls  # 4.2 MB in 256 KiB blocks: ~17 reads (in 8 KiB blocks: ~530)
+
+    pieces = LocalLineTextSource([str(path)], partition_bytes=64 << 10)  # 66 partitions of 64 KiB
+    bytes0, _ = _reads()
+    assert [int(text.split()[0]) for text, _, _ in _all_records(pieces)] == list(range(600))
+    read = _reads()[0] - bytes0
+    assert read < 2.2 * size, read / size  # each range's own bytes and the block its last line runs into

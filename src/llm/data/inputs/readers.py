@@ -45,7 +45,7 @@ def is_json_array(path: Input) -> bool:
         return False
     if isinstance(path, RemoteObject):  # one small ranged GET, not the whole object
         return starts_json_array(io.BytesIO(_remote_head(path)))
-    with open_binary(path) as f:
+    with open_binary(path, buffering=_PROBE) as f:  # its head only: every listed file is probed
         return starts_json_array(f)
 
 
@@ -89,13 +89,21 @@ def _open_remote(obj: RemoteObject, end: int | None = None) -> BinaryIO:
     return open_compressed(tmp, obj, compression)  # type: ignore[arg-type]
 
 
-def open_binary(path: Input) -> BinaryIO:
-    """Open a file for reading bytes, decompressing .gz / .zst, checked (a cut or damaged stream is an InputError)."""
+def _range_buffer(size: int) -> int:
+    """The read buffer for a byte range of `size`: no bigger than the range (a small partition would
+    otherwise read far past its end), no smaller than Python's default."""
+    return max(io.DEFAULT_BUFFER_SIZE, min(_READ_BUFFER, size))
+
+
+def open_binary(path: Input, buffering: int = _READ_BUFFER) -> BinaryIO:
+    """Open a file for reading bytes, decompressing .gz / .zst, checked (a cut or damaged stream is an InputError).
+
+    `buffering`: the local file's read buffer (a probe of the first bytes asks for a small one)."""
     if isinstance(path, RemoteObject):
         return _open_remote(path)
     path = Path(path)
     try:
-        raw = open(path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 - returned to the caller, who closes it
+        raw = open(path, "rb", buffering=buffering)  # noqa: SIM115 - returned to the caller, who closes it
     except OSError as e:
         raise InputError(f"{path}: cannot open input file ({e.strerror or e})") from None
     compression = compression_of(path)
@@ -117,7 +125,8 @@ def iter_line_range(
     """
     kind = input_kind(path)
     remote = isinstance(path, RemoteObject)
-    with RangedReader(path, end if end is not None else path.size) if remote else open_binary(path) as f:
+    buffering = _READ_BUFFER if end is None else _range_buffer(end - max(start, resume))
+    with RangedReader(path, end if end is not None else path.size) if remote else open_binary(path, buffering) as f:
         if resume > 0:
             f.seek(resume)
         elif start > 0:
