@@ -219,7 +219,8 @@ def test_validate_source_fingerprint_names_what_differs():
 
 def _reads() -> tuple[int, int]:
     """(bytes, read calls) of this thread so far (Linux's per-thread I/O counters)."""
-    fields = dict(line.split(": ") for line in open("/proc/thread-self/io").read().splitlines())
+    with open("/proc/thread-self/io") as f:
+        fields = dict(line.split(": ") for line in f.read().splitlines())
     return int(fields["rchar"]), int(fields["syscr"])
 
 
