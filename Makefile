@@ -21,7 +21,8 @@ AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
 .PHONY: setup azurite azurite-if-npm demo test test-all test-min lint bench
 
-$(STAMP): pyproject.toml
+# setup.py and the C source: a changed kernel is rebuilt (pip install -e builds it into src/llm/data/ledger/)
+$(STAMP): pyproject.toml setup.py src/llm/data/ledger/_rows.c
 	@echo "setup: [1/4] creating $(VENV) with $(PY) (once)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "setup: [2/4] upgrading pip"

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from llm.data.ingest_stats import zero_remote
+from llm.data.ledger.checksums import checksummed_widened
 
 
 def folder_name(input_dir: Any) -> str:
@@ -141,6 +142,9 @@ class LedgerRows:
         if self.item_loader.document_boundaries:
             out["position_ids"] = np.empty((n, self.block_size), dtype=np.int64)
         self.fill_blocks(sample_ids, out, np.arange(n))
+        both = checksummed_widened(rule, out["input_ids"]) if widen and wanted == np.int64 else None
+        if both is not None:  # the C kernel: checksummed and widened in one pass (ledger/checksums.py)
+            return {**out, "input_ids": both[1], "ledger_crc": both[0]}
         crcs = rule(out["input_ids"], stored)
         return {**out, "input_ids": out["input_ids"].astype(wanted) if widen else out["input_ids"], "ledger_crc": crcs}
 
