@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,15 +20,17 @@ from llm.data.ledger.writer import StageLedger
 from llm.data.skip_documents import SKIPPED
 
 
-@dataclass(frozen=True)
 class ChunkIds:
-    """What a worker adds to a chunk for the ledger: the positions and sample ids it read and the rows' checksums.
-    One object, not three arrays in the chunk's dict: torch's `default_convert` turns every array there into a
-    tensor, which the loader would only turn back (bench/ledger.py counted that as the ledger's)."""
+    """What a worker adds to a chunk for the ledger: the positions and sample ids it read, the rows' checksums and
+    the chunk's batch sizes. One object, not arrays in the chunk's dict: torch's `default_convert` turns every array
+    there into a tensor, which the loader would only turn back (the chunk's own `sizes` is one: turning it back cost
+    ~17 us a chunk, most of the loader's per-chunk ledger work; bench/ledger.py). A plain class with slots: made
+    once a chunk, in a reader thread, where a frozen dataclass's checks cost more than the rest."""
 
-    positions: np.ndarray
-    samples: np.ndarray
-    crcs: np.ndarray
+    __slots__ = ("positions", "samples", "crcs", "sizes")
+
+    def __init__(self, positions: np.ndarray, samples: np.ndarray, crcs: np.ndarray, sizes: np.ndarray):
+        self.positions, self.samples, self.crcs, self.sizes = positions, samples, crcs, sizes
 
 
 def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.ndarray) -> dict[str, ChunkIds]:
@@ -37,7 +38,8 @@ def chunk_identities(chunk: dict[str, Any], positions: np.ndarray, samples: np.n
     (`read_checksummed`: `ledger_crc`, popped here; a chunk of items has none: zeros)."""
     crcs = chunk.pop("ledger_crc", None)
     return {"ledger": ChunkIds(np.asarray(positions, np.int64), np.asarray(samples, np.int64),
-                               np.zeros(len(samples), np.uint32) if crcs is None else np.asarray(crcs))}
+                               np.zeros(len(samples), np.uint32) if crcs is None else np.asarray(crcs),
+                               np.asarray(chunk["sizes"], np.int64))}
 
 
 def run_id(fingerprint: str, seed: int, folder: str | os.PathLike) -> str:
@@ -69,7 +71,8 @@ class LoaderLedger(StageLedger):
         """A chunk whose batches are about to be handed over, each counted by `step += 1` as it goes; `gone`:
         (source, epoch, sample, batch of the chunk) of the blocks skipped by id that its batches lack."""
         self._close_last()  # a chunk left before its end (a new iterator): only the batches counted stay
-        self._gone = {s: g for s, g in self._gone.items() if s <= self.step}  # its uncounted batches' too
+        if self._gone:  # its uncounted batches' skipped blocks too
+            self._gone = {s: g for s, g in self._gone.items() if s <= self.step}
         self.block = block
         self._chunks.append([self.step + 1, np.asarray(sizes, np.int64), ids, crcs, source, epoch])
         if gone is not None:
@@ -81,7 +84,7 @@ class LoaderLedger(StageLedger):
         if self._chunks:
             first, sizes, *arrays = self._chunks[-1]
             handed = max(0, min(len(sizes), self.step - first + 1))
-            if handed < len(sizes):
+            if handed < len(sizes):  # (the loader's next chunk comes after every batch of this one: not here)
                 n = int(sizes[:handed].sum())
                 self._chunks[-1] = [first, sizes[:handed], *(a[:n] for a in arrays)]
 
@@ -201,7 +204,7 @@ def add_chunk_rows(ledger: LoaderLedger | None, dataset: Any, chunk: dict[str, A
     held = chunk.pop("ledger", None)
     if held is None or ledger is None:
         return None
-    pos, ids, crcs, sizes = held.positions, held.samples, held.crcs, np.asarray(chunk["sizes"], np.int64)
+    pos, ids, crcs, sizes = held.positions, held.samples, held.crcs, held.sizes
     if pads_last:
         keep = int(sizes[:-1].sum())
         pos, ids, crcs, sizes = pos[:keep], ids[:keep], crcs[:keep], np.r_[sizes[:-1], 0]

@@ -295,8 +295,11 @@ class StreamingDataLoader(LoaderSkips, LoaderMetrics, DataLoader, Stage):
     def _ledger_chunk(self, chunk: dict[str, Any], it: Any, left_out: tuple[np.ndarray, ...] | None
                       ) -> LoaderLedger | None:
         """The ledger given this chunk's rows once (read/ledger.py `add_chunk_rows`); None without a ledger."""
-        n = len(chunk["sizes"])
-        pads = bool(n) and it.schedule.pads(self._yielded + n - 1)  # only an epoch's last batch can pad
+        if self._ledger is None:
+            return None
+        n, schedule = len(chunk["sizes"]), it.schedule
+        # only an epoch's last batch can pad, and only with several ranks (a rank without a sample of its own)
+        pads = bool(n) and schedule.world_size > 1 and schedule.pads(self._yielded + n - 1)
         return add_chunk_rows(self._ledger, self.dataset, chunk, it.epoch, pads, left_out)
 
     def _remote_now(self) -> dict[str, int]:

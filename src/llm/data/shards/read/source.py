@@ -250,8 +250,12 @@ class SampleSource(SampleAccess, RemoteReads, MixtureHooks, LedgerRows, Iterable
                 with recording(plan.t0, thread) as rec:
                     chunk = self._chunk(samples, sizes, plan.collate, checksum)
                 chunk = {**chunk, "trace": rec.events}
-            # the ledger's identities come from what this worker read, not from the loader's cursor
-            return {**chunk, **chunk_identities(chunk, positions, samples), **left_out} if plan.ledger else chunk
+            if not plan.ledger:
+                return chunk
+            # the ledger's identities come from what this worker read, not from the loader's cursor; taken first:
+            # they pop the chunk's `ledger_crc`, which would otherwise travel on as a tensor nobody reads
+            ids = chunk_identities(chunk, positions, samples)
+            return {**chunk, **ids, **left_out}
         finally:
             self.release()  # this thread's pin: an idle reader must not hold cache room
 
