@@ -5,7 +5,9 @@
    words x_j; s = sum of x_j * W_j modulo 2**64; the checksum is (s ^ s >> 32) modulo 2**32.
 
    Why C: NumPy has no SIMD kernel for an integer product, so there the checksum cost several times the 1% of
-   the loader's time the ledger may take (bench/ledger.py); here the words are multiplied a vector at a time. */
+   the loader's time the ledger may take (bench/ledger.py); here the words are multiplied a vector at a time, and
+   in the same pass over a row the ids are widened to int64, the copy the loader makes with or without a ledger:
+   by the time a chunk's rows are checksummed they have left the cache, and one pass fetches them once. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -70,6 +72,7 @@ static PyObject *checksum_rows(PyObject *self, PyObject *args) {
     PyObject *wide_obj = Py_None, *result = NULL;
     Py_ssize_t row_bytes, n = 0;
     int itemsize = 0, is_signed = 0;
+    (void)self;
     if (!PyArg_ParseTuple(args, "y*ny*w*|Oip", &rows, &row_bytes, &weights, &crcs, &wide_obj, &itemsize, &is_signed))
         return NULL;
     if (row_bytes <= 0 || rows.len % row_bytes) {
@@ -122,7 +125,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rows", "The run ledger's row kernel (C).", -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_rows", "The run ledger's row kernel (C).", -1, methods, NULL, NULL, NULL, NULL,
+};
 
 PyMODINIT_FUNC PyInit__rows(void) {
     PyObject *m = PyModule_Create(&module);

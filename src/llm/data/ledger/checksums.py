@@ -19,8 +19,8 @@ try:  # the C kernel of rule "wword64" (setup.py builds it where a C compiler is
     from llm.data.ledger import _rows as _kernel
 except ImportError:  # not built: NumPy computes the same checksums, slower
     _kernel = None
-if _kernel is not None and getattr(_kernel, "KERNEL", None) != 3:  # a module built from another version's source
-    _kernel = None
+if _kernel is not None and (getattr(_kernel, "KERNEL", None) != 3 or sys.byteorder != "little"):
+    _kernel = None  # a module built from another version's source; or a big-endian machine (it takes native weights)
 
 CHECKSUM = "wword64"  # the rule new ledgers record (header "checksum"); version 2: "wsum32", 1: "xxh3-int64"
 _WEIGHTS = np.zeros(0, np.uint32)
