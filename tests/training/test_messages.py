@@ -133,7 +133,9 @@ def test_every_flag_a_message_names_is_a_flag_of_llm_train() -> None:
     wrong = []
     for name in _llm_train_modules():
         path = getattr(sys.modules[name], "__file__", None)
-        for line, text in _strings(path) if path else ():
+        if not path or not path.endswith(".py"):  # a compiled module (the ledger's C kernel) prints no messages
+            continue
+        for line, text in _strings(path):
             for part in for_llm_train(text).splitlines():
                 if "llm-data" in part or "llm-generate" in part:  # another command's example, named as such
                     continue
