@@ -84,7 +84,7 @@ class LoaderLedger(StageLedger):
         if self._chunks:
             first, sizes, *arrays = self._chunks[-1]
             handed = max(0, min(len(sizes), self.step - first + 1))
-            if handed < len(sizes):  # (the loader's next chunk comes after every batch of this one: not here)
+            if handed < len(sizes):
                 n = int(sizes[:handed].sum())
                 self._chunks[-1] = [first, sizes[:handed], *(a[:n] for a in arrays)]
 
