@@ -73,7 +73,7 @@ if PARTS:  # the breakdown run: each part's CPU time in the thread that runs it 
     wrap(S, "chunk_identities", "a chunk's ids (reader threads)")
     wrap(LD.StreamingDataLoader, "_ledger_chunk", "a chunk's sources and rows kept (loader, per chunk)")
     wrap(L.LoaderLedger, "_flush", "rows built (at commit)")
-    wrap(W, "encode_segment", "segment encoded (at commit)")
+    wrap(W, "segment_parts", "segment encoded (at commit)")
     wrap(W, "atomic_write", "segment written and fsynced (at commit)")
 ds = StreamingDataset(path, item_loader=TokensLoader(block_size=BLOCK), shuffle=True, seed=7)
 loader = StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, ledger=ledger)

@@ -73,8 +73,9 @@ def test_the_loaders_columns_read_back_as_the_tables_they_stand_for_and_cost_8_b
     data = encode_segment(HEADER, rows, pieces)
     seg = decode_segment(data, "seg")
     assert seg.rows.tobytes() == whole_rows.tobytes() and seg.pieces.tobytes() == whole_pieces.tobytes()
-    # only the checksums and the (shuffled) ids cost bytes: 4 + under 4 a sample, header and trailer included
-    assert len(data) / n < 8, len(data) / n
+    # only the checksums and the (shuffled) ids cost bytes: 4 + 4 a sample (zstd at its fastest level stores random
+    # values as they are), the steps' runs, header and trailer under 0.1 more
+    assert len(data) / n < 8.1, len(data) / n
     # the same tables given whole are stored alike (the codecs follow the values, not how they were given)
     assert decode_segment(encode_segment(HEADER, whole_rows, whole_pieces), "seg").pieces.tobytes() == seg.pieces.tobytes()
 

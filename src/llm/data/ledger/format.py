@@ -14,7 +14,7 @@ A run's ledger is a folder:
 A segment is `MAGIC2`, a little-endian u32 header length, a JSON header (run, rank,
 generation, steps, topology, the segment's `names` table, the `skipped` steps: read but not
 trained, `data.skip_batches`; `checksum`, the rule its rows' checksums follow; `columns`, how each
-column is stored: `encode_segment`), the zstd-compressed column data, and a trailer of the payload's
+column is stored: `encode_segment`), the column data compressed by zstd (at `LEVEL`), and a trailer of the payload's
 length and xxh3-64 digest. A truncated or damaged segment fails its trailer check, so it is named, never
 half read. Segments of the first layout (`MAGIC`, every column whole: ledger versions 1 and 2) are still read.
 
@@ -115,26 +115,36 @@ class Segment:
 
 
 _LOCAL = threading.local()
+# zstd's fastest levels: what is left for zstd after the codecs is the checksums (random) and ids; shuffled ids, at
+# level 1, shrank from 4 bytes to 2.7 for 5.4 ns a sample (a sixth of the loader's 1% budget), at a negative level zstd
+# stores them as they are in 0.5 ns (bench/ledger.py); a text stream's record numbers still shrink to almost nothing
+LEVEL = -1
 
 
 def _compressor() -> zstandard.ZstdCompressor:
-    """This thread's zstd compressor (level 1: the loader's commit is on the training path), made once: a new one
-    costs more than compressing a commit's columns."""
+    """This thread's zstd compressor (the loader's commit is on the training path), made once: a new one costs more
+    than compressing a commit's columns."""
     c = getattr(_LOCAL, "zstd", None)
     if c is None:
-        c = _LOCAL.zstd = zstandard.ZstdCompressor(level=1)
+        c = _LOCAL.zstd = zstandard.ZstdCompressor(level=LEVEL)
     return c
 
 
 def encode_segment(header: dict[str, Any], rows: Any, pieces: Any) -> bytes:
-    """The bytes of one segment file (header, compressed columns, trailer); `rows` and `pieces` are structured
-    arrays (ROW, PIECE) or `Columns`.
+    """The bytes of one segment file (header, compressed columns, trailer): `segment_parts` joined."""
+    return b"".join(segment_parts(header, rows, pieces))
+
+
+def segment_parts(header: dict[str, Any], rows: Any, pieces: Any) -> list[bytes]:
+    """One segment file as the consecutive parts to write (header, compressed columns, trailer), never joined into
+    one buffer; `rows` and `pieces` are structured arrays (ROW, PIECE) or `Columns`.
 
     Each column is stored the cheapest way its values allow, named in the header's `columns`: one value for all
     rows (a shard's name, start, end, the loss column when none was set), a range or runs (a piece's row, a row's
-    step and its position in the batch), else its values (differences from the previous row for steps and ids)
-    in the narrowest integer type that holds them. Only those reach zstd (level 1): the checksums and the ids,
-    about 8 bytes a sample; zstd spent most of a commit on the other 42 bytes of regular columns."""
+    step and its position in the batch), else its values (differences from the previous row for steps and ids) in the
+    narrowest integer type that holds them. Only those reach zstd: the
+    checksums and the ids, about 8 bytes a sample; zstd spent most of a commit on the other 42 bytes of regular
+    columns."""
     blobs: list[Any] = []
     specs = {}
     for key, table, dtype in (("rows", rows, ROW), ("pieces", pieces, PIECE)):
@@ -144,8 +154,12 @@ def encode_segment(header: dict[str, Any], rows: Any, pieces: Any) -> bytes:
     stream = _compressor().compressobj(size=size)
     body = [stream.compress(np.ascontiguousarray(b).data) for b in blobs] + [stream.flush()]
     head = json.dumps({**header, "rows": len(rows), "pieces": len(pieces), "columns": specs}, sort_keys=True).encode()
-    payload = b"".join([struct.pack("<I", len(head)), head, *body])
-    return MAGIC2 + payload + _TRAILER.pack(len(payload), xxhash.xxh3_64_intdigest(payload))
+    parts = [struct.pack("<I", len(head)) + head, *(b for b in body if b)]
+    digest = xxhash.xxh3_64()
+    for part in parts:
+        digest.update(part)
+    length = sum(len(part) for part in parts)
+    return [MAGIC2, *parts, _TRAILER.pack(length, digest.intdigest())]
 
 
 def decode_segment(data: bytes, where: str) -> Segment:

@@ -41,10 +41,10 @@ from llm.data.ledger.format import (
     Runs,
     as_table,
     checksum_name,
-    encode_segment,
     parse_segment_name,
     read_header,
     segment_name,
+    segment_parts,
 )
 from llm.data.stage import StateError
 from llm.data.storage.local import atomic_write, fsync_dir, pid_alive
@@ -334,10 +334,10 @@ class LedgerWriter:
                       "topology": self.topology, "names": names, "in_flight": in_flight or [],
                       "skipped": self._skipped, "checksum": self.checksum}
             one = len(self._rows) == 1  # the loader's one table a commit: no copy to join it
-            data = encode_segment(header, self._rows[0] if one else np.concatenate([as_table(t, ROW) for t in self._rows]),
-                                  self._pieces[0] if one else np.concatenate([as_table(t, PIECE) for t in self._pieces]))
+            data = segment_parts(header, self._rows[0] if one else np.concatenate([as_table(t, ROW) for t in self._rows]),
+                                 self._pieces[0] if one else np.concatenate([as_table(t, PIECE) for t in self._pieces]))
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
-            atomic_write(path, data)
+            atomic_write(path, data)  # its parts as they are: joining them would take fresh pages again
             self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
             self._n_rows, self._skipped = 0, []
         self.committed_step = self._last_step
