@@ -262,9 +262,11 @@ class StreamingDataLoader(LoaderSkips, LoaderMetrics, DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
-                left_out = self._left_out(chunk)  # blocks of documents skipped by id (read/skips.py)
-                ledger = self._ledger_chunk(chunk, it, left_out)
+                # read first: the first touch of a chunk handed over from a reader thread costs ~20 us (its
+                # tensor's memory comes from the other core), whichever code makes it (bench/ledger.py)
                 sizes = chunk["sizes"].tolist()
+                left_out = self._left_out(chunk)  # blocks of documents skipped by id (read/skips.py)
+                ledger = self._ledger_chunk(chunk, len(sizes), it, left_out)
                 window.open_chunk(sizes, block)
                 try:
                     for batch in split_chunk(chunk, sizes, boundaries):
@@ -292,12 +294,13 @@ class StreamingDataLoader(LoaderSkips, LoaderMetrics, DataLoader, Stage):
         if self._active is token and self._yielded == len(it.schedule):
             self._epoch, self._start, self._schedule, self._yielded = self._epoch + 1, 0, None, 0
 
-    def _ledger_chunk(self, chunk: dict[str, Any], it: Any, left_out: tuple[np.ndarray, ...] | None
+    def _ledger_chunk(self, chunk: dict[str, Any], n: int, it: Any, left_out: tuple[np.ndarray, ...] | None
                       ) -> LoaderLedger | None:
-        """The ledger given this chunk's rows once (read/ledger.py `add_chunk_rows`); None without a ledger."""
+        """The ledger given this chunk's rows (its `n` batches) once (read/ledger.py `add_chunk_rows`); None without a
+        ledger."""
         if self._ledger is None:
             return None
-        n, schedule = len(chunk["sizes"]), it.schedule
+        schedule = it.schedule
         # only an epoch's last batch can pad, and only with several ranks (a rank without a sample of its own)
         pads = bool(n) and schedule.world_size > 1 and schedule.pads(self._yielded + n - 1)
         return add_chunk_rows(self._ledger, self.dataset, chunk, it.epoch, pads, left_out)
