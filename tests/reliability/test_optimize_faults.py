@@ -61,7 +61,8 @@ def test_ids_up_to_2_32_minus_1_round_trip(tmp_path) -> None:
 
 
 def _enospc_after(monkeypatch, budget: int, only: str | None = None) -> None:
-    """os.write as seen by the shard and manifest writers fails with ENOSPC once `budget` bytes are written."""
+    """os.write (and os.writev) as seen by the shard and manifest writers fails with ENOSPC once `budget` bytes are
+    written."""
     real_write, left = os.write, [budget]
 
     def write(fd: int, data) -> int:
@@ -73,7 +74,11 @@ def _enospc_after(monkeypatch, budget: int, only: str | None = None) -> None:
             left[0] -= len(data)
         return real_write(fd, data)
 
+    def writev(fd: int, views) -> int:  # as a kernel does on a full disk: what fits, then ENOSPC
+        return write(fd, b"".join(bytes(v) for v in views))
+
     monkeypatch.setattr(local.os, "write", write)
+    monkeypatch.setattr(local.os, "writev", writev)
 
 
 @pytest.mark.parametrize("mode", ["append", "overwrite"])
@@ -129,7 +134,7 @@ def test_disk_full_through_the_cli_is_exit_2(tmp_path) -> None:
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import errno, os\nimport llm.data.storage.local as l\n"
-        "def w(fd, d):\n    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\nl.os = type('o', (), {**vars(os), 'write': staticmethod(w)})\n"
+        "def w(fd, d):\n    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\nl.os = type('o', (), {**vars(os), 'write': staticmethod(w), 'writev': staticmethod(w)})\n"
     )
     env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     res = subprocess.run([*LLM_DATA, "optimize", str(src), "-o", str(out), "--num-workers", "0", "--no-progress"],

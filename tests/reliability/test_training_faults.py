@@ -19,7 +19,8 @@ from tests.training.test_trainer import tiny_tree, write_corpus
 
 
 def _disk_full_after(monkeypatch, folder: Path, budget: list[int]) -> None:
-    """os.write into `folder` fails with ENOSPC once `budget[0]` bytes are written (a negative budget: never)."""
+    """os.write (and os.writev) into `folder` fails with ENOSPC once `budget[0]` bytes are written (a negative budget:
+    never)."""
     real = os.write
 
     def write(fd: int, data) -> int:
@@ -30,7 +31,11 @@ def _disk_full_after(monkeypatch, folder: Path, budget: list[int]) -> None:
             budget[0] -= len(data)
         return real(fd, data)
 
+    def writev(fd: int, views) -> int:  # as a kernel does on a full disk: what fits, then ENOSPC
+        return write(fd, b"".join(bytes(v) for v in views))
+
     monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "writev", writev)
 
 
 @pytest.mark.parametrize("budget", [0, 5000, 200_000])  # nothing, inside checkpoint.pt, at its end / meta.json

@@ -23,6 +23,7 @@ from llm.data.ledger.format import (
     Runs,
     decode_segment,
     encode_segment,
+    segment_parts,
 )
 from llm.data.skip_documents import SKIPPED
 
@@ -111,3 +112,17 @@ def test_a_segment_whose_columns_cannot_be_decoded_is_named() -> None:
         decode_segment(forged, "later.seg")
     with pytest.raises(LedgerError, match="not a ledger segment"):
         decode_segment(b"LLMLEDG9" + data[8:], "other.seg")
+
+
+@pytest.mark.parametrize("n", [0, 1, 70_000])  # 70,000 checksums: 280 KB, more than one 128 KiB block
+def test_a_segment_framed_as_raw_blocks_reads_back_exactly(n: int) -> None:
+    """The shard loader's segments skip zstd (`compress=False`: random checksums, shuffled ids): their columns framed
+    as zstd raw blocks, which any zstd decoder reads, and stored byte for byte."""
+    rows, pieces = _tables(n, 8)
+    data = b"".join(bytes(p) for p in segment_parts(HEADER, rows, pieces, compress=False))
+    seg = decode_segment(data, "raw.seg")
+    assert seg.rows.tobytes() == rows.tobytes() and seg.pieces.tobytes() == pieces.tobytes()
+    if n > 1:  # stored, not compressed: the checksums cost their 4 bytes a row
+        assert len(data) > len(encode_segment(HEADER, rows, pieces)) and len(data) > 4 * n
+    with pytest.raises(LedgerError, match="truncated or damaged"):
+        decode_segment(data[:-17] + data[-16:], "cut.seg")

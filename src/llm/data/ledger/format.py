@@ -135,31 +135,52 @@ def encode_segment(header: dict[str, Any], rows: Any, pieces: Any) -> bytes:
     return b"".join(segment_parts(header, rows, pieces))
 
 
-def segment_parts(header: dict[str, Any], rows: Any, pieces: Any) -> list[bytes]:
+def segment_parts(header: dict[str, Any], rows: Any, pieces: Any, compress: bool = True) -> list[Any]:
     """One segment file as the consecutive parts to write (header, compressed columns, trailer), never joined into
     one buffer; `rows` and `pieces` are structured arrays (ROW, PIECE) or `Columns`.
 
     Each column is stored the cheapest way its values allow, named in the header's `columns`: one value for all
     rows (a shard's name, start, end, the loss column when none was set), a range or runs (a piece's row, a row's
     step and its position in the batch), else its values (differences from the previous row for steps and ids) in the
-    narrowest integer type that holds them. Only those reach zstd: the
-    checksums and the ids, about 8 bytes a sample; zstd spent most of a commit on the other 42 bytes of regular
-    columns."""
+    narrowest integer type that holds them. Only those reach zstd: the checksums and the ids, about 8 bytes a sample;
+    zstd spent most of a commit on the other 42 bytes of regular columns. `compress=False` (the shard loader's
+    segments: random checksums and shuffled ids, which zstd cannot shrink) frames them as zstd's raw blocks, read
+    back alike, without a pass over them."""
     blobs: list[Any] = []
     specs = {}
     for key, table, dtype in (("rows", rows, ROW), ("pieces", pieces, PIECE)):
         cols = table.columns if isinstance(table, Columns) else {f: np.asarray(table)[f] for f in dtype.names}
         specs[key] = [_encode_column(f, cols[f], dtype[f], blobs) for f in dtype.names]
-    size = sum(b.nbytes for b in blobs)
-    stream = _compressor().compressobj(size=size)
-    body = [stream.compress(np.ascontiguousarray(b).data) for b in blobs] + [stream.flush()]
+    blobs = [memoryview(np.ascontiguousarray(b)).cast("B") for b in blobs]
+    if compress:
+        stream = _compressor().compressobj(size=sum(b.nbytes for b in blobs))
+        body = [stream.compress(b) for b in blobs] + [stream.flush()]
+    else:
+        body = raw_frame(blobs)
     head = json.dumps({**header, "rows": len(rows), "pieces": len(pieces), "columns": specs}, sort_keys=True).encode()
-    parts = [struct.pack("<I", len(head)) + head, *(b for b in body if b)]
+    parts = [struct.pack("<I", len(head)) + head, *(b for b in body if len(b))]
     digest = xxhash.xxh3_64()
     for part in parts:
         digest.update(part)
     length = sum(len(part) for part in parts)
     return [MAGIC2, *parts, _TRAILER.pack(length, digest.intdigest())]
+
+
+_RAW_BLOCK = 128 << 10  # zstd's largest block
+
+
+def raw_frame(blobs: list[memoryview]) -> list[Any]:
+    """A zstd frame holding `blobs` (flat byte views) as raw blocks, as the format (RFC 8878) allows: its header
+    (magic, single segment, an 8-byte content size), then each blob cut into blocks of at most 128 KiB, each after
+    its 3-byte header (last-block bit, type 0: raw, size). Any zstd decoder reads it; nothing is copied or scanned."""
+    total = sum(b.nbytes for b in blobs)
+    out: list[Any] = [struct.pack("<IBQ", 0xFD2FB528, 0xE0, total)]
+    blocks = [b[at:at + _RAW_BLOCK] for b in blobs if b.nbytes for at in range(0, b.nbytes, _RAW_BLOCK)] or [b""]
+    for i, block in enumerate(blocks):
+        size = len(block)
+        header = (size << 3) | (i == len(blocks) - 1)  # bits 1-2, the block type, stay 0: raw
+        out += [struct.pack("<I", header)[:3], block]
+    return out
 
 
 def decode_segment(data: bytes, where: str) -> Segment:

@@ -156,6 +156,7 @@ class LedgerWriter:
         self._last_step = 0
         self._skipped: list[int] = []  # steps recorded (read) but not trained: data.skip_batches
         self.checksum = CHECKSUM  # the rows' checksum rule: a resumed ledger keeps the one its header names
+        self.compress = True  # zstd on the segments' columns (the shard loader's cannot shrink: format.segment_parts)
         self._token = object()  # this writer's claim on its rank's lock (_HOLDERS)
         self._key: tuple[str, int] | None = None
 
@@ -335,7 +336,8 @@ class LedgerWriter:
                       "skipped": self._skipped, "checksum": self.checksum}
             one = len(self._rows) == 1  # the loader's one table a commit: no copy to join it
             data = segment_parts(header, self._rows[0] if one else np.concatenate([as_table(t, ROW) for t in self._rows]),
-                                 self._pieces[0] if one else np.concatenate([as_table(t, PIECE) for t in self._pieces]))
+                                 self._pieces[0] if one else np.concatenate([as_table(t, PIECE) for t in self._pieces]),
+                                 self.compress)
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
             atomic_write(path, data)  # its parts as they are: joining them would take fresh pages again
             self._rows, self._pieces, self._names, self._first_step = [], [], {}, None

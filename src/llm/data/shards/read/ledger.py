@@ -58,6 +58,7 @@ class LoaderLedger(StageLedger):
 
     def __init__(self, folder: str | os.PathLike, sources: list[dict[str, Any]], run: str):
         super().__init__(folder, sources, run)
+        self.writer.compress = False  # random checksums and shuffled (or run-coded) ids: nothing zstd can shrink
         self.block = 0
         # [first step, rows per batch, ids, crcs, source, epoch]: a chunk's batches get steps first, first + 1, ...
         self._chunks: list[list[Any]] = []
