@@ -120,7 +120,8 @@ class LoaderLedger(StageLedger):
             self._chunks[-1] = [last[0], last[1][:handed], *(a[:n] for a in last[2:])]
         chunks, self._chunks = self._chunks, ([kept] if len(kept[1]) else [])
         sizes = np.concatenate([c[1] for c in chunks])
-        steps = np.concatenate([c[0] + np.arange(len(c[1]), dtype=np.int64) for c in chunks])
+        counts = np.array([len(c[1]) for c in chunks])  # each chunk's batches: steps first, first + 1, ...
+        steps = np.arange(len(sizes)) + np.repeat(np.array([c[0] for c in chunks]) - (np.cumsum(counts) - counts), counts)
         n = int(sizes.sum())
         if n:
             self._write(steps, sizes, n, *(_joined([c[k] for c in chunks]) for k in range(2, 6)))
