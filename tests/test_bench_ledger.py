@@ -37,3 +37,28 @@ def test_the_verdict_counts_the_commits_and_says_what_each_part_costs() -> None:
     assert abs(v["commit_ms"] - loader / 100 * res["every"] * res["batch"] / 1e6) < 1e-9
     text = "\n".join(ledger.markdown(res))
     assert "the goal of 1% is not met: as batches are read the ledger costs" in text and "0.50% of the loader" in text
+
+
+def test_the_probes_come_off_the_parts_beside_them_and_a_commit_splits_into_fixed_and_per_sample() -> None:
+    res = dict(ledger.latest())
+    probe = ledger.PROBE
+    res["parts_ns_per_sample"] = {f"{probe} (reader threads)": 3.0, "a chunk's ids (reader threads)": 4.0,
+                                  f"{probe} (loader, per chunk)": 2.0, "per chunk (loader)": 12.0,
+                                  "rows built (at commit)": 10.0}
+    v = ledger.verdict(res)
+    assert v["streaming"] == 4.0 + 12.0 - 3.0 - 2.0 and v["commit"] == 10.0
+    # a commit costing 0.5 ms plus 7 ns a sample, seen at 32,000 and at 8,000 samples a commit
+    fixed, per = 0.5e6, 7.0
+    split = ledger.commit_split({"rows built (at commit)": (fixed + per * 32_000) / 32_000, "ids (reader)": 1.0},
+                                {"rows built (at commit)": (fixed + per * 8_000) / 8_000}, 32_000, 8_000)
+    assert list(split) == ["rows built (at commit)"]
+    assert abs(split["rows built (at commit)"]["per_sample_ns"] - per) < 1e-9
+    assert abs(split["rows built (at commit)"]["fixed_ms"] - 0.5) < 1e-9
+    res["commit_split"] = split
+    loader = v["loader"]
+    v = ledger.verdict(res)
+    assert abs(v["cadence"] - fixed / (loader / 100 - 11.0 - per)) < 1e-6  # the fixed cost spread within the budget
+    assert f"from about {v['cadence']:,.0f} samples between checkpoints" in "\n".join(ledger.markdown(res))
+    res["commit_split"] = {"rows built (at commit)": {"per_sample_ns": loader / 100, "fixed_ms": 0.5}}
+    assert ledger.verdict(res)["cadence"] is None  # over the budget per sample: no cadence helps
+    assert "cannot bring it within 1%" in "\n".join(ledger.markdown(res))
