@@ -14,7 +14,8 @@ A run's ledger is a folder:
 A segment is `MAGIC2`, a little-endian u32 header length, a JSON header (run, rank,
 generation, steps, topology, the segment's `names` table, the `skipped` steps: read but not
 trained, `data.skip_batches`; `checksum`, the rule its rows' checksums follow; `columns`, how each
-column is stored: `encode_segment`), the column data compressed by zstd (at `LEVEL`), and a trailer of the payload's
+column is stored: `encode_segment`), the column data as one zstd frame (compressed at `LEVEL`, or, for the shard
+loader's, raw blocks: `raw_frame`), and a trailer of the payload's
 length and xxh3-64 digest. A truncated or damaged segment fails its trailer check, so it is named, never
 half read. Segments of the first layout (`MAGIC`, every column whole: ledger versions 1 and 2) are still read.
 
@@ -117,7 +118,7 @@ class Segment:
 _LOCAL = threading.local()
 # zstd's fastest levels: what is left for zstd after the codecs is the checksums (random) and ids; shuffled ids, at
 # level 1, shrank from 4 bytes to 2.7 for 5.4 ns a sample (a sixth of the loader's 1% budget), at a negative level zstd
-# stores them as they are in 0.5 ns (bench/ledger.py); a text stream's record numbers still shrink to almost nothing
+# stores them as they are in 0.5 ns; runs of like values (a text stream's record numbers) still shrink
 LEVEL = -1
 
 

@@ -339,7 +339,7 @@ class LedgerWriter:
                                  self._pieces[0] if one else np.concatenate([as_table(t, PIECE) for t in self._pieces]),
                                  self.compress)
             path = self.folder / segment_name(self.rank, self.generation, self._first_step, self._last_step)
-            atomic_write(path, data)  # its parts as they are: joining them would take fresh pages again
+            atomic_write(path, data)  # its parts as they are, in one writev: joining them would copy them again
             self._rows, self._pieces, self._names, self._first_step = [], [], {}, None
             self._n_rows, self._skipped = 0, []
         self.committed_step = self._last_step

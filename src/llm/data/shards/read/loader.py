@@ -262,8 +262,8 @@ class StreamingDataLoader(LoaderSkips, LoaderMetrics, DataLoader, Stage):
                     PROCESS_REMOTE.merge(counted)
                 if len(window.pending_waits) >= FLUSH_EVERY:
                     window.flush()
-                # read first: the first touch of a chunk handed over from a reader thread costs ~20 us (its
-                # tensor's memory comes from the other core), whichever code makes it (bench/ledger.py)
+                # read first: the first touch of a chunk handed over from a reader thread costs ~20 us whichever
+                # code makes it (measured in the loader), and the ledger's part (bench/ledger.py) is not that
                 sizes = chunk["sizes"].tolist()
                 left_out = self._left_out(chunk)  # blocks of documents skipped by id (read/skips.py)
                 ledger = self._ledger_chunk(chunk, len(sizes), it, left_out)
