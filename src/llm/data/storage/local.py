@@ -31,8 +31,9 @@ def fsync_dir(path: str | Path) -> None:
 def write_file(path: str | Path, parts: bytes | memoryview | Iterable[bytes | memoryview]) -> int:
     """Write bytes to `path` and fsync it; returns the number of bytes written.
 
-    Goes through `os.write` in a loop (short writes happen on full or network disks), so
-    an out-of-space error surfaces here as an OSError, never as a silently short file.
+    Goes through `os.writev` (a list or tuple of parts, all at hand) or `os.write` (parts as they come) in a loop
+    that carries on after short writes (they happen on full or network disks), so an out-of-space error surfaces
+    here as an OSError, never as a silently short file.
     """
     if isinstance(parts, (bytes, bytearray, memoryview)):
         parts = [parts]
