@@ -138,3 +138,28 @@ def test_a_shuffled_epoch_over_hundreds_of_shards_opens_each_once_and_keeps_no_p
             expected = np.arange(512) - np.maximum.accumulate(np.isin(np.arange(512), starts) * np.arange(512))
             assert np.array_equal(positions, expected), k
     assert sorted(seen) == list(range(n))
+
+
+@pytest.mark.parametrize("dest", [
+    [3, 0, 2, 1],  # every row of one run, shuffled (a batch read in file order): read in place, widened in one copy
+    [7, 5, 4, 6],  # a run that starts further on (a mixture filling part of its batch)
+    [0, 2, 5, 7],  # rows apart: scattered
+    [1, 1, 2, 3],  # one row twice (never asked for; a run's length, not a run): the scatter's answer, not a guess
+])
+def test_rows_read_into_wider_rows_land_where_dest_says(tmp_path, dest):
+    from llm.data.shards.format.pread import read_rows
+
+    tokens = np.arange(1000, dtype=np.uint16) * 37
+    path = tmp_path / "shard.bin"
+    path.write_bytes(tokens.tobytes())
+    offsets = np.array([100, 0, 640, 300])  # in file order they would be 0, 100, 300, 640: not sorted on purpose
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        out = np.full((9, 16), -1, np.int64)
+        read_rows([fd] * 4, offsets, 16, np.dtype("<u2"), out, np.array(dest), lambda k: str(path))
+    finally:
+        os.close(fd)
+    expected = np.full((9, 16), -1, np.int64)
+    for k, row in enumerate(dest):
+        expected[row] = tokens[offsets[k]:offsets[k] + 16]
+    assert np.array_equal(out, expected)
