@@ -1,6 +1,7 @@
-"""The C row kernel of the ledger's checksums (ledger/_rows.c): built where a compiler is, the same checksums as the
-NumPy reference for every stored dtype and width, the one pass that also widens the rows gives NumPy's int64 rows,
-bad arguments are named, and a loader without the kernel records the very same ledger."""
+"""The ledger's C kernel (ledger/_rows.c): built where a compiler is, the same checksums as the NumPy reference for
+every stored dtype and width, the one pass that also widens the rows gives NumPy's int64 rows, a column given chunk by
+chunk is stored exactly as NumPy stores it joined, bad arguments are named, and a loader without the kernel records
+the very same ledger."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
-from llm.data.ledger import checksums
+from llm.data.ledger import checksums, columns
 from llm.data.ledger.checksums import checksummed_widened, row_checksums, row_checksums_v2
+from llm.data.ledger.columns import Chunks, _encode_column
+from llm.data.ledger.format import PIECE, ROW
 from llm.data.ledger.reader import read_ledger
 from tests.data.shards.helpers import make_token_dataset
 
@@ -36,7 +39,7 @@ def test_the_kernel_is_built_where_a_c_compiler_is() -> None:
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}) on this machine: the install went on without the kernel")
     assert kernel is not None, "setup.py builds llm.data.ledger._rows where a C compiler is; it is missing"
-    assert kernel.KERNEL == 3  # the version checksums.py expects: a module built from other source is not used
+    assert kernel.KERNEL == 4  # the version kernel.py expects: a module built from other source is not used
 
 
 @needs_kernel
@@ -97,6 +100,64 @@ def test_bad_arguments_are_named_not_read_past() -> None:
         kernel.checksum_rows(rows, 32, weights, b"read-only crcs")
 
 
+_EDGES = [0, 1, 255, 256, 2**15, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, -1, -(2**31), -(2**63)]
+
+
+@st.composite
+def _parts(draw: st.DrawFn) -> list[np.ndarray]:
+    """A column chunk by chunk as the loader holds it: int64 ids or uint32 checksums; sorted, shuffled, constant, or
+    at the edges of each narrower type; some chunks empty."""
+    wide = draw(st.booleans())
+    kind = draw(st.sampled_from(["shuffled", "sorted", "constant", "edges", "small"]))
+    out = []
+    for _ in range(draw(st.integers(1, 5))):
+        n = draw(st.integers(0, 300))
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        if kind == "shuffled":
+            values = rng.integers(0, draw(st.integers(1, 10**12)) if wide else 2**32, n, dtype=np.int64)
+        elif kind == "sorted":
+            values = np.arange(n) + draw(st.integers(0, 2**40))
+        elif kind == "constant":
+            values = np.full(n, draw(st.sampled_from([0, 7, 2**32 - 1])))
+        elif kind == "edges":
+            values = rng.choice([e for e in _EDGES if wide or 0 <= e < 2**32], n)
+        else:
+            values = rng.integers(0, draw(st.sampled_from([2, 200, 70000])), n)
+        out.append(np.asarray(values).astype(np.int64 if wide else np.uint32))
+    return out
+
+
+@needs_kernel
+@settings(max_examples=400, deadline=None)
+@given(_parts(), st.sampled_from([("item", PIECE), ("crc", ROW), ("source", PIECE), ("step", ROW)]))
+def test_a_column_given_chunk_by_chunk_is_stored_as_numpy_stores_it_joined(parts: list[np.ndarray],
+                                                                           column: tuple[str, np.dtype]) -> None:
+    name, table = column
+    if not sum(len(p) for p in parts):
+        parts.append(np.array([5], parts[0].dtype))
+    joined = np.concatenate(parts)
+    by_kernel: list = []
+    by_numpy: list = []
+    spec = _encode_column(name, Chunks(parts), table[name], by_kernel)
+    assert spec == _encode_column(name, joined, table[name], by_numpy)
+    assert [bytes(memoryview(np.ascontiguousarray(b)).cast("B")) for b in by_kernel] == \
+        [bytes(memoryview(np.ascontiguousarray(b)).cast("B")) for b in by_numpy]
+
+
+@needs_kernel
+def test_the_column_kernel_names_what_it_cannot_store() -> None:
+    with pytest.raises(TypeError, match="part 1 is not a 1-D int64 or uint32"):
+        kernel.narrow_column([np.arange(3), np.arange(3, dtype=np.int32)], True)
+    with pytest.raises(TypeError, match="part 0"):
+        kernel.narrow_column([np.zeros((2, 2), np.int64)], False)
+    with pytest.raises(ValueError, match="no values"):
+        kernel.narrow_column([np.zeros(0, np.int64)], False)
+    # what the kernel does not take goes the NumPy way, to the same spec
+    blobs: list = []
+    assert _encode_column("item", Chunks([np.array([1, 5], np.uint16)]), PIECE["item"], blobs) == ["raw", "|u1", "delta"]
+    assert np.asarray(blobs[0]).tolist() == [1, 4]
+
+
 def _ledger_rows(data: Path, folder: Path, workers: int) -> np.ndarray:
     ds = StreamingDataset(str(data), item_loader=TokensLoader(block_size=64), shuffle=True, seed=3)
     loader = StreamingDataLoader(ds, batch_size=8, num_workers=workers, ledger=str(folder))
@@ -104,15 +165,19 @@ def _ledger_rows(data: Path, folder: Path, workers: int) -> np.ndarray:
         if step % 7 == 6:
             loader.state_dict()  # commits mid-chunk
     loader.state_dict()
-    return read_ledger(folder).rows
+    ledger = read_ledger(folder)
+    return ledger.rows, ledger.pieces
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loader_without_the_kernel_records_the_same_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              workers: int) -> None:
     data = make_token_dataset(tmp_path, n_lines=400)
-    built = _ledger_rows(data, tmp_path / "built", workers)
+    built, built_pieces = _ledger_rows(data, tmp_path / "built", workers)
     monkeypatch.setattr(checksums, "_kernel", None)  # as installed where no C compiler was found
-    plain = _ledger_rows(data, tmp_path / "plain", workers)
-    assert len(built) > 100 and np.array_equal(built["crc"], plain["crc"])
-    assert np.array_equal(built["step"], plain["step"])
+    monkeypatch.setattr(columns, "KERNEL", None)
+    plain, plain_pieces = _ledger_rows(data, tmp_path / "plain", workers)
+    assert len(built) > 100 and len(built) == len(plain)
+    for field in ROW.names:
+        assert np.array_equal(built[field], plain[field], equal_nan=field == "loss"), field
+    assert len(built_pieces) == len(built) and np.array_equal(built_pieces, plain_pieces)

@@ -8,19 +8,14 @@ audited, and resumed, by its own rule. docs/proving-a-run.md describes them; ben
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import xxhash
 
-try:  # the C kernel of rule "wword64" (setup.py builds it where a C compiler is found; _rows.c)
-    from llm.data.ledger import _rows as _kernel
-except ImportError:  # not built: NumPy computes the same checksums, slower
-    _kernel = None
-if _kernel is not None and (getattr(_kernel, "KERNEL", None) != 3 or sys.byteorder != "little"):
-    _kernel = None  # a module built from another version's source; or a big-endian machine (it takes native weights)
+# the C kernel of rule "wword64" (_rows.c); None where it was not built: NumPy computes the same checksums, slower
+from llm.data.ledger.kernel import KERNEL as _kernel
 
 CHECKSUM = "wword64"  # the rule new ledgers record (header "checksum"); version 2: "wsum32", 1: "xxh3-int64"
 _WEIGHTS = np.zeros(0, np.uint32)

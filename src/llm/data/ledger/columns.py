@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from llm.data.ledger.kernel import KERNEL
+
 
 class Runs:
     """A column given as runs: `values[k]` repeated `lengths[k]` times (the rows' steps: one run per batch)."""
@@ -26,9 +28,20 @@ class RunIndex:
         self.of = of
 
 
+class Chunks:
+    """A column given as consecutive arrays, one per chunk read (the loader's ids and checksums): stored in one pass
+    of the C kernel without being joined first (`_encode_column`); `array()` joins them."""
+
+    def __init__(self, parts: list[np.ndarray]):
+        self.parts = [np.asarray(p) for p in parts]
+
+    def array(self, dtype: np.dtype) -> np.ndarray:
+        return np.concatenate(self.parts).astype(dtype, copy=False) if self.parts else np.zeros(0, dtype)
+
+
 class Columns:
     """A ROW or PIECE table held column by column, each an array, one value for every row (a Python or NumPy
-    scalar), `Runs`, `RunIndex`, or `range(start, start + n)` (a piece's row_ref): what the loader knows of its
+    scalar), `Runs`, `RunIndex`, `Chunks`, or `range(start, start + n)` (a piece's row_ref): what the loader knows of its
     rows without building them, and what `encode_segment` stores without looking at (bench/ledger.py).
     `table[name]` and `materialize()` give the plain arrays."""
 
@@ -40,7 +53,7 @@ class Columns:
 
     def __getitem__(self, name: str) -> np.ndarray:
         c, dtype = self.columns[name], self.dtype[name]
-        if isinstance(c, Runs):
+        if isinstance(c, (Runs, Chunks)):
             return c.array(dtype)
         if isinstance(c, RunIndex):
             lengths = self.columns[c.of].lengths
@@ -68,7 +81,8 @@ def as_table(table: Any, dtype: np.dtype) -> np.ndarray:
 
 # columns stored as differences from the previous row (wrapping modulo 2**64): sorted or shuffled ids, steps
 _DELTA = frozenset({"step", "row_ref", "item"})
-_NARROW = [np.dtype(t) for t in ("<u1", "<i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8")]
+_NARROW = [np.dtype(t) for t in ("<u1", "<i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8")]  # _rows.c NARROW alike
+_BOUNDS = [(t, int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in _NARROW]  # (np.iinfo costs a call each time)
 
 
 def _delta(items: np.ndarray) -> np.ndarray:
@@ -95,9 +109,8 @@ def _narrowest(values: np.ndarray) -> tuple[Any, np.ndarray | None]:
     lo, hi = values.min(), values.max()
     if lo == hi:
         return int(lo), None
-    for t in _NARROW:
-        info = np.iinfo(t)
-        if info.min <= lo and hi <= info.max:
+    for t, least, most in _BOUNDS:
+        if least <= lo and hi <= most:
             return t, values.astype(t, copy=False)  # already that type (a checksum column): no copy
     raise AssertionError("unreachable: every integer fits int64 or uint64")
 
@@ -116,6 +129,14 @@ def _encode_column(name: str, c: Any, dtype: np.dtype, blobs: list[Any]) -> list
         return ["runindex", c.of]
     if isinstance(c, range):
         return ["range", c.start]
+    if isinstance(c, Chunks):
+        stored = _kernel_column(name, c)
+        if stored is not None:
+            spec, blob = stored
+            if blob is not None:
+                blobs.append(blob)
+            return spec
+        c = c.array(dtype)
     if np.ndim(c) == 0:
         value = np.asarray(c, dtype)
         return ["nan"] if dtype.kind == "f" and np.isnan(value) else ["const", value.item()]
@@ -126,6 +147,20 @@ def _encode_column(name: str, c: Any, dtype: np.dtype, blobs: list[Any]) -> list
         return ["nan"] if kind is None else (["const", kind, "delta"] if delta else ["const", kind])
     blobs.append(arr)
     return ["raw", kind.str, "delta"] if delta else ["raw", kind.str]
+
+
+def _kernel_column(name: str, c: Chunks) -> tuple[list[Any], Any] | None:
+    """`Chunks`' spec and blob as `_encode_column` stores the joined array, in the C kernel's one call (_rows.c
+    `narrow_column`); None where it cannot: not built, no values, or parts that are not int64 or uint32."""
+    parts = [p for p in c.parts if len(p)]
+    if KERNEL is None or not parts or any(p.dtype not in (np.int64, np.uint32) or not p.dtype.isnative
+                                          for p in parts):
+        return None
+    delta = name in _DELTA and sum(len(p) for p in parts) > 1
+    lo, _, code, data = KERNEL.narrow_column(parts, delta)
+    if code is None:
+        return (["const", lo, "delta"] if delta else ["const", lo]), None
+    return (["raw", code, "delta"] if delta else ["raw", code]), data
 
 
 def _decode_column(spec: list[Any], n: int, dtype: np.dtype, raw: memoryview, at: int, table: np.ndarray

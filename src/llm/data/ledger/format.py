@@ -59,6 +59,7 @@ from llm.data.ledger.checksums import (  # noqa: F401  (re-exported: the ledger'
     row_checksums_v2,
 )
 from llm.data.ledger.columns import (  # noqa: F401
+    Chunks,
     Columns,
     RunIndex,
     Runs,

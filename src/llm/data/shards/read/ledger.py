@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from llm.data.ledger.format import PIECE, ROW, Columns, RunIndex, Runs
+from llm.data.ledger.format import PIECE, ROW, Chunks, Columns, RunIndex, Runs
 from llm.data.ledger.writer import StageLedger
 from llm.data.skip_documents import SKIPPED
 
@@ -123,14 +123,15 @@ class LoaderLedger(StageLedger):
         counts = np.array([len(c[1]) for c in chunks])  # each chunk's batches: steps first, first + 1, ...
         steps = np.arange(len(sizes)) + np.repeat(np.array([c[0] for c in chunks]) - (np.cumsum(counts) - counts), counts)
         n = int(sizes.sum())
-        if n:
-            self._write(steps, sizes, n, *(_joined([c[k] for c in chunks]) for k in range(2, 6)))
+        if n:  # the ids and checksums stay one array per chunk: the segment stores them without joining them first
+            self._write(steps, sizes, n, Chunks([c[2] for c in chunks]), Chunks([c[3] for c in chunks]),
+                        *(_joined([c[k] for c in chunks]) for k in range(4, 6)))
         else:  # only batches left with no rows: their skipped blocks wait for the next row
             self._gone_carry += [self._gone.pop(s) for s in steps.tolist() if s in self._gone]
         self._losses, self._skipped = {}, []
 
-    def _write(self, steps: np.ndarray, sizes: np.ndarray, n: int, ids: np.ndarray, crcs: np.ndarray,
-               source: np.ndarray, epoch: np.ndarray) -> None:
+    def _write(self, steps: np.ndarray, sizes: np.ndarray, n: int, ids: Chunks, crcs: Chunks, source: Any,
+               epoch: Any) -> None:
         # as columns (format.Columns): a batch's step and each row's place in it as runs, the constant columns as
         # one value each; only the ids, checksums, sources and epochs are arrays (bench/ledger.py: the commit)
         runs = Runs(steps.astype(np.uint64), sizes)
