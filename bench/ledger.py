@@ -14,8 +14,10 @@ time per sample, their medians): where the overhead goes (the ids a reader adds 
 bookkeeping, the rows handed over at a commit, the segment encoded, the segment written and fsynced), with a
 no-op timed at each per-chunk site (what timing a part costs by itself: the verdict takes it off); and once more
 with four times as many commits, which splits a commit's cost into a part per sample and a part per commit. The
-checksum's share is timed apart (`checksum_share`): with the C kernel it is taken in the reader's pass that also
-widens the rows, which the loader makes without a ledger too, so that run cannot split it off.
+checksum's share is timed apart: with the C kernel it is taken in the reader's pass that also widens the rows,
+which the loader makes without a ledger too, so that run cannot split it off; `checksum_share` times both passes in a
+process of its own, `paired_share` in the loader's reader threads, either pass first on each chunk in turns (the
+verdict takes the latter).
 
 Goals (issue 36): at most 16 bytes a sample, at most 1% of the loader's throughput; the verdict also says the
 two sides apart: as batches are read, and at each commit (a checkpoint's cost, falling with the samples between
@@ -53,7 +55,7 @@ PROBE = "timing probe, a no-op"
 _CHILD = """
 import collections, json, os, sys, threading, time
 from llm.data import StreamingDataLoader, StreamingDataset, TokensLoader
-path, ledger, BLOCK, BATCH, WORKERS, EVERY, TIMED, PARTS, PROBE = json.loads(sys.argv[1])
+path, ledger, BLOCK, BATCH, WORKERS, EVERY, TIMED, PARTS, PAIRED, PROBE = json.loads(sys.argv[1])
 spent, lock = collections.Counter(), threading.Lock()
 if PARTS:  # the breakdown run: each part's CPU time in the thread that runs it (not a timed run)
     from llm.data.ledger import format as F
@@ -95,12 +97,38 @@ if PARTS:  # the breakdown run: each part's CPU time in the thread that runs it 
         LD._probe()
         return timed_chunk(self, *a, **k)
     S.chunk_identities, LD.StreamingDataLoader._ledger_chunk = ids_after_probe, chunk_after_probe
+firsts = {"kernel": [], "widening": []}
+if PAIRED:  # the checksum's share in the loader: per chunk, the reader's one pass (checksums and widening) or the
+    # widening the loader makes without a ledger (pread.py `read_rows`: the chunk's rows, read into their places,
+    # widened to int64 in one copy), in turns; only the pass made first on a chunk's rows is kept (the second finds
+    # them in the cache)
+    import itertools
+    import numpy as np
+    from llm.data.shards.read import abilities as AB
+    one_pass, turns = AB.checksummed_widened, itertools.count()
+    def widening(rows):
+        out = np.empty(rows.shape, np.int64)
+        out[0:len(rows)] = rows
+    def paired(rule, rows):
+        kernel_first = next(turns) % 2 == 0
+        t = time.thread_time_ns()
+        if not kernel_first:
+            widening(rows)
+        else:
+            both = one_pass(rule, rows)
+        spent_ns = time.thread_time_ns() - t
+        both = one_pass(rule, rows) if not kernel_first else (widening(rows), both)[1]
+        with lock:
+            firsts["kernel" if kernel_first else "widening"].append(spent_ns / max(len(rows), 1))
+        return both
+    AB.checksummed_widened = paired
 ds = StreamingDataset(path, item_loader=TokensLoader(block_size=BLOCK), shuffle=True, seed=7)
 loader = StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, ledger=ledger)
 batches = 0
 for epoch in range(1 + TIMED):  # the first pass warms up (imports, first segment, page cache); the rest are timed
     if epoch == 1:
         spent.clear()
+        firsts["kernel"].clear(), firsts["widening"].clear()
         t0, c0 = time.perf_counter(), time.process_time()
         n = 0
     for b in loader:
@@ -115,6 +143,8 @@ loader.state_dict()
 if ledger:
     out["ledger_bytes"] = sum(f.stat().st_size for f in os.scandir(ledger))
 out["parts_ns"] = {k: v / (n // BLOCK) for k, v in spent.items()}  # per sample of the timed pass
+if PAIRED:
+    out["first_pass_ns"] = firsts
 print(json.dumps(out))
 """
 
@@ -133,8 +163,9 @@ def prepare(root: Path) -> str:
     return str(out)
 
 
-def run_child(path: str, ledger: str | None, parts: bool = False, every: int = EVERY) -> dict[str, Any]:
-    args = json.dumps([path, ledger, BLOCK, BATCH, WORKERS, every, TIMED, parts, PROBE])
+def run_child(path: str, ledger: str | None, parts: bool = False, every: int = EVERY, paired: bool = False
+              ) -> dict[str, Any]:
+    args = json.dumps([path, ledger, BLOCK, BATCH, WORKERS, every, TIMED, parts, paired, PROBE])
     env = {"PYTHONPATH": str(REPO_ROOT / "src"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", _CHILD, args], env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -181,6 +212,24 @@ def _parts(path: str, folder: Path, every: int) -> dict[str, float]:
     return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
 
 
+IN_LOADER = "in the loader: one pass less the widening it replaces, each the first pass on a chunk's rows"
+
+
+def paired_share(path: str, folder: Path) -> dict[str, float]:
+    """The checksum's share of the reader threads' work measured in the loader itself: runs whose reader threads make,
+    chunk by chunk in turns, either their one pass (checksums and widening) or the widening the loader makes without
+    a ledger, then the other, timing only the first (`PAIRED` in the child); per run the median of each kind's ns a
+    sample, their difference the share; the medians over PARTS_RUNS runs. Why beside `checksum_share`: that one
+    times the passes in a process of its own, whose memory state moves the share between 3 and 27 ns a sample from
+    one process to the next (2026-12-07); here the passes meet what the loader's threads meet."""
+    runs = [run_child(path, str(folder) + f"-{i}", paired=True)["first_pass_ns"] for i in range(PARTS_RUNS)]
+    kernel = [statistics.median(r["kernel"]) for r in runs]
+    widening = [statistics.median(r["widening"]) for r in runs]
+    return {"one pass, first on a chunk (in the loader)": statistics.median(kernel),
+            "widening without a ledger, first on a chunk (in the loader)": statistics.median(widening),
+            IN_LOADER: statistics.median(k - w for k, w in zip(kernel, widening))}
+
+
 def commit_split(parts: dict[str, float], often: dict[str, float], samples: int, fewer: int) -> dict[str, dict]:
     """Each commit part's cost as `fixed` ms a commit plus `per_sample` ns a sample it holds, from its ns per sample
     at commits of `samples` and of `fewer` samples (a line through the two: a commit costs `fixed + per_sample * n`)."""
@@ -219,9 +268,10 @@ def run(repeat: int, say: Any = print) -> dict[str, Any]:
         # the same at four times as many commits: what a commit costs whatever it holds, and per sample it holds
         often = {"parts_ns": _parts(path, root / "ledger-parts-often", EVERY // OFTEN)}
         share = checksum_share()
-        if SHARE in share:  # the reader threads' checksums are in their widening pass: its share
-            parts["parts_ns"] = {"checksums (reader threads: their share of the one pass that also widens)":
-                                 max(0.0, share[SHARE]), **parts["parts_ns"]}
+        if SHARE in share:  # the reader threads' checksums are in their widening pass: its share, in the loader
+            share.update(paired_share(path, root / "ledger-paired"))
+            parts["parts_ns"] = {"checksums (reader threads: their share of the one pass that also widens, in the "
+                                 "loader)": max(0.0, share[IN_LOADER]), **parts["parts_ns"]}
         say("ledger parts (ns per sample): " + ", ".join(f"{k} {v:.0f}" for k, v in parts["parts_ns"].items()))
         return {"repeat": repeat, "timed": TIMED, "block": BLOCK, "blocks": BLOCKS, "batch": BATCH, "workers": WORKERS,
                 "every": EVERY, "throughput": rows, "ratio": ratio, "bytes_per_sample": _stat(per_sample),
@@ -308,10 +358,12 @@ def markdown(res: dict[str, Any]) -> list[str]:
                f"{v['streaming'] + v['commit']:,.1f} |"]
     share = res.get("checksum_pass_ns") or {}
     if share:
-        md += ["", "The reader threads' pass over a chunk's rows (2,048 of them), ns a sample, each pass after the "
-               "caches are evicted, as the reader threads find a chunk's rows once it is read (the checksum's part "
-               "above is the last row: each kernel pass less the widening timed just before it, which the loader does "
-               "without a ledger too):",
+        md += ["", "The reader threads' pass over a chunk's rows (2,048 of them), ns a sample: first in a process of "
+               "its own, each pass after the caches are evicted (the kernel's share there: each kernel pass less the "
+               "widening timed just before it, which the loader does without a ledger too); then in the loader, "
+               f"{res.get('parts_runs', 1)} runs whose reader threads make either pass first on each chunk's rows, in "
+               "turns (the medians of each run's medians). The checksum's part above is the last row, the share in the "
+               "loader:",
                "", "| pass | ns / sample |", "|---|---|"]
         md += [f"| {k} | {x:,.1f} |" for k, x in share.items()]
     bytes_ok = res["bytes_per_sample"]["max"] <= 16
@@ -346,8 +398,9 @@ def markdown(res: dict[str, Any]) -> list[str]:
            "hands over its ids, checksums and batch sizes in one object and the loader keeps them (one dataset's "
            "source and epoch: one value each); per batch it only counts a step. At a commit the rows are handed to "
            "the segment as columns (a step and a row's place in it as runs, the constant columns as one value), so "
-           "only the checksums and the ids' differences, narrowed to 4 bytes, take room, stored as they are in zstd's "
-           "raw blocks (they do not shrink: zstd's level 1 took the ids to 2.7 bytes for 5 ns a sample), and the "
+           "only the checksums and the ids' differences, narrowed to 4 bytes (by the C kernel, from each chunk's "
+           "arrays in one call, without joining them first), take room, stored as they are in zstd's raw blocks "
+           "(they do not shrink: zstd's level 1 took the ids to 2.7 bytes for 5 ns a sample), and the "
            "segment is written, in its parts with one writev, and fsynced with its folder.",
            "", "Before the kernel (same scenario, 2026-12-07, this machine): 0.933 [0.873-0.976] of the throughput; "
            "the checksums 85 ns a sample (NumPy's integer product after the chunk was read, its rows back from "
@@ -359,6 +412,11 @@ def markdown(res: dict[str, Any]) -> list[str]:
            "touch of a chunk from a reader thread costs ~20 us, whoever makes it), same scenario, 2026-12-07 17:29, "
            "one run with parts and no probes: the loader's per-chunk part 12.7 ns a sample, rows built 18.3, segment "
            "encoded 31.4 (zstd level 1), written and fsynced 21.7: 2.29 ms a commit.",
+           "", "Before the commit's ids and checksums went to the C kernel chunk by chunk, and before the checksum's "
+           "share was timed in the loader, same scenario, 2026-12-07 23:37, --repeat 7: the checksum's share 26.5 ns a "
+           "sample (timed in a process of its own), the loader's per-chunk part 13, rows built 21, segment encoded 18, "
+           "written and fsynced 24: 2.03 ms a commit; per sample as read and committed 52.5 ns, 1.29% of that run's "
+           "loader (about 4,070 ns a sample), so no cadence brought it within 1%.",
            "", "A commit costs what writing a file durably costs (two fsyncs, a rename: its part whatever it holds) "
            "plus handing over and framing its rows (its part per sample); only the first falls with the samples "
            "between checkpoints (here a checkpoint every 1,000 batches of 32 samples of 256 tokens, 8 M tokens: a "

@@ -62,3 +62,21 @@ def test_the_probes_come_off_the_parts_beside_them_and_a_commit_splits_into_fixe
     res["commit_split"] = {"rows built (at commit)": {"per_sample_ns": loader / 100, "fixed_ms": 0.5}}
     assert ledger.verdict(res)["cadence"] is None  # over the budget per sample: no cadence helps
     assert "cannot bring it within 1%" in "\n".join(ledger.markdown(res))
+
+
+def test_the_share_in_the_loader_is_the_median_of_each_runs_difference(monkeypatch) -> None:
+    # three runs' first passes, ns a sample per chunk: the one pass (checksums and widening) against the widening alone
+    runs = iter([{"kernel": [110, 120, 130], "widening": [100, 100, 104]},
+                 {"kernel": [210, 220], "widening": [150, 190]},
+                 {"kernel": [90], "widening": [95]}])
+    asked = []
+
+    def child(path, ledger_folder, paired=False, **_):
+        asked.append(paired)
+        return {"first_pass_ns": next(runs)}
+
+    monkeypatch.setattr(ledger, "run_child", child)
+    share = ledger.paired_share("data", Path("ledger"))
+    assert asked == [True] * ledger.PARTS_RUNS
+    assert share[ledger.IN_LOADER] == 20.0  # medians 120-100, 215-170, 90-95: their median
+    assert share["one pass, first on a chunk (in the loader)"] == 120.0
