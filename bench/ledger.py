@@ -97,7 +97,7 @@ if PARTS:  # the breakdown run: each part's CPU time in the thread that runs it 
         LD._probe()
         return timed_chunk(self, *a, **k)
     S.chunk_identities, LD.StreamingDataLoader._ledger_chunk = ids_after_probe, chunk_after_probe
-firsts = {"kernel": [], "widening": []}
+firsts = {}  # turn -> ns a sample of the pass made first on that turn's chunk (PAIRED)
 if PAIRED:  # the checksum's share in the loader: per chunk, the reader's one pass (checksums and widening) or the
     # widening the loader makes without a ledger (pread.py `read_rows`: the chunk's rows, read into their places,
     # widened to int64 in one copy), in turns; only the pass made first on a chunk's rows is kept (the second finds
@@ -110,7 +110,8 @@ if PAIRED:  # the checksum's share in the loader: per chunk, the reader's one pa
         out = np.empty(rows.shape, np.int64)
         out[0:len(rows)] = rows
     def paired(rule, rows):
-        kernel_first = next(turns) % 2 == 0
+        turn = next(turns)
+        kernel_first = turn % 2 == 0
         t = time.thread_time_ns()
         if not kernel_first:
             widening(rows)
@@ -119,7 +120,7 @@ if PAIRED:  # the checksum's share in the loader: per chunk, the reader's one pa
         spent_ns = time.thread_time_ns() - t
         both = one_pass(rule, rows) if not kernel_first else (widening(rows), both)[1]
         with lock:
-            firsts["kernel" if kernel_first else "widening"].append(spent_ns / max(len(rows), 1))
+            firsts[turn] = spent_ns / max(len(rows), 1)
         return both
     AB.checksummed_widened = paired
 ds = StreamingDataset(path, item_loader=TokensLoader(block_size=BLOCK), shuffle=True, seed=7)
@@ -128,7 +129,7 @@ batches = 0
 for epoch in range(1 + TIMED):  # the first pass warms up (imports, first segment, page cache); the rest are timed
     if epoch == 1:
         spent.clear()
-        firsts["kernel"].clear(), firsts["widening"].clear()
+        firsts.clear()
         t0, c0 = time.perf_counter(), time.process_time()
         n = 0
     for b in loader:
@@ -144,7 +145,7 @@ if ledger:
     out["ledger_bytes"] = sum(f.stat().st_size for f in os.scandir(ledger))
 out["parts_ns"] = {k: v / (n // BLOCK) for k, v in spent.items()}  # per sample of the timed pass
 if PAIRED:
-    out["first_pass_ns"] = firsts
+    out["first_pass_ns"] = sorted(firsts.items())
 print(json.dumps(out))
 """
 
@@ -212,22 +213,22 @@ def _parts(path: str, folder: Path, every: int) -> dict[str, float]:
     return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
 
 
-IN_LOADER = "in the loader: one pass less the widening it replaces, each the first pass on a chunk's rows"
+IN_LOADER = "in the loader: one pass less the widening it replaces, each the first pass on a chunk's rows, pair by pair"
 
 
 def paired_share(path: str, folder: Path) -> dict[str, float]:
     """The checksum's share of the reader threads' work measured in the loader itself: runs whose reader threads make,
-    chunk by chunk in turns, either their one pass (checksums and widening) or the widening the loader makes without
-    a ledger, then the other, timing only the first (`PAIRED` in the child); per run the median of each kind's ns a
-    sample, their difference the share; the medians over PARTS_RUNS runs. Why beside `checksum_share`: that one
-    times the passes in a process of its own, whose memory state moves the share between 3 and 27 ns a sample from
-    one process to the next (2026-12-07); here the passes meet what the loader's threads meet."""
-    runs = [run_child(path, str(folder) + f"-{i}", paired=True)["first_pass_ns"] for i in range(PARTS_RUNS)]
-    kernel = [statistics.median(r["kernel"]) for r in runs]
-    widening = [statistics.median(r["widening"]) for r in runs]
-    return {"one pass, first on a chunk (in the loader)": statistics.median(kernel),
-            "widening without a ledger, first on a chunk (in the loader)": statistics.median(widening),
-            IN_LOADER: statistics.median(k - w for k, w in zip(kernel, widening))}
+    chunk by chunk in turns, either their one pass (checksums and widening: even turns) or the widening the loader makes
+    without a ledger (odd turns), then the other, timing only the first (`PAIRED` in the child). The share is the
+    median, over every pair of turns 2k and 2k + 1 in PARTS_RUNS runs, of their difference in ns a sample: two chunks
+    read one after the other meet the same load, where medians taken run by run moved by 20 ns between runs. Why
+    beside `checksum_share`: that one times the passes in a process of its own, whose memory state moved the share
+    between 3 and 27 ns a sample from one process to the next (2026-12-07); here the passes meet the loader's load."""
+    runs = [dict(run_child(path, str(folder) + f"-{i}", paired=True)["first_pass_ns"]) for i in range(PARTS_RUNS)]
+    pairs = [(r[t], r[t + 1]) for r in runs for t in r if t % 2 == 0 and t + 1 in r]
+    return {"one pass, first on a chunk (in the loader)": statistics.median(k for k, _ in pairs),
+            "widening without a ledger, first on a chunk (in the loader)": statistics.median(w for _, w in pairs),
+            IN_LOADER: statistics.median(k - w for k, w in pairs)}
 
 
 def commit_split(parts: dict[str, float], often: dict[str, float], samples: int, fewer: int) -> dict[str, dict]:
@@ -362,8 +363,8 @@ def markdown(res: dict[str, Any]) -> list[str]:
                "its own, each pass after the caches are evicted (the kernel's share there: each kernel pass less the "
                "widening timed just before it, which the loader does without a ledger too); then in the loader, "
                f"{res.get('parts_runs', 1)} runs whose reader threads make either pass first on each chunk's rows, in "
-               "turns (the medians of each run's medians). The checksum's part above is the last row, the share in the "
-               "loader:",
+               "turns (the medians over every two chunks read one after the other). The checksum's part above is the "
+               "last row, the share in the loader:",
                "", "| pass | ns / sample |", "|---|---|"]
         md += [f"| {k} | {x:,.1f} |" for k, x in share.items()]
     bytes_ok = res["bytes_per_sample"]["max"] <= 16

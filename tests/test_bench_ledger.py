@@ -64,11 +64,12 @@ def test_the_probes_come_off_the_parts_beside_them_and_a_commit_splits_into_fixe
     assert "cannot bring it within 1%" in "\n".join(ledger.markdown(res))
 
 
-def test_the_share_in_the_loader_is_the_median_of_each_runs_difference(monkeypatch) -> None:
-    # three runs' first passes, ns a sample per chunk: the one pass (checksums and widening) against the widening alone
-    runs = iter([{"kernel": [110, 120, 130], "widening": [100, 100, 104]},
-                 {"kernel": [210, 220], "widening": [150, 190]},
-                 {"kernel": [90], "widening": [95]}])
+def test_the_share_in_the_loader_is_the_median_difference_of_two_chunks_read_one_after_the_other(monkeypatch) -> None:
+    # three runs' first passes, turn -> ns a sample: even turns the one pass (checksums and widening), odd turns the
+    # widening alone; a turn without its partner (the warm-up cleared it, or the run ended) is left out
+    runs = iter([[[0, 110], [1, 100], [2, 130], [3, 104], [5, 999]],
+                 [[0, 210], [1, 150], [2, 220], [3, 190]],
+                 [[6, 90], [7, 95]]])
     asked = []
 
     def child(path, ledger_folder, paired=False, **_):
@@ -78,5 +79,5 @@ def test_the_share_in_the_loader_is_the_median_of_each_runs_difference(monkeypat
     monkeypatch.setattr(ledger, "run_child", child)
     share = ledger.paired_share("data", Path("ledger"))
     assert asked == [True] * ledger.PARTS_RUNS
-    assert share[ledger.IN_LOADER] == 20.0  # medians 120-100, 215-170, 90-95: their median
-    assert share["one pass, first on a chunk (in the loader)"] == 120.0
+    assert share[ledger.IN_LOADER] == 26.0  # differences 10, 26, 60, 30, -5: their median
+    assert share["one pass, first on a chunk (in the loader)"] == 130.0
