@@ -152,6 +152,11 @@ def test_the_column_kernel_names_what_it_cannot_store() -> None:
         kernel.narrow_column([np.zeros((2, 2), np.int64)], False)
     with pytest.raises(ValueError, match="no values"):
         kernel.narrow_column([np.zeros(0, np.int64)], False)
+    # a strided chunk (a view with a step) is stored as its values
+    strided: list = []
+    assert _encode_column("item", Chunks([np.arange(10, dtype=np.int64)[::3]]), PIECE["item"], strided) == \
+        ["raw", "|u1", "delta"]
+    assert np.frombuffer(strided[0], np.uint8).tolist() == [0, 3, 3, 3]
     # what the kernel does not take goes the NumPy way, to the same spec
     blobs: list = []
     assert _encode_column("item", Chunks([np.array([1, 5], np.uint16)]), PIECE["item"], blobs) == ["raw", "|u1", "delta"]

@@ -152,7 +152,7 @@ def _encode_column(name: str, c: Any, dtype: np.dtype, blobs: list[Any]) -> list
 def _kernel_column(name: str, c: Chunks) -> tuple[list[Any], Any] | None:
     """`Chunks`' spec and blob as `_encode_column` stores the joined array, in the C kernel's one call (_rows.c
     `narrow_column`); None where it cannot: not built, no values, or parts that are not int64 or uint32."""
-    parts = [p for p in c.parts if len(p)]
+    parts = [np.ascontiguousarray(p) for p in c.parts if len(p)]  # (a strided view is copied: the kernel reads runs)
     if KERNEL is None or not parts or any(p.dtype not in (np.int64, np.uint32) or not p.dtype.isnative
                                           for p in parts):
         return None
