@@ -161,6 +161,9 @@ def test_the_column_kernel_names_what_it_cannot_store() -> None:
     blobs: list = []
     assert _encode_column("item", Chunks([np.array([1, 5], np.uint16)]), PIECE["item"], blobs) == ["raw", "|u1", "delta"]
     assert np.asarray(blobs[0]).tolist() == [1, 4]
+    swapped: list = []  # big-endian ids: NumPy's path too
+    assert _encode_column("item", Chunks([np.array([1, 5], ">i8")]), PIECE["item"], swapped) == ["raw", "|u1", "delta"]
+    assert np.asarray(swapped[0]).tolist() == [1, 4]
 
 
 def _ledger_rows(data: Path, folder: Path, workers: int) -> np.ndarray:

@@ -33,7 +33,7 @@ class Chunks:
     of the C kernel without being joined first (`_encode_column`); `array()` joins them."""
 
     def __init__(self, parts: list[np.ndarray]):
-        self.parts = [np.asarray(p) for p in parts]
+        self.parts = [np.ascontiguousarray(p) for p in parts]  # (a strided view is copied: the kernel reads runs)
 
     def array(self, dtype: np.dtype) -> np.ndarray:
         return np.concatenate(self.parts).astype(dtype, copy=False) if self.parts else np.zeros(0, dtype)
@@ -152,9 +152,8 @@ def _encode_column(name: str, c: Any, dtype: np.dtype, blobs: list[Any]) -> list
 def _kernel_column(name: str, c: Chunks) -> tuple[list[Any], Any] | None:
     """`Chunks`' spec and blob as `_encode_column` stores the joined array, in the C kernel's one call (_rows.c
     `narrow_column`); None where it cannot: not built, no values, or parts that are not int64 or uint32."""
-    parts = [np.ascontiguousarray(p) for p in c.parts if len(p)]  # (a strided view is copied: the kernel reads runs)
-    if KERNEL is None or not parts or any(p.dtype not in (np.int64, np.uint32) or not p.dtype.isnative
-                                          for p in parts):
+    parts = [p for p in c.parts if len(p)]
+    if KERNEL is None or not parts or any(p.dtype not in (np.int64, np.uint32) for p in parts):  # (native order only)
         return None
     delta = name in _DELTA and sum(len(p) for p in parts) > 1
     lo, _, code, data = KERNEL.narrow_column(parts, delta)
